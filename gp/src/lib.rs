@@ -1,0 +1,1 @@
+//! Grammatical evolution engine (placeholder until the crate lands).

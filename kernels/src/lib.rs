@@ -1,0 +1,1 @@
+//! Rendering and GPU evaluation (placeholder).

@@ -1,0 +1,25 @@
+//! The contract between the GP process and its compile daemons.
+//!
+//! Everything that crosses the process boundary is defined here and nowhere else: the layout of a
+//! daemon's shared-memory segment ([`segment`]), the futex-based "go" and "done" events
+//! ([`event`]), the names segments are found by ([`names`]), and the request/response messages
+//! ([`message`]) with the value types they carry ([`types`]).
+//!
+//! This crate never trusts the other side: every length, offset and capacity read from shared
+//! memory is validated before use, and decoding arbitrary bytes returns an error, never panics.
+
+pub mod event;
+pub mod message;
+pub mod names;
+pub mod segment;
+pub mod types;
+
+pub use message::{CompileRef, DaemonInfo, Request, Response, decode_request, decode_response};
+pub use names::{DaemonId, FarmName, SegmentName};
+pub use segment::{DaemonState, Segment, SegmentError};
+pub use types::{
+    CompileMode, CompileOptions, Failure, FailureKind, SmArch, Unit, UnitOutcome, UnitResult, UnitTimings,
+};
+
+/// Version of the segment layout and message set; both sides must agree exactly.
+pub const PROTOCOL_VERSION: u32 = 1;

@@ -1,0 +1,624 @@
+//! A daemon's shared-memory segment: a fixed header followed by a data region.
+//!
+//! ```text
+//! 0      magic "GPFARMsg" | version | header_len | capacity (data bytes, may grow)
+//!        state | go counter | done counter | client pid (attach lock) | daemon pid | daemon id
+//!        request length | response length
+//! 4096   data region: one bincode message (the request, then the response over it)
+//! ```
+//!
+//! The daemon creates the segment (`O_CREAT | O_EXCL`, mode 0600) and removes it when it exits;
+//! the client opens it. A message bigger than the data region grows the segment (the writer
+//! extends the file, remaps and publishes the new capacity; the reader follows before reading),
+//! so nothing is ever truncated. Every value read from the header is checked against the size
+//! of the file before it is used, so a corrupt or hostile segment yields an error, not a crash.
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
+
+use thiserror::Error;
+
+use crate::PROTOCOL_VERSION;
+use crate::message::{self, MessageError, Request, Response};
+use crate::names::{FarmName, NameError, SEGMENT_PREFIX, SegmentName, current_uid};
+
+/// Bytes before the data region (one page).
+pub const HEADER_LEN: usize = 4096;
+/// Data region of a new segment. The file is sparse: untouched pages cost nothing.
+pub const INITIAL_CAPACITY: usize = 4 << 20;
+/// Largest data region a segment may grow to; a larger message is refused.
+pub const MAX_CAPACITY: usize = 1 << 30;
+const MAGIC: u64 = u64::from_le_bytes(*b"GPFARMsg");
+
+#[repr(C)]
+struct Header {
+    magic: AtomicU64,
+    version: AtomicU32,
+    header_len: AtomicU32,
+    capacity: AtomicU64,
+    state: AtomicU32,
+    go: AtomicU32,
+    done: AtomicU32,
+    client_pid: AtomicU32,
+    daemon_pid: AtomicU32,
+    daemon_id: AtomicU32,
+    request_len: AtomicU64,
+    response_len: AtomicU64,
+}
+
+const _: () = assert!(std::mem::size_of::<Header>() <= HEADER_LEN);
+
+/// The daemon's state, mirrored by both sides as in the paper.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum DaemonState {
+    /// Loading and warming NVRTC; not yet accepting requests.
+    Starting = 0,
+    /// Waiting for "go".
+    Available = 1,
+    /// Working on a request; "done" follows.
+    Processing = 2,
+    /// Exited cleanly (or is about to).
+    Stopped = 3,
+    /// Could not start (e.g. NVRTC missing); the data region holds a [`Response::Error`].
+    Failed = 4,
+}
+
+impl DaemonState {
+    fn from_raw(v: u32) -> Option<Self> {
+        Some(match v {
+            0 => DaemonState::Starting,
+            1 => DaemonState::Available,
+            2 => DaemonState::Processing,
+            3 => DaemonState::Stopped,
+            4 => DaemonState::Failed,
+            _ => return None,
+        })
+    }
+}
+
+/// Something wrong with a segment or a message in it.
+#[derive(Debug, Error)]
+pub enum SegmentError {
+    /// An OS call failed.
+    #[error("{what} {name}: {source}")]
+    Os {
+        /// The call.
+        what: &'static str,
+        /// The segment.
+        name: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A segment of that name already exists (a stale one, or another farm's).
+    #[error("segment {0} already exists (stale segments are removed by `gpfarm daemons clean`)")]
+    Exists(String),
+    /// There is no segment of that name.
+    #[error("segment {0} does not exist")]
+    Missing(String),
+    /// The header does not describe a valid segment of this protocol version.
+    #[error("segment {name} is invalid: {why}")]
+    Invalid {
+        /// The segment.
+        name: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// A message is larger than any segment may grow.
+    #[error("message of {0} bytes exceeds the {MAX_CAPACITY}-byte segment limit; send fewer units per call")]
+    TooLarge(usize),
+    /// A message did not decode.
+    #[error(transparent)]
+    Message(#[from] MessageError),
+    /// The segment name is malformed.
+    #[error(transparent)]
+    Name(#[from] NameError),
+}
+
+/// A message the client may write: a [`Request`] or a borrowed form of one.
+pub trait RequestMessage {}
+impl RequestMessage for Request {}
+impl RequestMessage for message::CompileRef<'_> {}
+
+/// One mapped segment.
+pub struct Segment {
+    name: SegmentName,
+    fd: OwnedFd,
+    ptr: NonNull<u8>,
+    mapped: usize,
+    owner: bool,
+}
+
+// SAFETY: the mapping belongs to the process, not to a thread; all header access goes through
+// atomics, and the data region is only touched through `&mut self` or `&self` methods whose
+// callers follow the protocol (one side at a time, handed over by the events).
+unsafe impl Send for Segment {}
+
+fn os_err(what: &'static str, name: &SegmentName) -> SegmentError {
+    SegmentError::Os { what, name: name.to_string(), source: std::io::Error::last_os_error() }
+}
+
+fn shm_cstring(name: &SegmentName) -> CString {
+    // A SegmentName is built from validated parts and cannot hold a NUL.
+    CString::new(name.shm_path()).unwrap_or_default()
+}
+
+impl Segment {
+    /// Creates the segment of a daemon (mode 0600, failing if it exists) in state `Starting`.
+    pub fn create(name: &SegmentName, daemon_id: u16) -> Result<Segment, SegmentError> {
+        let path = shm_cstring(name);
+        // SAFETY: `path` is a valid NUL-terminated string; the flags and mode are plain ints.
+        let fd = unsafe { libc::shm_open(path.as_ptr(), libc::O_CREAT | libc::O_EXCL | libc::O_RDWR, 0o600) };
+        if fd < 0 {
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EEXIST) {
+                return Err(SegmentError::Exists(name.to_string()));
+            }
+            return Err(SegmentError::Os { what: "shm_open", name: name.to_string(), source: err });
+        }
+        // SAFETY: shm_open returned a fresh descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let total = HEADER_LEN + INITIAL_CAPACITY;
+        let seg = (|| {
+            resize_file(&fd, total, name)?;
+            let ptr = map(&fd, total, name)?;
+            Ok(Segment { name: name.clone(), fd, ptr, mapped: total, owner: true })
+        })();
+        let seg = match seg {
+            Ok(seg) => seg,
+            Err(e) => {
+                unlink(name);
+                return Err(e);
+            }
+        };
+        let h = seg.header();
+        h.version.store(PROTOCOL_VERSION, Ordering::Relaxed);
+        h.header_len.store(HEADER_LEN as u32, Ordering::Relaxed);
+        h.capacity.store(INITIAL_CAPACITY as u64, Ordering::Relaxed);
+        h.state.store(DaemonState::Starting as u32, Ordering::Relaxed);
+        h.daemon_pid.store(std::process::id(), Ordering::Relaxed);
+        h.daemon_id.store(daemon_id as u32, Ordering::Relaxed);
+        // The magic goes last: an opener that sees it sees a complete header.
+        h.magic.store(MAGIC, Ordering::Release);
+        Ok(seg)
+    }
+
+    /// Opens an existing segment and checks its header.
+    pub fn open(name: &SegmentName) -> Result<Segment, SegmentError> {
+        let path = shm_cstring(name);
+        // SAFETY: as in `create`.
+        let fd = unsafe { libc::shm_open(path.as_ptr(), libc::O_RDWR, 0) };
+        if fd < 0 {
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::ENOENT) {
+                return Err(SegmentError::Missing(name.to_string()));
+            }
+            return Err(SegmentError::Os { what: "shm_open", name: name.to_string(), source: err });
+        }
+        // SAFETY: fresh descriptor owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let size = file_size(&fd, name)?;
+        if size < HEADER_LEN {
+            return Err(invalid(name, format!("file is {size} bytes, shorter than its header")));
+        }
+        let ptr = map(&fd, HEADER_LEN, name)?;
+        let mut seg = Segment { name: name.clone(), fd, ptr, mapped: HEADER_LEN, owner: false };
+        let h = seg.header();
+        if h.magic.load(Ordering::Acquire) != MAGIC {
+            return Err(invalid(name, "no gpfarm magic (still being created, or not ours)".into()));
+        }
+        let version = h.version.load(Ordering::Relaxed);
+        if version != PROTOCOL_VERSION {
+            return Err(invalid(
+                name,
+                format!(
+                    "protocol version {version}, this program speaks {PROTOCOL_VERSION}: use matching gpfarm and gpfarmd builds"
+                ),
+            ));
+        }
+        let header_len = h.header_len.load(Ordering::Relaxed);
+        if header_len as usize != HEADER_LEN {
+            return Err(invalid(name, format!("header length {header_len}, expected {HEADER_LEN}")));
+        }
+        seg.sync_capacity()?;
+        Ok(seg)
+    }
+
+    /// The segment's name.
+    pub fn name(&self) -> &SegmentName {
+        &self.name
+    }
+
+    fn header(&self) -> &Header {
+        // SAFETY: the mapping is at least HEADER_LEN bytes, page-aligned, and Header is made of
+        // atomics, which are valid for any bit pattern and safe to share across processes.
+        unsafe { &*(self.ptr.as_ptr() as *const Header) }
+    }
+
+    /// Current state; an unknown value is an error.
+    pub fn state(&self) -> Result<DaemonState, SegmentError> {
+        let raw = self.header().state.load(Ordering::Acquire);
+        DaemonState::from_raw(raw).ok_or_else(|| invalid(&self.name, format!("unknown state {raw}")))
+    }
+
+    /// Sets the state.
+    pub fn set_state(&self, state: DaemonState) {
+        self.header().state.store(state as u32, Ordering::Release);
+    }
+
+    /// The "go" event counter (client → daemon).
+    pub fn go(&self) -> &AtomicU32 {
+        &self.header().go
+    }
+
+    /// The "done" event counter (daemon → client).
+    pub fn done(&self) -> &AtomicU32 {
+        &self.header().done
+    }
+
+    /// Process id the daemon wrote at creation.
+    pub fn daemon_pid(&self) -> u32 {
+        self.header().daemon_pid.load(Ordering::Relaxed)
+    }
+
+    /// Daemon id the daemon wrote at creation.
+    pub fn daemon_id(&self) -> u32 {
+        self.header().daemon_id.load(Ordering::Relaxed)
+    }
+
+    /// Claims the daemon for client `pid`. Fails with the holder's pid if a live process holds
+    /// it; a lock left by a dead client is taken over.
+    pub fn lock_client(&self, pid: u32) -> Result<(), u32> {
+        let word = &self.header().client_pid;
+        loop {
+            let holder = word.load(Ordering::Acquire);
+            if holder == pid {
+                return Ok(());
+            }
+            if holder != 0 && process_alive(holder) {
+                return Err(holder);
+            }
+            if word.compare_exchange(holder, pid, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Releases the daemon if `pid` holds it.
+    pub fn unlock_client(&self, pid: u32) {
+        let _ = self.header().client_pid.compare_exchange(pid, 0, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// The client currently holding the daemon (0 if none).
+    pub fn client_pid(&self) -> u32 {
+        self.header().client_pid.load(Ordering::Acquire)
+    }
+
+    /// Bytes of data region currently mapped.
+    pub fn capacity(&self) -> usize {
+        self.mapped - HEADER_LEN
+    }
+
+    /// Follows a growth published by the peer: validates the new capacity against the file and
+    /// remaps.
+    pub fn sync_capacity(&mut self) -> Result<(), SegmentError> {
+        let cap = self.header().capacity.load(Ordering::Acquire);
+        if cap as usize > MAX_CAPACITY || cap < 4096 {
+            return Err(invalid(&self.name, format!("capacity {cap} out of range")));
+        }
+        let want = HEADER_LEN + cap as usize;
+        let size = file_size(&self.fd, &self.name)?;
+        if size < want {
+            return Err(invalid(&self.name, format!("capacity {cap} but the file has {size} bytes")));
+        }
+        if want != self.mapped {
+            self.remap(want)?;
+        }
+        Ok(())
+    }
+
+    /// Grows the data region to hold at least `needed` bytes and publishes the new capacity.
+    pub fn ensure_capacity(&mut self, needed: usize) -> Result<(), SegmentError> {
+        if needed <= self.capacity() {
+            return Ok(());
+        }
+        if needed > MAX_CAPACITY {
+            return Err(SegmentError::TooLarge(needed));
+        }
+        let cap = needed.next_power_of_two().clamp(INITIAL_CAPACITY, MAX_CAPACITY);
+        let total = HEADER_LEN + cap;
+        if file_size(&self.fd, &self.name)? < total {
+            resize_file(&self.fd, total, &self.name)?;
+        }
+        self.remap(total)?;
+        self.header().capacity.store(cap as u64, Ordering::Release);
+        Ok(())
+    }
+
+    fn remap(&mut self, len: usize) -> Result<(), SegmentError> {
+        let new = map(&self.fd, len, &self.name)?;
+        // SAFETY: `ptr`/`mapped` describe a mapping this struct made and nothing borrows it now
+        // (remap takes `&mut self`).
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.mapped) };
+        self.ptr = new;
+        self.mapped = len;
+        Ok(())
+    }
+
+    fn data(&self) -> &[u8] {
+        // SAFETY: the mapping spans HEADER_LEN + capacity bytes, checked against the file size.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(HEADER_LEN), self.capacity()) }
+    }
+
+    fn data_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `data`; `&mut self` keeps this process from aliasing it, and the protocol
+        // keeps the peer out while this side owns the region.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(HEADER_LEN), self.capacity()) }
+    }
+
+    fn write_message<T: bincode::Encode>(&mut self, msg: &T) -> Result<usize, SegmentError> {
+        match message::encode_into(msg, self.data_mut()) {
+            Ok(n) => Ok(n),
+            Err(_) => {
+                let bytes = message::encode_to_vec(msg)?;
+                self.ensure_capacity(bytes.len())?;
+                self.data_mut()[..bytes.len()].copy_from_slice(&bytes);
+                Ok(bytes.len())
+            }
+        }
+    }
+
+    fn message_bytes(&mut self, len: u64) -> Result<&[u8], SegmentError> {
+        self.sync_capacity()?;
+        if len as usize > self.capacity() {
+            return Err(invalid(
+                &self.name,
+                format!("message length {len} exceeds capacity {}", self.capacity()),
+            ));
+        }
+        Ok(&self.data()[..len as usize])
+    }
+
+    /// Client side: writes a request (growing the segment if needed); returns its size.
+    pub fn write_request<T: bincode::Encode + RequestMessage>(
+        &mut self,
+        req: &T,
+    ) -> Result<usize, SegmentError> {
+        let n = self.write_message(req)?;
+        self.header().request_len.store(n as u64, Ordering::Release);
+        Ok(n)
+    }
+
+    /// Daemon side: reads and validates the request.
+    pub fn read_request(&mut self) -> Result<Request, SegmentError> {
+        let len = self.header().request_len.load(Ordering::Acquire);
+        Ok(message::decode_request(self.message_bytes(len)?)?)
+    }
+
+    /// Daemon side: writes a response (growing the segment if needed); returns its size.
+    pub fn write_response(&mut self, resp: &Response) -> Result<usize, SegmentError> {
+        let n = self.write_message(resp)?;
+        self.header().response_len.store(n as u64, Ordering::Release);
+        Ok(n)
+    }
+
+    /// Client side: reads and validates the response.
+    pub fn read_response(&mut self) -> Result<Response, SegmentError> {
+        let len = self.header().response_len.load(Ordering::Acquire);
+        Ok(message::decode_response(self.message_bytes(len)?)?)
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        // SAFETY: unmapping our own mapping; nothing borrows it past `drop`.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.mapped) };
+        if self.owner {
+            unlink(&self.name);
+        }
+    }
+}
+
+fn invalid(name: &SegmentName, why: String) -> SegmentError {
+    SegmentError::Invalid { name: name.to_string(), why }
+}
+
+fn resize_file(fd: &OwnedFd, len: usize, name: &SegmentName) -> Result<(), SegmentError> {
+    // SAFETY: valid descriptor; ftruncate on a shm object only sets its size.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+        return Err(os_err("ftruncate", name));
+    }
+    Ok(())
+}
+
+fn file_size(fd: &OwnedFd, name: &SegmentName) -> Result<usize, SegmentError> {
+    // SAFETY: zeroed `stat` is a valid out-parameter; the descriptor is valid.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(os_err("fstat", name));
+    }
+    Ok(st.st_size.max(0) as usize)
+}
+
+fn map(fd: &OwnedFd, len: usize, name: &SegmentName) -> Result<NonNull<u8>, SegmentError> {
+    // SAFETY: a fresh shared mapping of a descriptor we own; the kernel picks the address.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(os_err("mmap", name));
+    }
+    NonNull::new(p.cast()).ok_or_else(|| os_err("mmap", name))
+}
+
+/// Removes a segment's name; mappings that are still open stay valid until unmapped.
+pub fn unlink(name: &SegmentName) -> bool {
+    let path = shm_cstring(name);
+    // SAFETY: valid NUL-terminated name.
+    unsafe { libc::shm_unlink(path.as_ptr()) == 0 }
+}
+
+/// Whether a process with this pid exists (it may belong to another user).
+pub fn process_alive(pid: u32) -> bool {
+    if pid == 0 || pid > i32::MAX as u32 {
+        return false;
+    }
+    // SAFETY: signal 0 only checks for existence and permission.
+    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+fn is_daemon_process(pid: u32) -> bool {
+    process_alive(pid)
+        && std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .map(|c| c.trim_end().starts_with("gpfarmd"))
+            .unwrap_or(true)
+}
+
+/// Every gpfarm segment of the current user found in `/dev/shm`.
+pub fn list_segments() -> Vec<SegmentName> {
+    let uid = current_uid();
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else { return Vec::new() };
+    let mut names: Vec<SegmentName> = dir
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.starts_with(SEGMENT_PREFIX))
+        .filter_map(|n| SegmentName::parse(&n).ok())
+        .filter(|n| n.uid == uid)
+        .collect();
+    names.sort_by(|a, b| (a.farm.as_str(), a.id).cmp(&(b.farm.as_str(), b.id)));
+    names
+}
+
+/// Removes this user's segments (of one farm, or of all) whose daemon is gone (killed,
+/// crashed); returns their names. A segment still being created (no magic yet, younger than ten
+/// seconds) is left alone.
+pub fn remove_stale_segments(only: Option<&FarmName>) -> Vec<SegmentName> {
+    let mut removed = Vec::new();
+    for name in list_segments().into_iter().filter(|n| only.is_none_or(|f| &n.farm == f)) {
+        let stale = match Segment::open(&name) {
+            Ok(seg) => !is_daemon_process(seg.daemon_pid()),
+            Err(SegmentError::Missing(_)) => false,
+            Err(_) => age(&name).is_some_and(|a| a > Duration::from_secs(10)),
+        };
+        if stale && unlink(&name) {
+            removed.push(name);
+        }
+    }
+    removed
+}
+
+fn age(name: &SegmentName) -> Option<Duration> {
+    let meta = std::fs::metadata(format!("/dev/shm/{name}")).ok()?;
+    SystemTime::now().duration_since(meta.modified().ok()?).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::names::DaemonId;
+    use crate::types::{CompileOptions, SmArch, Unit};
+
+    fn fresh_name() -> SegmentName {
+        SegmentName::new(&FarmName::random(), DaemonId(0))
+    }
+
+    #[test]
+    fn a_created_segment_opens_with_its_header_and_is_removed_on_drop() {
+        let name = fresh_name();
+        let seg = Segment::create(&name, 3).unwrap();
+        let mode = std::fs::metadata(format!("/dev/shm/{name}")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(mode.permissions().mode() & 0o777, 0o600);
+        let peer = Segment::open(&name).unwrap();
+        assert_eq!(peer.daemon_id(), 3);
+        assert_eq!(peer.daemon_pid(), std::process::id());
+        assert_eq!(peer.state().unwrap(), DaemonState::Starting);
+        drop(peer);
+        drop(seg);
+        assert!(matches!(Segment::open(&name), Err(SegmentError::Missing(_))));
+    }
+
+    #[test]
+    fn creating_an_existing_segment_fails() {
+        let name = fresh_name();
+        let _seg = Segment::create(&name, 0).unwrap();
+        assert!(matches!(Segment::create(&name, 0), Err(SegmentError::Exists(_))));
+    }
+
+    #[test]
+    fn a_request_larger_than_the_segment_grows_it_for_both_sides() {
+        let name = fresh_name();
+        let mut daemon = Segment::create(&name, 0).unwrap();
+        let mut client = Segment::open(&name).unwrap();
+        let big = "x".repeat(INITIAL_CAPACITY * 3);
+        let req = Request::Compile {
+            options: CompileOptions::cubin(SmArch::SM_90),
+            units: vec![Unit::new("big.cu", big)],
+        };
+        let n = client.write_request(&req).unwrap();
+        assert!(n > INITIAL_CAPACITY);
+        assert!(client.capacity() >= n);
+        assert_eq!(daemon.read_request().unwrap(), req);
+        assert_eq!(daemon.capacity(), client.capacity());
+    }
+
+    #[test]
+    fn a_corrupt_length_is_an_error_not_a_crash() {
+        let name = fresh_name();
+        let daemon = Segment::create(&name, 0).unwrap();
+        let mut client = Segment::open(&name).unwrap();
+        daemon.header().request_len.store(u64::MAX, Ordering::Release);
+        let mut daemon = daemon;
+        assert!(daemon.read_request().is_err());
+        daemon.header().capacity.store(u64::MAX, Ordering::Release);
+        assert!(client.sync_capacity().is_err());
+    }
+
+    #[test]
+    fn a_second_live_client_is_refused_the_lock() {
+        let name = fresh_name();
+        let seg = Segment::create(&name, 0).unwrap();
+        let me = std::process::id();
+        assert_eq!(seg.lock_client(me), Ok(()));
+        // pid 1 is always alive.
+        seg.unlock_client(me);
+        assert_eq!(seg.lock_client(1), Ok(()));
+        assert_eq!(seg.lock_client(me), Err(1));
+    }
+
+    #[test]
+    fn a_lock_left_by_a_dead_client_is_taken_over() {
+        let name = fresh_name();
+        let seg = Segment::create(&name, 0).unwrap();
+        let dead = {
+            let mut child = std::process::Command::new("true").spawn().unwrap();
+            let pid = child.id();
+            child.wait().unwrap();
+            pid
+        };
+        assert_eq!(seg.lock_client(dead), Ok(()));
+        assert_eq!(seg.lock_client(std::process::id()), Ok(()));
+    }
+
+    #[test]
+    fn segments_of_dead_daemons_are_found_stale_and_removed() {
+        let name = fresh_name();
+        let seg = Segment::create(&name, 0).unwrap();
+        // This test process is not a gpfarmd, so its segment looks abandoned.
+        std::mem::forget(seg);
+        let removed = remove_stale_segments(Some(&name.farm));
+        assert!(removed.contains(&name), "{removed:?}");
+        assert!(matches!(Segment::open(&name), Err(SegmentError::Missing(_))));
+    }
+}

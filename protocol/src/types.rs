@@ -1,0 +1,222 @@
+//! Values carried by requests and responses: what to compile, how, and what came of it.
+
+use std::fmt;
+use std::str::FromStr;
+
+use bincode::{Decode, Encode};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// A real GPU architecture, `sm_XX` (NVRTC gives CUBIN only for real architectures).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Encode, Decode, Serialize, Deserialize)]
+pub struct SmArch(pub u32);
+
+/// Why an architecture string was refused.
+#[derive(Debug, Error, PartialEq, Eq)]
+#[error("{0:?} is not a GPU architecture: write sm_XX, e.g. sm_90 for H100/H200")]
+pub struct BadArch(pub String);
+
+impl SmArch {
+    /// The architecture of the H100 and H200.
+    pub const SM_90: SmArch = SmArch(90);
+
+    /// `-arch=sm_XX`, the NVRTC and nvcc option for CUBIN.
+    pub fn cubin_option(self) -> String {
+        format!("-arch=sm_{}", self.0)
+    }
+
+    /// `-arch=compute_XX`, the NVRTC option for PTX.
+    pub fn ptx_option(self) -> String {
+        format!("-arch=compute_{}", self.0)
+    }
+}
+
+impl FromStr for SmArch {
+    type Err = BadArch;
+    fn from_str(s: &str) -> Result<Self, BadArch> {
+        let digits = s.strip_prefix("sm_").ok_or_else(|| BadArch(s.to_owned()))?;
+        match digits.parse::<u32>() {
+            Ok(n) if (30..=999).contains(&n) && !digits.starts_with('0') => Ok(SmArch(n)),
+            _ => Err(BadArch(s.to_owned())),
+        }
+    }
+}
+
+impl fmt::Display for SmArch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "sm_{}", self.0)
+    }
+}
+
+/// How source becomes a CUBIN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Encode, Decode, Serialize, Deserialize)]
+pub enum CompileMode {
+    /// NVRTC straight to CUBIN (`nvrtcGetCUBIN`): no driver, no GPU needed. The fast path.
+    #[default]
+    Cubin,
+    /// The paper's path: NVRTC to PTX, then PTX to CUBIN by the driver's linker in the daemon's
+    /// own CUDA context. Needs a GPU.
+    PtxJit,
+}
+
+impl FromStr for CompileMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "cubin" => Ok(CompileMode::Cubin),
+            "ptx-jit" => Ok(CompileMode::PtxJit),
+            _ => Err(format!("unknown compile mode {s:?}: use cubin or ptx-jit")),
+        }
+    }
+}
+
+impl fmt::Display for CompileMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CompileMode::Cubin => "cubin",
+            CompileMode::PtxJit => "ptx-jit",
+        })
+    }
+}
+
+/// Everything about a compile that is not the source.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Encode, Decode, Serialize, Deserialize)]
+pub struct CompileOptions {
+    /// Target architecture.
+    pub arch: SmArch,
+    /// CUBIN directly, or PTX then driver JIT.
+    pub mode: CompileMode,
+    /// Extra NVRTC options, passed as given (e.g. `--use_fast_math`, `-default-device`).
+    pub flags: Vec<String>,
+}
+
+impl CompileOptions {
+    /// CUBIN for `arch` with no extra options.
+    pub fn cubin(arch: SmArch) -> Self {
+        CompileOptions { arch, mode: CompileMode::Cubin, flags: Vec::new() }
+    }
+}
+
+/// One CUDA C translation unit to compile.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Encode, Decode)]
+pub struct Unit {
+    /// Name shown in NVRTC's messages and logs (e.g. `gen3_chunk7.cu`).
+    pub name: String,
+    /// The CUDA C source. Bytes, not text: invalid UTF-8 reaches the compiler and is reported
+    /// per unit instead of failing the whole call.
+    pub source: Vec<u8>,
+}
+
+impl Unit {
+    /// A unit from a name and its source text.
+    pub fn new(name: impl Into<String>, source: impl Into<String>) -> Self {
+        Unit { name: name.into(), source: source.into().into_bytes() }
+    }
+}
+
+/// Time spent on one unit, in microseconds, by stage.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Encode, Decode, Serialize, Deserialize)]
+pub struct UnitTimings {
+    /// `nvrtcCreateProgram` + `nvrtcCompileProgram` (the paper's `ptx` stage in JIT mode).
+    pub compile_us: u64,
+    /// Fetching the CUBIN or PTX and the log out of NVRTC.
+    pub extract_us: u64,
+    /// PTX to CUBIN by the driver (the paper's `jit`); zero in CUBIN mode.
+    pub jit_us: u64,
+}
+
+impl UnitTimings {
+    /// All stages together.
+    pub fn total_us(&self) -> u64 {
+        self.compile_us + self.extract_us + self.jit_us
+    }
+}
+
+/// What kind of failure a unit met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode, Serialize, Deserialize)]
+pub enum FailureKind {
+    /// NVRTC rejected the source (syntax, types, `#error`, ...); the log says why.
+    Compilation,
+    /// The source cannot be handed to NVRTC at all (an interior NUL byte).
+    InvalidSource,
+    /// NVRTC or the driver failed for a reason other than the source (out of memory, ...).
+    Internal,
+    /// The driver's PTX JIT failed, or JIT mode was asked for without a GPU.
+    Jit,
+    /// The daemon died or hung while compiling this unit.
+    Lost,
+}
+
+/// A unit that produced no CUBIN, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode, Serialize, Deserialize)]
+pub struct Failure {
+    /// Category of the failure.
+    pub kind: FailureKind,
+    /// One-line reason; the full compiler log is in [`UnitResult::log`].
+    pub message: String,
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}: {}", self.kind, self.message)
+    }
+}
+
+/// The CUBIN, or why there is none.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub enum UnitOutcome {
+    /// An ELF CUBIN for the requested architecture.
+    Cubin(Vec<u8>),
+    /// No CUBIN.
+    Failed(Failure),
+}
+
+/// The result of compiling one unit.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct UnitResult {
+    /// CUBIN or failure.
+    pub outcome: UnitOutcome,
+    /// NVRTC's (and in JIT mode the driver linker's) log; often empty on success.
+    pub log: String,
+    /// Per-stage time.
+    pub timings: UnitTimings,
+}
+
+impl UnitResult {
+    /// The CUBIN, if the unit compiled.
+    pub fn cubin(&self) -> Option<&[u8]> {
+        match &self.outcome {
+            UnitOutcome::Cubin(c) => Some(c),
+            UnitOutcome::Failed(_) => None,
+        }
+    }
+
+    /// A failed result with an empty log and no time spent.
+    pub fn failed(kind: FailureKind, message: impl Into<String>) -> Self {
+        UnitResult {
+            outcome: UnitOutcome::Failed(Failure { kind, message: message.into() }),
+            log: String::new(),
+            timings: UnitTimings::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn architectures_parse_only_in_sm_form() {
+        assert_eq!("sm_90".parse::<SmArch>(), Ok(SmArch(90)));
+        assert_eq!("sm_120".parse::<SmArch>(), Ok(SmArch(120)));
+        for bad in ["90", "compute_90", "sm_", "sm_9x", "sm_090", "sm_5"] {
+            assert!(bad.parse::<SmArch>().is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn architecture_options_name_the_right_target() {
+        assert_eq!(SmArch::SM_90.cubin_option(), "-arch=sm_90");
+        assert_eq!(SmArch::SM_90.ptx_option(), "-arch=compute_90");
+    }
+}
