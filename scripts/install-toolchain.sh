@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs NVRTC and nvcc from NVIDIA's PyPI wheels into .toolchain/ of this checkout.
+#
+# Every wheel is pinned to the same 13.0 release: left unpinned, pip pulls a newer nvvm whose
+# ptxas rejects the older PTX version ("Unsupported .version"). Needs only python3 with pip; no
+# GPU, no CUDA, no root. Does nothing if the pinned set is already installed.
+set -euo pipefail
+
+version=13.0.88
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+dest="$root/.toolchain"
+marker="$dest/site/.gpfarm-cuda-$version"
+
+if [[ -f "$marker" ]]; then
+    exit 0
+fi
+
+echo "installing NVRTC and nvcc $version wheels into $dest (about 190 MB download)" >&2
+rm -rf "$dest/site.partial"
+python3 -m pip install --quiet --disable-pip-version-check --no-deps --no-compile \
+    --target "$dest/site.partial" \
+    "nvidia-cuda-nvrtc==$version" \
+    "nvidia-cuda-nvcc==$version" \
+    "nvidia-nvvm==$version" \
+    "nvidia-cuda-crt==$version" \
+    "nvidia-cuda-runtime==$version"
+lib="$dest/site.partial/nvidia/cu13/lib"
+if [[ ! -f "$lib/libnvrtc.so.13" ]]; then
+    echo "error: the wheels did not provide $lib/libnvrtc.so.13" >&2
+    exit 1
+fi
+rm -rf "$dest/site"
+mv "$dest/site.partial" "$dest/site"
+touch "$marker"
+echo "installed: $dest/site/nvidia/cu13 (lib/libnvrtc.so.13, bin/nvcc)" >&2
