@@ -1,0 +1,177 @@
+//! The daemon's life: create the segment, load and warm NVRTC, then serve requests until told to
+//! stop.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use gpfarm_protocol::event::{self, Wake};
+use gpfarm_protocol::segment::{self, process_alive};
+use gpfarm_protocol::{
+    CompileOptions, DaemonId, DaemonInfo, DaemonState, FarmName, Request, Response, Segment, SegmentError,
+    SegmentName, SmArch, Unit,
+};
+use gpfarm_toolchain::nvrtc::WARMUP_SOURCE;
+use gpfarm_toolchain::{Nvrtc, Toolchain};
+
+use crate::compile::compile_units;
+use crate::jit::Jit;
+
+/// How often a waiting daemon looks up from its event to check for signals and its parent.
+const POLL: Duration = Duration::from_millis(100);
+/// How long a daemon that failed to start keeps its segment so the client can read why.
+const FAILED_LINGER: Duration = Duration::from_secs(5);
+
+/// Command line of gpfarmd.
+#[derive(Debug, Parser)]
+#[command(name = "gpfarmd", version, about = "gpfarm's resident compile daemon (one per core)")]
+pub struct Args {
+    /// Farm this daemon belongs to (its segment is /dev/shm/gpfarm-<uid>-<farm>-<id>).
+    #[arg(long)]
+    pub farm: FarmName,
+    /// This daemon's id within the farm.
+    #[arg(long)]
+    pub id: u16,
+    /// CUDA toolkit or wheel directory to take NVRTC from (default: discover).
+    #[arg(long)]
+    pub cuda: Option<PathBuf>,
+    /// Exit when this process dies (set by a client that spawns its daemons).
+    #[arg(long)]
+    pub parent_pid: Option<u32>,
+    /// Architecture of the warm-up compile.
+    #[arg(long, default_value = "sm_90")]
+    pub warmup_arch: SmArch,
+    /// Hold a CUDA context for ptx-jit mode: auto (if a GPU is present) or off.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "off"])]
+    pub gpu_context: String,
+    /// More logging on stderr (-v: info, -vv: debug).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+/// Runs a daemon until it is told to stop; the error says why it could not start.
+pub fn run(args: Args) -> Result<()> {
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = Arc::clone(&stop);
+        ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
+            .context("installing the SIGINT/SIGTERM handler")?;
+    }
+    if let Some(parent) = args.parent_pid {
+        // SAFETY: prctl(PR_SET_PDEATHSIG) only registers a signal for this process.
+        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) };
+        if !process_alive(parent) {
+            bail!("parent process {parent} is already gone");
+        }
+    }
+    let name = SegmentName::new(&args.farm, DaemonId(args.id));
+    let mut seg = match Segment::create(&name, args.id) {
+        Err(SegmentError::Exists(_)) => {
+            segment::remove_stale_segments(Some(&args.farm));
+            Segment::create(&name, args.id)
+        }
+        other => other,
+    }
+    .with_context(|| format!("creating segment {name}"))?;
+
+    let started = Instant::now();
+    let nvrtc = match load_and_warm(&args) {
+        Ok(n) => n,
+        Err(e) => {
+            let msg = format!("gpfarmd {} could not start: {e:#}", args.id);
+            let _ = seg.write_response(&Response::Error(msg.clone()));
+            seg.set_state(DaemonState::Failed);
+            event::signal(seg.done());
+            linger_failed(&seg, &stop, args.parent_pid);
+            bail!(msg);
+        }
+    };
+    let jit = if args.gpu_context == "auto" { Jit::open().ok() } else { None };
+    let info = DaemonInfo {
+        id: args.id,
+        pid: std::process::id(),
+        nvrtc_version: nvrtc.version(),
+        nvrtc_path: nvrtc.path().display().to_string(),
+        gpu: jit.as_ref().map(|j| j.gpu.clone()),
+        warmup_us: started.elapsed().as_micros() as u64,
+    };
+    tracing::info!(id = args.id, ?info, "available");
+    seg.set_state(DaemonState::Available);
+    event::signal(seg.done());
+    let served = serve(&mut seg, &nvrtc, jit.as_ref(), &info, &stop, args.parent_pid);
+    seg.set_state(DaemonState::Stopped);
+    event::signal(seg.done());
+    served
+}
+
+fn load_and_warm(args: &Args) -> Result<Nvrtc> {
+    let toolchain = Toolchain::discover(args.cuda.as_deref())?;
+    let nvrtc = Nvrtc::load(&toolchain)?;
+    let warm = CompileOptions::cubin(args.warmup_arch);
+    let unit = Unit::new("gpfarm_warmup.cu", WARMUP_SOURCE);
+    let result = compile_units(&nvrtc, None, &warm, std::slice::from_ref(&unit));
+    if let Some(r) = result.first().filter(|r| r.cubin().is_none()) {
+        bail!("warm-up compile failed: {:?}\n{}", r.outcome, r.log);
+    }
+    Ok(nvrtc)
+}
+
+fn linger_failed(seg: &Segment, stop: &AtomicBool, parent: Option<u32>) {
+    let seen = seg.go().load(Ordering::Acquire);
+    let until = Instant::now() + FAILED_LINGER;
+    while Instant::now() < until && !stop.load(Ordering::SeqCst) && parent.is_none_or(process_alive) {
+        if let Wake::Signalled(_) = event::wait(seg.go(), seen, POLL) {
+            break;
+        }
+    }
+}
+
+fn serve(
+    seg: &mut Segment,
+    nvrtc: &Nvrtc,
+    jit: Option<&Jit>,
+    info: &DaemonInfo,
+    stop: &AtomicBool,
+    parent: Option<u32>,
+) -> Result<()> {
+    let mut seen = seg.go().load(Ordering::Acquire);
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            tracing::info!(id = info.id, "signalled; exiting");
+            return Ok(());
+        }
+        if parent.is_some_and(|p| !process_alive(p)) {
+            tracing::info!(id = info.id, "parent gone; exiting");
+            return Ok(());
+        }
+        match event::wait(seg.go(), seen, POLL) {
+            Wake::TimedOut => continue,
+            Wake::Signalled(now) => seen = now,
+        }
+        let start = Instant::now();
+        let request = seg.read_request();
+        let decode_us = start.elapsed().as_micros() as u64;
+        let (response, quit) = match request {
+            Ok(Request::Hello) => (Response::Hello(info.clone()), false),
+            Ok(Request::Compile { options, units }) => {
+                let results = compile_units(nvrtc, jit, &options, &units);
+                let daemon_us = start.elapsed().as_micros() as u64;
+                (Response::Compiled { results, daemon_us, decode_us }, false)
+            }
+            Ok(Request::Shutdown) => (Response::Bye, true),
+            Err(e) => (Response::Error(format!("bad request: {e}")), false),
+        };
+        if let Err(e) = seg.write_response(&response) {
+            // Too large even for the largest segment: say so in a response that fits.
+            let _ = seg.write_response(&Response::Error(format!("response not written: {e}")));
+        }
+        if quit {
+            return Ok(());
+        }
+        seg.set_state(DaemonState::Available);
+        event::signal(seg.done());
+    }
+}
