@@ -1,0 +1,88 @@
+//! The one interface every compiler offers, and the statistics of one call.
+
+use gpfarm_protocol::{CompileOptions, Unit, UnitResult};
+use serde::Serialize;
+use thiserror::Error;
+
+/// Something that turns CUDA C units into CUBIN.
+pub trait Compiler {
+    /// Short name for tables and logs, e.g. `farm:16`, `threads:8`, `inprocess`, `nvcc`.
+    fn name(&self) -> String;
+
+    /// Compiles every unit; returns one result per unit, in input order. A unit that fails to
+    /// compile is a failed [`UnitResult`], not an error: `Err` means the compiler itself failed.
+    fn compile(&mut self, units: &[Unit], options: &CompileOptions) -> Result<Batch, CompilerError>;
+}
+
+/// The results of one call.
+#[derive(Debug)]
+pub struct Batch {
+    /// One per unit, in input order.
+    pub results: Vec<UnitResult>,
+    /// Where the time went.
+    pub stats: BatchStats,
+}
+
+/// What one worker (daemon or thread) did during a call.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct WorkerStats {
+    /// Units it compiled.
+    pub units: usize,
+    /// Time inside the compiler, microseconds.
+    pub busy_us: u64,
+    /// Request bytes written to its segment (farm only).
+    pub request_bytes: u64,
+    /// Response bytes read from its segment (farm only).
+    pub response_bytes: u64,
+}
+
+/// Where the time of one call went, in microseconds.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct BatchStats {
+    /// The whole call, as the caller saw it.
+    pub wall_us: u64,
+    /// Partitioning and writing requests into shared memory (farm only).
+    pub write_us: u64,
+    /// From signalling the first worker to the last one finishing.
+    pub wait_us: u64,
+    /// Reading and decoding responses (farm only).
+    pub read_us: u64,
+    /// Per worker.
+    pub workers: Vec<WorkerStats>,
+    /// Daemons that died or hung during the call.
+    pub lost_daemons: usize,
+    /// Daemons started again during the call.
+    pub restarts: usize,
+}
+
+impl BatchStats {
+    /// The longest a worker was busy: the part of the wall time spent compiling.
+    pub fn critical_busy_us(&self) -> u64 {
+        self.workers.iter().map(|w| w.busy_us).max().unwrap_or(0)
+    }
+}
+
+/// A compiler could not do its job at all.
+#[derive(Debug, Error)]
+pub enum CompilerError {
+    /// No usable NVRTC or nvcc.
+    #[error(transparent)]
+    Toolchain(#[from] gpfarm_toolchain::ToolchainError),
+    /// NVRTC could not be loaded.
+    #[error(transparent)]
+    Load(#[from] gpfarm_toolchain::nvrtc::LoadError),
+    /// A daemon could not be started or reached.
+    #[error("daemon {id}: {message}")]
+    Daemon {
+        /// Which daemon.
+        id: u16,
+        /// What went wrong and what to do.
+        message: String,
+    },
+    /// Shared memory failed.
+    #[error(transparent)]
+    Segment(#[from] gpfarm_protocol::SegmentError),
+    /// Anything else the OS refused (spawning, temporary files).
+    #[error("{0}")]
+    Io(String),
+}

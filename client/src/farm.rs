@@ -1,0 +1,714 @@
+//! A farm of resident `gpfarmd` daemons, fed through shared memory.
+//!
+//! The farm spawns its daemons (or attaches to ones started by `gpfarm daemons start`), waits for
+//! each to become available and shake hands, and then, for every call, splits the units into
+//! balanced contiguous parts, writes each part into its daemon's segment, signals every daemon,
+//! and waits with one thread per daemon, collecting the answers over a channel. Waits are
+//! bounded and check that the daemon is still alive in between, so a dead or hung daemon costs
+//! its units (reported as lost), never the call. Dropping a farm shuts down the daemons it spawned
+//! and releases the ones it attached to.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use gpfarm_protocol::event::{self, Wake};
+use gpfarm_protocol::segment::{self, list_segments, process_alive, remove_stale_segments};
+use gpfarm_protocol::{
+    CompileOptions, CompileRef, DaemonId, DaemonInfo, DaemonState, FailureKind, FarmName, Request, Response,
+    Segment, SegmentError, SegmentName, SmArch, Unit, UnitResult,
+};
+
+use crate::compiler::{Batch, BatchStats, Compiler, CompilerError, WorkerStats};
+use crate::partition::balanced;
+
+/// How often a waiting client looks up to check that its daemons are alive.
+const POLL: Duration = Duration::from_millis(50);
+
+/// How a farm is started.
+#[derive(Debug, Clone)]
+pub struct FarmConfig {
+    /// Number of daemons (one per core is the usual choice).
+    pub daemons: usize,
+    /// The `gpfarmd` executable (default: [`daemon_executable`]).
+    pub executable: Option<PathBuf>,
+    /// CUDA toolkit or wheel directory for the daemons' NVRTC (default: they discover it).
+    pub cuda: Option<PathBuf>,
+    /// Architecture of each daemon's warm-up compile.
+    pub warmup_arch: SmArch,
+    /// Let daemons hold a CUDA context (needed for ptx-jit mode) where a GPU is present.
+    pub gpu_context: bool,
+    /// How long a daemon may take to load and warm NVRTC.
+    pub start_timeout: Duration,
+    /// How long one request may take before its daemon is declared hung.
+    pub request_timeout: Duration,
+    /// Detach spawned daemons from this process (they outlive it; for `gpfarm daemons start`).
+    pub detached: bool,
+}
+
+impl Default for FarmConfig {
+    fn default() -> Self {
+        FarmConfig {
+            daemons: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            executable: None,
+            cuda: None,
+            warmup_arch: SmArch::SM_90,
+            gpu_context: true,
+            start_timeout: Duration::from_secs(120),
+            request_timeout: Duration::from_secs(600),
+            detached: false,
+        }
+    }
+}
+
+struct Daemon {
+    id: u16,
+    seg: Segment,
+    child: Option<Child>,
+    pid: u32,
+    info: DaemonInfo,
+}
+
+/// Why a daemon did not answer.
+enum Lost {
+    Died(String),
+    Hung,
+    Protocol(String),
+}
+
+impl Daemon {
+    fn alive(&mut self) -> Result<(), String> {
+        if let Some(child) = &mut self.child {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(format!("exited ({status})"));
+            }
+        } else if !process_alive(self.pid) {
+            return Err("process is gone".into());
+        }
+        Ok(())
+    }
+
+    /// Signals "go" and waits for "done"; `seen` is the done counter read before the request
+    /// was written.
+    fn await_done(&mut self, seen: u32, deadline: Instant) -> Result<(), Lost> {
+        loop {
+            match event::wait(self.seg.done(), seen, POLL) {
+                Wake::Signalled(_) => {
+                    return match self.seg.state() {
+                        Ok(DaemonState::Available) => Ok(()),
+                        Ok(state) => Err(Lost::Died(format!("stopped while working ({state:?})"))),
+                        Err(e) => Err(Lost::Protocol(e.to_string())),
+                    };
+                }
+                Wake::TimedOut => {
+                    self.alive().map_err(Lost::Died)?;
+                    if Instant::now() > deadline {
+                        return Err(Lost::Hung);
+                    }
+                }
+            }
+        }
+    }
+
+    fn round_trip(&mut self, req: &Request, timeout: Duration) -> Result<Response, CompilerError> {
+        let id = self.id;
+        let seen = self.seg.done().load(Ordering::Acquire);
+        self.seg.write_request(req)?;
+        self.seg.set_state(DaemonState::Processing);
+        event::signal(self.seg.go());
+        match self.await_done(seen, Instant::now() + timeout) {
+            Ok(()) => Ok(self.seg.read_response()?),
+            Err(Lost::Died(m)) | Err(Lost::Protocol(m)) => Err(CompilerError::Daemon { id, message: m }),
+            Err(Lost::Hung) => {
+                Err(CompilerError::Daemon { id, message: format!("no answer within {timeout:?}") })
+            }
+        }
+    }
+}
+
+/// A running farm of compile daemons.
+pub struct Farm {
+    name: FarmName,
+    daemons: Vec<Daemon>,
+    config: FarmConfig,
+    owns_daemons: bool,
+}
+
+/// Finds `gpfarmd`: `GPFARMD`, then beside the current executable (and one level up, where
+/// test binaries live), then on `PATH`.
+pub fn daemon_executable() -> Result<PathBuf, CompilerError> {
+    if let Some(p) = std::env::var_os("GPFARMD").filter(|p| !p.is_empty()) {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().map_err(|e| CompilerError::Io(e.to_string()))?;
+    let mut candidates: Vec<PathBuf> = exe.ancestors().skip(1).take(2).map(|d| d.join("gpfarmd")).collect();
+    if let Some(path) = std::env::var_os("PATH") {
+        candidates.extend(std::env::split_paths(&path).map(|d| d.join("gpfarmd")));
+    }
+    candidates.into_iter().find(|p| p.is_file()).ok_or_else(|| {
+        CompilerError::Io(format!(
+            "gpfarmd not found beside {} or on PATH; build it with `cargo build --release` or set GPFARMD",
+            exe.display()
+        ))
+    })
+}
+
+fn spawn_daemon(exe: &Path, farm: &FarmName, id: u16, config: &FarmConfig) -> Result<Child, CompilerError> {
+    let mut cmd = Command::new(exe);
+    cmd.arg("--farm").arg(farm.as_str()).arg("--id").arg(id.to_string());
+    cmd.arg("--warmup-arch").arg(config.warmup_arch.to_string());
+    cmd.arg("--gpu-context").arg(if config.gpu_context { "auto" } else { "off" });
+    if let Some(cuda) = &config.cuda {
+        cmd.arg("--cuda").arg(cuda);
+    }
+    if config.detached {
+        use std::os::unix::process::CommandExt;
+        // A new process group: a Ctrl-C meant for the starting terminal does not reach them.
+        cmd.process_group(0);
+    } else {
+        cmd.arg("--parent-pid").arg(std::process::id().to_string());
+    }
+    cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit());
+    cmd.spawn()
+        .map_err(|e| CompilerError::Daemon { id, message: format!("cannot start {}: {e}", exe.display()) })
+}
+
+/// Waits for a daemon's segment to appear and its state to leave `Starting`.
+fn await_available(
+    name: &SegmentName,
+    mut child: Option<&mut Child>,
+    timeout: Duration,
+) -> Result<Segment, CompilerError> {
+    let id = name.id.0;
+    let deadline = Instant::now() + timeout;
+    let check_child = |child: &mut Option<&mut Child>| -> Result<(), CompilerError> {
+        if let Some(c) = child.as_deref_mut()
+            && let Ok(Some(status)) = c.try_wait()
+        {
+            return Err(CompilerError::Daemon {
+                id,
+                message: format!("exited during start-up ({status}); its message is above"),
+            });
+        }
+        if Instant::now() > deadline {
+            return Err(CompilerError::Daemon { id, message: format!("not available after {timeout:?}") });
+        }
+        Ok(())
+    };
+    let mut seg = loop {
+        match Segment::open(name) {
+            Ok(seg) => break seg,
+            Err(SegmentError::Missing(_)) | Err(SegmentError::Invalid { .. }) => {
+                check_child(&mut child)?;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
+    let mut seen = 0;
+    loop {
+        match seg.state()? {
+            DaemonState::Available => return Ok(seg),
+            DaemonState::Failed => {
+                let why = match seg.read_response() {
+                    Ok(Response::Error(m)) => m,
+                    _ => "failed to start".into(),
+                };
+                event::signal(seg.go());
+                return Err(CompilerError::Daemon { id, message: why });
+            }
+            DaemonState::Stopped => {
+                return Err(CompilerError::Daemon { id, message: "stopped during start-up".into() });
+            }
+            DaemonState::Starting | DaemonState::Processing => {
+                check_child(&mut child)?;
+                if let Wake::Signalled(v) = event::wait(seg.done(), seen, POLL) {
+                    seen = v;
+                }
+            }
+        }
+    }
+}
+
+fn hello(seg: Segment, child: Option<Child>, config: &FarmConfig) -> Result<Daemon, CompilerError> {
+    let id = seg.name().id.0;
+    let pid = seg.daemon_pid();
+    let me = std::process::id();
+    if let Err(holder) = seg.lock_client(me) {
+        return Err(CompilerError::Daemon {
+            id,
+            message: format!(
+                "in use by process {holder}; one client at a time (start another farm with `gpfarm daemons start`)"
+            ),
+        });
+    }
+    let mut d = Daemon { id, seg, child, pid, info: DaemonInfo::default_for(id, pid) };
+    match d.round_trip(&Request::Hello, config.start_timeout) {
+        Ok(Response::Hello(info)) => {
+            d.info = info;
+            Ok(d)
+        }
+        Ok(other) => {
+            d.seg.unlock_client(me);
+            Err(CompilerError::Daemon { id, message: format!("unexpected handshake answer {other:?}") })
+        }
+        Err(e) => {
+            d.seg.unlock_client(me);
+            Err(e)
+        }
+    }
+}
+
+trait DefaultInfo {
+    fn default_for(id: u16, pid: u32) -> DaemonInfo;
+}
+
+impl DefaultInfo for DaemonInfo {
+    fn default_for(id: u16, pid: u32) -> DaemonInfo {
+        DaemonInfo { id, pid, nvrtc_version: (0, 0), nvrtc_path: String::new(), gpu: None, warmup_us: 0 }
+    }
+}
+
+fn check_versions(daemons: &[Daemon]) -> Result<(), CompilerError> {
+    let Some(first) = daemons.first() else { return Ok(()) };
+    for d in daemons {
+        if d.info.nvrtc_version != first.info.nvrtc_version {
+            return Err(CompilerError::Daemon {
+                id: d.id,
+                message: format!(
+                    "runs NVRTC {:?} from {}, but daemon {} runs {:?} from {}: one farm, one NVRTC",
+                    d.info.nvrtc_version,
+                    d.info.nvrtc_path,
+                    first.id,
+                    first.info.nvrtc_version,
+                    first.info.nvrtc_path
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+impl Farm {
+    /// Spawns `config.daemons` daemons and waits until every one is warm and has shaken hands.
+    /// Stale segments of this user's crashed runs are removed first.
+    pub fn spawn(config: FarmConfig) -> Result<Farm, CompilerError> {
+        Farm::spawn_named(FarmName::random(), config)
+    }
+
+    /// As [`Farm::spawn`], with a chosen farm name.
+    pub fn spawn_named(name: FarmName, config: FarmConfig) -> Result<Farm, CompilerError> {
+        let removed = remove_stale_segments(None);
+        if !removed.is_empty() {
+            tracing::info!(count = removed.len(), "removed stale segments");
+        }
+        let exe = match &config.executable {
+            Some(p) => p.clone(),
+            None => daemon_executable()?,
+        };
+        let n = config.daemons.clamp(1, u16::MAX as usize) as u16;
+        let mut farm =
+            Farm { name: name.clone(), daemons: Vec::new(), config: config.clone(), owns_daemons: true };
+        let mut children = Vec::new();
+        for id in 0..n {
+            match spawn_daemon(&exe, &name, id, &config) {
+                Ok(c) => children.push((id, c)),
+                Err(e) => {
+                    kill_all(children);
+                    return Err(e);
+                }
+            }
+        }
+        let mut pending = children.into_iter();
+        while let Some((id, mut child)) = pending.next() {
+            let seg_name = SegmentName::new(&name, DaemonId(id));
+            let started = await_available(&seg_name, Some(&mut child), config.start_timeout)
+                .and_then(|seg| hello(seg, Some(child), &config));
+            match started {
+                Ok(d) => farm.daemons.push(d),
+                Err(e) => {
+                    // `farm` drops its started daemons; the rest are killed here.
+                    kill_all(pending.collect());
+                    segment::unlink(&seg_name);
+                    return Err(e);
+                }
+            }
+        }
+        check_versions(&farm.daemons)?;
+        Ok(farm)
+    }
+
+    /// Attaches to the daemons of a farm started by `gpfarm daemons start`: the named farm, or
+    /// the only farm of this user if no name is given.
+    pub fn attach(name: Option<&FarmName>, config: FarmConfig) -> Result<Farm, CompilerError> {
+        remove_stale_segments(None);
+        let farms = group_by_farm(list_segments());
+        let (farm_name, ids) = match name {
+            Some(n) => farms.into_iter().find(|(f, _)| f == n).ok_or_else(|| CompilerError::Daemon {
+                id: 0,
+                message: format!("no running farm named {n}; start one with `gpfarm daemons start`"),
+            })?,
+            None => {
+                let mut farms = farms.into_iter();
+                match (farms.next(), farms.next()) {
+                    (Some(f), None) => f,
+                    (None, _) => {
+                        return Err(CompilerError::Daemon {
+                            id: 0,
+                            message: "no running farm; start one with `gpfarm daemons start -n N`".into(),
+                        });
+                    }
+                    (Some(_), Some(_)) => {
+                        return Err(CompilerError::Daemon {
+                            id: 0,
+                            message: "several farms are running; name one (see `gpfarm daemons status`)"
+                                .into(),
+                        });
+                    }
+                }
+            }
+        };
+        let mut farm = Farm {
+            name: farm_name.clone(),
+            daemons: Vec::new(),
+            config: config.clone(),
+            owns_daemons: false,
+        };
+        for id in ids {
+            let seg = await_available(&SegmentName::new(&farm_name, id), None, config.start_timeout)?;
+            farm.daemons.push(hello(seg, None, &config)?);
+        }
+        check_versions(&farm.daemons)?;
+        Ok(farm)
+    }
+
+    /// The farm's name.
+    pub fn name(&self) -> &FarmName {
+        &self.name
+    }
+
+    /// Number of daemons.
+    pub fn len(&self) -> usize {
+        self.daemons.len()
+    }
+
+    /// Whether the farm has no daemons.
+    pub fn is_empty(&self) -> bool {
+        self.daemons.is_empty()
+    }
+
+    /// What each daemon said in its handshake.
+    pub fn daemon_info(&self) -> Vec<DaemonInfo> {
+        self.daemons.iter().map(|d| d.info.clone()).collect()
+    }
+
+    /// Process ids of the daemons.
+    pub fn pids(&self) -> Vec<u32> {
+        self.daemons.iter().map(|d| d.pid).collect()
+    }
+
+    /// Releases the client lock of every daemon (so other clients may attach) but keeps
+    /// ownership: dropping the farm still shuts spawned daemons down.
+    pub fn release(&mut self) {
+        let me = std::process::id();
+        for d in &self.daemons {
+            d.seg.unlock_client(me);
+        }
+    }
+
+    /// Lets spawned daemons run on after this farm is dropped (for `gpfarm daemons start
+    /// --detach`).
+    pub fn detach(mut self) {
+        self.release();
+        self.owns_daemons = false;
+        for d in &mut self.daemons {
+            d.child = None;
+        }
+    }
+
+    fn respawn(&mut self, index: usize) -> Result<(), CompilerError> {
+        let exe = match &self.config.executable {
+            Some(p) => p.clone(),
+            None => daemon_executable()?,
+        };
+        let id = self.daemons[index].id;
+        if let Some(mut child) = self.daemons[index].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        } else if process_alive(self.daemons[index].pid) {
+            // SAFETY: plain kill(2) of a daemon that stopped answering.
+            unsafe { libc::kill(self.daemons[index].pid as libc::pid_t, libc::SIGKILL) };
+        }
+        let seg_name = SegmentName::new(&self.name, DaemonId(id));
+        segment::unlink(&seg_name);
+        let mut child = spawn_daemon(&exe, &self.name, id, &self.config)?;
+        let seg = await_available(&seg_name, Some(&mut child), self.config.start_timeout)?;
+        let fresh = hello(seg, Some(child), &self.config)?;
+        let old = std::mem::replace(&mut self.daemons[index], fresh);
+        // The old segment was unlinked above; dropping the stale mapping is all that is left.
+        drop(old);
+        Ok(())
+    }
+}
+
+fn kill_all(children: Vec<(u16, Child)>) {
+    for (_, mut c) in children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+fn group_by_farm(names: Vec<SegmentName>) -> BTreeMap<FarmName, Vec<DaemonId>> {
+    let mut farms: BTreeMap<FarmName, Vec<DaemonId>> = BTreeMap::new();
+    for n in names {
+        farms.entry(n.farm).or_default().push(n.id);
+    }
+    for ids in farms.values_mut() {
+        ids.sort();
+    }
+    farms
+}
+
+struct Answer {
+    part: usize,
+    response: Result<Response, Lost>,
+    read_us: u64,
+    response_bytes: u64,
+}
+
+impl Compiler for Farm {
+    fn name(&self) -> String {
+        format!("farm:{}", self.daemons.len())
+    }
+
+    fn compile(&mut self, units: &[Unit], options: &CompileOptions) -> Result<Batch, CompilerError> {
+        let start = Instant::now();
+        let parts = balanced(units.len(), self.daemons.len());
+        let mut results: Vec<Option<UnitResult>> = vec![None; units.len()];
+        let mut stats =
+            BatchStats { workers: vec![WorkerStats::default(); parts.len()], ..Default::default() };
+
+        // Write every part, then signal every daemon at once.
+        let mut seen = Vec::with_capacity(parts.len());
+        let mut written = vec![false; parts.len()];
+        for (k, range) in parts.iter().enumerate() {
+            let d = &mut self.daemons[k];
+            seen.push(d.seg.done().load(Ordering::Acquire));
+            match d.seg.write_request(&CompileRef { options, units: &units[range.clone()] }) {
+                Ok(bytes) => {
+                    d.seg.set_state(DaemonState::Processing);
+                    stats.workers[k].request_bytes = bytes as u64;
+                    written[k] = true;
+                }
+                Err(e) => {
+                    for i in range.clone() {
+                        results[i] =
+                            Some(UnitResult::failed(FailureKind::Internal, format!("request not sent: {e}")));
+                    }
+                }
+            }
+        }
+        stats.write_us = start.elapsed().as_micros() as u64;
+        let signalled = Instant::now();
+        for (k, d) in self.daemons.iter().enumerate().take(parts.len()) {
+            if written[k] {
+                event::signal(d.seg.go());
+            }
+        }
+
+        // One waiting thread per daemon; answers arrive over a channel as daemons finish.
+        let deadline = signalled + self.config.request_timeout;
+        let (tx, rx) = crossbeam_channel::unbounded::<Answer>();
+        let mut lost = Vec::new();
+        std::thread::scope(|scope| {
+            for ((k, d), seen) in self.daemons.iter_mut().enumerate().zip(seen) {
+                if !written.get(k).copied().unwrap_or(false) {
+                    continue;
+                }
+                let tx = tx.clone();
+                scope.spawn(move || {
+                    let response = d.await_done(seen, deadline).and_then(|()| {
+                        let t = Instant::now();
+                        let r = d.seg.read_response().map_err(|e| Lost::Protocol(e.to_string()));
+                        r.map(|r| (r, t.elapsed()))
+                    });
+                    let (response, read) = match response {
+                        Ok((r, t)) => (Ok(r), t),
+                        Err(l) => (Err(l), Duration::ZERO),
+                    };
+                    let _ = tx.send(Answer {
+                        part: k,
+                        response,
+                        read_us: read.as_micros() as u64,
+                        response_bytes: 0,
+                    });
+                });
+            }
+            drop(tx);
+            for answer in rx {
+                let k = answer.part;
+                let range = parts[k].clone();
+                stats.read_us += answer.read_us;
+                stats.workers[k].response_bytes = answer.response_bytes;
+                let lost_reason = match answer.response {
+                    Ok(Response::Compiled { results: got, daemon_us, .. }) if got.len() == range.len() => {
+                        stats.workers[k].units = got.len();
+                        stats.workers[k].busy_us = daemon_us;
+                        for (i, r) in range.clone().zip(got) {
+                            results[i] = Some(r);
+                        }
+                        None
+                    }
+                    Ok(Response::Compiled { results: got, .. }) => {
+                        Some(format!("answered {} results for {} units", got.len(), range.len()))
+                    }
+                    Ok(Response::Error(m)) => Some(m),
+                    Ok(other) => Some(format!("unexpected answer {other:?}")),
+                    Err(Lost::Died(m)) => Some(format!("died while compiling: {m}")),
+                    Err(Lost::Hung) => Some(format!("no answer within {:?}", self.config.request_timeout)),
+                    Err(Lost::Protocol(m)) => Some(m),
+                };
+                if let Some(reason) = lost_reason {
+                    lost.push(k);
+                    for i in range {
+                        results[i] =
+                            Some(UnitResult::failed(FailureKind::Lost, format!("daemon {k}: {reason}")));
+                    }
+                }
+            }
+        });
+        stats.wait_us = signalled.elapsed().as_micros() as u64;
+        stats.lost_daemons = lost.len();
+        if self.owns_daemons {
+            for k in lost {
+                match self.respawn(k) {
+                    Ok(()) => stats.restarts += 1,
+                    Err(e) => tracing::warn!("daemon {k} could not be restarted: {e}"),
+                }
+            }
+        }
+        stats.wall_us = start.elapsed().as_micros() as u64;
+        let results = results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| UnitResult::failed(FailureKind::Lost, "no answer")))
+            .collect();
+        Ok(Batch { results, stats })
+    }
+}
+
+impl Drop for Farm {
+    fn drop(&mut self) {
+        let me = std::process::id();
+        if !self.owns_daemons {
+            for d in &self.daemons {
+                d.seg.unlock_client(me);
+            }
+            return;
+        }
+        for d in &mut self.daemons {
+            if d.seg.write_request(&Request::Shutdown).is_ok() {
+                d.seg.set_state(DaemonState::Processing);
+                event::signal(d.seg.go());
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(3);
+        for d in &mut self.daemons {
+            if let Some(child) = &mut d.child {
+                while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                if matches!(child.try_wait(), Ok(None)) {
+                    let _ = child.kill();
+                }
+                let _ = child.wait();
+            }
+            // A daemon removes its own segment on the way out; this covers one that was killed.
+            segment::unlink(d.seg.name());
+        }
+    }
+}
+
+/// One daemon as seen from outside, for `gpfarm daemons status`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DaemonStatus {
+    /// Daemon id.
+    pub id: u16,
+    /// Its pid.
+    pub pid: u32,
+    /// Its state, or why it could not be read.
+    pub state: String,
+    /// The client holding it (0: none).
+    pub client_pid: u32,
+    /// Data capacity of its segment in bytes.
+    pub capacity: usize,
+}
+
+/// One farm as seen from outside.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FarmStatus {
+    /// The farm's name.
+    pub name: String,
+    /// Its daemons.
+    pub daemons: Vec<DaemonStatus>,
+}
+
+/// Every farm of this user with a segment in `/dev/shm` (stale ones are removed first).
+pub fn farm_status() -> Vec<FarmStatus> {
+    remove_stale_segments(None);
+    group_by_farm(list_segments())
+        .into_iter()
+        .map(|(farm, ids)| FarmStatus {
+            name: farm.to_string(),
+            daemons: ids
+                .into_iter()
+                .map(|id| match Segment::open(&SegmentName::new(&farm, id)) {
+                    Ok(seg) => DaemonStatus {
+                        id: id.0,
+                        pid: seg.daemon_pid(),
+                        state: seg
+                            .state()
+                            .map_or_else(|e| e.to_string(), |s| format!("{s:?}").to_lowercase()),
+                        client_pid: seg.client_pid(),
+                        capacity: seg.capacity(),
+                    },
+                    Err(e) => {
+                        DaemonStatus { id: id.0, pid: 0, state: e.to_string(), client_pid: 0, capacity: 0 }
+                    }
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// Stops every daemon of a farm (SIGTERM, then SIGKILL after `grace`) and removes its segments.
+/// Returns how many daemons were stopped.
+pub fn stop_farm(name: &FarmName, grace: Duration) -> usize {
+    let names: Vec<SegmentName> = list_segments().into_iter().filter(|n| &n.farm == name).collect();
+    let pids: Vec<(SegmentName, u32)> = names
+        .into_iter()
+        .map(|n| {
+            let pid = Segment::open(&n).map(|s| s.daemon_pid()).unwrap_or(0);
+            (n, pid)
+        })
+        .collect();
+    for (_, pid) in &pids {
+        if process_alive(*pid) {
+            // SAFETY: kill(2) with a plain signal.
+            unsafe { libc::kill(*pid as libc::pid_t, libc::SIGTERM) };
+        }
+    }
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline && pids.iter().any(|(_, p)| process_alive(*p)) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for (n, pid) in &pids {
+        if process_alive(*pid) {
+            // SAFETY: as above.
+            unsafe { libc::kill(*pid as libc::pid_t, libc::SIGKILL) };
+        }
+        segment::unlink(n);
+    }
+    pids.len()
+}

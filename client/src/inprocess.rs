@@ -1,0 +1,139 @@
+//! NVRTC in the calling process: one unit after another ([`InProcess`]), or from k threads
+//! ([`Threads`]). These are the baselines the farm is measured against.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gpfarm_protocol::{
+    CompileMode, CompileOptions, Failure, FailureKind, Unit, UnitOutcome, UnitResult, UnitTimings,
+};
+use gpfarm_toolchain::nvrtc::WARMUP_SOURCE;
+use gpfarm_toolchain::{Nvrtc, Output, Toolchain};
+
+use crate::compiler::{Batch, BatchStats, Compiler, CompilerError, WorkerStats};
+use crate::partition::balanced;
+
+fn us(d: Duration) -> u64 {
+    d.as_micros().min(u64::MAX as u128) as u64
+}
+
+fn load_warm(toolchain: &Toolchain, options: &CompileOptions) -> Result<Arc<Nvrtc>, CompilerError> {
+    let nvrtc = Nvrtc::load(toolchain)?;
+    // Pay NVRTC's first-compile cost now, as a warm daemon has, so no measured call includes it.
+    let _ = nvrtc.compile(
+        "gpfarm_warmup.cu",
+        WARMUP_SOURCE.as_bytes(),
+        &[options.arch.cubin_option()],
+        Output::Cubin,
+    );
+    Ok(Arc::new(nvrtc))
+}
+
+/// Compiles one unit in this process.
+pub(crate) fn compile_one(nvrtc: &Nvrtc, unit: &Unit, options: &CompileOptions) -> UnitResult {
+    if options.mode == CompileMode::PtxJit {
+        return UnitResult::failed(
+            FailureKind::Jit,
+            "ptx-jit mode is served by the farm's daemons only; use --compiler farm",
+        );
+    }
+    let mut opts = vec![options.arch.cubin_option()];
+    opts.extend(options.flags.iter().cloned());
+    match nvrtc.compile(&unit.name, &unit.source, &opts, Output::Cubin) {
+        Ok(c) => UnitResult {
+            outcome: UnitOutcome::Cubin(c.code),
+            log: c.log,
+            timings: UnitTimings { compile_us: us(c.compile), extract_us: us(c.extract), jit_us: 0 },
+        },
+        Err(f) => UnitResult {
+            outcome: UnitOutcome::Failed(Failure { kind: f.kind, message: f.message }),
+            log: f.log,
+            timings: UnitTimings { compile_us: us(f.compile), ..Default::default() },
+        },
+    }
+}
+
+/// NVRTC in the calling process, one unit after another.
+pub struct InProcess {
+    nvrtc: Arc<Nvrtc>,
+}
+
+impl InProcess {
+    /// Loads and warms NVRTC from `toolchain`.
+    pub fn new(toolchain: &Toolchain, options: &CompileOptions) -> Result<Self, CompilerError> {
+        Ok(InProcess { nvrtc: load_warm(toolchain, options)? })
+    }
+}
+
+impl Compiler for InProcess {
+    fn name(&self) -> String {
+        "inprocess".into()
+    }
+
+    fn compile(&mut self, units: &[Unit], options: &CompileOptions) -> Result<Batch, CompilerError> {
+        let start = Instant::now();
+        let results: Vec<UnitResult> = units.iter().map(|u| compile_one(&self.nvrtc, u, options)).collect();
+        let wall_us = us(start.elapsed());
+        let worker = WorkerStats { units: units.len(), busy_us: wall_us, ..Default::default() };
+        Ok(Batch {
+            results,
+            stats: BatchStats { wall_us, wait_us: wall_us, workers: vec![worker], ..Default::default() },
+        })
+    }
+}
+
+/// NVRTC from `k` threads of the calling process, each compiling a balanced contiguous part.
+pub struct Threads {
+    nvrtc: Arc<Nvrtc>,
+    threads: usize,
+}
+
+impl Threads {
+    /// Loads and warms NVRTC; calls will use `threads` threads.
+    pub fn new(
+        toolchain: &Toolchain,
+        options: &CompileOptions,
+        threads: usize,
+    ) -> Result<Self, CompilerError> {
+        Ok(Threads { nvrtc: load_warm(toolchain, options)?, threads: threads.max(1) })
+    }
+}
+
+impl Compiler for Threads {
+    fn name(&self) -> String {
+        format!("threads:{}", self.threads)
+    }
+
+    fn compile(&mut self, units: &[Unit], options: &CompileOptions) -> Result<Batch, CompilerError> {
+        let start = Instant::now();
+        let parts = balanced(units.len(), self.threads);
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let mut results: Vec<Option<UnitResult>> = vec![None; units.len()];
+        let mut workers = vec![WorkerStats::default(); parts.len()];
+        std::thread::scope(|scope| {
+            for (k, range) in parts.iter().cloned().enumerate() {
+                let tx = tx.clone();
+                let nvrtc = &self.nvrtc;
+                scope.spawn(move || {
+                    let t = Instant::now();
+                    let got: Vec<UnitResult> =
+                        units[range.clone()].iter().map(|u| compile_one(nvrtc, u, options)).collect();
+                    let _ = tx.send((k, range, got, us(t.elapsed())));
+                });
+            }
+            drop(tx);
+            for (k, range, got, busy) in rx {
+                workers[k] = WorkerStats { units: got.len(), busy_us: busy, ..Default::default() };
+                for (i, r) in range.zip(got) {
+                    results[i] = Some(r);
+                }
+            }
+        });
+        let wall_us = us(start.elapsed());
+        let results = results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| UnitResult::failed(FailureKind::Lost, "worker thread panicked")))
+            .collect();
+        Ok(Batch { results, stats: BatchStats { wall_us, wait_us: wall_us, workers, ..Default::default() } })
+    }
+}

@@ -1,0 +1,27 @@
+//! Compiling many translation units fast: the [`Compiler`] trait and its implementations.
+//!
+//! - [`Farm`]: resident `gpfarmd` daemons, one per core, fed through shared memory (the paper's
+//!   "parallelization with daemon processes").
+//! - [`InProcess`]: NVRTC in the calling process, one unit after another (the paper's in-process
+//!   compilation).
+//! - [`Threads`]: NVRTC from k threads of the calling process.
+//! - [`Nvcc`]: the command-line compiler on a temporary file per unit (the paper's baseline).
+//!
+//! All four take the same units and options and return one [`UnitResult`] per unit, in input
+//! order. This crate knows nothing of genetic programming.
+
+mod compiler;
+pub mod cubin;
+mod farm;
+mod inprocess;
+mod nvcc;
+pub mod partition;
+
+pub use compiler::{Batch, BatchStats, Compiler, CompilerError, WorkerStats};
+pub use farm::{Farm, FarmConfig, FarmStatus, daemon_executable, farm_status, stop_farm};
+pub use gpfarm_protocol::{
+    CompileMode, CompileOptions, DaemonInfo, Failure, FailureKind, SmArch, Unit, UnitOutcome, UnitResult,
+    UnitTimings,
+};
+pub use inprocess::{InProcess, Threads};
+pub use nvcc::Nvcc;
