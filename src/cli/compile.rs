@@ -1,0 +1,179 @@
+//! `gpfarm compile`: compile a random population or given files and report where the time went.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use gpfarm_client::cubin;
+use gpfarm_protocol::{CompileMode, CompileOptions, FarmName, SmArch, Unit, UnitOutcome};
+use serde_json::json;
+
+use super::compilers::{self, FarmSource, Kind};
+use super::random;
+
+/// Arguments of `gpfarm compile`.
+#[derive(Debug, Args)]
+pub struct CompileArgs {
+    /// Compiler: farm, inprocess, threads or nvcc.
+    #[arg(long, default_value = "farm")]
+    compiler: Kind,
+    /// Daemons (farm) or threads (threads); default: one per core.
+    #[arg(long, short = 'n', alias = "threads")]
+    daemons: Option<usize>,
+    /// Attach to daemons started by `gpfarm daemons start` instead of spawning new ones.
+    #[arg(long)]
+    attach: bool,
+    /// With --attach: the farm's name (default: the only running farm).
+    #[arg(long, requires = "attach")]
+    farm: Option<FarmName>,
+    /// Compile a seeded random population of this many expression kernels.
+    #[arg(long, conflicts_with = "source")]
+    random: Option<usize>,
+    /// Random kernels per translation unit.
+    #[arg(long, default_value_t = 1)]
+    per_unit: usize,
+    /// Seed of the random population.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Compile these .cu files, one translation unit each.
+    #[arg(long, num_args = 1..)]
+    source: Vec<PathBuf>,
+    /// Target architecture (CUBIN needs a real sm_XX).
+    #[arg(long, default_value = "sm_90")]
+    arch: SmArch,
+    /// cubin (NVRTC straight to CUBIN) or ptx-jit (NVRTC to PTX, driver to CUBIN; needs a GPU).
+    #[arg(long, default_value = "cubin")]
+    mode: CompileMode,
+    /// Extra NVRTC option (repeatable), e.g. --flag=--use_fast_math --flag=-default-device.
+    #[arg(long = "flag", allow_hyphen_values = true)]
+    flags: Vec<String>,
+    /// Write each CUBIN into this directory.
+    #[arg(long)]
+    out_dir: Option<PathBuf>,
+    /// Print one JSON document instead of a summary.
+    #[arg(long)]
+    json: bool,
+}
+
+fn default_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Runs `gpfarm compile`.
+pub fn run(args: CompileArgs, cuda: Option<&Path>) -> Result<()> {
+    let (units, expected): (Vec<Unit>, Vec<Option<Vec<String>>>) = if let Some(count) = args.random {
+        random::population(count, args.per_unit, args.seed)
+            .into_iter()
+            .map(|(name, src, kernels)| (Unit::new(name, src), Some(kernels)))
+            .unzip()
+    } else if !args.source.is_empty() {
+        let mut units = Vec::new();
+        for path in &args.source {
+            let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            units.push(Unit { name: path.display().to_string(), source: bytes });
+        }
+        let n = units.len();
+        (units, vec![None; n])
+    } else {
+        bail!("nothing to compile: give --random N or --source FILE...");
+    };
+    let options = CompileOptions { arch: args.arch, mode: args.mode, flags: args.flags.clone() };
+    let workers = args.daemons.unwrap_or_else(default_workers);
+    let source = FarmSource { attach: args.attach.then(|| args.farm.clone()) };
+    let mut compiler = compilers::build(args.compiler, workers, cuda, &options, &source)?;
+    let batch = compiler.compile(&units, &options)?;
+
+    if let Some(dir) = &args.out_dir {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        for (unit, r) in units.iter().zip(&batch.results) {
+            if let Some(c) = r.cubin() {
+                let file = Path::new(&unit.name)
+                    .file_stem()
+                    .map_or_else(|| "unit".into(), |s| s.to_string_lossy().into_owned());
+                std::fs::write(dir.join(format!("{file}.cubin")), c)?;
+            }
+        }
+    }
+
+    let ok = batch.results.iter().filter(|r| r.cubin().is_some()).count();
+    let wall_ms = batch.stats.wall_us as f64 / 1000.0;
+    let kernels_total: usize = expected.iter().map(|k| k.as_ref().map_or(1, Vec::len)).sum();
+    let per_individual = wall_ms / kernels_total.max(1) as f64;
+    let sum = |f: fn(&gpfarm_protocol::UnitTimings) -> u64| {
+        batch.results.iter().map(|r| f(&r.timings)).sum::<u64>() as f64 / 1000.0
+    };
+    let (compile_ms, extract_ms, jit_ms) = (sum(|t| t.compile_us), sum(|t| t.extract_us), sum(|t| t.jit_us));
+
+    if args.json {
+        let per_unit: Vec<_> = units
+            .iter()
+            .zip(&batch.results)
+            .zip(&expected)
+            .map(|((unit, r), expected)| {
+                let info = r.cubin().and_then(cubin::inspect);
+                let (status, error) = match &r.outcome {
+                    UnitOutcome::Cubin(_) => ("ok", None),
+                    UnitOutcome::Failed(f) => ("failed", Some(f.to_string())),
+                };
+                json!({
+                    "name": unit.name,
+                    "status": status,
+                    "error": error,
+                    "cubin_bytes": r.cubin().map_or(0, <[u8]>::len),
+                    "sm": info.as_ref().map(|i| i.sm),
+                    "kernels": info.map(|i| i.kernels).unwrap_or_default(),
+                    "expected_kernels": expected,
+                    "log": r.log,
+                    "timings_us": r.timings,
+                })
+            })
+            .collect();
+        let doc = json!({
+            "compiler": compiler.name(),
+            "arch": args.arch.to_string(),
+            "mode": args.mode.to_string(),
+            "flags": args.flags,
+            "units": per_unit,
+            "individuals": kernels_total,
+            "ok": ok,
+            "failed": units.len() - ok,
+            "wall_ms": wall_ms,
+            "ms_per_individual": per_individual,
+            "stage_ms": { "compile": compile_ms, "extract": extract_ms, "jit": jit_ms },
+            "stats": batch.stats,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        println!(
+            "{}: {} units ({} individuals) for {} [{}], {} ok, {} failed",
+            compiler.name(),
+            units.len(),
+            kernels_total,
+            args.arch,
+            args.mode,
+            ok,
+            units.len() - ok
+        );
+        println!("  wall {wall_ms:.1} ms = {per_individual:.3} ms per individual");
+        println!(
+            "  stages summed over units: compile {compile_ms:.1} ms, extract {extract_ms:.1} ms, jit {jit_ms:.1} ms"
+        );
+        let s = &batch.stats;
+        println!(
+            "  farm side: write {:.2} ms, wait {:.1} ms, read {:.2} ms; busiest worker {:.1} ms",
+            s.write_us as f64 / 1000.0,
+            s.wait_us as f64 / 1000.0,
+            s.read_us as f64 / 1000.0,
+            s.critical_busy_us() as f64 / 1000.0
+        );
+        for (unit, r) in units.iter().zip(&batch.results) {
+            if let UnitOutcome::Failed(f) = &r.outcome {
+                println!("  FAILED {}: {f}", unit.name);
+                for line in r.log.lines().take(5) {
+                    println!("    {line}");
+                }
+            }
+        }
+    }
+    Ok(())
+}

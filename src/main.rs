@@ -1,0 +1,24 @@
+//! `gpfarm`: compile GP populations on a farm of resident NVRTC daemons, evolve programs with
+//! grammatical GP, and measure it all.
+
+mod cli;
+
+use clap::Parser;
+
+fn main() -> std::process::ExitCode {
+    let args = cli::Cli::parse();
+    let level = ["warn", "info", "debug"][usize::from(args.verbose.min(2))];
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match cli::run(args) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gpfarm: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
