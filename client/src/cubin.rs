@@ -1,17 +1,19 @@
 //! Reading a CUBIN: is it a CUDA ELF, for which `sm_XX`, with which kernels.
 
-use object::read::elf::{ElfFile64, FileHeader};
-use object::{Object, ObjectSymbol, SymbolKind};
+use object::read::elf::{ElfFile64, FileHeader, Sym};
+use object::{Object, ObjectSymbol};
 
 /// `EM_CUDA` in an ELF header.
 const EM_CUDA: u16 = 190;
+/// `st_other` bit that marks a kernel entry point (as opposed to a device function).
+const STO_CUDA_ENTRY: u8 = 0x10;
 
 /// What a CUBIN contains.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct CubinInfo {
     /// Architecture number (90 for sm_90).
     pub sm: u32,
-    /// Names of its functions (kernels), sorted.
+    /// Names of its kernels (entry points, not device functions), sorted.
     pub kernels: Vec<String>,
 }
 
@@ -29,7 +31,7 @@ pub fn inspect(bytes: &[u8]) -> Option<CubinInfo> {
     let sm = if header.e_ident().abi_version >= 8 { (flags >> 8) & 0xff } else { flags & 0xff };
     let mut kernels: Vec<String> = file
         .symbols()
-        .filter(|s| s.kind() == SymbolKind::Text && s.is_global())
+        .filter(|s| s.elf_symbol().st_other() & STO_CUDA_ENTRY != 0 && s.is_global() && !s.is_weak())
         .filter_map(|s| s.name().ok().map(str::to_owned))
         .collect();
     kernels.sort();

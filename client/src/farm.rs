@@ -245,20 +245,19 @@ fn hello(seg: Segment, child: Option<Child>, config: &FarmConfig) -> Result<Daem
         });
     }
     let mut d = Daemon { id, seg, child, pid, info: DaemonInfo::default_for(id, pid) };
-    match d.round_trip(&Request::Hello, config.start_timeout) {
+    let err = match d.round_trip(&Request::Hello, config.start_timeout) {
         Ok(Response::Hello(info)) => {
             d.info = info;
-            Ok(d)
+            return Ok(d);
         }
-        Ok(other) => {
-            d.seg.unlock_client(me);
-            Err(CompilerError::Daemon { id, message: format!("unexpected handshake answer {other:?}") })
-        }
-        Err(e) => {
-            d.seg.unlock_client(me);
-            Err(e)
-        }
+        Ok(other) => CompilerError::Daemon { id, message: format!("unexpected handshake answer {other:?}") },
+        Err(e) => e,
+    };
+    d.seg.unlock_client(me);
+    if let Some(child) = d.child.take() {
+        kill_all(vec![(id, child)]);
     }
+    Err(err)
 }
 
 trait DefaultInfo {
@@ -324,8 +323,13 @@ impl Farm {
         let mut pending = children.into_iter();
         while let Some((id, mut child)) = pending.next() {
             let seg_name = SegmentName::new(&name, DaemonId(id));
-            let started = await_available(&seg_name, Some(&mut child), config.start_timeout)
-                .and_then(|seg| hello(seg, Some(child), &config));
+            let started = match await_available(&seg_name, Some(&mut child), config.start_timeout) {
+                Ok(seg) => hello(seg, Some(child), &config),
+                Err(e) => {
+                    kill_all(vec![(id, child)]);
+                    Err(e)
+                }
+            };
             match started {
                 Ok(d) => farm.daemons.push(d),
                 Err(e) => {

@@ -99,9 +99,12 @@ pub fn run(args: Args) -> Result<()> {
         warmup_us: started.elapsed().as_micros() as u64,
     };
     tracing::info!(id = args.id, ?info, "available");
+    // Read "go" before announcing availability: a client may signal the moment it sees the new
+    // state, and that signal must count as new.
+    let seen = seg.go().load(Ordering::Acquire);
     seg.set_state(DaemonState::Available);
     event::signal(seg.done());
-    let served = serve(&mut seg, &nvrtc, jit.as_ref(), &info, &stop, args.parent_pid);
+    let served = serve(&mut seg, &nvrtc, jit.as_ref(), &info, &stop, args.parent_pid, seen);
     seg.set_state(DaemonState::Stopped);
     event::signal(seg.done());
     served
@@ -136,8 +139,8 @@ fn serve(
     info: &DaemonInfo,
     stop: &AtomicBool,
     parent: Option<u32>,
+    mut seen: u32,
 ) -> Result<()> {
-    let mut seen = seg.go().load(Ordering::Acquire);
     loop {
         if stop.load(Ordering::SeqCst) {
             tracing::info!(id = info.id, "signalled; exiting");

@@ -1,0 +1,73 @@
+//! Shared helpers of the end-to-end tests.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use gpfarm_client::{FarmConfig, SmArch, Unit};
+use gpfarm_protocol::FarmName;
+use gpfarm_protocol::segment::{list_segments, process_alive};
+
+/// Whether NVRTC is available; prints why a test is skipped when it is not. With
+/// `GPFARM_REQUIRE_NVRTC=1` (set by the README's test command) a missing NVRTC fails instead.
+pub fn nvrtc_or_skip(test: &str) -> bool {
+    match gpfarm_toolchain::Toolchain::discover(None) {
+        Ok(_) => true,
+        Err(e) => {
+            if std::env::var_os("GPFARM_REQUIRE_NVRTC").is_some() {
+                panic!("{test}: NVRTC is required here: {e}");
+            }
+            eprintln!("SKIPPED {test}: no NVRTC ({e})");
+            false
+        }
+    }
+}
+
+/// A farm configuration that uses this build's gpfarmd.
+pub fn config(daemons: usize) -> FarmConfig {
+    FarmConfig {
+        daemons,
+        executable: Some(PathBuf::from(env!("CARGO_BIN_EXE_gpfarmd"))),
+        warmup_arch: SmArch::SM_90,
+        gpu_context: false,
+        start_timeout: Duration::from_secs(120),
+        ..FarmConfig::default()
+    }
+}
+
+/// A small kernel named `name` whose body depends on `k`, so each unit is distinct.
+pub fn kernel(name: &str, k: usize) -> String {
+    format!(
+        "extern \"C\" __global__ void {name}(const float* x, float* y, int n)\n{{\n    int c = blockIdx.x * blockDim.x + threadIdx.x;\n    if (c < n) y[c] = x[c] * {k}.0f + {}.5f;\n}}\n",
+        k % 7
+    )
+}
+
+/// `n` units with one kernel `k_<i>` each.
+pub fn units(n: usize) -> Vec<Unit> {
+    (0..n).map(|i| Unit::new(format!("u{i}.cu"), kernel(&format!("k_{i}"), i))).collect()
+}
+
+/// This user's segments belonging to `farm`.
+pub fn segments_of(farm: &FarmName) -> Vec<String> {
+    list_segments().into_iter().filter(|n| &n.farm == farm).map(|n| n.to_string()).collect()
+}
+
+/// Waits up to `limit` for every pid to be gone; returns the ones still alive.
+pub fn wait_gone(pids: &[u32], limit: Duration) -> Vec<u32> {
+    let until = Instant::now() + limit;
+    loop {
+        let alive: Vec<u32> = pids.iter().copied().filter(|&p| process_alive(p) && !is_zombie(p)).collect();
+        if alive.is_empty() || Instant::now() > until {
+            return alive;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| s.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')))
+        .unwrap_or(false)
+}

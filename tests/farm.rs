@@ -1,0 +1,149 @@
+//! The compile farm end to end: real gpfarmd processes, real NVRTC, real shared memory.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{config, kernel, nvrtc_or_skip, segments_of, units, wait_gone};
+use gpfarm_client::cubin::inspect;
+use gpfarm_client::{
+    CompileOptions, Compiler, FailureKind, Farm, InProcess, Nvcc, SmArch, Threads, Unit, UnitOutcome,
+};
+use gpfarm_toolchain::Toolchain;
+
+#[test]
+fn two_hundred_kernels_on_three_daemons_come_back_as_sm90_cubins_in_input_order() {
+    if !nvrtc_or_skip("two_hundred_kernels") {
+        return;
+    }
+    let mut farm = Farm::spawn(config(3)).expect("farm starts");
+    let units = units(200);
+    let batch = farm.compile(&units, &CompileOptions::cubin(SmArch::SM_90)).unwrap();
+    assert_eq!(batch.results.len(), 200);
+    for (i, r) in batch.results.iter().enumerate() {
+        let cubin = r.cubin().unwrap_or_else(|| panic!("unit {i} failed: {:?}\n{}", r.outcome, r.log));
+        assert_eq!(&cubin[..4], b"\x7fELF", "unit {i} is not an ELF");
+        let info = inspect(cubin).unwrap_or_else(|| panic!("unit {i} is not a CUDA ELF"));
+        assert_eq!(info.sm, 90, "unit {i}");
+        assert_eq!(info.kernels, vec![format!("k_{i}")], "unit {i} out of order");
+    }
+    assert_eq!(batch.stats.workers.iter().map(|w| w.units).sum::<usize>(), 200);
+    let sizes: Vec<usize> = batch.stats.workers.iter().map(|w| w.units).collect();
+    assert_eq!(sizes, vec![67, 67, 66]);
+}
+
+#[test]
+fn all_four_compilers_produce_cubins_with_the_same_kernel_names() {
+    if !nvrtc_or_skip("all_four_compilers") {
+        return;
+    }
+    let tc = Toolchain::discover(None).unwrap();
+    let options = CompileOptions::cubin(SmArch::SM_90);
+    let units: Vec<Unit> = (0..4)
+        .map(|i| {
+            let src = format!("{}{}", kernel(&format!("a_{i}"), i), kernel(&format!("b_{i}"), i + 1));
+            Unit::new(format!("pair{i}.cu"), src)
+        })
+        .collect();
+    let mut compilers: Vec<Box<dyn Compiler>> = vec![
+        Box::new(Farm::spawn(config(2)).unwrap()),
+        Box::new(InProcess::new(&tc, &options).unwrap()),
+        Box::new(Threads::new(&tc, &options, 2).unwrap()),
+    ];
+    if tc.nvcc.is_some() {
+        compilers.push(Box::new(Nvcc::new(&tc).unwrap()));
+    } else {
+        eprintln!("nvcc not in this toolchain: comparing three compilers");
+    }
+    for c in &mut compilers {
+        let batch = c.compile(&units, &options).unwrap();
+        for (i, r) in batch.results.iter().enumerate() {
+            let info = r
+                .cubin()
+                .and_then(inspect)
+                .unwrap_or_else(|| panic!("{}: unit {i}: {:?}", c.name(), r.outcome));
+            assert_eq!(info.sm, 90);
+            assert_eq!(info.kernels, vec![format!("a_{i}"), format!("b_{i}")], "{}", c.name());
+        }
+    }
+}
+
+#[test]
+fn a_syntax_error_fails_only_its_own_unit_and_carries_nvrtcs_log() {
+    if !nvrtc_or_skip("syntax_error") {
+        return;
+    }
+    let mut farm = Farm::spawn(config(2)).unwrap();
+    let mut units = units(5);
+    units[2] = Unit::new("broken.cu", "extern \"C\" __global__ void broken(float* y) { y[0] = ; }\n");
+    let batch = farm.compile(&units, &CompileOptions::cubin(SmArch::SM_90)).unwrap();
+    for (i, r) in batch.results.iter().enumerate() {
+        if i == 2 {
+            let UnitOutcome::Failed(f) = &r.outcome else { panic!("broken unit compiled") };
+            assert_eq!(f.kind, FailureKind::Compilation);
+            assert!(r.log.contains("expected an expression"), "log: {}", r.log);
+            assert!(r.log.contains("broken.cu"), "log names the unit: {}", r.log);
+        } else {
+            assert!(r.cubin().is_some(), "unit {i} failed: {:?}", r.outcome);
+        }
+    }
+}
+
+#[test]
+fn a_unit_larger_than_the_segment_grows_it_and_compiles() {
+    if !nvrtc_or_skip("large_unit") {
+        return;
+    }
+    let mut farm = Farm::spawn(config(1)).unwrap();
+    let padding = format!("/*{}*/\n", "x".repeat(6 << 20));
+    let big = Unit::new("big.cu", format!("{padding}{}", kernel("big", 1)));
+    let units = vec![big, units(1).remove(0)];
+    let batch = farm.compile(&units, &CompileOptions::cubin(SmArch::SM_90)).unwrap();
+    assert!(batch.stats.workers[0].request_bytes > 6 << 20);
+    let names: Vec<Vec<String>> =
+        batch.results.iter().map(|r| inspect(r.cubin().unwrap()).unwrap().kernels).collect();
+    assert_eq!(names, vec![vec!["big".to_string()], vec!["k_0".to_string()]]);
+}
+
+#[test]
+fn dropping_a_farm_leaves_no_segment_and_no_daemon() {
+    if !nvrtc_or_skip("drop_cleans_up") {
+        return;
+    }
+    let farm = Farm::spawn(config(3)).unwrap();
+    let name = farm.name().clone();
+    let pids = farm.pids();
+    assert_eq!(segments_of(&name).len(), 3);
+    drop(farm);
+    assert_eq!(segments_of(&name), Vec::<String>::new());
+    assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new());
+}
+
+#[test]
+fn a_daemon_without_nvrtc_fails_to_start_with_an_install_hint() {
+    let mut cfg = config(1);
+    cfg.cuda = Some(std::env::temp_dir().join("gpfarm-definitely-no-cuda"));
+    let err = Farm::spawn(cfg).err().expect("start must fail").to_string();
+    assert!(err.contains("install-toolchain"), "{err}");
+}
+
+#[test]
+fn an_attached_daemon_refuses_a_second_client() {
+    if !nvrtc_or_skip("second_client") {
+        return;
+    }
+    let mut owner = Farm::spawn(config(1)).unwrap();
+    owner.release();
+    let name = owner.name().clone();
+    let mut first = Farm::attach(Some(&name), config(1)).expect("first client attaches");
+    // A second client is another process; this one's lock would be re-entrant, so ask gpfarm.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpfarm"))
+        .args(["compile", "--attach", "--farm", name.as_str(), "--random", "1"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("in use by process"), "{stderr}");
+    let batch = first.compile(&units(2), &CompileOptions::cubin(SmArch::SM_90)).unwrap();
+    assert!(batch.results.iter().all(|r| r.cubin().is_some()));
+}
