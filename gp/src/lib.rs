@@ -1,1 +1,25 @@
-//! Grammatical evolution engine (placeholder until the crate lands).
+//! Grammatical evolution for gpfarm: BNF grammars, genotype-to-phenotype mapping,
+//! variation and selection operators, the generational engine, problems as data, and
+//! the CPU reference evaluator. Must never know about CUDA: it states the kernel
+//! convention of each problem's template, and the `kernels` crate renders and runs it.
+
+pub mod dedup;
+pub mod engine;
+pub mod fitness;
+pub mod grammar;
+pub mod init;
+pub mod interp;
+pub mod mapping;
+pub mod operators;
+pub mod problem;
+
+pub use dedup::Dedup;
+pub use engine::{
+    Evolution, EvolutionConfig, EvolutionError, GenerationStats, Individual, RunReport, run_cpu, run_cpu_with,
+};
+pub use fitness::{Direction, Fitness, FitnessKind};
+pub use grammar::{Grammar, GrammarError};
+pub use init::InitMethod;
+pub use interp::{Evaluation, Program, evaluate, evaluate_all, evaluate_phenotype};
+pub use mapping::{Derivation, Genome, InvalidReason, Mapping, MappingLimits, Phenotype, map};
+pub use problem::{Column, KernelName, KernelParam, ParamRole, Problem, ProblemError, Template};

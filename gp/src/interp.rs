@@ -1,0 +1,367 @@
+//! CPU reference evaluator: compiles a phenotype (the C subset the grammars produce)
+//! once into a typed tree and runs it over every case, with the semantics the GPU
+//! kernels have. It is the oracle GPU results are checked against and the evaluator used
+//! without a GPU. Must never hold global state: evaluation is a pure function of the
+//! problem and the program, so populations can be evaluated on any number of threads.
+//!
+//! Semantics, chosen to match what NVRTC makes of the same text:
+//! - `int` is 32-bit and wraps on overflow; `/` and `%` by zero give 0 (the built-in
+//!   grammars cannot divide ints by zero). Shift counts outside 0..32 clamp as in PTX.
+//! - `float` is f32 and `double` f64; a literal with `.` or an exponent and no `f` is a
+//!   double, and C's usual arithmetic conversions apply, so `x * 07.35` is computed in
+//!   double. `sinf` and the other `f` functions take and return float; the unsuffixed
+//!   names follow C++ overloading (float for float arguments, double otherwise).
+//! - Floating to int truncates toward zero, saturating, with NaN giving 0 (`cvt.rzi`).
+//! - Reading an `int[]` input wraps the index into `[0, len)` (`m = k % n; if (m < 0)
+//!   m += n;`), exactly as the templates' `operator[]` does.
+//! - Locals and statement outputs start at zero; loops stop the program (invalid, worst
+//!   fitness) after `max_steps` iterations in one case.
+//!
+//! Transcendental functions use the host's libm, which may differ from CUDA's in the
+//! last bits, and the GPU may contract `a * b + c` into one rounding; compare float
+//! results with a tolerance.
+
+mod lex;
+mod parse;
+mod run;
+mod value;
+
+use std::collections::HashMap;
+use std::num::NonZeroUsize;
+
+use crate::fitness::{Fitness, ScoreError};
+use crate::mapping::Phenotype;
+use crate::problem::{Column, InputColumn, InputType, Kind, Problem, ScalarType};
+
+use parse::{Binding, Expr, Parser, Stmt};
+use run::{Machine, OutOfSteps};
+use value::{Ty, Value};
+
+/// Loop iterations allowed per case before a program is declared runaway.
+pub const DEFAULT_MAX_STEPS: u64 = 1_000_000;
+
+/// Why a phenotype does not compile; `at` is a byte offset into the phenotype.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CompileError {
+    /// Not valid in the subset's grammar.
+    #[error("at byte {at}: {message}")]
+    Syntax { at: usize, message: String },
+    /// A malformed or out-of-range numeric literal.
+    #[error("at byte {at}: {message}")]
+    Literal { at: usize, message: String },
+    /// A name that is not an input, case bit, local or output of the problem.
+    #[error("at byte {at}: `{name}` is not declared by the problem")]
+    Undeclared { at: usize, name: String },
+    /// Assignment to an input or case bit.
+    #[error("at byte {at}: `{name}` is read-only")]
+    ReadOnly { at: usize, name: String },
+    /// An operator applied to the wrong type.
+    #[error("at byte {at}: {message}")]
+    Type { at: usize, message: String },
+    /// A call to a function the subset does not know.
+    #[error("at byte {at}: unknown function `{name}`")]
+    UnknownFunction { at: usize, name: String },
+    /// C the subset does not cover.
+    #[error("at byte {at}: {what} are not supported")]
+    Unsupported { at: usize, what: String },
+    /// Nesting beyond the evaluator's bound.
+    #[error("at byte {at}: nested deeper than {limit} levels")]
+    TooDeep { at: usize, limit: usize },
+}
+
+/// Why a compiled program produced no outputs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RunError {
+    /// A loop ran past the step limit.
+    #[error("case {case}: more than {limit} loop iterations")]
+    StepLimit { case: usize, limit: u64 },
+    /// The program was compiled for another problem.
+    #[error(
+        "program compiled for problem `{compiled_for}` run on `{run_on}`: compile it for the problem it runs on"
+    )]
+    WrongProblem { compiled_for: String, run_on: String },
+}
+
+/// Why an evaluation ended with the worst fitness.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Failure {
+    /// The phenotype does not compile.
+    #[error("does not compile: {0}")]
+    Compile(#[from] CompileError),
+    /// The program did not finish.
+    #[error("does not run: {0}")]
+    Run(#[from] RunError),
+    /// The outputs could not be scored.
+    #[error("cannot be scored: {0}")]
+    Score(#[from] ScoreError),
+}
+
+/// Where a variable's value comes from in each case.
+#[derive(Clone, Debug, PartialEq)]
+enum Source {
+    /// Scalar input `index`.
+    Input(usize),
+    /// Length of `int[]` input `index`.
+    Length(usize),
+    /// Bit `bit` of the case index.
+    CaseBit(u32),
+    /// Zero of its type.
+    Zero(Ty),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Body {
+    Expression(Expr),
+    Statements(Vec<Stmt>),
+}
+
+/// A phenotype compiled for one problem.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Program {
+    problem: String,
+    body: Body,
+    /// Initial value source per slot.
+    slots: Vec<Source>,
+    /// Input index per array.
+    arrays: Vec<usize>,
+    /// For statement programs, the slot of each output.
+    output_slots: Vec<usize>,
+    output_types: Vec<ScalarType>,
+}
+
+fn scalar_ty(t: ScalarType) -> Ty {
+    match t {
+        ScalarType::Int => Ty::Int,
+        ScalarType::Float => Ty::Float,
+    }
+}
+
+impl Program {
+    /// Parses and type-checks `phenotype` against the variables `problem` declares.
+    /// Nesting deeper than 200 levels is refused; at that depth an unoptimised build
+    /// needs about 1.5 MiB of stack (an optimised one a tenth of that).
+    pub fn compile(problem: &Problem, phenotype: &Phenotype) -> Result<Program, CompileError> {
+        let spec = problem.spec();
+        let mut names: HashMap<String, Binding> = HashMap::new();
+        let mut slots = Vec::new();
+        let mut arrays = Vec::new();
+        let mut bind =
+            |names: &mut HashMap<String, Binding>, name: &str, src: Source, ty: Ty, writable: bool| {
+                names.insert(name.to_string(), Binding::Scalar { slot: slots.len(), ty, writable });
+                slots.push(src);
+                slots.len() - 1
+            };
+        for (i, input) in spec.inputs.iter().enumerate() {
+            match input.ty {
+                InputType::Int => {
+                    bind(&mut names, &input.name, Source::Input(i), Ty::Int, false);
+                }
+                InputType::Float => {
+                    bind(&mut names, &input.name, Source::Input(i), Ty::Float, false);
+                }
+                InputType::IntArray => {
+                    names.insert(input.name.clone(), Binding::Array(arrays.len()));
+                    arrays.push(i);
+                    if let Some(len) = &input.length_name {
+                        bind(&mut names, len, Source::Length(i), Ty::Int, false);
+                    }
+                }
+            }
+        }
+        for b in &spec.case_bits {
+            bind(&mut names, &b.name, Source::CaseBit(b.bit), Ty::Int, false);
+        }
+        for l in &spec.locals {
+            let ty = scalar_ty(l.ty);
+            bind(&mut names, &l.name, Source::Zero(ty), ty, true);
+        }
+        let mut output_slots = Vec::new();
+        if spec.kind == Kind::Statements {
+            for o in &spec.outputs {
+                let ty = scalar_ty(o.ty);
+                output_slots.push(bind(&mut names, &o.name, Source::Zero(ty), ty, true));
+            }
+        }
+        let text = phenotype.as_str();
+        let toks = lex::lex(text)?;
+        let mut parser = Parser::new(&toks, text.len(), &names);
+        let body = match spec.kind {
+            Kind::Expression => {
+                let (e, _) = parser.expr()?;
+                parser.expect_end()?;
+                Body::Expression(e)
+            }
+            Kind::Statements => Body::Statements(parser.statements()?),
+        };
+        Ok(Program {
+            problem: spec.name.clone(),
+            body,
+            slots,
+            arrays,
+            output_slots,
+            output_types: spec.outputs.iter().map(|o| o.ty).collect(),
+        })
+    }
+
+    /// Runs over every case of `problem`: one column per declared output.
+    pub fn run(&self, problem: &Problem) -> Result<Vec<Column>, RunError> {
+        self.run_with_limit(problem, DEFAULT_MAX_STEPS)
+    }
+
+    /// As [`Program::run`], with `max_steps` loop iterations allowed per case.
+    pub fn run_with_limit(&self, problem: &Problem, max_steps: u64) -> Result<Vec<Column>, RunError> {
+        let wrong = || RunError::WrongProblem {
+            compiled_for: self.problem.clone(),
+            run_on: problem.name().to_string(),
+        };
+        if problem.name() != self.problem || problem.spec().outputs.len() != self.output_types.len() {
+            return Err(wrong());
+        }
+        let cases = problem.cases();
+        let n = cases.len();
+        let mut outputs: Vec<Column> = self
+            .output_types
+            .iter()
+            .map(|t| match t {
+                ScalarType::Int => Column::Int(Vec::with_capacity(n)),
+                ScalarType::Float => Column::Float(Vec::with_capacity(n)),
+            })
+            .collect();
+        let mut machine = Machine {
+            slots: Vec::with_capacity(self.slots.len()),
+            arrays: Vec::with_capacity(self.arrays.len()),
+            steps: 0,
+            max_steps,
+        };
+        for c in 0..n {
+            machine.slots.clear();
+            for src in &self.slots {
+                let v = match src {
+                    Source::Zero(ty) => Value::zero(*ty),
+                    Source::CaseBit(bit) => Value::Int(((c >> bit) & 1) as i32),
+                    Source::Input(i) => match cases.inputs().get(*i) {
+                        Some(InputColumn::Scalar(Column::Int(v))) => Value::Int(v[c]),
+                        Some(InputColumn::Scalar(Column::Float(v))) => Value::Float(v[c]),
+                        _ => return Err(wrong()),
+                    },
+                    Source::Length(i) => match cases.inputs().get(*i) {
+                        Some(InputColumn::IntArray { lens, .. }) => Value::Int(lens[c]),
+                        _ => return Err(wrong()),
+                    },
+                };
+                machine.slots.push(v);
+            }
+            machine.arrays.clear();
+            for &i in &self.arrays {
+                machine.arrays.push(cases.array(i, c).ok_or_else(wrong)?);
+            }
+            machine.steps = 0;
+            match &self.body {
+                Body::Expression(e) => {
+                    let v = machine.eval(e);
+                    push(&mut outputs[0], v);
+                }
+                Body::Statements(s) => {
+                    machine
+                        .exec(s)
+                        .map_err(|OutOfSteps| RunError::StepLimit { case: c, limit: max_steps })?;
+                    for (k, &slot) in self.output_slots.iter().enumerate() {
+                        push(&mut outputs[k], machine.slots[slot]);
+                    }
+                }
+            }
+        }
+        Ok(outputs)
+    }
+}
+
+/// Stores `v` converted to the column's type, as the kernel's store does.
+fn push(col: &mut Column, v: Value) {
+    match col {
+        Column::Int(c) => c.push(v.as_int()),
+        Column::Float(c) => match v.to(Ty::Float) {
+            Value::Float(f) => c.push(f),
+            _ => c.push(f32::NAN),
+        },
+    }
+}
+
+/// True for the names of math functions phenotypes may call.
+pub fn is_math_function(name: &str) -> bool {
+    parse::is_math_function(name)
+}
+
+/// The result of evaluating one program.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Evaluation {
+    /// The fitness; the worst value when `failure` is set.
+    pub fitness: Fitness,
+    /// One column per declared output, when the program ran.
+    pub outputs: Option<Vec<Column>>,
+    /// Why the fitness is the worst, if it failed.
+    pub failure: Option<Failure>,
+}
+
+impl Evaluation {
+    fn failed(problem: &Problem, failure: Failure) -> Self {
+        Self { fitness: Fitness::worst(problem.direction()), outputs: None, failure: Some(failure) }
+    }
+}
+
+/// Runs `program` over `problem`'s cases and scores it.
+pub fn evaluate(problem: &Problem, program: &Program) -> Evaluation {
+    let outputs = match program.run(problem) {
+        Ok(o) => o,
+        Err(e) => return Evaluation::failed(problem, e.into()),
+    };
+    match problem.score(&outputs) {
+        Ok(fitness) => Evaluation { fitness, outputs: Some(outputs), failure: None },
+        Err(e) => Evaluation::failed(problem, e.into()),
+    }
+}
+
+/// Compiles and evaluates one phenotype; a compile error gives the worst fitness.
+pub fn evaluate_phenotype(problem: &Problem, phenotype: &Phenotype) -> Evaluation {
+    match Program::compile(problem, phenotype) {
+        Ok(p) => evaluate(problem, &p),
+        Err(e) => Evaluation::failed(problem, e.into()),
+    }
+}
+
+/// Stack given to evaluation threads: deep phenotypes recurse once per nesting level,
+/// and unoptimised builds use several KiB per level.
+const EVAL_STACK: usize = 16 << 20;
+
+/// Evaluates many phenotypes on up to `threads` threads (each with a stack large enough
+/// for the deepest phenotype the parser accepts); results are in input order and do not
+/// depend on the thread count.
+pub fn evaluate_all(problem: &Problem, phenotypes: &[Phenotype], threads: NonZeroUsize) -> Vec<Evaluation> {
+    if phenotypes.is_empty() {
+        return Vec::new();
+    }
+    let threads = threads.get().min(phenotypes.len());
+    let chunk = phenotypes.len().div_ceil(threads);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = phenotypes
+            .chunks(chunk)
+            .map(|part| {
+                std::thread::Builder::new().stack_size(EVAL_STACK).spawn_scoped(s, move || {
+                    part.iter().map(|p| evaluate_phenotype(problem, p)).collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let mut out = Vec::with_capacity(phenotypes.len());
+        for (h, part) in handles.into_iter().zip(phenotypes.chunks(chunk)) {
+            match h {
+                Ok(h) => match h.join() {
+                    Ok(v) => out.extend(v),
+                    // Evaluation never panics by design; if it did, surface it unchanged.
+                    Err(panic) => std::panic::resume_unwind(panic),
+                },
+                // No thread could be started: evaluate on this one instead.
+                Err(_) => out.extend(part.iter().map(|p| evaluate_phenotype(problem, p))),
+            }
+        }
+        out
+    })
+}

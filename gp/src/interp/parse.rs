@@ -1,0 +1,611 @@
+//! Parser and type checker for the C subset: turns tokens into a typed tree whose
+//! variables are resolved to slots. Must never accept what a C++ compiler would reject
+//! in this subset (writes to inputs, `%` on floats, unknown names), since the GPU path
+//! compiles the same text; nesting is bounded so that no phenotype can exhaust the stack.
+
+use std::collections::HashMap;
+
+use super::CompileError;
+use super::lex::{Tok, Token};
+use super::value::{Ty, Value};
+
+/// Deepest nesting of statements and expressions accepted; deeper phenotypes are
+/// rejected rather than risking the stack of whichever thread evaluates them. Grammar
+/// phenotypes stay below it: mapping caps derivation depth at 90 by default, and the
+/// built-in grammars open at most two levels of nesting per derivation level.
+pub(super) const MAX_NESTING: usize = 200;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ArithOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum IntOp {
+    Rem,
+    And,
+    Or,
+    Xor,
+    Shl,
+    Shr,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum CmpOp {
+    Lt,
+    Gt,
+    Le,
+    Ge,
+    Eq,
+    Ne,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Fn1 {
+    Sin,
+    Cos,
+    Exp,
+    Log,
+    Sqrt,
+    Fabs,
+    Tanh,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Fn2 {
+    Pow,
+    Fmin,
+    Fmax,
+}
+
+/// A typed expression; binary operands are promoted at run time by C's usual
+/// arithmetic conversions, which the static types here agree with. Its height is at
+/// most a small multiple of the parser's nesting bound.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum Expr {
+    Const(Value),
+    Var(usize),
+    /// Element of an int array, index wrapped into `[0, len)`.
+    Index(usize, Box<Expr>),
+    Convert(Ty, Box<Expr>),
+    Neg(Box<Expr>),
+    BitNot(Box<Expr>),
+    Not(Box<Expr>),
+    /// `first op1 e1 op2 e2 ...` applied left to right (`&&`/`||` short-circuit).
+    /// Flat, so that long sums cost no stack depth to evaluate or drop.
+    Chain(Box<Expr>, Vec<(Bin, Expr)>),
+    Cond(Box<Expr>, Box<Expr>, Box<Expr>),
+    /// One-argument math function computed in `Ty` (argument converted to it).
+    Call1(Fn1, Ty, Box<Expr>),
+    Call2(Fn2, Ty, Box<Expr>, Box<Expr>),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum Stmt {
+    /// `slot = (ty) expr`.
+    Assign(usize, Ty, Expr),
+    If(Expr, Vec<Stmt>, Vec<Stmt>),
+    /// `for`/`while` after hoisting the initialiser: test, body, step.
+    Loop(Option<Expr>, Vec<Stmt>, Vec<Stmt>),
+    Block(Vec<Stmt>),
+    /// An expression whose value is dropped (it has no side effects in this subset).
+    Discard(Expr),
+}
+
+/// What a name means to the parser.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Binding {
+    Scalar { slot: usize, ty: Ty, writable: bool },
+    Array(usize),
+}
+
+pub(super) struct Parser<'a> {
+    toks: &'a [Token],
+    pos: usize,
+    end: usize,
+    names: &'a HashMap<String, Binding>,
+    nesting: usize,
+}
+
+type PResult<T> = Result<T, CompileError>;
+
+impl<'a> Parser<'a> {
+    pub(super) fn new(toks: &'a [Token], src_len: usize, names: &'a HashMap<String, Binding>) -> Self {
+        Self { toks, pos: 0, end: src_len, names, nesting: 0 }
+    }
+
+    fn at(&self) -> usize {
+        self.toks.get(self.pos).map_or(self.end, |t| t.at)
+    }
+
+    fn peek(&self) -> Option<&Tok> {
+        self.toks.get(self.pos).map(|t| &t.tok)
+    }
+
+    fn peek_punct(&self, p: &str) -> bool {
+        matches!(self.peek(), Some(Tok::Punct(q)) if *q == p)
+    }
+
+    fn eat(&mut self, p: &str) -> bool {
+        if self.peek_punct(p) {
+            self.pos += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn expect(&mut self, p: &str) -> PResult<()> {
+        if self.eat(p) { Ok(()) } else { Err(self.syntax(&format!("expected `{p}`"))) }
+    }
+
+    fn syntax(&self, message: &str) -> CompileError {
+        let found = match self.peek() {
+            None => "end of program".to_string(),
+            Some(Tok::Ident(s)) => format!("`{s}`"),
+            Some(Tok::Punct(p)) => format!("`{p}`"),
+            Some(Tok::Int(v)) => format!("`{v}`"),
+            Some(Tok::Float(v)) => format!("`{v}f`"),
+            Some(Tok::Double(v)) => format!("`{v}`"),
+        };
+        CompileError::Syntax { at: self.at(), message: format!("{message}, found {found}") }
+    }
+
+    fn enter(&mut self) -> PResult<()> {
+        self.nesting += 1;
+        if self.nesting > MAX_NESTING {
+            Err(CompileError::TooDeep { at: self.at(), limit: MAX_NESTING })
+        } else {
+            Ok(())
+        }
+    }
+
+    fn leave(&mut self) {
+        self.nesting -= 1;
+    }
+
+    pub(super) fn at_end(&self) -> bool {
+        self.pos >= self.toks.len()
+    }
+
+    pub(super) fn expect_end(&self) -> PResult<()> {
+        if self.at_end() { Ok(()) } else { Err(self.syntax("expected end of program")) }
+    }
+
+    // ---- statements ----
+
+    pub(super) fn statements(&mut self) -> PResult<Vec<Stmt>> {
+        let mut out = Vec::new();
+        while !self.at_end() {
+            out.push(self.statement()?);
+        }
+        Ok(out)
+    }
+
+    fn statement(&mut self) -> PResult<Stmt> {
+        self.enter()?;
+        let s = self.statement_inner();
+        self.leave();
+        s
+    }
+
+    fn statement_inner(&mut self) -> PResult<Stmt> {
+        if self.eat(";") {
+            return Ok(Stmt::Block(Vec::new()));
+        }
+        if self.eat("{") {
+            let mut body = Vec::new();
+            while !self.eat("}") {
+                if self.at_end() {
+                    return Err(self.syntax("expected `}`"));
+                }
+                body.push(self.statement()?);
+            }
+            return Ok(Stmt::Block(body));
+        }
+        if let Some(Tok::Ident(word)) = self.peek() {
+            match word.as_str() {
+                "if" => {
+                    self.pos += 1;
+                    self.expect("(")?;
+                    let (cond, _) = self.expr()?;
+                    self.expect(")")?;
+                    let then = self.statement()?;
+                    let els = if matches!(self.peek(), Some(Tok::Ident(w)) if w == "else") {
+                        self.pos += 1;
+                        vec![self.statement()?]
+                    } else {
+                        Vec::new()
+                    };
+                    return Ok(Stmt::If(cond, vec![then], els));
+                }
+                "for" => {
+                    self.pos += 1;
+                    self.expect("(")?;
+                    let init = if self.peek_punct(";") { Vec::new() } else { vec![self.simple()?] };
+                    self.expect(";")?;
+                    let cond = if self.peek_punct(";") { None } else { Some(self.expr()?.0) };
+                    self.expect(";")?;
+                    let step = if self.peek_punct(")") { Vec::new() } else { vec![self.simple()?] };
+                    self.expect(")")?;
+                    let body = self.statement()?;
+                    let mut block = init;
+                    block.push(Stmt::Loop(cond, vec![body], step));
+                    return Ok(Stmt::Block(block));
+                }
+                "while" => {
+                    self.pos += 1;
+                    self.expect("(")?;
+                    let (cond, _) = self.expr()?;
+                    self.expect(")")?;
+                    let body = self.statement()?;
+                    return Ok(Stmt::Loop(Some(cond), vec![body], Vec::new()));
+                }
+                "else" | "do" | "break" | "continue" | "return" | "switch" | "goto" | "int" | "float"
+                | "double" => {
+                    return Err(CompileError::Unsupported {
+                        at: self.at(),
+                        what: format!("`{word}` statements"),
+                    });
+                }
+                _ => {}
+            }
+        }
+        let s = self.simple()?;
+        self.expect(";")?;
+        Ok(s)
+    }
+
+    /// An assignment, increment, or expression, without the `;`.
+    fn simple(&mut self) -> PResult<Stmt> {
+        // Prefix ++/--.
+        for (p, op) in [("++", ArithOp::Add), ("--", ArithOp::Sub)] {
+            if self.eat(p) {
+                let (slot, ty) = self.target()?;
+                return Ok(step(slot, ty, op));
+            }
+        }
+        if let (Some(Tok::Ident(_)), Some(Tok::Punct(p))) =
+            (self.peek(), self.toks.get(self.pos + 1).map(|t| &t.tok))
+        {
+            let p = *p;
+            let compound = match p {
+                "=" => Some(None),
+                "+=" => Some(Some(Bin::Arith(ArithOp::Add))),
+                "-=" => Some(Some(Bin::Arith(ArithOp::Sub))),
+                "*=" => Some(Some(Bin::Arith(ArithOp::Mul))),
+                "/=" => Some(Some(Bin::Arith(ArithOp::Div))),
+                "%=" => Some(Some(Bin::Int(IntOp::Rem))),
+                "&=" => Some(Some(Bin::Int(IntOp::And))),
+                "|=" => Some(Some(Bin::Int(IntOp::Or))),
+                "^=" => Some(Some(Bin::Int(IntOp::Xor))),
+                "<<=" => Some(Some(Bin::Int(IntOp::Shl))),
+                ">>=" => Some(Some(Bin::Int(IntOp::Shr))),
+                "++" | "--" => {
+                    let (slot, ty) = self.target()?;
+                    self.pos += 1;
+                    let op = if p == "++" { ArithOp::Add } else { ArithOp::Sub };
+                    return Ok(step(slot, ty, op));
+                }
+                _ => None,
+            };
+            if let Some(compound) = compound {
+                let at = self.at();
+                let (slot, ty) = self.target()?;
+                self.pos += 1;
+                let rhs = self.expr()?;
+                let value = match compound {
+                    None => rhs.0,
+                    Some(op) => {
+                        binary_type(op, ty, rhs.1, at)?;
+                        Expr::Chain(Box::new(Expr::Var(slot)), vec![(op, rhs.0)])
+                    }
+                };
+                return Ok(Stmt::Assign(slot, ty, value));
+            }
+        }
+        Ok(Stmt::Discard(self.expr()?.0))
+    }
+
+    /// A writable scalar variable name.
+    fn target(&mut self) -> PResult<(usize, Ty)> {
+        let at = self.at();
+        let Some(Tok::Ident(name)) = self.peek() else {
+            return Err(self.syntax("expected a variable"));
+        };
+        let name = name.clone();
+        self.pos += 1;
+        match self.names.get(&name) {
+            Some(Binding::Scalar { slot, ty, writable: true }) => Ok((*slot, *ty)),
+            Some(_) => Err(CompileError::ReadOnly { at, name }),
+            None => Err(CompileError::Undeclared { at, name }),
+        }
+    }
+
+    // ---- expressions ----
+
+    pub(super) fn expr(&mut self) -> PResult<(Expr, Ty)> {
+        self.expr_bp(0)
+    }
+
+    /// An expression whose binary operators all bind at least as tightly as
+    /// `min_prec`. One function per nesting level keeps the stack cost of deep
+    /// phenotypes small; `enter` bounds the nesting.
+    fn expr_bp(&mut self, min_prec: u8) -> PResult<(Expr, Ty)> {
+        self.enter()?;
+        let e = self.expr_bp_inner(min_prec);
+        self.leave();
+        e
+    }
+
+    fn expr_bp_inner(&mut self, min_prec: u8) -> PResult<(Expr, Ty)> {
+        let (mut lhs, mut lty) = self.operand()?;
+        // Everything consumed by this loop applies left to right to the running value:
+        // each right operand was parsed with a tighter binding than its operator.
+        let mut chain: Vec<(Bin, Expr)> = Vec::new();
+        while let Some(Tok::Punct(p)) = self.peek() {
+            let Some((prec, op)) = binary_op(p) else {
+                break;
+            };
+            if prec < min_prec {
+                break;
+            }
+            let at = self.at();
+            self.pos += 1;
+            let (rhs, rty) = self.expr_bp(prec + 1)?;
+            lty = binary_type(op, lty, rty, at)?;
+            chain.push((op, rhs));
+        }
+        if !chain.is_empty() {
+            lhs = Expr::Chain(Box::new(lhs), chain);
+        }
+        if min_prec == 0 && self.eat("?") {
+            let (a, ta) = self.expr_bp(0)?;
+            self.expect(":")?;
+            let (b, tb) = self.expr_bp(0)?;
+            let ty = Ty::usual(ta, tb);
+            lhs = Expr::Cond(Box::new(lhs), Box::new(convert(a, ta, ty)), Box::new(convert(b, tb, ty)));
+            lty = ty;
+        }
+        Ok((lhs, lty))
+    }
+
+    /// A prefix operator, cast, parenthesis, literal, variable, element or call. Each
+    /// kind that nests lives in its own function: in unoptimised builds a frame holds
+    /// every temporary of its function, and only the path actually taken recurses.
+    fn operand(&mut self) -> PResult<(Expr, Ty)> {
+        let at = self.at();
+        match self.peek() {
+            Some(Tok::Punct(p @ ("-" | "+" | "!" | "~"))) => {
+                let p = *p;
+                self.prefix(p, at)
+            }
+            Some(Tok::Punct("++" | "--")) => {
+                Err(CompileError::Unsupported { at, what: "`++`/`--` inside an expression".into() })
+            }
+            Some(Tok::Punct("(")) => self.paren_or_cast(),
+            Some(Tok::Int(v)) => {
+                let v = *v;
+                self.pos += 1;
+                Ok((Expr::Const(Value::Int(v)), Ty::Int))
+            }
+            Some(Tok::Float(v)) => {
+                let v = *v;
+                self.pos += 1;
+                Ok((Expr::Const(Value::Float(v)), Ty::Float))
+            }
+            Some(Tok::Double(v)) => {
+                let v = *v;
+                self.pos += 1;
+                Ok((Expr::Const(Value::Double(v)), Ty::Double))
+            }
+            Some(Tok::Ident(_)) => self.name_use(at),
+            _ => Err(self.syntax("expected an expression")),
+        }
+    }
+
+    fn prefix(&mut self, p: &str, at: usize) -> PResult<(Expr, Ty)> {
+        self.pos += 1;
+        let (e, t) = self.expr_bp(UNARY_PREC)?;
+        match p {
+            "-" => Ok((Expr::Neg(Box::new(e)), t)),
+            "+" => Ok((e, t)),
+            "!" => Ok((Expr::Not(Box::new(e)), Ty::Int)),
+            _ if t == Ty::Int => Ok((Expr::BitNot(Box::new(e)), Ty::Int)),
+            _ => Err(type_error(at, "operand of `~` must be int")),
+        }
+    }
+
+    fn paren_or_cast(&mut self) -> PResult<(Expr, Ty)> {
+        if let Some(ty) = self.cast_type() {
+            self.pos += 3;
+            let (e, t) = self.expr_bp(UNARY_PREC)?;
+            return Ok((convert(e, t, ty), ty));
+        }
+        self.pos += 1;
+        let e = self.expr_bp(0)?;
+        self.expect(")")?;
+        Ok(e)
+    }
+
+    /// A variable, an array element, or a call.
+    fn name_use(&mut self, at: usize) -> PResult<(Expr, Ty)> {
+        let Some(Tok::Ident(name)) = self.peek() else {
+            return Err(self.syntax("expected a name"));
+        };
+        let name = name.clone();
+        self.pos += 1;
+        if self.peek_punct("(") {
+            return self.call(&name, at);
+        }
+        match self.names.get(&name) {
+            Some(Binding::Scalar { slot, ty, .. }) => Ok((Expr::Var(*slot), *ty)),
+            Some(Binding::Array(array)) => {
+                let array = *array;
+                self.expect("[")?;
+                let (i, t) = self.expr_bp(0)?;
+                self.expect("]")?;
+                // The template's operator[] takes an int: C++ converts implicitly.
+                Ok((Expr::Index(array, Box::new(convert(i, t, Ty::Int))), Ty::Int))
+            }
+            None => Err(CompileError::Undeclared { at, name }),
+        }
+    }
+
+    /// The type named by a cast `(int)`, `(float)` or `(double)` starting here.
+    fn cast_type(&self) -> Option<Ty> {
+        let word = match self.toks.get(self.pos + 1).map(|t| &t.tok) {
+            Some(Tok::Ident(w)) => w.as_str(),
+            _ => return None,
+        };
+        let closes = matches!(self.toks.get(self.pos + 2).map(|t| &t.tok), Some(Tok::Punct(")")));
+        match word {
+            "int" if closes => Some(Ty::Int),
+            "float" if closes => Some(Ty::Float),
+            "double" if closes => Some(Ty::Double),
+            _ => None,
+        }
+    }
+
+    fn call(&mut self, name: &str, at: usize) -> PResult<(Expr, Ty)> {
+        self.expect("(")?;
+        let mut args = Vec::new();
+        if !self.eat(")") {
+            loop {
+                args.push(self.expr_bp(0)?);
+                if self.eat(")") {
+                    break;
+                }
+                self.expect(",")?;
+            }
+        }
+        let Some((f, float_form)) = math_function(name) else {
+            return Err(CompileError::UnknownFunction { at, name: name.to_string() });
+        };
+        // `sinf` and friends compute in float. The unsuffixed names follow C++ overload
+        // resolution (NVRTC compiles C++): float when every argument is float, double
+        // otherwise.
+        let ty = if float_form || args.iter().all(|(_, t)| *t == Ty::Float) { Ty::Float } else { Ty::Double };
+        let mut args = args.into_iter().map(|(e, t)| Box::new(convert(e, t, ty)));
+        match (f, args.next(), args.next(), args.next()) {
+            (MathFn::One(f), Some(a), None, None) => Ok((Expr::Call1(f, ty, a), ty)),
+            (MathFn::Two(f), Some(a), Some(b), None) => Ok((Expr::Call2(f, ty, a, b), ty)),
+            (f, ..) => {
+                let arity = if matches!(f, MathFn::One(_)) { 1 } else { 2 };
+                Err(type_error(at, &format!("`{name}` takes {arity} argument(s)")))
+            }
+        }
+    }
+}
+
+/// Binds tighter than every binary operator.
+const UNARY_PREC: u8 = 11;
+
+fn type_error(at: usize, message: &str) -> CompileError {
+    CompileError::Type { at, message: message.to_string() }
+}
+
+/// Result type of a binary operator, or why the operands do not fit it.
+fn binary_type(op: Bin, lty: Ty, rty: Ty, at: usize) -> PResult<Ty> {
+    match op {
+        Bin::Arith(_) => Ok(Ty::usual(lty, rty)),
+        Bin::Int(_) if lty == Ty::Int && rty == Ty::Int => Ok(Ty::Int),
+        Bin::Int(o) => Err(type_error(at, &format!("operands of `{}` must be int", int_op_text(o)))),
+        Bin::Cmp(_) | Bin::And | Bin::Or => Ok(Ty::Int),
+    }
+}
+
+/// A binary operator of an operator chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Bin {
+    Arith(ArithOp),
+    Int(IntOp),
+    Cmp(CmpOp),
+    And,
+    Or,
+}
+
+/// C precedence, higher binds tighter.
+fn binary_op(p: &str) -> Option<(u8, Bin)> {
+    Some(match p {
+        "||" => (1, Bin::Or),
+        "&&" => (2, Bin::And),
+        "|" => (3, Bin::Int(IntOp::Or)),
+        "^" => (4, Bin::Int(IntOp::Xor)),
+        "&" => (5, Bin::Int(IntOp::And)),
+        "==" => (6, Bin::Cmp(CmpOp::Eq)),
+        "!=" => (6, Bin::Cmp(CmpOp::Ne)),
+        "<" => (7, Bin::Cmp(CmpOp::Lt)),
+        ">" => (7, Bin::Cmp(CmpOp::Gt)),
+        "<=" => (7, Bin::Cmp(CmpOp::Le)),
+        ">=" => (7, Bin::Cmp(CmpOp::Ge)),
+        "<<" => (8, Bin::Int(IntOp::Shl)),
+        ">>" => (8, Bin::Int(IntOp::Shr)),
+        "+" => (9, Bin::Arith(ArithOp::Add)),
+        "-" => (9, Bin::Arith(ArithOp::Sub)),
+        "*" => (10, Bin::Arith(ArithOp::Mul)),
+        "/" => (10, Bin::Arith(ArithOp::Div)),
+        "%" => (10, Bin::Int(IntOp::Rem)),
+        _ => return None,
+    })
+}
+
+fn int_op_text(o: IntOp) -> &'static str {
+    match o {
+        IntOp::Rem => "%",
+        IntOp::And => "&",
+        IntOp::Or => "|",
+        IntOp::Xor => "^",
+        IntOp::Shl => "<<",
+        IntOp::Shr => ">>",
+    }
+}
+
+#[derive(Clone, Copy)]
+enum MathFn {
+    One(Fn1),
+    Two(Fn2),
+}
+
+/// The math functions the subset knows, and whether the name is the float (`f`) form.
+fn math_function(name: &str) -> Option<(MathFn, bool)> {
+    let (base, float_form) = match name.strip_suffix('f') {
+        Some(b) => (b, true),
+        _ => (name, false),
+    };
+    let f = match base {
+        "sin" => MathFn::One(Fn1::Sin),
+        "cos" => MathFn::One(Fn1::Cos),
+        "exp" => MathFn::One(Fn1::Exp),
+        "log" => MathFn::One(Fn1::Log),
+        "sqrt" => MathFn::One(Fn1::Sqrt),
+        "fabs" => MathFn::One(Fn1::Fabs),
+        "tanh" => MathFn::One(Fn1::Tanh),
+        "pow" => MathFn::Two(Fn2::Pow),
+        "fmin" => MathFn::Two(Fn2::Fmin),
+        "fmax" => MathFn::Two(Fn2::Fmax),
+        _ => return None,
+    };
+    Some((f, float_form))
+}
+
+/// True for the names of the math functions phenotypes may call.
+pub(super) fn is_math_function(name: &str) -> bool {
+    math_function(name).is_some()
+}
+
+/// `x += 1` / `x -= 1` for `x++` / `x--`.
+fn step(slot: usize, ty: Ty, op: ArithOp) -> Stmt {
+    Stmt::Assign(
+        slot,
+        ty,
+        Expr::Chain(Box::new(Expr::Var(slot)), vec![(Bin::Arith(op), Expr::Const(Value::Int(1)))]),
+    )
+}
+
+fn convert(e: Expr, from: Ty, to: Ty) -> Expr {
+    if from == to { e } else { Expr::Convert(to, Box::new(e)) }
+}

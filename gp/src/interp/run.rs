@@ -1,0 +1,227 @@
+//! Executes a compiled program on one case. Must never allocate per operation or
+//! recurse deeper than the parser allowed, and must stop any loop that runs past the
+//! step limit.
+
+use super::parse::{ArithOp, Bin, CmpOp, Expr, Fn1, Fn2, IntOp, Stmt};
+use super::value::{Pair, Value, int_div, int_rem, shl, shr};
+
+/// The state of one case: variable slots and the case's int arrays.
+pub(super) struct Machine<'a> {
+    pub slots: Vec<Value>,
+    pub arrays: Vec<&'a [i32]>,
+    pub steps: u64,
+    pub max_steps: u64,
+}
+
+/// The step limit was hit.
+pub(super) struct OutOfSteps;
+
+impl Machine<'_> {
+    pub(super) fn exec(&mut self, stmts: &[Stmt]) -> Result<(), OutOfSteps> {
+        for s in stmts {
+            self.exec_one(s)?;
+        }
+        Ok(())
+    }
+
+    fn exec_one(&mut self, s: &Stmt) -> Result<(), OutOfSteps> {
+        match s {
+            Stmt::Assign(slot, ty, e) => {
+                let v = self.eval(e).to(*ty);
+                self.slots[*slot] = v;
+            }
+            Stmt::If(c, then, els) => {
+                if self.eval(c).truthy() {
+                    self.exec(then)?;
+                } else {
+                    self.exec(els)?;
+                }
+            }
+            Stmt::Loop(cond, body, step) => loop {
+                self.steps += 1;
+                if self.steps > self.max_steps {
+                    return Err(OutOfSteps);
+                }
+                if cond.as_ref().is_some_and(|c| !self.eval(c).truthy()) {
+                    break;
+                }
+                self.exec(body)?;
+                self.exec(step)?;
+            },
+            Stmt::Block(b) => self.exec(b)?,
+            Stmt::Discard(_) => {}
+        }
+        Ok(())
+    }
+
+    pub(super) fn eval(&self, e: &Expr) -> Value {
+        match e {
+            Expr::Const(v) => *v,
+            Expr::Var(slot) => self.slots[*slot],
+            Expr::Index(array, i) => Value::Int(wrapped(self.arrays[*array], self.eval(i).as_int())),
+            Expr::Convert(ty, a) => self.eval(a).to(*ty),
+            Expr::Neg(a) => match self.eval(a) {
+                Value::Int(i) => Value::Int(i.wrapping_neg()),
+                Value::Float(f) => Value::Float(-f),
+                Value::Double(d) => Value::Double(-d),
+            },
+            Expr::BitNot(a) => Value::Int(!self.eval(a).as_int()),
+            Expr::Not(a) => Value::Int(i32::from(!self.eval(a).truthy())),
+            Expr::Chain(first, rest) => {
+                let mut acc = self.eval(first);
+                for (op, e) in rest {
+                    acc = match op {
+                        Bin::Arith(o) => arith(*o, acc, self.eval(e)),
+                        Bin::Int(o) => Value::Int(int_op(*o, acc.as_int(), self.eval(e).as_int())),
+                        Bin::Cmp(o) => Value::Int(i32::from(compare(*o, acc, self.eval(e)))),
+                        Bin::And => Value::Int(i32::from(acc.truthy() && self.eval(e).truthy())),
+                        Bin::Or => Value::Int(i32::from(acc.truthy() || self.eval(e).truthy())),
+                    };
+                }
+                acc
+            }
+            Expr::Cond(c, a, b) => {
+                if self.eval(c).truthy() {
+                    self.eval(a)
+                } else {
+                    self.eval(b)
+                }
+            }
+            Expr::Call1(f, ty, a) => match self.eval(a).to(*ty) {
+                Value::Double(x) => Value::Double(fn1_f64(*f, x)),
+                Value::Float(x) => Value::Float(fn1_f32(*f, x)),
+                // Arguments are converted to float or double when compiled.
+                Value::Int(x) => Value::Double(fn1_f64(*f, f64::from(x))),
+            },
+            Expr::Call2(f, ty, a, b) => match (self.eval(a).to(*ty), self.eval(b).to(*ty)) {
+                (Value::Float(x), Value::Float(y)) => Value::Float(fn2_f32(*f, x, y)),
+                (x, y) => match Value::promote(x, y) {
+                    Pair::Double(x, y) => Value::Double(fn2_f64(*f, x, y)),
+                    Pair::Float(x, y) => Value::Float(fn2_f32(*f, x, y)),
+                    Pair::Int(x, y) => Value::Double(fn2_f64(*f, f64::from(x), f64::from(y))),
+                },
+            },
+        }
+    }
+}
+
+/// The index rule of the templates' array reads: `k` wrapped into `[0, len)`; an empty
+/// array reads 0.
+pub(super) fn wrapped(data: &[i32], k: i32) -> i32 {
+    let n = data.len() as i32;
+    if n <= 0 {
+        return 0;
+    }
+    let mut m = k.wrapping_rem(n);
+    if m < 0 {
+        m += n;
+    }
+    data.get(m as usize).copied().unwrap_or(0)
+}
+
+fn int_op(op: IntOp, x: i32, y: i32) -> i32 {
+    match op {
+        IntOp::Rem => int_rem(x, y),
+        IntOp::And => x & y,
+        IntOp::Or => x | y,
+        IntOp::Xor => x ^ y,
+        IntOp::Shl => shl(x, y),
+        IntOp::Shr => shr(x, y),
+    }
+}
+
+fn arith(op: ArithOp, a: Value, b: Value) -> Value {
+    match Value::promote(a, b) {
+        Pair::Int(x, y) => Value::Int(match op {
+            ArithOp::Add => x.wrapping_add(y),
+            ArithOp::Sub => x.wrapping_sub(y),
+            ArithOp::Mul => x.wrapping_mul(y),
+            ArithOp::Div => int_div(x, y),
+        }),
+        Pair::Float(x, y) => Value::Float(match op {
+            ArithOp::Add => x + y,
+            ArithOp::Sub => x - y,
+            ArithOp::Mul => x * y,
+            ArithOp::Div => x / y,
+        }),
+        Pair::Double(x, y) => Value::Double(match op {
+            ArithOp::Add => x + y,
+            ArithOp::Sub => x - y,
+            ArithOp::Mul => x * y,
+            ArithOp::Div => x / y,
+        }),
+    }
+}
+
+fn compare(op: CmpOp, a: Value, b: Value) -> bool {
+    fn cmp<T: PartialOrd>(op: CmpOp, x: T, y: T) -> bool {
+        match op {
+            CmpOp::Lt => x < y,
+            CmpOp::Gt => x > y,
+            CmpOp::Le => x <= y,
+            CmpOp::Ge => x >= y,
+            CmpOp::Eq => x == y,
+            CmpOp::Ne => x != y,
+        }
+    }
+    match Value::promote(a, b) {
+        Pair::Int(x, y) => cmp(op, x, y),
+        Pair::Float(x, y) => cmp(op, x, y),
+        Pair::Double(x, y) => cmp(op, x, y),
+    }
+}
+
+fn fn1_f32(f: Fn1, x: f32) -> f32 {
+    match f {
+        Fn1::Sin => x.sin(),
+        Fn1::Cos => x.cos(),
+        Fn1::Exp => x.exp(),
+        Fn1::Log => x.ln(),
+        Fn1::Sqrt => x.sqrt(),
+        Fn1::Fabs => x.abs(),
+        Fn1::Tanh => x.tanh(),
+    }
+}
+
+fn fn1_f64(f: Fn1, x: f64) -> f64 {
+    match f {
+        Fn1::Sin => x.sin(),
+        Fn1::Cos => x.cos(),
+        Fn1::Exp => x.exp(),
+        Fn1::Log => x.ln(),
+        Fn1::Sqrt => x.sqrt(),
+        Fn1::Fabs => x.abs(),
+        Fn1::Tanh => x.tanh(),
+    }
+}
+
+fn fn2_f32(f: Fn2, x: f32, y: f32) -> f32 {
+    match f {
+        Fn2::Pow => x.powf(y),
+        Fn2::Fmin => x.min(y),
+        Fn2::Fmax => x.max(y),
+    }
+}
+
+fn fn2_f64(f: Fn2, x: f64, y: f64) -> f64 {
+    match f {
+        Fn2::Pow => x.powf(y),
+        Fn2::Fmin => x.min(y),
+        Fn2::Fmax => x.max(y),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negative_indices_wrap_to_the_end() {
+        let a = [10, 20, 30];
+        assert_eq!(wrapped(&a, -1), 30);
+        assert_eq!(wrapped(&a, -4), 30);
+        assert_eq!(wrapped(&a, 4), 20);
+        assert_eq!(wrapped(&a, i32::MIN), a[(i32::MIN % 3 + 3) as usize]);
+        assert_eq!(wrapped(&[], 5), 0);
+    }
+}

@@ -1,0 +1,295 @@
+//! Problems as data: a directory holding `problem.toml`, `grammar.bnf`, `cases.json`
+//! and `template.cu`, loaded and cross-checked into one [`Problem`]. The three
+//! benchmarks of the paper are built in. Must never evaluate programs (see `interp`) or
+//! know how a GPU is driven (it only states the kernel convention).
+
+pub mod builtin;
+pub mod cases;
+pub mod spec;
+pub mod template;
+
+use std::path::Path;
+
+use crate::fitness::{Direction, Fitness, ScoreError, score};
+use crate::grammar::{Grammar, GrammarError};
+
+pub use cases::{Cases, Column, InputColumn};
+pub use spec::{CaseBitSpec, InputSpec, InputType, Kind, ProblemSpec, ScalarType, TargetSpec, VarSpec};
+pub use template::{KernelName, KernelParam, ParamRole, Template};
+
+/// The four files of a problem, as text.
+#[derive(Clone, Debug)]
+pub struct ProblemSources<'a> {
+    /// `problem.toml`.
+    pub toml: &'a str,
+    /// `grammar.bnf`.
+    pub grammar: &'a str,
+    /// `cases.json`.
+    pub cases: &'a str,
+    /// `template.cu`.
+    pub template: &'a str,
+}
+
+/// A loaded, consistent problem.
+#[derive(Clone, Debug)]
+pub struct Problem {
+    spec: ProblemSpec,
+    grammar: Grammar,
+    grammar_text: String,
+    cases: Cases,
+    template: Template,
+}
+
+/// Why a problem could not be loaded. `file` names the file (a path, or
+/// `builtin:<name>/<file>` for the built-ins).
+#[derive(Debug, thiserror::Error)]
+pub enum ProblemError {
+    /// A file could not be read.
+    #[error("{file}: cannot read it: {source}")]
+    Read { file: String, source: std::io::Error },
+    /// `problem.toml` is not valid TOML or has unknown or missing fields.
+    #[error("{file}: {source}")]
+    Toml { file: String, source: Box<toml::de::Error> },
+    /// A field of `problem.toml` breaks a rule.
+    #[error("{file}: field `{field}`: {message}")]
+    Field { file: String, field: String, message: String },
+    /// `grammar.bnf` does not parse.
+    #[error("{file}: {source}")]
+    Grammar { file: String, source: GrammarError },
+    /// `grammar.bnf` parses, but its start rule has no finite derivation.
+    #[error(
+        "{file}: start rule `<{rule}>` can never finish deriving: give it (or a rule it uses) a non-recursive alternative"
+    )]
+    NonTerminating { file: String, rule: String },
+    /// `cases.json` as a whole is wrong.
+    #[error("{file}: {message}")]
+    Cases { file: String, message: String },
+    /// One case of `cases.json` is wrong (`case` is 0-based).
+    #[error("{file}: case {case}: {message}")]
+    Case { file: String, case: usize, message: String },
+    /// `template.cu` breaks the convention.
+    #[error("{file}: {message}")]
+    Template { file: String, message: String },
+    /// No built-in problem has this name.
+    #[error("no built-in problem named `{name}`: the built-ins are {known}")]
+    UnknownBuiltin { name: String, known: String },
+}
+
+impl Problem {
+    /// Loads the problem in directory `dir`.
+    pub fn load(dir: &Path) -> Result<Problem, ProblemError> {
+        let read = |name: &str| {
+            let path = dir.join(name);
+            std::fs::read_to_string(&path)
+                .map_err(|source| ProblemError::Read { file: path.display().to_string(), source })
+        };
+        let (toml, grammar, cases, template) =
+            (read("problem.toml")?, read("grammar.bnf")?, read("cases.json")?, read("template.cu")?);
+        let origin = dir.display().to_string();
+        Self::from_sources(
+            &origin,
+            &ProblemSources { toml: &toml, grammar: &grammar, cases: &cases, template: &template },
+        )
+    }
+
+    /// A built-in problem by name (see [`Problem::builtin_names`]).
+    pub fn builtin(name: &str) -> Result<Problem, ProblemError> {
+        let Some(sources) = builtin::sources(name) else {
+            return Err(ProblemError::UnknownBuiltin {
+                name: name.to_string(),
+                known: builtin::NAMES.join(", "),
+            });
+        };
+        Self::from_sources(&format!("builtin:{name}"), &sources)
+    }
+
+    /// Names of the built-in problems.
+    pub fn builtin_names() -> &'static [&'static str] {
+        builtin::NAMES
+    }
+
+    /// Builds a problem from the text of its four files; `origin` prefixes file names in
+    /// error messages (a directory path, or `builtin:<name>`).
+    pub fn from_sources(origin: &str, src: &ProblemSources<'_>) -> Result<Problem, ProblemError> {
+        let file = |name: &str| format!("{origin}/{name}");
+        let spec: ProblemSpec = toml::from_str(src.toml)
+            .map_err(|e| ProblemError::Toml { file: file("problem.toml"), source: Box::new(e) })?;
+        spec.validate().map_err(|i| ProblemError::Field {
+            file: file("problem.toml"),
+            field: i.field,
+            message: i.message,
+        })?;
+        let grammar =
+            Grammar::parse_with_start(src.grammar, spec.start.as_deref()).map_err(|source| match source {
+                GrammarError::UnknownStart { name } => ProblemError::Field {
+                    file: file("problem.toml"),
+                    field: "start".into(),
+                    message: format!("grammar.bnf has no rule `<{name}>`"),
+                },
+                source => ProblemError::Grammar { file: file("grammar.bnf"), source },
+            })?;
+        let start = grammar.rule(grammar.start());
+        if !start.can_terminate() {
+            return Err(ProblemError::NonTerminating {
+                file: file("grammar.bnf"),
+                rule: start.name().to_string(),
+            });
+        }
+        let cases = cases::parse_cases(src.cases, &spec).map_err(|i| match i {
+            cases::CasesIssue::Whole(message) => ProblemError::Cases { file: file("cases.json"), message },
+            cases::CasesIssue::Case { case, message } => {
+                ProblemError::Case { file: file("cases.json"), case, message }
+            }
+        })?;
+        let template_err = |message: String| ProblemError::Template { file: file("template.cu"), message };
+        let template = Template::parse(src.template).map_err(template_err)?;
+        let problem = Problem { spec, grammar, grammar_text: src.grammar.to_string(), cases, template };
+        let visible = problem.visible_names();
+        problem.template.check_against(&problem.kernel_params(), &visible).map_err(template_err)?;
+        Ok(problem)
+    }
+
+    /// The declaration from `problem.toml`.
+    pub fn spec(&self) -> &ProblemSpec {
+        &self.spec
+    }
+
+    /// Short name.
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    /// The parsed grammar, with the start rule `problem.toml` names.
+    pub fn grammar(&self) -> &Grammar {
+        &self.grammar
+    }
+
+    /// The text of `grammar.bnf`.
+    pub fn grammar_text(&self) -> &str {
+        &self.grammar_text
+    }
+
+    /// The test cases.
+    pub fn cases(&self) -> &Cases {
+        &self.cases
+    }
+
+    /// The CUDA C template.
+    pub fn template(&self) -> &Template {
+        &self.template
+    }
+
+    /// Which way fitness is better.
+    pub fn direction(&self) -> Direction {
+        self.spec.fitness.direction()
+    }
+
+    /// The kernel's parameters in order (see problems/README.md for the convention).
+    pub fn kernel_params(&self) -> Vec<KernelParam> {
+        template::kernel_params(&self.spec)
+    }
+
+    /// Scores outputs, one column per declared output with one value per case — the
+    /// same function whether the outputs come from the CPU evaluator or a GPU.
+    pub fn score(&self, outputs: &[Column]) -> Result<Fitness, ScoreError> {
+        if outputs.len() != self.spec.outputs.len() {
+            return Err(ScoreError::ColumnCount { expected: self.spec.outputs.len(), found: outputs.len() });
+        }
+        score(self.spec.fitness, self.spec.bit_mask(), self.cases.targets(), outputs)
+    }
+
+    /// Every variable name a phenotype may read.
+    fn visible_names(&self) -> Vec<&str> {
+        let s = &self.spec;
+        let mut v: Vec<&str> = Vec::new();
+        for i in &s.inputs {
+            v.push(&i.name);
+            if let Some(l) = &i.length_name {
+                v.push(l);
+            }
+        }
+        v.extend(s.case_bits.iter().map(|b| b.name.as_str()));
+        v.extend(s.locals.iter().map(|l| l.name.as_str()));
+        if s.kind == Kind::Statements {
+            v.extend(s.outputs.iter().map(|o| o.name.as_str()));
+        }
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOML: &str = r#"
+name = "t"
+kind = "expression"
+fitness = "rmse"
+[[inputs]]
+name = "x"
+type = "float"
+[[outputs]]
+name = "y"
+type = "float"
+[target]
+type = "float"
+"#;
+    const GRAMMAR: &str = "<e> ::= x | x + x";
+    const CASES: &str = r#"[{"x": 1.0, "target": 2.0}]"#;
+    const TEMPLATE: &str = "//@kernel\nextern \"C\" __global__ void {{KERNEL}}(const float* __restrict__ in_x, float* __restrict__ out_y, int NCASES)\n{\n int c = blockIdx.x * blockDim.x + threadIdx.x;\n if (c >= NCASES) return;\n const float x = in_x[c];\n out_y[c] = (float)({{PHENOTYPE}});\n}\n";
+
+    fn load(toml: &str, grammar: &str, cases: &str, template: &str) -> Result<Problem, ProblemError> {
+        Problem::from_sources("dir", &ProblemSources { toml, grammar, cases, template })
+    }
+
+    #[test]
+    fn a_minimal_problem_loads() {
+        let p = load(TOML, GRAMMAR, CASES, TEMPLATE).unwrap();
+        assert_eq!(p.cases().len(), 1);
+        assert_eq!(p.direction(), Direction::Lower);
+        let names: Vec<_> = p.kernel_params().into_iter().map(|k| k.name).collect();
+        assert_eq!(names, ["in_x", "out_y", "NCASES"]);
+    }
+
+    #[test]
+    fn unknown_toml_field_names_the_file() {
+        let err = load(&format!("{TOML}\nbogus = 1"), GRAMMAR, CASES, TEMPLATE).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.starts_with("dir/problem.toml"), "{msg}");
+        assert!(msg.contains("bogus"), "{msg}");
+    }
+
+    #[test]
+    fn reserved_variable_names_are_refused() {
+        let toml = TOML.replace("name = \"x\"", "name = \"c\"");
+        let err = load(&toml, GRAMMAR, CASES, TEMPLATE).unwrap_err();
+        assert!(matches!(err, ProblemError::Field { ref field, .. } if field == "inputs[0].name"), "{err}");
+    }
+
+    #[test]
+    fn a_case_missing_an_input_names_the_case() {
+        let err = load(TOML, GRAMMAR, r#"[{"x": 1, "target": 1}, {"target": 1}]"#, TEMPLATE).unwrap_err();
+        assert!(matches!(err, ProblemError::Case { case: 1, .. }), "{err}");
+    }
+
+    #[test]
+    fn kernel_signature_must_follow_the_convention() {
+        let template = TEMPLATE.replace("const float* __restrict__ in_x, ", "");
+        let err = load(TOML, GRAMMAR, CASES, &template).unwrap_err();
+        assert!(matches!(err, ProblemError::Template { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_start_rule_that_cannot_finish_is_refused() {
+        let err = load(TOML, "<e> ::= x + <e>", CASES, TEMPLATE).unwrap_err();
+        assert!(matches!(err, ProblemError::NonTerminating { .. }), "{err}");
+    }
+
+    #[test]
+    fn unknown_builtin_lists_the_known_ones() {
+        let err = Problem::builtin("nope").unwrap_err().to_string();
+        for name in Problem::builtin_names() {
+            assert!(err.contains(name), "{err}");
+        }
+    }
+}
