@@ -1,1 +1,10 @@
-//! Rendering and GPU evaluation (placeholder).
+//! From phenotypes to GPU code and back: rendering a population into CUDA C translation units
+//! ([`render`]), and (where a GPU is present) evaluating the compiled individuals on it.
+//!
+//! This crate knows the problem's template and kernel convention (from `gp`), never how units are
+//! compiled: it hands out plain source text and takes back CUBIN bytes.
+
+pub mod gpu;
+pub mod render;
+
+pub use render::{Layout, RenderedUnit, render_units};

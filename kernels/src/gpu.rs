@@ -1,0 +1,484 @@
+//! Evaluating compiled individuals on the GPU.
+//!
+//! The context is created once and the problem's test cases are uploaded once; each generation
+//! loads its CUBINs, launches every individual over all cases (one thread per case, outputs in a
+//! slab per individual), reduces fitness on the GPU with one block per individual so that only
+//! one `double` per individual is read back, and unloads its modules again. A kernel that faults
+//! leaves a sticky error: the evaluator then recreates its context, uploads the cases again and
+//! runs the generation's individuals one at a time to find the ones at fault, which get no
+//! fitness (the caller gives them the worst) and a recorded reason.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaView, DriverError, LaunchConfig,
+    PushKernelArg,
+};
+use cudarc::nvrtc::Ptx;
+use gpfarm_gp::problem::{Column, InputColumn, ScalarType};
+use gpfarm_gp::{FitnessKind, ParamRole, Problem};
+use thiserror::Error;
+
+/// Threads per block for individuals' kernels and for the fitness reduction.
+const BLOCK: u32 = 256;
+/// Name of the fitness kernel in [`fitness_source`].
+pub const FITNESS_KERNEL: &str = "gpfarm_fitness";
+
+/// The GPU could not be used at all.
+#[derive(Debug, Error)]
+pub enum GpuError {
+    /// No driver or no device.
+    #[error("no GPU: {0}")]
+    NoGpu(String),
+    /// A driver call failed outside any individual's kernel.
+    #[error("CUDA driver: {0}")]
+    Driver(String),
+    /// The problem cannot be evaluated on the GPU as declared.
+    #[error("{0}")]
+    Problem(String),
+}
+
+fn driver(e: DriverError) -> GpuError {
+    GpuError::Driver(format!("{e:?}"))
+}
+
+/// The first GPU's name and compute capability, or why there is none. Never panics.
+pub fn probe() -> Result<(String, (i32, i32)), GpuError> {
+    // SAFETY: only dlopens the driver library to see whether it exists.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(GpuError::NoGpu("the CUDA driver (libcuda.so) is not installed".into()));
+    }
+    let count = CudaContext::device_count().map_err(|e| GpuError::NoGpu(format!("{e:?}")))?;
+    if count < 1 {
+        return Err(GpuError::NoGpu("the CUDA driver sees no device".into()));
+    }
+    let ctx = CudaContext::new(0).map_err(|e| GpuError::NoGpu(format!("{e:?}")))?;
+    Ok((ctx.name().map_err(driver)?, ctx.compute_capability().map_err(driver)?))
+}
+
+/// CUDA C of the fitness reduction for `problem`: one block per individual, reading the output
+/// slabs (`ncases` values per individual) and writing one `double` per individual. It computes
+/// what the CPU scorer computes: RMSE accumulated in double, count of exact matches, or summed
+/// popcount of packed output bits against the target.
+pub fn fitness_source(problem: &Problem) -> Result<String, GpuError> {
+    let spec = problem.spec();
+    let ty = |t: ScalarType| t.c_name();
+    let mut params: Vec<String> = spec
+        .outputs
+        .iter()
+        .enumerate()
+        .map(|(k, o)| format!("const {}* __restrict__ o{k}", ty(o.ty)))
+        .collect();
+    params.push(format!("const {}* __restrict__ target", ty(spec.target.ty)));
+    params.push("int ncases".into());
+    params.push("double* __restrict__ fitness".into());
+    let term = match spec.fitness {
+        FitnessKind::Rmse | FitnessKind::Correct if spec.outputs.len() != 1 => {
+            return Err(GpuError::Problem(format!("{:?} needs exactly one output", spec.fitness)));
+        }
+        FitnessKind::Rmse => {
+            "double d = (double)o0[base + c] - (double)target[c];\n        s += d * d;".to_string()
+        }
+        FitnessKind::Correct => "s += ((double)o0[base + c] == (double)target[c]) ? 1.0 : 0.0;".to_string(),
+        FitnessKind::BitErrors => {
+            let mut t = String::from("unsigned packed = 0u;\n");
+            for k in 0..spec.outputs.len().min(32) {
+                t.push_str(&format!("        packed |= ((unsigned)(o{k}[base + c] & 1)) << {k};\n"));
+            }
+            t.push_str(&format!(
+                "        s += (double)__popc((packed ^ (unsigned)(long long)target[c]) & {}u);",
+                spec.bit_mask()
+            ));
+            t
+        }
+    };
+    let finish = match spec.fitness {
+        FitnessKind::Rmse => "ncases > 0 ? sqrt(part[0] / (double)ncases) : 0.0",
+        _ => "part[0]",
+    };
+    Ok(format!(
+        "extern \"C\" __global__ void {FITNESS_KERNEL}({params})\n{{\n    __shared__ double part[{BLOCK}];\n    const size_t base = (size_t)blockIdx.x * (size_t)ncases;\n    double s = 0.0;\n    for (int c = threadIdx.x; c < ncases; c += blockDim.x) {{\n        {term}\n    }}\n    part[threadIdx.x] = s;\n    __syncthreads();\n    for (int w = blockDim.x / 2; w > 0; w >>= 1) {{\n        if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];\n        __syncthreads();\n    }}\n    if (threadIdx.x == 0) fitness[blockIdx.x] = {finish};\n}}\n",
+        params = params.join(", ")
+    ))
+}
+
+enum DevCol {
+    Int(CudaSlice<i32>),
+    Float(CudaSlice<f32>),
+}
+
+enum DevView<'a> {
+    Int(CudaView<'a, i32>),
+    Float(CudaView<'a, f32>),
+}
+
+impl DevCol {
+    fn upload(stream: &Arc<CudaStream>, col: &Column) -> Result<DevCol, DriverError> {
+        Ok(match col {
+            Column::Int(v) => DevCol::Int(stream.clone_htod(v)?),
+            Column::Float(v) => DevCol::Float(stream.clone_htod(v)?),
+        })
+    }
+
+    fn zeros(stream: &Arc<CudaStream>, float: bool, n: usize) -> Result<DevCol, DriverError> {
+        Ok(if float {
+            DevCol::Float(stream.alloc_zeros(n.max(1))?)
+        } else {
+            DevCol::Int(stream.alloc_zeros(n.max(1))?)
+        })
+    }
+
+    fn view(&self, range: std::ops::Range<usize>) -> DevView<'_> {
+        match self {
+            DevCol::Int(s) => DevView::Int(s.slice(range)),
+            DevCol::Float(s) => DevView::Float(s.slice(range)),
+        }
+    }
+
+    fn whole(&self) -> DevView<'_> {
+        match self {
+            DevCol::Int(s) => DevView::Int(s.slice(..)),
+            DevCol::Float(s) => DevView::Float(s.slice(..)),
+        }
+    }
+}
+
+/// Everything that lives in one CUDA context; rebuilt after a fault.
+struct Device {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    /// One buffer per kernel parameter that reads case data (by parameter position).
+    params: Vec<Option<DevCol>>,
+    targets: DevCol,
+    /// One slab per output, `capacity * ncases` values.
+    outputs: Vec<DevCol>,
+    capacity: usize,
+    fitness: CudaSlice<f64>,
+    reduce: CudaFunction,
+}
+
+/// Timings and outcome of one generation on the GPU.
+#[derive(Debug, Clone, Default)]
+pub struct GpuGeneration {
+    /// Per individual: its raw fitness value, or `None` (no CUBIN, or its kernel faulted).
+    pub fitness: Vec<Option<f64>>,
+    /// Individuals whose kernel faulted, with the driver's error.
+    pub faults: Vec<(usize, String)>,
+    /// Loading modules and looking up kernels.
+    pub load: Duration,
+    /// Launching every individual and the reduction, until the device finished.
+    pub launch: Duration,
+    /// Copying fitness back.
+    pub readback: Duration,
+    /// Times the context was recreated after a fault.
+    pub recoveries: usize,
+}
+
+/// One compiled unit of a generation.
+#[derive(Debug, Clone, Copy)]
+pub struct CompiledUnit<'a> {
+    /// Its CUBIN.
+    pub cubin: &'a [u8],
+    /// Kernel names, one per member.
+    pub kernels: &'a [String],
+    /// Index of each member among the generation's individuals.
+    pub members: &'a [usize],
+}
+
+/// Evaluates compiled individuals of one problem on GPU 0.
+pub struct GpuEvaluator {
+    problem: Problem,
+    fitness_cubin: Vec<u8>,
+    device: Device,
+    ncases: usize,
+    /// GPU name.
+    pub name: String,
+}
+
+fn out_is_float(problem: &Problem) -> Vec<bool> {
+    problem.spec().outputs.iter().map(|o| o.ty.c_name() == "float").collect()
+}
+
+impl Device {
+    fn new(problem: &Problem, fitness_cubin: &[u8]) -> Result<Device, GpuError> {
+        // A context of our own (not the primary one), so that after a sticky fault dropping it
+        // really destroys it and a fresh one starts clean.
+        let ctx = CudaContext::new_non_primary(0, 0).map_err(driver)?;
+        let stream = ctx.default_stream();
+        let cases = problem.cases();
+        let mut params = Vec::new();
+        for p in problem.kernel_params() {
+            params.push(match p.role {
+                ParamRole::Input(i) => Some(match &cases.inputs()[i] {
+                    InputColumn::Scalar(col) => DevCol::upload(&stream, col).map_err(driver)?,
+                    InputColumn::IntArray { data, .. } => {
+                        DevCol::upload(&stream, &Column::Int(data.clone())).map_err(driver)?
+                    }
+                }),
+                ParamRole::Lengths(i) => match &cases.inputs()[i] {
+                    InputColumn::IntArray { lens, .. } => {
+                        Some(DevCol::upload(&stream, &Column::Int(lens.clone())).map_err(driver)?)
+                    }
+                    InputColumn::Scalar(_) => {
+                        return Err(GpuError::Problem(format!("parameter {} has no lengths", p.name)));
+                    }
+                },
+                ParamRole::Output(_) | ParamRole::NumCases => None,
+            });
+        }
+        let targets = DevCol::upload(&stream, cases.targets()).map_err(driver)?;
+        let module = ctx.load_module(Ptx::from_binary(fitness_cubin.to_vec())).map_err(driver)?;
+        let reduce = module.load_function(FITNESS_KERNEL).map_err(driver)?;
+        let fitness = stream.alloc_zeros::<f64>(1).map_err(driver)?;
+        Ok(Device { ctx, stream, params, targets, outputs: Vec::new(), capacity: 0, fitness, reduce })
+    }
+
+    fn ensure_capacity(&mut self, problem: &Problem, n: usize, ncases: usize) -> Result<(), DriverError> {
+        if n <= self.capacity {
+            return Ok(());
+        }
+        let cap = n.next_power_of_two();
+        self.outputs = out_is_float(problem)
+            .into_iter()
+            .map(|f| DevCol::zeros(&self.stream, f, cap * ncases))
+            .collect::<Result<_, _>>()?;
+        self.fitness = self.stream.alloc_zeros::<f64>(cap)?;
+        self.capacity = cap;
+        Ok(())
+    }
+
+    /// Launches individual `slot`'s kernel over all cases (asynchronously).
+    fn launch(
+        &self,
+        problem: &Problem,
+        f: &CudaFunction,
+        slot: usize,
+        ncases: usize,
+    ) -> Result<(), DriverError> {
+        let params = problem.kernel_params();
+        let mut views: Vec<DevView<'_>> = Vec::with_capacity(params.len());
+        for (k, p) in params.iter().enumerate() {
+            match p.role {
+                ParamRole::Input(_) | ParamRole::Lengths(_) => {
+                    if let Some(buf) = &self.params[k] {
+                        views.push(buf.whole());
+                    }
+                }
+                ParamRole::Output(o) => views.push(self.outputs[o].view(slot * ncases..(slot + 1) * ncases)),
+                ParamRole::NumCases => {}
+            }
+        }
+        let n = ncases as i32;
+        let mut b = self.stream.launch_builder(f);
+        for v in &views {
+            match v {
+                DevView::Int(v) => b.arg(v),
+                DevView::Float(v) => b.arg(v),
+            };
+        }
+        b.arg(&n);
+        let cfg = LaunchConfig {
+            grid_dim: ((ncases as u32).div_ceil(BLOCK), 1, 1),
+            block_dim: (BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the argument list follows the problem's kernel-parameter convention, which
+        // `gp` checks every template against; every buffer holds the sizes that convention
+        // promises (inputs for all cases, an output slab of `ncases` values).
+        unsafe { b.launch(cfg) }.map(|_| ())
+    }
+
+    fn reduce(&mut self, n: usize, ncases: usize) -> Result<Vec<f64>, DriverError> {
+        let nc = ncases as i32;
+        let mut b = self.stream.launch_builder(&self.reduce);
+        for o in &self.outputs {
+            match o {
+                DevCol::Int(s) => b.arg(s),
+                DevCol::Float(s) => b.arg(s),
+            };
+        }
+        match &self.targets {
+            DevCol::Int(s) => b.arg(s),
+            DevCol::Float(s) => b.arg(s),
+        };
+        b.arg(&nc);
+        b.arg(&mut self.fitness);
+        let cfg = LaunchConfig { grid_dim: (n as u32, 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 };
+        // SAFETY: `fitness_source` declares one pointer per output slab, the targets, the case
+        // count and the fitness array, in this order; slabs and fitness hold `capacity >= n`
+        // individuals.
+        unsafe { b.launch(cfg) }?;
+        let mut all = self.stream.clone_dtoh(&self.fitness)?;
+        all.truncate(n);
+        Ok(all)
+    }
+}
+
+impl GpuEvaluator {
+    /// Creates the context on GPU 0, uploads the problem's cases and loads the fitness kernel
+    /// (compiled from [`fitness_source`] for this GPU).
+    pub fn new(problem: &Problem, fitness_cubin: Vec<u8>) -> Result<GpuEvaluator, GpuError> {
+        let (name, _) = probe()?;
+        let device = Device::new(problem, &fitness_cubin)?;
+        Ok(GpuEvaluator {
+            problem: problem.clone(),
+            fitness_cubin,
+            device,
+            ncases: problem.cases().len(),
+            name,
+        })
+    }
+
+    /// Evaluates a generation of `n` individuals, of which `units` hold the compiled ones.
+    pub fn evaluate(&mut self, units: &[CompiledUnit<'_>], n: usize) -> Result<GpuGeneration, GpuError> {
+        let mut outcome = GpuGeneration { fitness: vec![None; n], ..Default::default() };
+        if n == 0 {
+            return Ok(outcome);
+        }
+        self.device.ensure_capacity(&self.problem, n, self.ncases).map_err(driver)?;
+        let t = Instant::now();
+        let (modules, functions) = self.load(units)?;
+        outcome.load = t.elapsed();
+        let t = Instant::now();
+        let mut failed = None;
+        for (slot, f) in &functions {
+            if let Err(e) = self.device.launch(&self.problem, f, *slot, self.ncases) {
+                failed = Some(e);
+                break;
+            }
+        }
+        if failed.is_none() {
+            failed = self.device.stream.synchronize().err();
+        }
+        outcome.launch = t.elapsed();
+        if let Some(e) = failed {
+            drop(functions);
+            drop(modules);
+            return self.isolate(units, n, e, outcome);
+        }
+        let t = Instant::now();
+        let values = self.device.reduce(n, self.ncases).map_err(driver)?;
+        outcome.readback = t.elapsed();
+        let compiled: Vec<usize> = units.iter().flat_map(|u| u.members.iter().copied()).collect();
+        for i in compiled {
+            outcome.fitness[i] = values.get(i).copied();
+        }
+        // `modules` drops here: every module of this generation is unloaded.
+        drop(functions);
+        drop(modules);
+        Ok(outcome)
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn load(
+        &self,
+        units: &[CompiledUnit<'_>],
+    ) -> Result<(Vec<Arc<CudaModule>>, Vec<(usize, CudaFunction)>), GpuError> {
+        let mut modules = Vec::with_capacity(units.len());
+        let mut functions = Vec::new();
+        for u in units {
+            let m = self.device.ctx.load_module(Ptx::from_binary(u.cubin.to_vec())).map_err(driver)?;
+            for (k, &slot) in u.kernels.iter().zip(u.members) {
+                functions.push((slot, m.load_function(k).map_err(driver)?));
+            }
+            modules.push(m);
+        }
+        Ok((modules, functions))
+    }
+
+    fn rebuild(&mut self, n: usize) -> Result<(), GpuError> {
+        let fresh = Device::new(&self.problem, &self.fitness_cubin)?;
+        self.device = fresh;
+        self.device.ensure_capacity(&self.problem, n, self.ncases).map_err(driver)
+    }
+
+    /// After a fault: a fresh context, then every individual alone, synchronising after each.
+    fn isolate(
+        &mut self,
+        units: &[CompiledUnit<'_>],
+        n: usize,
+        first: DriverError,
+        mut outcome: GpuGeneration,
+    ) -> Result<GpuGeneration, GpuError> {
+        eprintln!("kernel fault ({first:?}); recreating the context to find the faulty individuals");
+        self.rebuild(n)?;
+        outcome.recoveries += 1;
+        let mut ok = Vec::new();
+        let mut cache: HashMap<usize, Arc<CudaModule>> = HashMap::new();
+        for (u_idx, u) in units.iter().enumerate() {
+            for (k, &slot) in u.kernels.iter().zip(u.members) {
+                let module = match cache.get(&u_idx) {
+                    Some(m) => m.clone(),
+                    None => {
+                        let m = self
+                            .device
+                            .ctx
+                            .load_module(Ptx::from_binary(u.cubin.to_vec()))
+                            .map_err(driver)?;
+                        cache.insert(u_idx, m.clone());
+                        m
+                    }
+                };
+                let f = module.load_function(k).map_err(driver)?;
+                let r = self
+                    .device
+                    .launch(&self.problem, &f, slot, self.ncases)
+                    .and_then(|()| self.device.stream.synchronize());
+                drop(f);
+                match r {
+                    Ok(()) => ok.push(slot),
+                    Err(e) => {
+                        outcome.faults.push((slot, format!("{e:?}")));
+                        cache.clear();
+                        drop(module);
+                        self.rebuild(n)?;
+                        outcome.recoveries += 1;
+                        // Outputs of the individuals run so far are gone with the old context.
+                        ok.clear();
+                        return self.finish_after_fault(units, n, outcome);
+                    }
+                }
+            }
+        }
+        drop(cache);
+        let values = self.device.reduce(n, self.ncases).map_err(driver)?;
+        for i in ok {
+            outcome.fitness[i] = values.get(i).copied();
+        }
+        Ok(outcome)
+    }
+
+    /// Runs the generation again without the individuals known to fault.
+    fn finish_after_fault(
+        &mut self,
+        units: &[CompiledUnit<'_>],
+        n: usize,
+        outcome: GpuGeneration,
+    ) -> Result<GpuGeneration, GpuError> {
+        let faulty: Vec<usize> = outcome.faults.iter().map(|(i, _)| *i).collect();
+        let kept: Vec<(Vec<String>, Vec<usize>)> = units
+            .iter()
+            .map(|u| {
+                u.kernels
+                    .iter()
+                    .zip(u.members)
+                    .filter(|(_, m)| !faulty.contains(m))
+                    .map(|(k, m)| (k.clone(), *m))
+                    .unzip()
+            })
+            .collect();
+        let remaining: Vec<CompiledUnit<'_>> = units
+            .iter()
+            .zip(&kept)
+            .map(|(u, (k, m))| CompiledUnit { cubin: u.cubin, kernels: k, members: m })
+            .collect();
+        let mut again = self.evaluate(&remaining, n)?;
+        again.faults.splice(0..0, outcome.faults);
+        again.recoveries += outcome.recoveries;
+        again.load += outcome.load;
+        again.launch += outcome.launch;
+        Ok(again)
+    }
+}

@@ -1,0 +1,124 @@
+//! Rendering phenotypes into translation units: each unit is the problem's preamble once, then
+//! one `extern "C" __global__` kernel per individual, made from the template's kernel section.
+//!
+//! One kernel per individual (rather than all individuals fused into one kernel) keeps each
+//! function small for the compiler's optimiser, whose cost grows faster than linearly with
+//! function size, lets a failing individual be found by its own name, and lets the GPU side
+//! launch, time and fault-isolate individuals separately. Several kernels share one unit so
+//! that NVRTC's fixed cost per call (~12 ms on the GPU host) is paid once per unit, not once per
+//! individual.
+
+use gpfarm_gp::{KernelName, Phenotype, Template};
+
+/// How many individuals go into one translation unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// At most this many individuals per unit.
+    PerUnit(usize),
+    /// Exactly this many units (fewer if there are fewer individuals), sizes differing by at most
+    /// one: the paper's one unit per daemon.
+    Units(usize),
+}
+
+/// One translation unit and what is in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenderedUnit {
+    /// Unit name for compiler messages, e.g. `g3_u7.cu`.
+    pub name: String,
+    /// The CUDA C source.
+    pub source: String,
+    /// Indices (into the phenotypes given) of the individuals in this unit, in kernel order.
+    pub members: Vec<usize>,
+    /// Kernel name of each member, in the same order.
+    pub kernels: Vec<String>,
+}
+
+/// Name of the kernel of individual `index` in generation `generation`.
+pub fn kernel_name(generation: usize, index: usize) -> KernelName {
+    KernelName::new(format!("g{generation}_i{index}"))
+        .expect("g<digits>_i<digits> is a C identifier by construction")
+}
+
+/// Splits the phenotypes into units by `layout` and renders each.
+pub fn render_units(
+    template: &Template,
+    phenotypes: &[Phenotype],
+    generation: usize,
+    layout: Layout,
+) -> Vec<RenderedUnit> {
+    let n = phenotypes.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    let sizes: Vec<usize> = match layout {
+        Layout::PerUnit(k) => {
+            let k = k.max(1);
+            let units = n.div_ceil(k);
+            balanced_sizes(n, units)
+        }
+        Layout::Units(u) => balanced_sizes(n, u.clamp(1, n)),
+    };
+    let mut start = 0;
+    sizes
+        .into_iter()
+        .enumerate()
+        .map(|(u, len)| {
+            let members: Vec<usize> = (start..start + len).collect();
+            start += len;
+            let mut source = String::with_capacity(template.preamble().len() + len * 512);
+            source.push_str(template.preamble());
+            let mut kernels = Vec::with_capacity(len);
+            for &i in &members {
+                let name = kernel_name(generation, i);
+                source.push_str(&template.render_kernel(&name, &phenotypes[i]));
+                kernels.push(name.as_str().to_owned());
+            }
+            RenderedUnit { name: format!("g{generation}_u{u}.cu"), source, members, kernels }
+        })
+        .collect()
+}
+
+fn balanced_sizes(n: usize, parts: usize) -> Vec<usize> {
+    (0..parts).map(|i| n / parts + usize::from(i < n % parts)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpfarm_gp::Problem;
+
+    fn phenotypes(n: usize) -> Vec<Phenotype> {
+        (0..n).map(|i| Phenotype::new(format!("x + {i}.0f"))).collect()
+    }
+
+    #[test]
+    fn every_individual_lands_in_exactly_one_unit_in_order() {
+        let problem = Problem::builtin("keijzer6").unwrap();
+        let units = render_units(problem.template(), &phenotypes(10), 3, Layout::PerUnit(4));
+        let members: Vec<usize> = units.iter().flat_map(|u| u.members.clone()).collect();
+        assert_eq!(members, (0..10).collect::<Vec<_>>());
+        let sizes: Vec<usize> = units.iter().map(|u| u.members.len()).collect();
+        assert_eq!(sizes, vec![4, 3, 3]);
+    }
+
+    #[test]
+    fn a_unit_holds_the_preamble_once_and_one_kernel_per_member() {
+        let problem = Problem::builtin("search").unwrap();
+        let units = render_units(problem.template(), &phenotypes(5), 0, Layout::Units(2));
+        assert_eq!(units.len(), 2);
+        for u in &units {
+            assert_eq!(u.source.matches("struct gp_wrapped_ints").count(), 1);
+            for k in &u.kernels {
+                assert_eq!(u.source.matches(&format!("void {k}(")).count(), 1, "{k}");
+            }
+        }
+        assert!(units[1].source.contains("x + 4.0f"));
+    }
+
+    #[test]
+    fn asking_for_more_units_than_individuals_gives_one_each() {
+        let problem = Problem::builtin("multiplier5").unwrap();
+        let units = render_units(problem.template(), &phenotypes(3), 0, Layout::Units(16));
+        assert_eq!(units.len(), 3);
+    }
+}
