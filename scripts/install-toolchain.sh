@@ -14,6 +14,13 @@ marker="$dest/site/.gpfarm-cuda-$version"
 if [[ -f "$marker" ]]; then
     exit 0
 fi
+# A CUDA 13 toolkit on the machine (the GPU hosts have one) needs nothing installed.
+for dir in "${GPFARM_CUDA:-}" "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda; do
+    if [[ -n "$dir" && ( -f "$dir/lib64/libnvrtc.so.13" || -f "$dir/lib/libnvrtc.so.13" ) ]]; then
+        echo "using the CUDA toolkit in $dir; nothing to install" >&2
+        exit 0
+    fi
+done
 
 echo "installing NVRTC and nvcc $version wheels into $dest (about 190 MB download)" >&2
 rm -rf "$dest/site.partial"

@@ -5,8 +5,6 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-if [[ -z "${GPFARM_CUDA:-}" && ! -f /usr/local/cuda/lib64/libnvrtc.so.13 ]]; then
-    scripts/install-toolchain.sh
-fi
+scripts/install-toolchain.sh
 export GPFARM_REQUIRE_NVRTC=1
 cargo test --workspace --release "$@"

@@ -6,6 +6,9 @@ mod cli;
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
+    // Die quietly when a reader such as `head` closes the pipe, as command-line tools do.
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let args = cli::Cli::parse();
     let level = ["warn", "info", "debug"][usize::from(args.verbose.min(2))];
     tracing_subscriber::fmt()

@@ -3,6 +3,7 @@
 mod compile;
 mod compilers;
 mod daemons;
+mod evolve;
 mod random;
 
 use std::path::PathBuf;
@@ -29,6 +30,8 @@ pub struct Cli {
 enum Command {
     /// Compile a seeded random population, or given .cu files, and report the timings.
     Compile(compile::CompileArgs),
+    /// Evolve programs for a problem: every generation compiled by the farm and evaluated.
+    Evolve(evolve::EvolveArgs),
     /// Start, inspect and stop resident daemons shared by later runs.
     #[command(subcommand)]
     Daemons(daemons::DaemonsCommand),
@@ -39,5 +42,6 @@ pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Compile(args) => compile::run(args, cli.cuda.as_deref()),
         Command::Daemons(cmd) => daemons::run(cmd, cli.cuda.as_deref()),
+        Command::Evolve(args) => evolve::run(args, cli.cuda.as_deref()),
     }
 }

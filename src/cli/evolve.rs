@@ -1,0 +1,456 @@
+//! `gpfarm evolve`: grammatical GP where every generation is compiled by the farm and evaluated.
+
+use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use gpfarm_client::{Compiler, FailureKind, UnitOutcome};
+use gpfarm_gp::{Evolution, EvolutionConfig, Fitness, Phenotype, Problem, evaluate_all};
+use gpfarm_kernels::gpu::{self, CompiledUnit, GpuEvaluator};
+use gpfarm_kernels::{Layout, RenderedUnit, render_units};
+use gpfarm_protocol::{CompileMode, CompileOptions, SmArch, Unit};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+use super::compilers::{self, FarmSource, Kind};
+
+/// Where fitness is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EvalMode {
+    /// The GPU if there is one, else the CPU.
+    Auto,
+    /// The CPU reference evaluator.
+    Cpu,
+    /// The GPU (an error without one).
+    Gpu,
+}
+
+impl FromStr for EvalMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(EvalMode::Auto),
+            "cpu" => Ok(EvalMode::Cpu),
+            "gpu" => Ok(EvalMode::Gpu),
+            _ => Err(format!("unknown evaluator {s:?}: use auto, cpu or gpu")),
+        }
+    }
+}
+
+/// Arguments of `gpfarm evolve`.
+#[derive(Debug, Args)]
+pub struct EvolveArgs {
+    /// Built-in problem: search, keijzer6 or multiplier5.
+    #[arg(long, default_value = "keijzer6", conflicts_with = "problem_dir")]
+    problem: String,
+    /// A problem directory (problem.toml, grammar.bnf, cases.json, template.cu) instead.
+    #[arg(long)]
+    problem_dir: Option<PathBuf>,
+    /// Individuals per generation.
+    #[arg(long, default_value_t = 300)]
+    population: usize,
+    /// Generations bred after the initial one.
+    #[arg(long, default_value_t = 30)]
+    generations: usize,
+    /// Compile daemons (or threads); default: one per core.
+    #[arg(long, short = 'n')]
+    daemons: Option<usize>,
+    /// Compiler: farm, inprocess, threads or nvcc.
+    #[arg(long, default_value = "farm")]
+    compiler: Kind,
+    /// Skip compilation (CPU evaluation only; for quick experiments with the GP engine).
+    #[arg(long)]
+    no_compile: bool,
+    /// Individuals per translation unit (default: the population split evenly over the daemons,
+    /// at most 32 per unit).
+    #[arg(long)]
+    per_unit: Option<usize>,
+    /// Evaluator: auto (GPU if present, else CPU), cpu or gpu.
+    #[arg(long, default_value = "auto")]
+    eval: EvalMode,
+    /// Target architecture for the CUBIN (default: the GPU's when evaluating on it, else sm_90).
+    #[arg(long)]
+    arch: Option<SmArch>,
+    /// Extra NVRTC option (repeatable).
+    #[arg(long = "flag", allow_hyphen_values = true)]
+    flags: Vec<String>,
+    /// Seed: the same seed gives the same run.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Tournament size.
+    #[arg(long, default_value_t = 3)]
+    tournament: usize,
+    /// Elite individuals kept unchanged.
+    #[arg(long, default_value_t = 1)]
+    elite: usize,
+    /// Print one JSON record per generation (and a final summary record) instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Compile figures of one generation.
+#[derive(Debug, Default, Serialize)]
+struct CompileFigures {
+    units: usize,
+    individuals: usize,
+    wall_ms: f64,
+    ms_per_individual: f64,
+    nvrtc_compile_ms: f64,
+    extract_ms: f64,
+    jit_ms: f64,
+    failed_individuals: usize,
+    isolation_units: usize,
+}
+
+/// Where GPU evaluation time went (zero on the CPU).
+#[derive(Debug, Default, Serialize)]
+struct EvalSplit {
+    load_ms: f64,
+    launch_ms: f64,
+    readback_ms: f64,
+    faults: usize,
+    recoveries: usize,
+}
+
+/// One generation's record (`--json`).
+#[derive(Debug, Serialize)]
+struct GenerationRecord {
+    generation: usize,
+    best: f64,
+    mean: Option<f64>,
+    invalid: usize,
+    unique: usize,
+    compile: CompileFigures,
+    eval_ms: f64,
+    eval_split: EvalSplit,
+    evaluator: &'static str,
+    breed_ms: f64,
+    best_phenotype: Option<String>,
+}
+
+fn load_problem(args: &EvolveArgs) -> Result<Problem> {
+    Ok(match &args.problem_dir {
+        Some(dir) => Problem::load(dir).with_context(|| format!("loading problem {}", dir.display()))?,
+        None => Problem::builtin(&args.problem)?,
+    })
+}
+
+/// A compiled translation unit and the individuals in it.
+struct Compiled {
+    cubin: Vec<u8>,
+    kernels: Vec<String>,
+    members: Vec<usize>,
+}
+
+/// The outcome of compiling one generation.
+struct GenerationBuild {
+    /// Per phenotype: why it has no CUBIN, if it has none.
+    failures: Vec<Option<String>>,
+    /// The CUBINs, with their members.
+    compiled: Vec<Compiled>,
+    figures: CompileFigures,
+}
+
+/// Compiles the units; a unit that fails to compile is split into one unit per individual so
+/// that only the individuals at fault fail.
+fn compile_generation(
+    compiler: &mut dyn Compiler,
+    units: Vec<RenderedUnit>,
+    n: usize,
+    options: &CompileOptions,
+    generation: usize,
+    template: &gpfarm_gp::Template,
+    phenotypes: &[Phenotype],
+) -> Result<GenerationBuild> {
+    let start = Instant::now();
+    let wire: Vec<Unit> = units.iter().map(|u| Unit::new(u.name.clone(), u.source.clone())).collect();
+    let batch = compiler.compile(&wire, options)?;
+    let mut figures = CompileFigures { units: units.len(), individuals: n, ..Default::default() };
+    let add = |t: &gpfarm_protocol::UnitTimings, f: &mut CompileFigures| {
+        f.nvrtc_compile_ms += t.compile_us as f64 / 1000.0;
+        f.extract_ms += t.extract_us as f64 / 1000.0;
+        f.jit_ms += t.jit_us as f64 / 1000.0;
+    };
+    let mut failure: Vec<Option<String>> = vec![None; n];
+    let mut compiled = Vec::with_capacity(units.len());
+    let mut suspects = Vec::new();
+    for (unit, r) in units.into_iter().zip(batch.results) {
+        add(&r.timings, &mut figures);
+        match r.outcome {
+            UnitOutcome::Cubin(cubin) => {
+                compiled.push(Compiled { cubin, kernels: unit.kernels, members: unit.members })
+            }
+            UnitOutcome::Failed(f) => {
+                if unit.members.len() > 1 || f.kind == FailureKind::Lost {
+                    suspects.extend(unit.members.iter().copied());
+                } else {
+                    for &m in &unit.members {
+                        failure[m] = Some(format!("{f}\n{}", r.log));
+                    }
+                }
+            }
+        }
+    }
+    if !suspects.is_empty() {
+        let singles: Vec<Phenotype> = suspects.iter().map(|&i| phenotypes[i].clone()).collect();
+        let retry = render_units(template, &singles, generation, Layout::PerUnit(1));
+        let wire: Vec<Unit> = retry
+            .iter()
+            .zip(&suspects)
+            .map(|(u, &i)| {
+                // Keep each kernel's name tied to its individual's index in the generation.
+                let src = u.source.replace(&u.kernels[0], &format!("g{generation}_i{i}"));
+                Unit::new(format!("g{generation}_i{i}.cu"), src)
+            })
+            .collect();
+        figures.isolation_units = wire.len();
+        let again = compiler.compile(&wire, options)?;
+        for (&i, r) in suspects.iter().zip(again.results) {
+            add(&r.timings, &mut figures);
+            match r.outcome {
+                UnitOutcome::Cubin(cubin) => compiled.push(Compiled {
+                    cubin,
+                    kernels: vec![format!("g{generation}_i{i}")],
+                    members: vec![i],
+                }),
+                UnitOutcome::Failed(f) => failure[i] = Some(format!("{f}\n{}", r.log)),
+            }
+        }
+    }
+    figures.failed_individuals = failure.iter().filter(|f| f.is_some()).count();
+    figures.wall_ms = start.elapsed().as_secs_f64() * 1000.0;
+    figures.ms_per_individual = figures.wall_ms / n.max(1) as f64;
+    Ok(GenerationBuild { failures: failure, compiled, figures })
+}
+
+/// The evaluator a run uses.
+enum Evaluator {
+    Cpu,
+    Gpu(Box<GpuEvaluator>),
+}
+
+/// Chooses the evaluator (and so the target architecture) before anything is compiled.
+fn choose_evaluator(mode: EvalMode, no_compile: bool) -> Result<Option<(String, SmArch)>> {
+    if mode == EvalMode::Cpu {
+        return Ok(None);
+    }
+    match gpu::probe() {
+        Ok((name, (major, minor))) if !no_compile => Ok(Some((name, SmArch((major * 10 + minor) as u32)))),
+        Ok(_) if mode == EvalMode::Gpu => bail!("--eval gpu needs compiled individuals: drop --no-compile"),
+        Ok(_) => Ok(None),
+        Err(e) if mode == EvalMode::Gpu => bail!("--eval gpu: {e}"),
+        Err(e) => {
+            eprintln!("note: {e}; evaluating on the CPU (the reference evaluator)");
+            Ok(None)
+        }
+    }
+}
+
+/// A fitness value for a table column: fixed point when readable, scientific otherwise.
+fn number(v: f64) -> String {
+    if v != 0.0 && (v.abs() >= 1e6 || v.abs() < 1e-4) { format!("{v:.4e}") } else { format!("{v:.6}") }
+}
+
+/// Runs `gpfarm evolve`.
+pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
+    let problem = load_problem(&args)?;
+    let gpu_choice = choose_evaluator(args.eval, args.no_compile)?;
+    let arch = args.arch.or(gpu_choice.as_ref().map(|g| g.1)).unwrap_or(SmArch::SM_90);
+    let evaluator_name = if gpu_choice.is_some() { "gpu" } else { "cpu" };
+    let config = EvolutionConfig {
+        population: args.population,
+        generations: args.generations,
+        tournament: args.tournament,
+        elite: args.elite,
+        seed: args.seed,
+        ..EvolutionConfig::default()
+    };
+    let mut evo = Evolution::new(&problem, config)?;
+    let workers = args.daemons.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let options = CompileOptions { arch, mode: CompileMode::Cubin, flags: args.flags.clone() };
+    let mut compiler = if args.no_compile {
+        None
+    } else {
+        Some(compilers::build(args.compiler, workers, cuda, &options, &FarmSource::default())?)
+    };
+    let mut evaluator = match (&gpu_choice, compiler.as_deref_mut()) {
+        (Some(_), Some(c)) => {
+            let source = gpu::fitness_source(&problem)?;
+            let batch = c.compile(&[Unit::new("gpfarm_fitness.cu", source)], &options)?;
+            let result = batch.results.into_iter().next().context("no result for the fitness kernel")?;
+            let cubin = match result.outcome {
+                UnitOutcome::Cubin(c) => c,
+                UnitOutcome::Failed(f) => bail!("the fitness kernel did not compile: {f}\n{}", result.log),
+            };
+            Evaluator::Gpu(Box::new(GpuEvaluator::new(&problem, cubin)?))
+        }
+        _ => Evaluator::Cpu,
+    };
+    let layout = match args.per_unit {
+        Some(k) => Layout::PerUnit(k),
+        None => Layout::PerUnit(args.population.div_ceil(workers).clamp(1, 32)),
+    };
+    let eval_threads = NonZeroUsize::new(std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .unwrap_or(NonZeroUsize::MIN);
+
+    let bar = if args.json {
+        ProgressBar::hidden()
+    } else {
+        let bar = ProgressBar::new(args.generations as u64 + 1);
+        bar.set_style(
+            ProgressStyle::with_template("{bar:30} {pos}/{len} generations, {elapsed} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar
+    };
+    if !args.json {
+        bar.suspend(|| {
+            println!(
+                "{} on {}: population {}, {} generations, seed {}, evaluator {}, {arch}",
+                problem.name(),
+                compiler.as_ref().map_or("no compiler".to_string(), |c| c.name()),
+                args.population,
+                args.generations,
+                args.seed,
+                match &evaluator {
+                    Evaluator::Gpu(g) => format!("gpu ({})", g.name),
+                    Evaluator::Cpu => "cpu".into(),
+                }
+            )
+        });
+        bar.suspend(|| {
+            println!(
+                "{:>4} {:>12} {:>12} {:>7} {:>6} {:>9} {:>10} {:>9} {:>8}",
+                "gen", "best", "mean", "invalid", "uniq", "comp ms", "ms/indiv", "nvrtc ms", "eval ms"
+            )
+        });
+    }
+    let run_start = Instant::now();
+    let mut total_compile_ms = 0.0;
+    let mut total_eval_ms = 0.0;
+    for generation in 0..=args.generations {
+        let dedup = evo.dedup();
+        let n = dedup.unique.len();
+        let build = match compiler.as_deref_mut() {
+            Some(c) => {
+                let units = render_units(problem.template(), &dedup.unique, generation, layout);
+                compile_generation(c, units, n, &options, generation, problem.template(), &dedup.unique)?
+            }
+            None => GenerationBuild {
+                failures: vec![None; n],
+                compiled: Vec::new(),
+                figures: CompileFigures::default(),
+            },
+        };
+        let eval_start = Instant::now();
+        let worst = Fitness::worst(problem.direction());
+        let mut split = EvalSplit::default();
+        let unique_fitness: Vec<Fitness> = match &mut evaluator {
+            Evaluator::Cpu => evaluate_all(&problem, &dedup.unique, eval_threads)
+                .iter()
+                .zip(&build.failures)
+                .map(|(e, failed)| if failed.is_some() { worst } else { e.fitness })
+                .collect(),
+            Evaluator::Gpu(g) => {
+                let units: Vec<CompiledUnit<'_>> = build
+                    .compiled
+                    .iter()
+                    .map(|c| CompiledUnit { cubin: &c.cubin, kernels: &c.kernels, members: &c.members })
+                    .collect();
+                let out = g.evaluate(&units, n)?;
+                split = EvalSplit {
+                    load_ms: out.load.as_secs_f64() * 1000.0,
+                    launch_ms: out.launch.as_secs_f64() * 1000.0,
+                    readback_ms: out.readback.as_secs_f64() * 1000.0,
+                    faults: out.faults.len(),
+                    recoveries: out.recoveries,
+                };
+                for (i, why) in &out.faults {
+                    tracing::warn!("individual {i} of generation {generation} faulted on the GPU: {why}");
+                }
+                out.fitness
+                    .iter()
+                    .map(|v| match v {
+                        Some(v) if v.is_finite() => Fitness::new(*v, problem.direction()),
+                        _ => worst,
+                    })
+                    .collect()
+            }
+        };
+        let eval_ms = eval_start.elapsed().as_secs_f64() * 1000.0;
+        let figures = build.figures;
+        let fitness = dedup.expand(&unique_fitness, problem.direction())?;
+        evo.set_fitness(fitness)?;
+        let stats = evo.stats()?;
+        total_compile_ms += figures.wall_ms;
+        total_eval_ms += eval_ms;
+        let breed_start = Instant::now();
+        if generation < args.generations {
+            evo.breed()?;
+        }
+        let record = GenerationRecord {
+            generation,
+            best: stats.best.value(),
+            mean: stats.mean,
+            invalid: stats.invalid,
+            unique: n,
+            compile: figures,
+            eval_ms,
+            eval_split: split,
+            evaluator: evaluator_name,
+            breed_ms: breed_start.elapsed().as_secs_f64() * 1000.0,
+            best_phenotype: stats.best_phenotype.as_ref().map(|p| p.as_str().to_owned()),
+        };
+        if args.json {
+            println!("{}", serde_json::to_string(&record)?);
+        } else {
+            bar.suspend(|| {
+                println!(
+                    "{:>4} {:>12} {:>12} {:>7} {:>6} {:>9.1} {:>10.3} {:>9.1} {:>8.1}",
+                    generation,
+                    number(record.best),
+                    record.mean.map_or("-".into(), number),
+                    record.invalid,
+                    record.unique,
+                    record.compile.wall_ms,
+                    record.compile.ms_per_individual,
+                    record.compile.nvrtc_compile_ms,
+                    record.eval_ms
+                )
+            });
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let (best, fitness) = evo.best_ever().context("no individual was evaluated")?;
+    let phenotype = best.phenotype().map_or("<invalid>".to_string(), |p| p.as_str().to_owned());
+    let summary = serde_json::json!({
+        "summary": true,
+        "problem": problem.name(),
+        "generations": args.generations,
+        "population": args.population,
+        "seed": args.seed,
+        "best_fitness": fitness.value(),
+        "best_phenotype": phenotype,
+        "wall_s": run_start.elapsed().as_secs_f64(),
+        "compile_s": total_compile_ms / 1000.0,
+        "eval_s": total_eval_ms / 1000.0,
+    });
+    if args.json {
+        println!("{summary}");
+    } else {
+        println!(
+            "best fitness {} after {} generations ({:.1} s: compile {:.1} s, evaluate {:.1} s)",
+            fitness.value(),
+            args.generations,
+            run_start.elapsed().as_secs_f64(),
+            total_compile_ms / 1000.0,
+            total_eval_ms / 1000.0
+        );
+        println!("best individual:\n{phenotype}");
+    }
+    Ok(())
+}

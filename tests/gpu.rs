@@ -1,0 +1,202 @@
+//! GPU evaluation against the CPU reference evaluator. Every test checks for a GPU at run time
+//! and skips, saying why, when there is none.
+
+mod common;
+
+use std::num::NonZeroUsize;
+use std::process::Command;
+
+use common::config;
+use gpfarm_client::{CompileOptions, Compiler, Farm, SmArch, Unit, UnitOutcome};
+use gpfarm_gp::{Evolution, EvolutionConfig, Phenotype, Problem, evaluate_all};
+use gpfarm_kernels::gpu::{self, CompiledUnit, GpuEvaluator};
+use gpfarm_kernels::{Layout, render_units};
+
+fn gpu_or_skip(test: &str) -> Option<SmArch> {
+    match gpu::probe() {
+        Ok((name, (major, minor))) => {
+            eprintln!("{test}: running on {name} (sm_{major}{minor})");
+            Some(SmArch((major * 10 + minor) as u32))
+        }
+        Err(e) => {
+            eprintln!("SKIPPED {test}: {e}");
+            None
+        }
+    }
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
+}
+
+struct Built {
+    cubins: Vec<(Vec<u8>, Vec<String>, Vec<usize>)>,
+}
+
+fn compile(farm: &mut Farm, problem: &Problem, phenotypes: &[Phenotype], arch: SmArch) -> Built {
+    let units = render_units(problem.template(), phenotypes, 0, Layout::PerUnit(32));
+    let wire: Vec<Unit> = units.iter().map(|u| Unit::new(u.name.clone(), u.source.clone())).collect();
+    let batch = farm.compile(&wire, &CompileOptions::cubin(arch)).unwrap();
+    let mut cubins = Vec::new();
+    for (u, r) in units.into_iter().zip(batch.results) {
+        match r.outcome {
+            UnitOutcome::Cubin(c) => cubins.push((c, u.kernels, u.members)),
+            UnitOutcome::Failed(f) => panic!("{}: {f}\n{}", u.name, r.log),
+        }
+    }
+    Built { cubins }
+}
+
+fn evaluator(farm: &mut Farm, problem: &Problem, arch: SmArch) -> GpuEvaluator {
+    let src = gpu::fitness_source(problem).unwrap();
+    let batch = farm.compile(&[Unit::new("fitness.cu", src)], &CompileOptions::cubin(arch)).unwrap();
+    let cubin = batch.results[0].cubin().expect("fitness kernel compiles").to_vec();
+    GpuEvaluator::new(problem, cubin).unwrap()
+}
+
+fn views(built: &Built) -> Vec<CompiledUnit<'_>> {
+    built.cubins.iter().map(|(c, k, m)| CompiledUnit { cubin: c, kernels: k, members: m }).collect()
+}
+
+/// 1000 random individuals (generation 0 of a seeded run), deduplicated.
+fn random_phenotypes(problem: &Problem, seed: u64) -> Vec<Phenotype> {
+    let evo =
+        Evolution::new(problem, EvolutionConfig { population: 1000, seed, ..EvolutionConfig::default() })
+            .unwrap();
+    evo.dedup().unique
+}
+
+fn compare(problem_name: &str, tolerance: f64) {
+    let Some(arch) = gpu_or_skip(problem_name) else { return };
+    let problem = Problem::builtin(problem_name).unwrap();
+    let phenotypes = random_phenotypes(&problem, 7);
+    let mut farm = Farm::spawn(config(cores())).unwrap();
+    let built = compile(&mut farm, &problem, &phenotypes, arch);
+    let mut gpu = evaluator(&mut farm, &problem, arch);
+    let on_gpu = gpu.evaluate(&views(&built), phenotypes.len()).unwrap();
+    assert!(on_gpu.faults.is_empty(), "{:?}", on_gpu.faults);
+    let on_cpu = evaluate_all(&problem, &phenotypes, NonZeroUsize::new(cores()).unwrap());
+    let (mut both_bad, mut worst_rel) = (0, 0.0f64);
+    for (i, (g, c)) in on_gpu.fitness.iter().zip(&on_cpu).enumerate() {
+        let g = g.unwrap_or(f64::NAN);
+        let c_ok = c.failure.is_none() && c.fitness.is_finite();
+        if !g.is_finite() || !c_ok {
+            assert!(
+                !g.is_finite() && !c_ok,
+                "{problem_name} #{i}: gpu {g}, cpu {:?}\n{}",
+                c.fitness,
+                phenotypes[i].as_str()
+            );
+            both_bad += 1;
+            continue;
+        }
+        let cv = c.fitness.value();
+        let rel = (g - cv).abs() / cv.abs().max(1.0);
+        worst_rel = worst_rel.max(rel);
+        assert!(
+            rel <= tolerance,
+            "{problem_name} #{i}: gpu {g} cpu {cv} (rel {rel:e})\n{}",
+            phenotypes[i].as_str()
+        );
+    }
+    eprintln!(
+        "{problem_name}: {} distinct individuals, {both_bad} invalid on both, largest relative difference {worst_rel:e}",
+        phenotypes.len()
+    );
+}
+
+#[test]
+fn search_fitness_on_the_gpu_equals_the_cpu_evaluator_exactly() {
+    compare("search", 0.0);
+}
+
+#[test]
+fn multiplier5_fitness_on_the_gpu_equals_the_cpu_evaluator_exactly() {
+    compare("multiplier5", 0.0);
+}
+
+/// Keijzer-6 is float arithmetic with sinf/expf/tanhf/logf/sqrtf: CUDA's versions are within
+/// 1-2 ulp of the correctly rounded result, the CPU's libm within 1, and NVRTC contracts a*b+c
+/// into one FMA where the CPU rounds twice. Each case's output may so differ by a few ulp of
+/// float (relative 1e-6 per operation, compounding through an expression); the RMSE over 64
+/// cases inherits that. 1e-4 relative leaves room for long expressions and is still far below
+/// any fitness difference selection acts on.
+#[test]
+fn keijzer6_fitness_on_the_gpu_matches_the_cpu_evaluator_within_1e_4() {
+    compare("keijzer6", 1e-4);
+}
+
+#[test]
+fn a_faulting_kernel_gets_no_fitness_and_the_next_generation_still_runs() {
+    let Some(arch) = gpu_or_skip("faulting_kernel") else { return };
+    let problem = Problem::builtin("keijzer6").unwrap();
+    let mut farm = Farm::spawn(config(2)).unwrap();
+    let good: Vec<Phenotype> = ["x", "x * 2.0f", "sinf(x)"].into_iter().map(Phenotype::new).collect();
+    let built = compile(&mut farm, &problem, &good, arch);
+    // Same signature as an individual, but it writes through a null pointer.
+    let bad_src = "extern \"C\" __global__ void bad(const float* in_x, float* out_y, int NCASES)\n\
+                   { int c = blockIdx.x * blockDim.x + threadIdx.x; if (c < NCASES) ((float*)0)[c] = in_x[c]; }\n";
+    let bad = farm.compile(&[Unit::new("bad.cu", bad_src)], &CompileOptions::cubin(arch)).unwrap();
+    let bad_cubin = bad.results[0].cubin().unwrap().to_vec();
+    let mut gpu = evaluator(&mut farm, &problem, arch);
+    let (bad_kernels, bad_members) = (vec!["bad".to_string()], vec![3usize]);
+    let mut units = views(&built);
+    units.push(CompiledUnit { cubin: &bad_cubin, kernels: &bad_kernels, members: &bad_members });
+    let out = gpu.evaluate(&units, 4).unwrap();
+    assert_eq!(out.faults.iter().map(|f| f.0).collect::<Vec<_>>(), vec![3], "{:?}", out.faults);
+    assert!(out.recoveries >= 1);
+    assert!(out.fitness[..3].iter().all(|f| f.is_some_and(f64::is_finite)), "{:?}", out.fitness);
+    assert_eq!(out.fitness[3], None);
+    // The next generation runs in the recovered context and gives the same values.
+    let again = gpu.evaluate(&views(&built), 3).unwrap();
+    assert_eq!(&again.fitness[..], &out.fitness[..3]);
+}
+
+#[test]
+fn device_memory_does_not_grow_over_many_generations() {
+    let Some(arch) = gpu_or_skip("memory_growth") else { return };
+    let problem = Problem::builtin("keijzer6").unwrap();
+    let mut farm = Farm::spawn(config(cores())).unwrap();
+    let phenotypes = random_phenotypes(&problem, 3);
+    let built = compile(&mut farm, &problem, &phenotypes, arch);
+    let mut gpu = evaluator(&mut farm, &problem, arch);
+    let free = || cudarc::driver::result::mem_get_info().map(|(free, _)| free).unwrap();
+    gpu.evaluate(&views(&built), phenotypes.len()).unwrap();
+    let before = free();
+    for _ in 0..50 {
+        gpu.evaluate(&views(&built), phenotypes.len()).unwrap();
+    }
+    let after = free();
+    eprintln!("free device memory before {before}, after 50 generations {after}");
+    assert!(after + (16 << 20) >= before, "device memory shrank by {} bytes", before - after);
+}
+
+#[test]
+fn twenty_generations_of_each_problem_run_on_the_gpu() {
+    if gpu_or_skip("evolve_on_gpu").is_none() {
+        return;
+    }
+    for problem in ["search", "keijzer6", "multiplier5"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_gpfarm"))
+            .args([
+                "evolve",
+                "--eval",
+                "gpu",
+                "--problem",
+                problem,
+                "--population",
+                "100",
+                "--generations",
+                "20",
+            ])
+            .args(["--seed", "1", "--json"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{problem}: {}", String::from_utf8_lossy(&out.stderr));
+        let records: Vec<serde_json::Value> =
+            String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(records.len(), 22, "{problem}: 21 generations and a summary");
+        assert!(records[..21].iter().all(|r| r["evaluator"] == "gpu"));
+        eprintln!("{problem}: {}", records[21]);
+    }
+}
