@@ -147,3 +147,32 @@ fn an_attached_daemon_refuses_a_second_client() {
     let batch = first.compile(&units(2), &CompileOptions::cubin(SmArch::SM_90)).unwrap();
     assert!(batch.results.iter().all(|r| r.cubin().is_some()));
 }
+
+#[test]
+fn a_unit_that_crashes_the_compiler_fails_alone_and_its_daemon_restarts() {
+    if !nvrtc_or_skip("compiler_crash") {
+        return;
+    }
+    let crash = Unit::new("crash.cu", include_str!("data/nvrtc13_crash.cu"));
+    let mut farm = Farm::spawn(config(2)).unwrap();
+    let pids = farm.pids();
+    let mut units = units(4);
+    units.insert(1, crash);
+    let batch = farm.compile(&units, &CompileOptions::cubin(SmArch::SM_90)).unwrap();
+    let UnitOutcome::Failed(f) = &batch.results[1].outcome else {
+        eprintln!("SKIPPED compiler_crash: this NVRTC compiles tests/data/nvrtc13_crash.cu");
+        return;
+    };
+    assert_eq!(f.kind, FailureKind::Lost, "{f}");
+    assert!(f.message.contains("SIGSEGV") && f.message.contains("on this unit"), "{f}");
+    // The units that shared the crashed daemon's part were sent again and compiled.
+    for i in [0, 2, 3, 4] {
+        assert!(batch.results[i].cubin().is_some(), "unit {i}: {:?}", batch.results[i].outcome);
+    }
+    assert_eq!(batch.stats.lost_daemons, 1);
+    assert_eq!(batch.stats.restarts, 1);
+    assert_eq!(batch.stats.retried_units, 2);
+    assert_ne!(farm.pids(), pids, "the crashed daemon was replaced");
+    let again = farm.compile(&common::units(3), &CompileOptions::cubin(SmArch::SM_90)).unwrap();
+    assert!(again.results.iter().all(|r| r.cubin().is_some()));
+}

@@ -53,6 +53,8 @@ pub struct BatchStats {
     pub lost_daemons: usize,
     /// Daemons started again during the call.
     pub restarts: usize,
+    /// Units sent again because their daemon was lost while they waited in its part.
+    pub retried_units: usize,
 }
 
 impl BatchStats {

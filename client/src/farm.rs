@@ -46,6 +46,8 @@ pub struct FarmConfig {
     pub request_timeout: Duration,
     /// Detach spawned daemons from this process (they outlive it; for `gpfarm daemons start`).
     pub detached: bool,
+    /// Let daemons keep NVRTC's freed memory ([`gpfarm_toolchain::tune_allocator`]).
+    pub tuned_allocator: bool,
 }
 
 impl Default for FarmConfig {
@@ -59,6 +61,7 @@ impl Default for FarmConfig {
             start_timeout: Duration::from_secs(120),
             request_timeout: Duration::from_secs(600),
             detached: false,
+            tuned_allocator: true,
         }
     }
 }
@@ -160,6 +163,7 @@ fn spawn_daemon(exe: &Path, farm: &FarmName, id: u16, config: &FarmConfig) -> Re
     cmd.arg("--farm").arg(farm.as_str()).arg("--id").arg(id.to_string());
     cmd.arg("--warmup-arch").arg(config.warmup_arch.to_string());
     cmd.arg("--gpu-context").arg(if config.gpu_context { "auto" } else { "off" });
+    cmd.arg("--malloc").arg(if config.tuned_allocator { "tuned" } else { "default" });
     if let Some(cuda) = &config.cuda {
         cmd.arg("--cuda").arg(cuda);
     }
@@ -479,42 +483,61 @@ struct Answer {
     part: usize,
     response: Result<Response, Lost>,
     read_us: u64,
-    response_bytes: u64,
 }
 
-impl Compiler for Farm {
-    fn name(&self) -> String {
-        format!("farm:{}", self.daemons.len())
-    }
+/// What became of one unit in one round of dispatching.
+enum Fate {
+    Done(UnitResult),
+    /// The daemon died or hung while compiling this very unit.
+    Culprit(String),
+    /// Its daemon was lost before or after this unit; worth sending again.
+    Unfinished(String),
+}
 
-    fn compile(&mut self, units: &[Unit], options: &CompileOptions) -> Result<Batch, CompilerError> {
-        let start = Instant::now();
-        let parts = balanced(units.len(), self.daemons.len());
-        let mut results: Vec<Option<UnitResult>> = vec![None; units.len()];
-        let mut stats =
-            BatchStats { workers: vec![WorkerStats::default(); parts.len()], ..Default::default() };
+/// How often a unit is sent again after its daemon was lost without it being the culprit.
+const MAX_ATTEMPTS: u8 = 3;
+
+impl Farm {
+    /// Sends `pending` (indices into `units`) to the daemons once, in balanced contiguous parts,
+    /// and says what became of each; lost daemons are listed in `lost`.
+    fn dispatch(
+        &mut self,
+        units: &[Unit],
+        pending: &[usize],
+        options: &CompileOptions,
+        stats: &mut BatchStats,
+        lost: &mut Vec<usize>,
+    ) -> Vec<(usize, Fate)> {
+        let refs: Vec<&Unit> = pending.iter().map(|&i| &units[i]).collect();
+        let parts = balanced(refs.len(), self.daemons.len());
+        let mut fates: Vec<(usize, Fate)> = Vec::with_capacity(pending.len());
+        if stats.workers.len() < parts.len() {
+            stats.workers.resize(parts.len(), WorkerStats::default());
+        }
 
         // Write every part, then signal every daemon at once.
+        let write_start = Instant::now();
         let mut seen = Vec::with_capacity(parts.len());
         let mut written = vec![false; parts.len()];
         for (k, range) in parts.iter().enumerate() {
             let d = &mut self.daemons[k];
             seen.push(d.seg.done().load(Ordering::Acquire));
-            match d.seg.write_request(&CompileRef { options, units: &units[range.clone()] }) {
+            match d.seg.write_request(&CompileRef { options, units: &refs[range.clone()] }) {
                 Ok(bytes) => {
+                    d.seg.set_progress(0);
                     d.seg.set_state(DaemonState::Processing);
-                    stats.workers[k].request_bytes = bytes as u64;
+                    stats.workers[k].request_bytes += bytes as u64;
                     written[k] = true;
                 }
                 Err(e) => {
-                    for i in range.clone() {
-                        results[i] =
-                            Some(UnitResult::failed(FailureKind::Internal, format!("request not sent: {e}")));
+                    for &i in &pending[range.clone()] {
+                        let r = UnitResult::failed(FailureKind::Internal, format!("request not sent: {e}"));
+                        fates.push((i, Fate::Done(r)));
                     }
                 }
             }
         }
-        stats.write_us = start.elapsed().as_micros() as u64;
+        stats.write_us += write_start.elapsed().as_micros() as u64;
         let signalled = Instant::now();
         for (k, d) in self.daemons.iter().enumerate().take(parts.len()) {
             if written[k] {
@@ -524,8 +547,9 @@ impl Compiler for Farm {
 
         // One waiting thread per daemon; answers arrive over a channel as daemons finish.
         let deadline = signalled + self.config.request_timeout;
+        let timeout = self.config.request_timeout;
         let (tx, rx) = crossbeam_channel::unbounded::<Answer>();
-        let mut lost = Vec::new();
+        let mut lost_parts = Vec::new();
         std::thread::scope(|scope| {
             for ((k, d), seen) in self.daemons.iter_mut().enumerate().zip(seen) {
                 if !written.get(k).copied().unwrap_or(false) {
@@ -533,72 +557,127 @@ impl Compiler for Farm {
                 }
                 let tx = tx.clone();
                 scope.spawn(move || {
-                    let response = d.await_done(seen, deadline).and_then(|()| {
-                        let t = Instant::now();
-                        let r = d.seg.read_response().map_err(|e| Lost::Protocol(e.to_string()));
-                        r.map(|r| (r, t.elapsed()))
-                    });
-                    let (response, read) = match response {
-                        Ok((r, t)) => (Ok(r), t),
-                        Err(l) => (Err(l), Duration::ZERO),
-                    };
-                    let _ = tx.send(Answer {
-                        part: k,
-                        response,
-                        read_us: read.as_micros() as u64,
-                        response_bytes: 0,
-                    });
+                    let waited = d.await_done(seen, deadline);
+                    let t = Instant::now();
+                    let response = waited
+                        .and_then(|()| d.seg.read_response().map_err(|e| Lost::Protocol(e.to_string())));
+                    let _ = tx.send(Answer { part: k, response, read_us: t.elapsed().as_micros() as u64 });
                 });
             }
             drop(tx);
             for answer in rx {
                 let k = answer.part;
                 let range = parts[k].clone();
+                let ids = &pending[range.clone()];
                 stats.read_us += answer.read_us;
-                stats.workers[k].response_bytes = answer.response_bytes;
-                let lost_reason = match answer.response {
+                let reason = match answer.response {
                     Ok(Response::Compiled { results: got, daemon_us, .. }) if got.len() == range.len() => {
-                        stats.workers[k].units = got.len();
-                        stats.workers[k].busy_us = daemon_us;
-                        for (i, r) in range.clone().zip(got) {
-                            results[i] = Some(r);
-                        }
-                        None
+                        stats.workers[k].units += got.len();
+                        stats.workers[k].busy_us += daemon_us;
+                        fates.extend(ids.iter().copied().zip(got.into_iter().map(Fate::Done)));
+                        continue;
                     }
                     Ok(Response::Compiled { results: got, .. }) => {
-                        Some(format!("answered {} results for {} units", got.len(), range.len()))
+                        format!("answered {} results for {} units", got.len(), range.len())
                     }
-                    Ok(Response::Error(m)) => Some(m),
-                    Ok(other) => Some(format!("unexpected answer {other:?}")),
-                    Err(Lost::Died(m)) => Some(format!("died while compiling: {m}")),
-                    Err(Lost::Hung) => Some(format!("no answer within {:?}", self.config.request_timeout)),
-                    Err(Lost::Protocol(m)) => Some(m),
+                    Ok(Response::Error(m)) => m,
+                    Ok(other) => format!("unexpected answer {other:?}"),
+                    Err(Lost::Died(m)) => format!("gpfarmd {k} died while compiling: {m}"),
+                    Err(Lost::Hung) => format!("gpfarmd {k} gave no answer within {timeout:?}"),
+                    Err(Lost::Protocol(m)) => m,
                 };
-                if let Some(reason) = lost_reason {
-                    lost.push(k);
-                    for i in range {
-                        results[i] =
-                            Some(UnitResult::failed(FailureKind::Lost, format!("daemon {k}: {reason}")));
-                    }
-                }
+                lost_parts.push((k, reason));
             }
         });
-        stats.wait_us = signalled.elapsed().as_micros() as u64;
-        stats.lost_daemons = lost.len();
-        if self.owns_daemons {
-            for k in lost {
-                match self.respawn(k) {
-                    Ok(()) => stats.restarts += 1,
-                    Err(e) => tracing::warn!("daemon {k} could not be restarted: {e}"),
+        stats.wait_us += signalled.elapsed().as_micros() as u64;
+        for (k, reason) in lost_parts {
+            lost.push(k);
+            // The daemon counts finished units in its header: the next one is the culprit.
+            let done = self.daemons[k].seg.progress() as usize;
+            for (pos, &i) in pending[parts[k].clone()].iter().enumerate() {
+                let fate = if pos == done {
+                    Fate::Culprit(format!("{reason} (on this unit)"))
+                } else {
+                    Fate::Unfinished(reason.clone())
+                };
+                fates.push((i, fate));
+            }
+        }
+        fates
+    }
+}
+
+impl Compiler for Farm {
+    fn name(&self) -> String {
+        format!("farm:{}", self.daemons.len())
+    }
+
+    /// Compiles in rounds: a daemon that dies or hangs loses only the unit it was compiling
+    /// (that unit fails as `Lost`, with the reason); it is restarted, and the rest of its part is
+    /// sent again.
+    fn compile(&mut self, units: &[Unit], options: &CompileOptions) -> Result<Batch, CompilerError> {
+        let start = Instant::now();
+        let mut results: Vec<Option<UnitResult>> = vec![None; units.len()];
+        let mut stats = BatchStats::default();
+        let mut attempts = vec![0u8; units.len()];
+        let mut pending: Vec<usize> = (0..units.len()).collect();
+        while !pending.is_empty() && !self.daemons.is_empty() {
+            let mut lost = Vec::new();
+            let fates = self.dispatch(units, &pending, options, &mut stats, &mut lost);
+            let mut retry = Vec::new();
+            for (i, fate) in fates {
+                match fate {
+                    Fate::Done(r) => results[i] = Some(r),
+                    Fate::Culprit(why) => results[i] = Some(UnitResult::failed(FailureKind::Lost, why)),
+                    Fate::Unfinished(why) => {
+                        attempts[i] += 1;
+                        if attempts[i] >= MAX_ATTEMPTS {
+                            results[i] = Some(UnitResult::failed(FailureKind::Lost, why));
+                        } else {
+                            retry.push(i);
+                        }
+                    }
                 }
             }
+            stats.lost_daemons += lost.len();
+            self.recover(&lost, &mut stats);
+            retry.sort_unstable();
+            stats.retried_units += retry.len();
+            pending = retry;
         }
         stats.wall_us = start.elapsed().as_micros() as u64;
         let results = results
             .into_iter()
-            .map(|r| r.unwrap_or_else(|| UnitResult::failed(FailureKind::Lost, "no answer")))
+            .map(|r| {
+                r.unwrap_or_else(|| UnitResult::failed(FailureKind::Lost, "no daemon left to compile it"))
+            })
             .collect();
         Ok(Batch { results, stats })
+    }
+}
+
+impl Farm {
+    /// Restarts lost daemons this farm spawned; drops lost daemons it only attached to.
+    fn recover(&mut self, lost: &[usize], stats: &mut BatchStats) {
+        let mut gone = Vec::new();
+        for &k in lost {
+            if self.owns_daemons {
+                match self.respawn(k) {
+                    Ok(()) => stats.restarts += 1,
+                    Err(e) => {
+                        tracing::warn!("daemon {k} could not be restarted: {e}");
+                        gone.push(k);
+                    }
+                }
+            } else {
+                gone.push(k);
+            }
+        }
+        gone.sort_unstable();
+        for k in gone.into_iter().rev() {
+            let d = self.daemons.remove(k);
+            d.seg.unlock_client(std::process::id());
+        }
     }
 }
 

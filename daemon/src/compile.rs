@@ -9,14 +9,24 @@ use gpfarm_toolchain::{Nvrtc, Output};
 
 use crate::jit::Jit;
 
-/// Compiles every unit; a unit that fails never affects the others.
+/// Compiles every unit; a unit that fails never affects the others. `finished(k)` is called
+/// after the k-th unit.
 pub fn compile_units(
     nvrtc: &Nvrtc,
     jit: Option<&Jit>,
     options: &CompileOptions,
     units: &[Unit],
+    mut finished: impl FnMut(usize),
 ) -> Vec<UnitResult> {
-    units.iter().map(|u| compile_unit(nvrtc, jit, options, u)).collect()
+    units
+        .iter()
+        .enumerate()
+        .map(|(k, u)| {
+            let r = compile_unit(nvrtc, jit, options, u);
+            finished(k + 1);
+            r
+        })
+        .collect()
 }
 
 fn us(d: std::time::Duration) -> u64 {

@@ -47,6 +47,9 @@ pub struct Args {
     /// Hold a CUDA context for ptx-jit mode: auto (if a GPU is present) or off.
     #[arg(long, default_value = "auto", value_parser = ["auto", "off"])]
     pub gpu_context: String,
+    /// Allocator for NVRTC: tuned (keep freed memory, no page faults per compile) or default.
+    #[arg(long, default_value = "tuned", value_parser = ["tuned", "default"])]
+    pub malloc: String,
     /// More logging on stderr (-v: info, -vv: debug).
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -66,6 +69,9 @@ pub fn run(args: Args) -> Result<()> {
         if !process_alive(parent) {
             bail!("parent process {parent} is already gone");
         }
+    }
+    if args.malloc == "tuned" {
+        gpfarm_toolchain::tune_allocator();
     }
     let name = SegmentName::new(&args.farm, DaemonId(args.id));
     let mut seg = match Segment::create(&name, args.id) {
@@ -115,7 +121,7 @@ fn load_and_warm(args: &Args) -> Result<Nvrtc> {
     let nvrtc = Nvrtc::load(&toolchain)?;
     let warm = CompileOptions::cubin(args.warmup_arch);
     let unit = Unit::new("gpfarm_warmup.cu", WARMUP_SOURCE);
-    let result = compile_units(&nvrtc, None, &warm, std::slice::from_ref(&unit));
+    let result = compile_units(&nvrtc, None, &warm, std::slice::from_ref(&unit), |_| {});
     if let Some(r) = result.first().filter(|r| r.cubin().is_none()) {
         bail!("warm-up compile failed: {:?}\n{}", r.outcome, r.log);
     }
@@ -160,7 +166,8 @@ fn serve(
         let (response, quit) = match request {
             Ok(Request::Hello) => (Response::Hello(info.clone()), false),
             Ok(Request::Compile { options, units }) => {
-                let results = compile_units(nvrtc, jit, &options, &units);
+                seg.set_progress(0);
+                let results = compile_units(nvrtc, jit, &options, &units, |k| seg.set_progress(k as u32));
                 let daemon_us = start.elapsed().as_micros() as u64;
                 (Response::Compiled { results, daemon_us, decode_us }, false)
             }

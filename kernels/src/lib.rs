@@ -7,4 +7,4 @@
 pub mod gpu;
 pub mod render;
 
-pub use render::{Layout, RenderedUnit, render_units};
+pub use render::{Layout, RenderedUnit, render_single, render_units};

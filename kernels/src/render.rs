@@ -78,6 +78,24 @@ pub fn render_units(
         .collect()
 }
 
+/// A unit holding one individual, `index` of `generation` (to compile a suspect on its own).
+pub fn render_single(
+    template: &Template,
+    phenotype: &Phenotype,
+    generation: usize,
+    index: usize,
+) -> RenderedUnit {
+    let name = kernel_name(generation, index);
+    let mut source = template.preamble().to_owned();
+    source.push_str(&template.render_kernel(&name, phenotype));
+    RenderedUnit {
+        name: format!("g{generation}_i{index}.cu"),
+        source,
+        members: vec![index],
+        kernels: vec![name.as_str().to_owned()],
+    }
+}
+
 fn balanced_sizes(n: usize, parts: usize) -> Vec<usize> {
     (0..parts).map(|i| n / parts + usize::from(i < n % parts)).collect()
 }

@@ -22,4 +22,4 @@ pub use types::{
 };
 
 /// Version of the segment layout and message set; both sides must agree exactly.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;

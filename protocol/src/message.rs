@@ -39,7 +39,7 @@ pub struct CompileRef<'a> {
     /// Options shared by all units.
     pub options: &'a CompileOptions,
     /// The units.
-    pub units: &'a [Unit],
+    pub units: &'a [&'a Unit],
 }
 
 impl Encode for CompileRef<'_> {
@@ -184,7 +184,8 @@ mod tests {
     fn a_borrowed_compile_request_encodes_like_the_owned_one() {
         let owned = sample_request();
         let Request::Compile { options, units } = &owned else { unreachable!() };
-        let borrowed = CompileRef { options, units };
+        let refs: Vec<&Unit> = units.iter().collect();
+        let borrowed = CompileRef { options, units: &refs };
         assert_eq!(encode_to_vec(&borrowed).unwrap(), encode_to_vec(&owned).unwrap());
     }
 

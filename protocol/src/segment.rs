@@ -3,7 +3,7 @@
 //! ```text
 //! 0      magic "GPFARMsg" | version | header_len | capacity (data bytes, may grow)
 //!        state | go counter | done counter | client pid (attach lock) | daemon pid | daemon id
-//!        request length | response length
+//!        request length | response length | progress (units of the request finished)
 //! 4096   data region: one bincode message (the request, then the response over it)
 //! ```
 //!
@@ -47,6 +47,7 @@ struct Header {
     daemon_id: AtomicU32,
     request_len: AtomicU64,
     response_len: AtomicU64,
+    progress: AtomicU32,
 }
 
 const _: () = assert!(std::mem::size_of::<Header>() <= HEADER_LEN);
@@ -262,6 +263,17 @@ impl Segment {
     /// Process id the daemon wrote at creation.
     pub fn daemon_pid(&self) -> u32 {
         self.header().daemon_pid.load(Ordering::Relaxed)
+    }
+
+    /// Daemon side: records that `units` units of the current request are finished, so that if
+    /// the daemon dies the client knows which unit it died on.
+    pub fn set_progress(&self, units: u32) {
+        self.header().progress.store(units, Ordering::Release);
+    }
+
+    /// Units of the current request the daemon had finished.
+    pub fn progress(&self) -> u32 {
+        self.header().progress.load(Ordering::Acquire)
     }
 
     /// Daemon id the daemon wrote at creation.

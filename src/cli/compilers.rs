@@ -63,8 +63,14 @@ pub fn build(
             };
             Box::new(farm)
         }
-        Kind::InProcess => Box::new(InProcess::new(&Toolchain::discover(cuda)?, options)?),
-        Kind::Threads => Box::new(Threads::new(&Toolchain::discover(cuda)?, options, workers)?),
+        Kind::InProcess => {
+            gpfarm_toolchain::tune_allocator();
+            Box::new(InProcess::new(&Toolchain::discover(cuda)?, options)?)
+        }
+        Kind::Threads => {
+            gpfarm_toolchain::tune_allocator();
+            Box::new(Threads::new(&Toolchain::discover(cuda)?, options, workers)?)
+        }
         Kind::Nvcc => Box::new(Nvcc::new(&Toolchain::discover(cuda)?)?),
     })
 }

@@ -10,7 +10,7 @@ use clap::Args;
 use gpfarm_client::{Compiler, FailureKind, UnitOutcome};
 use gpfarm_gp::{Evolution, EvolutionConfig, Fitness, Phenotype, Problem, evaluate_all};
 use gpfarm_kernels::gpu::{self, CompiledUnit, GpuEvaluator};
-use gpfarm_kernels::{Layout, RenderedUnit, render_units};
+use gpfarm_kernels::{Layout, RenderedUnit, render_single, render_units};
 use gpfarm_protocol::{CompileMode, CompileOptions, SmArch, Unit};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -195,28 +195,18 @@ fn compile_generation(
         }
     }
     if !suspects.is_empty() {
-        let singles: Vec<Phenotype> = suspects.iter().map(|&i| phenotypes[i].clone()).collect();
-        let retry = render_units(template, &singles, generation, Layout::PerUnit(1));
-        let wire: Vec<Unit> = retry
-            .iter()
-            .zip(&suspects)
-            .map(|(u, &i)| {
-                // Keep each kernel's name tied to its individual's index in the generation.
-                let src = u.source.replace(&u.kernels[0], &format!("g{generation}_i{i}"));
-                Unit::new(format!("g{generation}_i{i}.cu"), src)
-            })
-            .collect();
+        let singles: Vec<RenderedUnit> =
+            suspects.iter().map(|&i| render_single(template, &phenotypes[i], generation, i)).collect();
+        let wire: Vec<Unit> = singles.iter().map(|u| Unit::new(u.name.clone(), u.source.clone())).collect();
         figures.isolation_units = wire.len();
         let again = compiler.compile(&wire, options)?;
-        for (&i, r) in suspects.iter().zip(again.results) {
+        for (unit, r) in singles.into_iter().zip(again.results) {
             add(&r.timings, &mut figures);
             match r.outcome {
-                UnitOutcome::Cubin(cubin) => compiled.push(Compiled {
-                    cubin,
-                    kernels: vec![format!("g{generation}_i{i}")],
-                    members: vec![i],
-                }),
-                UnitOutcome::Failed(f) => failure[i] = Some(format!("{f}\n{}", r.log)),
+                UnitOutcome::Cubin(cubin) => {
+                    compiled.push(Compiled { cubin, kernels: unit.kernels, members: unit.members })
+                }
+                UnitOutcome::Failed(f) => failure[unit.members[0]] = Some(format!("{f}\n{}", r.log)),
             }
         }
     }

@@ -19,3 +19,22 @@ pub const NVRTC_MAJOR: u32 = 13;
 /// What to tell a user who has no usable CUDA 13 toolchain.
 pub const INSTALL_HINT: &str = "install the pinned NVRTC 13.0 wheels with `scripts/install-toolchain.sh` \
      (no GPU or CUDA needed), or point --cuda / GPFARM_CUDA at a CUDA 13 toolkit";
+
+/// Keeps NVRTC's memory in this process between compiles.
+///
+/// NVRTC allocates and frees hundreds of MB per compile. With glibc's defaults, large blocks are
+/// `mmap`ed and `munmap`ed each time and the heap top is trimmed back, so every compile faults all
+/// of its memory in again; on the GPU host (a virtual machine) that made a compile of ten
+/// kernels 13x slower (see `benches/results/2026-11-22-h100/`). Raising the mmap threshold to its
+/// maximum, never trimming, and padding heap growth lets freed memory be reused without faults.
+/// It changes nothing NVRTC computes. Call it before the first compile; it affects the whole
+/// process.
+pub fn tune_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets glibc malloc parameters; each value is in its documented range.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
+        libc::mallopt(libc::M_TOP_PAD, 256 << 20);
+    }
+}

@@ -1,0 +1,80 @@
+//! Random individuals of every built-in problem compile through the farm: what the grammars can
+//! produce, NVRTC accepts. NVRTC 13.0 itself crashes on a few valid programs
+//! (`tests/data/nvrtc13_crash.cu`); the farm must survive that, and it must stay rare.
+
+mod common;
+
+use common::{config, nvrtc_or_skip};
+use gpfarm_client::{CompileOptions, Compiler, FailureKind, Farm, SmArch, Unit, UnitOutcome};
+use gpfarm_gp::{Evolution, EvolutionConfig, Problem};
+use gpfarm_kernels::{Layout, render_units};
+
+fn compiles_all(problem_name: &str, population: usize) {
+    if !nvrtc_or_skip(problem_name) {
+        return;
+    }
+    let problem = Problem::builtin(problem_name).unwrap();
+    let config_gp = EvolutionConfig { population, seed: 7, ..EvolutionConfig::default() };
+    let phenotypes = Evolution::new(&problem, config_gp).unwrap().dedup().unique;
+    let units = render_units(problem.template(), &phenotypes, 0, Layout::PerUnit(32));
+    let wire: Vec<Unit> = units.iter().map(|u| Unit::new(u.name.clone(), u.source.clone())).collect();
+    let mut farm = Farm::spawn(config(2)).unwrap();
+    let options = CompileOptions::cubin(SmArch::SM_90);
+    let batch = farm.compile(&wire, &options).unwrap();
+    let mut suspects = Vec::new();
+    for (u, r) in units.iter().zip(&batch.results) {
+        match &r.outcome {
+            UnitOutcome::Cubin(_) => {}
+            UnitOutcome::Failed(f) if f.kind == FailureKind::Lost => {
+                suspects.extend(u.members.iter().copied())
+            }
+            UnitOutcome::Failed(f) => panic!("{}: {f}\n{}", u.name, r.log),
+        }
+    }
+    // A unit lost to a compiler crash is split to find the individuals NVRTC cannot handle.
+    let singles = render_units(
+        problem.template(),
+        &suspects.iter().map(|&i| phenotypes[i].clone()).collect::<Vec<_>>(),
+        1,
+        Layout::PerUnit(1),
+    );
+    let wire: Vec<Unit> = singles.iter().map(|u| Unit::new(u.name.clone(), u.source.clone())).collect();
+    let again = farm.compile(&wire, &options).unwrap();
+    let mut crashes = 0;
+    for (u, r) in singles.iter().zip(&again.results) {
+        match &r.outcome {
+            UnitOutcome::Cubin(_) => {}
+            UnitOutcome::Failed(f) if f.kind == FailureKind::Lost => crashes += 1,
+            UnitOutcome::Failed(f) => panic!("{}: {f}\n{}", u.name, r.log),
+        }
+    }
+    eprintln!(
+        "{problem_name}: {} distinct individuals in {} units; {} units lost to compiler crashes, {crashes} individuals crash NVRTC",
+        phenotypes.len(),
+        units.len(),
+        batch.stats.lost_daemons
+    );
+    assert!(
+        crashes <= phenotypes.len() / 100,
+        "{crashes} of {} individuals crash the compiler",
+        phenotypes.len()
+    );
+    // The farm restarted what crashed and still works.
+    let after = farm.compile(&common::units(2), &options).unwrap();
+    assert!(after.results.iter().all(|r| r.cubin().is_some()));
+}
+
+#[test]
+fn a_thousand_random_search_individuals_compile() {
+    compiles_all("search", 1000);
+}
+
+#[test]
+fn a_thousand_random_multiplier5_individuals_compile() {
+    compiles_all("multiplier5", 1000);
+}
+
+#[test]
+fn three_hundred_random_keijzer6_individuals_compile() {
+    compiles_all("keijzer6", 300);
+}
