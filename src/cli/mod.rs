@@ -1,5 +1,6 @@
 //! The command line: one module per subcommand.
 
+mod bench;
 mod compile;
 mod compilers;
 mod daemons;
@@ -30,6 +31,8 @@ pub struct Cli {
 enum Command {
     /// Compile a seeded random population, or given .cu files, and report the timings.
     Compile(compile::CompileArgs),
+    /// Compare every compiler on the paper's populations: CSV, tables, fits and plots.
+    Bench(bench::BenchArgs),
     /// Evolve programs for a problem: every generation compiled by the farm and evaluated.
     Evolve(evolve::EvolveArgs),
     /// Start, inspect and stop resident daemons shared by later runs.
@@ -43,5 +46,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Compile(args) => compile::run(args, cli.cuda.as_deref()),
         Command::Daemons(cmd) => daemons::run(cmd, cli.cuda.as_deref()),
         Command::Evolve(args) => evolve::run(args, cli.cuda.as_deref()),
+        Command::Bench(args) => bench::run(args, cli.cuda.as_deref()),
     }
 }

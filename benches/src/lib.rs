@@ -1,0 +1,203 @@
+//! The paper's experiment, side by side: the same seeded populations compiled by every method,
+//! measured, tabulated in the shape of the paper's Tables 1-3 with its numbers beside ours, fitted
+//! as fixed cost per call plus cost per individual, and plotted.
+//!
+//! Populations are sampled as the paper did: the first generations of several independently
+//! seeded runs, so they are not biased by evolution. Every method compiles byte-identical units.
+
+pub mod method;
+pub mod plot;
+pub mod report;
+pub mod sample;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use gpfarm_client::{CompileOptions, Compiler};
+use gpfarm_protocol::{CompileMode, SmArch};
+use serde::Serialize;
+
+pub use method::Method;
+pub use sample::Sample;
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct BenchConfig {
+    /// Built-in problems.
+    pub problems: Vec<String>,
+    /// Population sizes.
+    pub sizes: Vec<usize>,
+    /// Independently seeded runs per size.
+    pub runs: usize,
+    /// First generations of each run.
+    pub generations: usize,
+    /// Methods to compare.
+    pub methods: Vec<Method>,
+    /// Individuals per translation unit (the same for every method).
+    pub per_unit: usize,
+    /// Extra NVRTC options (also given to nvcc where it accepts them).
+    pub flags: Vec<String>,
+    /// Target architecture.
+    pub arch: SmArch,
+    /// Toolchain directory.
+    pub cuda: Option<PathBuf>,
+    /// nvcc is slow: it compiles only this many samples per problem and size.
+    pub nvcc_samples: usize,
+    /// Where CSV, tables and plots go.
+    pub out: PathBuf,
+}
+
+impl BenchConfig {
+    /// A run that finishes in about a minute on 2 cores (for CI).
+    pub fn quick(out: PathBuf) -> Self {
+        BenchConfig {
+            problems: vec!["search".into(), "keijzer6".into(), "multiplier5".into()],
+            sizes: vec![20, 60],
+            runs: 1,
+            generations: 1,
+            methods: vec![
+                Method::InProcess,
+                Method::Threads(2),
+                Method::Farm(1),
+                Method::Farm(2),
+                Method::Nvcc,
+            ],
+            per_unit: 10,
+            flags: Vec::new(),
+            arch: SmArch::SM_90,
+            cuda: None,
+            nvcc_samples: 1,
+            out,
+        }
+    }
+
+    /// The full comparison on a machine with `cores` cores.
+    pub fn full(out: PathBuf, cores: usize) -> Self {
+        let ks: Vec<usize> = [1, 2, 4, 8, 16].into_iter().filter(|&k| k <= cores).collect();
+        let mut methods = vec![Method::Nvcc, Method::InProcess];
+        methods.extend(ks.iter().map(|&k| Method::Threads(k)));
+        methods.extend(ks.iter().map(|&k| Method::Farm(k)));
+        BenchConfig {
+            sizes: vec![20, 60, 100, 140, 180, 220, 260, 300],
+            runs: 3,
+            generations: 2,
+            methods,
+            nvcc_samples: 1,
+            ..BenchConfig::quick(out)
+        }
+    }
+}
+
+/// One measured compile of one sample by one method.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// Problem name.
+    pub problem: String,
+    /// Population size asked for.
+    pub size: usize,
+    /// Seeded run.
+    pub run: usize,
+    /// Generation of that run.
+    pub generation: usize,
+    /// Method name.
+    pub method: String,
+    /// Extra options (space separated).
+    pub flags: String,
+    /// Individuals compiled (the valid ones).
+    pub individuals: usize,
+    /// Translation units.
+    pub units: usize,
+    /// Units that produced a CUBIN.
+    pub ok_units: usize,
+    /// Wall time of the call.
+    pub wall_ms: f64,
+    /// Wall time per individual.
+    pub ms_per_individual: f64,
+    /// NVRTC (or nvcc process) time summed over units.
+    pub compile_ms: f64,
+    /// Driver JIT time summed over units.
+    pub jit_ms: f64,
+    /// The busiest worker's time.
+    pub busiest_ms: f64,
+    /// Wall time not spent by the busiest worker compiling: partitioning, shared-memory copies,
+    /// signalling, waiting, decoding (farm), thread start-up (threads).
+    pub overhead_ms: f64,
+    /// Farm: writing requests; reading responses.
+    pub write_ms: f64,
+    /// Farm: reading responses.
+    pub read_ms: f64,
+}
+
+/// Runs every method over every sample; `progress` hears one line per method.
+pub fn run(config: &BenchConfig, mut progress: impl FnMut(&str)) -> Result<Vec<Row>> {
+    let samples = sample::populations(config)?;
+    progress(&format!(
+        "{} samples, {} individuals, {} units",
+        samples.len(),
+        samples.iter().map(|s| s.individuals).sum::<usize>(),
+        samples.iter().map(|s| s.units.len()).sum::<usize>()
+    ));
+    let mut rows = Vec::new();
+    for method in &config.methods {
+        let mode =
+            if matches!(method, Method::FarmJit(_)) { CompileMode::PtxJit } else { CompileMode::Cubin };
+        let options = CompileOptions { arch: config.arch, mode, flags: config.flags.clone() };
+        let mut compiler = match method.build(config, &options) {
+            Ok(c) => c,
+            Err(e) => {
+                progress(&format!("{method}: skipped ({e:#})"));
+                continue;
+            }
+        };
+        let started = Instant::now();
+        // One compile before measuring, so no method is timed cold.
+        if let Some(first) = samples.first() {
+            compiler.compile(&first.units, &options).with_context(|| format!("{method}: warm-up"))?;
+        }
+        let mut per_key = std::collections::HashMap::new();
+        for s in &samples {
+            if *method == Method::Nvcc {
+                let n = per_key.entry((s.problem.clone(), s.size)).or_insert(0usize);
+                if *n >= config.nvcc_samples {
+                    continue;
+                }
+                *n += 1;
+            }
+            rows.push(measure(compiler.as_mut(), s, method, &options)?);
+        }
+        progress(&format!("{method}: done in {:.1} s", started.elapsed().as_secs_f64()));
+    }
+    Ok(rows)
+}
+
+fn measure(
+    compiler: &mut dyn Compiler,
+    s: &Sample,
+    method: &Method,
+    options: &CompileOptions,
+) -> Result<Row> {
+    let batch = compiler.compile(&s.units, options)?;
+    let ms = |us: u64| us as f64 / 1000.0;
+    let wall_ms = ms(batch.stats.wall_us);
+    let busiest_ms = ms(batch.stats.critical_busy_us());
+    Ok(Row {
+        problem: s.problem.clone(),
+        size: s.size,
+        run: s.run,
+        generation: s.generation,
+        method: method.to_string(),
+        flags: options.flags.join(" "),
+        individuals: s.individuals,
+        units: s.units.len(),
+        ok_units: batch.results.iter().filter(|r| r.cubin().is_some()).count(),
+        wall_ms,
+        ms_per_individual: wall_ms / s.individuals.max(1) as f64,
+        compile_ms: ms(batch.results.iter().map(|r| r.timings.compile_us + r.timings.extract_us).sum()),
+        jit_ms: ms(batch.results.iter().map(|r| r.timings.jit_us).sum()),
+        busiest_ms,
+        overhead_ms: (wall_ms - busiest_ms).max(0.0),
+        write_ms: ms(batch.stats.write_us),
+        read_ms: ms(batch.stats.read_us),
+    })
+}

@@ -1,0 +1,185 @@
+//! Plots like the paper's figures: time per individual by population size per method, and the
+//! speedup of daemons and threads by worker count, as SVG and PNG.
+
+use std::path::Path;
+
+use anyhow::{Result, anyhow};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::Row;
+use crate::report::{group, spread};
+
+fn series(rows: &[Row], problem: &str) -> Vec<(String, Vec<(f64, f64)>)> {
+    let groups = group(rows);
+    let mut methods: Vec<String> =
+        rows.iter().filter(|r| r.problem == problem).map(|r| r.method.clone()).collect();
+    methods.sort();
+    methods.dedup();
+    methods
+        .into_iter()
+        .map(|m| {
+            let pts = groups
+                .iter()
+                .filter(|((p, _, mm), _)| p == problem && *mm == m)
+                .filter_map(|((_, size, _), g)| {
+                    spread(&g.iter().map(|r| r.ms_per_individual).collect::<Vec<_>>())
+                        .map(|s| (*size as f64, s.median))
+                })
+                .collect();
+            (m, pts)
+        })
+        .collect()
+}
+
+fn per_individual<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    rows: &[Row],
+    problem: &str,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let data = series(rows, problem);
+    let max_x = data.iter().flat_map(|(_, p)| p.iter().map(|q| q.0)).fold(1.0, f64::max);
+    let (min_y, max_y) = data
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|q| q.1))
+        .fold((f64::INFINITY, 0.0f64), |(a, b), y| (a.min(y), b.max(y)));
+    let min_y = if min_y.is_finite() { (min_y / 2.0).max(1e-3) } else { 1e-3 };
+    let mut chart = ChartBuilder::on(area)
+        .caption(format!("{problem}: compile time per individual"), ("sans-serif", 20))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(55)
+        .build_cartesian_2d(0.0..max_x * 1.05, (min_y..max_y.max(min_y) * 2.0).log_scale())
+        .map_err(|e| anyhow!("{e:?}"))?;
+    chart
+        .configure_mesh()
+        .x_desc("population size")
+        .y_desc("ms per individual (median)")
+        .draw()
+        .map_err(|e| anyhow!("{e:?}"))?;
+    for (i, (m, pts)) in data.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        chart
+            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
+            .map_err(|e| anyhow!("{e:?}"))?
+            .label(m.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+        chart
+            .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
+            .map_err(|e| anyhow!("{e:?}"))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| anyhow!("{e:?}"))?;
+    Ok(())
+}
+
+fn speedup<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, rows: &[Row], problem: &str) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let Some(size) = rows.iter().filter(|r| r.problem == problem).map(|r| r.size).max() else {
+        return Ok(());
+    };
+    let groups = group(rows);
+    let median = |m: &str| {
+        groups
+            .get(&(problem.to_string(), size, m.to_string()))
+            .and_then(|g| spread(&g.iter().map(|r| r.wall_ms).collect::<Vec<_>>()))
+            .map(|s| s.median)
+    };
+    let Some(base) = median("inprocess") else { return Ok(()) };
+    let kinds = ["farm", "threads"];
+    let lines: Vec<(&str, Vec<(f64, f64)>)> = kinds
+        .iter()
+        .map(|kind| {
+            let pts = [1usize, 2, 4, 8, 16, 32, 64]
+                .iter()
+                .filter_map(|k| median(&format!("{kind}:{k}")).map(|t| (*k as f64, base / t)))
+                .collect();
+            (*kind, pts)
+        })
+        .collect();
+    let max_k = lines.iter().flat_map(|(_, p)| p.iter().map(|q| q.0)).fold(1.0, f64::max);
+    let max_s = lines.iter().flat_map(|(_, p)| p.iter().map(|q| q.1)).fold(1.0, f64::max);
+    let mut chart = ChartBuilder::on(area)
+        .caption(format!("{problem}: speedup over in-process, population {size}"), ("sans-serif", 20))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(45)
+        .build_cartesian_2d(0.0..max_k * 1.05, 0.0..max_s.max(max_k) * 1.05)
+        .map_err(|e| anyhow!("{e:?}"))?;
+    chart
+        .configure_mesh()
+        .x_desc("daemons or threads")
+        .y_desc("speedup")
+        .draw()
+        .map_err(|e| anyhow!("{e:?}"))?;
+    chart
+        .draw_series(LineSeries::new(vec![(0.0, 0.0), (max_k, max_k)], BLACK.mix(0.3)))
+        .map_err(|e| anyhow!("{e:?}"))?
+        .label("linear")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLACK.mix(0.3)));
+    for (i, (kind, pts)) in lines.iter().enumerate() {
+        let color = Palette99::pick(i + 1).to_rgba();
+        chart
+            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
+            .map_err(|e| anyhow!("{e:?}"))?
+            .label(*kind)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+        chart
+            .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
+            .map_err(|e| anyhow!("{e:?}"))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| anyhow!("{e:?}"))?;
+    Ok(())
+}
+
+/// Draws both figures for every problem into `dir` as `<name>.svg` and `<name>.png`.
+pub fn draw_all(rows: &[Row], dir: &Path) -> Result<Vec<String>> {
+    let problems = crate::report::problems(rows);
+    let mut written = Vec::new();
+    let n = problems.len().max(1) as u32;
+    for name in ["per_individual", "speedup"] {
+        let draw_one = |area: &DrawingArea<SVGBackend, Shift>, p: &str| {
+            if name == "per_individual" { per_individual(area, rows, p) } else { speedup(area, rows, p) }
+        };
+        let svg = dir.join(format!("{name}.svg"));
+        {
+            let root = SVGBackend::new(&svg, (640 * n, 480)).into_drawing_area();
+            root.fill(&WHITE).map_err(|e| anyhow!("{e:?}"))?;
+            for (area, p) in root.split_evenly((1, n as usize)).iter().zip(&problems) {
+                draw_one(area, p)?;
+            }
+            root.present().map_err(|e| anyhow!("{e:?}"))?;
+        }
+        written.push(svg.display().to_string());
+        let png = dir.join(format!("{name}.png"));
+        {
+            let root = BitMapBackend::new(&png, (640 * n, 480)).into_drawing_area();
+            root.fill(&WHITE).map_err(|e| anyhow!("{e:?}"))?;
+            for (area, p) in root.split_evenly((1, n as usize)).iter().zip(&problems) {
+                if name == "per_individual" {
+                    per_individual(area, rows, p)?;
+                } else {
+                    speedup(area, rows, p)?;
+                }
+            }
+            root.present().map_err(|e| anyhow!("{e:?}"))?;
+        }
+        written.push(png.display().to_string());
+    }
+    Ok(written)
+}

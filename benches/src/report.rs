@@ -1,0 +1,275 @@
+//! Turning rows into the raw CSV, medians with spread, the paper-shaped tables with the paper's
+//! own numbers beside ours, and a fit of each method's cost as fixed per call plus per individual.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use crate::Row;
+
+/// The paper's Tables 1-3 (300 individuals, 8-core-pair Xeon E5-2670, CUDA 8):
+/// (method, ms per individual, total seconds).
+pub fn paper_table(problem: &str) -> &'static [(&'static str, f64, f64)] {
+    match problem {
+        "search" => &[
+            ("nvcc", 11.20, 3.36),
+            ("inprocess", 7.76, 2.33),
+            ("2 daemons", 3.81, 1.14),
+            ("4 daemons", 2.53, 0.76),
+            ("6 daemons", 2.23, 0.67),
+            ("8 daemons", 2.13, 0.64),
+        ],
+        "keijzer6" => &[
+            ("nvcc", 7.63, 2.29),
+            ("inprocess", 4.14, 1.24),
+            ("2 daemons", 2.92, 0.88),
+            ("4 daemons", 2.45, 0.73),
+            ("6 daemons", 2.20, 0.66),
+            ("8 daemons", 2.25, 0.67),
+        ],
+        "multiplier5" => &[
+            ("nvcc", 17.20, 5.16),
+            ("inprocess", 13.29, 3.99),
+            ("2 daemons", 6.15, 1.85),
+            ("4 daemons", 3.23, 0.97),
+            ("6 daemons", 2.42, 0.73),
+            ("8 daemons", 2.17, 0.65),
+        ],
+        _ => &[],
+    }
+}
+
+/// Writes every row as CSV.
+pub fn write_csv(rows: &[Row], path: &Path) -> Result<()> {
+    let mut out = String::from(
+        "problem,size,run,generation,method,flags,individuals,units,ok_units,wall_ms,ms_per_individual,compile_ms,jit_ms,busiest_ms,overhead_ms,write_ms,read_ms\n",
+    );
+    for r in rows {
+        writeln!(
+            out,
+            "{},{},{},{},{},\"{}\",{},{},{},{:.3},{:.4},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3}",
+            r.problem,
+            r.size,
+            r.run,
+            r.generation,
+            r.method,
+            r.flags,
+            r.individuals,
+            r.units,
+            r.ok_units,
+            r.wall_ms,
+            r.ms_per_individual,
+            r.compile_ms,
+            r.jit_ms,
+            r.busiest_ms,
+            r.overhead_ms,
+            r.write_ms,
+            r.read_ms
+        )?;
+    }
+    std::fs::write(path, out).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Median and quartiles of some values.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spread {
+    /// Median.
+    pub median: f64,
+    /// 25th percentile.
+    pub p25: f64,
+    /// 75th percentile.
+    pub p75: f64,
+    /// Number of values.
+    pub n: usize,
+}
+
+/// Median and quartiles (linear interpolation); `None` for no values.
+pub fn spread(values: &[f64]) -> Option<Spread> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let q = |p: f64| {
+        let x = p * (v.len() - 1) as f64;
+        let (lo, hi) = (x.floor() as usize, x.ceil() as usize);
+        v[lo] + (v[hi] - v[lo]) * (x - lo as f64)
+    };
+    Some(Spread { median: q(0.5), p25: q(0.25), p75: q(0.75), n: v.len() })
+}
+
+/// Least-squares fit `total_ms = fixed + per_individual * n`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Fit {
+    /// Fixed cost per call, ms.
+    pub fixed_ms: f64,
+    /// Cost per individual, ms.
+    pub per_individual_ms: f64,
+    /// Coefficient of determination.
+    pub r2: f64,
+}
+
+/// Fits a line through (x, y); `None` with fewer than two distinct x.
+pub fn fit(points: &[(f64, f64)]) -> Option<Fit> {
+    let n = points.len() as f64;
+    let (sx, sy) = points.iter().fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
+    let (mx, my) = (sx / n, sy / n);
+    let sxx: f64 = points.iter().map(|(x, _)| (x - mx).powi(2)).sum();
+    if points.len() < 2 || sxx == 0.0 {
+        return None;
+    }
+    let sxy: f64 = points.iter().map(|(x, y)| (x - mx) * (y - my)).sum();
+    let slope = sxy / sxx;
+    let intercept = my - slope * mx;
+    let ss_tot: f64 = points.iter().map(|(_, y)| (y - my).powi(2)).sum();
+    let ss_res: f64 = points.iter().map(|(x, y)| (y - intercept - slope * x).powi(2)).sum();
+    let r2 = if ss_tot > 0.0 { 1.0 - ss_res / ss_tot } else { 1.0 };
+    Some(Fit { fixed_ms: intercept, per_individual_ms: slope, r2 })
+}
+
+type Key = (String, usize, String);
+
+/// The problems in `rows`, each once, in order of first appearance.
+pub fn problems(rows: &[Row]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for r in rows {
+        if !out.contains(&r.problem) {
+            out.push(r.problem.clone());
+        }
+    }
+    out
+}
+
+/// Rows grouped by (problem, size, method).
+pub fn group(rows: &[Row]) -> BTreeMap<Key, Vec<&Row>> {
+    let mut g: BTreeMap<Key, Vec<&Row>> = BTreeMap::new();
+    for r in rows {
+        g.entry((r.problem.clone(), r.size, r.method.clone())).or_default().push(r);
+    }
+    g
+}
+
+fn method_order(m: &str) -> (usize, usize) {
+    let (name, k) = m.split_once(':').map_or((m, 0), |(n, k)| (n, k.parse().unwrap_or(0)));
+    let rank = match name {
+        "nvcc" => 0,
+        "inprocess" => 1,
+        "threads" => 2,
+        "farm" => 3,
+        _ => 4,
+    };
+    (rank, k)
+}
+
+/// The markdown report: per problem, the paper-shaped table at the largest size with the paper's
+/// numbers, then the cost fits.
+pub fn tables(rows: &[Row], heading: &str) -> String {
+    let groups = group(rows);
+    let mut md = format!("{heading}\n\n");
+    let problems = problems(rows);
+    for problem in &problems {
+        let Some(size) = rows.iter().filter(|r| &r.problem == problem).map(|r| r.size).max() else {
+            continue;
+        };
+        let mut methods: Vec<String> =
+            groups.keys().filter(|(p, s, _)| p == problem && *s == size).map(|(_, _, m)| m.clone()).collect();
+        methods.sort_by_key(|m| method_order(m));
+        let median_total = |m: &str| {
+            groups
+                .get(&(problem.clone(), size, m.to_string()))
+                .and_then(|g| spread(&g.iter().map(|r| r.wall_ms).collect::<Vec<_>>()))
+                .map(|s| s.median)
+        };
+        let inproc = median_total("inprocess");
+        let nvcc = median_total("nvcc");
+        let _ = writeln!(md, "### {problem}, population {size}\n");
+        let _ = writeln!(
+            md,
+            "| method | ms per individual, median (IQR) | total s, median | vs in-process | vs nvcc | farm overhead ms | samples |"
+        );
+        let _ = writeln!(md, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+        for m in &methods {
+            let g = &groups[&(problem.clone(), size, m.clone())];
+            let per = spread(&g.iter().map(|r| r.ms_per_individual).collect::<Vec<_>>());
+            let total = spread(&g.iter().map(|r| r.wall_ms).collect::<Vec<_>>());
+            let over = spread(&g.iter().map(|r| r.overhead_ms).collect::<Vec<_>>());
+            let (Some(per), Some(total)) = (per, total) else { continue };
+            let ratio = |base: Option<f64>| base.map_or("-".into(), |b| format!("{:.2}x", b / total.median));
+            let overhead = if m.starts_with("farm") {
+                over.map_or("-".into(), |o| format!("{:.2}", o.median))
+            } else {
+                "-".into()
+            };
+            let _ = writeln!(
+                md,
+                "| {m} | {:.3} ({:.3}-{:.3}) | {:.3} | {} | {} | {overhead} | {} |",
+                per.median,
+                per.p25,
+                per.p75,
+                total.median / 1000.0,
+                ratio(inproc),
+                ratio(nvcc),
+                per.n
+            );
+        }
+        let paper = paper_table(problem);
+        if !paper.is_empty() {
+            let _ = writeln!(md, "\nThe paper (300 individuals, CUDA 8, 2x Xeon E5-2670):\n");
+            let _ = writeln!(md, "| method | ms per individual | total s | vs in-process | vs nvcc |");
+            let _ = writeln!(md, "| --- | ---: | ---: | ---: | ---: |");
+            let (pin, pnv) = (paper[1].2, paper[0].2);
+            for (m, per, total) in paper {
+                let _ = writeln!(
+                    md,
+                    "| {m} | {per:.2} | {total:.2} | {:.2}x | {:.2}x |",
+                    pin / total,
+                    pnv / total
+                );
+            }
+        }
+        let _ = writeln!(md, "\nCost fit over all sizes, wall ms = fixed + per individual x n:\n");
+        let _ = writeln!(md, "| method | fixed ms per call | ms per individual | R² | samples |");
+        let _ = writeln!(md, "| --- | ---: | ---: | ---: | ---: |");
+        for m in &methods {
+            let pts: Vec<(f64, f64)> = rows
+                .iter()
+                .filter(|r| &r.problem == problem && &r.method == m)
+                .map(|r| (r.individuals as f64, r.wall_ms))
+                .collect();
+            if let Some(f) = fit(&pts) {
+                let _ = writeln!(
+                    md,
+                    "| {m} | {:.1} | {:.3} | {:.3} | {} |",
+                    f.fixed_ms,
+                    f.per_individual_ms,
+                    f.r2,
+                    pts.len()
+                );
+            }
+        }
+        md.push('\n');
+    }
+    md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fit_recovers_a_known_line() {
+        let pts: Vec<(f64, f64)> = (1..10).map(|x| (x as f64, 40.0 + 0.5 * x as f64)).collect();
+        let f = fit(&pts).unwrap();
+        assert!((f.fixed_ms - 40.0).abs() < 1e-9 && (f.per_individual_ms - 0.5).abs() < 1e-9);
+        assert!((f.r2 - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn quartiles_interpolate() {
+        let s = spread(&[4.0, 1.0, 3.0, 2.0, 5.0]).unwrap();
+        assert_eq!((s.median, s.p25, s.p75, s.n), (3.0, 2.0, 4.0, 5));
+        assert!(spread(&[]).is_none());
+    }
+}

@@ -1,0 +1,75 @@
+//! Sampling populations the way the paper did: the first generations of independently seeded
+//! runs, each rendered once into the units every method compiles.
+
+use anyhow::Result;
+use gpfarm_client::Unit;
+use gpfarm_gp::{Evolution, EvolutionConfig, Phenotype, Problem, evaluate_all};
+use gpfarm_kernels::{Layout, render_units};
+
+use crate::BenchConfig;
+
+/// One population, ready to compile.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    /// Problem name.
+    pub problem: String,
+    /// Population size of the run.
+    pub size: usize,
+    /// Run number (seed).
+    pub run: usize,
+    /// Generation within the run.
+    pub generation: usize,
+    /// Valid individuals (all are compiled, duplicates too, as in the paper).
+    pub individuals: usize,
+    /// The units.
+    pub units: Vec<Unit>,
+}
+
+/// Every sample of the configuration, in a fixed order.
+pub fn populations(config: &BenchConfig) -> Result<Vec<Sample>> {
+    let threads = std::num::NonZeroUsize::new(2).unwrap_or(std::num::NonZeroUsize::MIN);
+    let mut samples = Vec::new();
+    for name in &config.problems {
+        let problem = Problem::builtin(name)?;
+        for &size in &config.sizes {
+            for run in 1..=config.runs {
+                let seed = (run as u64) * 1_000_003 + size as u64;
+                let mut evo = Evolution::new(
+                    &problem,
+                    EvolutionConfig { population: size, seed, ..Default::default() },
+                )?;
+                for generation in 0..config.generations {
+                    let phenotypes: Vec<Phenotype> =
+                        evo.population().iter().filter_map(|i| i.phenotype().cloned()).collect();
+                    let units = render_units(
+                        problem.template(),
+                        &phenotypes,
+                        generation,
+                        Layout::PerUnit(config.per_unit),
+                    )
+                    .into_iter()
+                    .map(|u| Unit::new(format!("{name}_{size}_{run}_{}", u.name), u.source))
+                    .collect();
+                    samples.push(Sample {
+                        problem: name.clone(),
+                        size,
+                        run,
+                        generation,
+                        individuals: phenotypes.len(),
+                        units,
+                    });
+                    if generation + 1 < config.generations {
+                        let dedup = evo.dedup();
+                        let fit: Vec<_> = evaluate_all(&problem, &dedup.unique, threads)
+                            .iter()
+                            .map(|e| e.fitness)
+                            .collect();
+                        evo.set_fitness(dedup.expand(&fit, problem.direction())?)?;
+                        evo.breed()?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(samples)
+}

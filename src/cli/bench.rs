@@ -1,0 +1,130 @@
+//! `gpfarm bench`: the paper's experiment with every compiler on the same populations.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use clap::Args;
+use gpfarm_bench::{BenchConfig, Method, plot, report};
+use gpfarm_protocol::SmArch;
+
+/// Arguments of `gpfarm bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// A small run for CI (two sizes, one sample each, up to 2 workers): about a minute on 2 cores.
+    #[arg(long)]
+    quick: bool,
+    /// Problems, comma separated.
+    #[arg(long, value_delimiter = ',')]
+    problems: Option<Vec<String>>,
+    /// Population sizes, comma separated (the paper: 20 to 300 in steps of 20).
+    #[arg(long, value_delimiter = ',')]
+    sizes: Option<Vec<usize>>,
+    /// Independently seeded runs per size.
+    #[arg(long)]
+    runs: Option<usize>,
+    /// First generations sampled from each run.
+    #[arg(long)]
+    generations: Option<usize>,
+    /// Methods, comma separated: nvcc, inprocess, threads:K, farm:K, farm-jit:K (default: all,
+    /// K in 1, 2, 4, 8, 16 up to the cores present).
+    #[arg(long, value_delimiter = ',')]
+    methods: Option<Vec<Method>>,
+    /// Individuals per translation unit, the same for every method.
+    #[arg(long)]
+    per_unit: Option<usize>,
+    /// Extra NVRTC option (repeatable), e.g. --flag=--use_fast_math.
+    #[arg(long = "flag", allow_hyphen_values = true)]
+    flags: Vec<String>,
+    /// Target architecture.
+    #[arg(long, default_value = "sm_90")]
+    arch: SmArch,
+    /// Samples nvcc compiles per problem and size (it is slow).
+    #[arg(long)]
+    nvcc_samples: Option<usize>,
+    /// Output directory for bench.csv, tables.md, machine.txt and the plots.
+    #[arg(long, default_value = "bench-out")]
+    out: PathBuf,
+}
+
+fn machine_description(cuda: Option<&Path>) -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let gpu = match gpfarm_kernels::gpu::probe() {
+        Ok((name, (ma, mi))) => format!("{name} (sm_{ma}{mi})"),
+        Err(e) => format!("none ({e})"),
+    };
+    let driver = std::fs::read_to_string("/proc/driver/nvidia/version")
+        .ok()
+        .and_then(|s| s.lines().next().map(str::to_owned))
+        .unwrap_or_else(|| "no NVIDIA driver".into());
+    let nvrtc = gpfarm_toolchain::Toolchain::discover(cuda)
+        .ok()
+        .and_then(|tc| gpfarm_toolchain::Nvrtc::load(&tc).ok())
+        .map_or("not found".into(), |n| {
+            format!("{}.{} ({})", n.version().0, n.version().1, n.path().display())
+        });
+    format!("CPU: {cpu}\ncores: {cores}\nGPU: {gpu}\ndriver: {driver}\nNVRTC: {nvrtc}\n")
+}
+
+/// Runs `gpfarm bench`.
+pub fn run(args: BenchArgs, cuda: Option<&Path>) -> Result<()> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut config = if args.quick {
+        BenchConfig::quick(args.out.clone())
+    } else {
+        BenchConfig::full(args.out.clone(), cores)
+    };
+    if args.quick {
+        config.methods.retain(|m| m.workers() <= cores);
+    }
+    if let Some(p) = args.problems {
+        config.problems = p;
+    }
+    if let Some(s) = args.sizes {
+        config.sizes = s;
+    }
+    config.runs = args.runs.unwrap_or(config.runs);
+    config.generations = args.generations.unwrap_or(config.generations);
+    if let Some(m) = args.methods {
+        config.methods = m;
+    }
+    config.per_unit = args.per_unit.unwrap_or(config.per_unit);
+    config.flags = args.flags;
+    config.arch = args.arch;
+    config.cuda = cuda.map(Path::to_path_buf);
+    config.nvcc_samples = args.nvcc_samples.unwrap_or(config.nvcc_samples);
+    std::fs::create_dir_all(&config.out).with_context(|| format!("creating {}", config.out.display()))?;
+    let machine = machine_description(cuda);
+    std::fs::write(config.out.join("machine.txt"), &machine)?;
+    eprint!("{machine}");
+    let rows = gpfarm_bench::run(&config, |line| eprintln!("{line}"))?;
+    report::write_csv(&rows, &config.out.join("bench.csv"))?;
+    let flags = if config.flags.is_empty() { "none".to_string() } else { config.flags.join(" ") };
+    let heading = format!(
+        "# gpfarm bench\n\n{}\nProblems {:?}, sizes {:?}, {} runs x {} generations each, {} individuals per unit, extra options: {flags}.",
+        machine.lines().map(|l| format!("- {l}\n")).collect::<String>(),
+        config.problems,
+        config.sizes,
+        config.runs,
+        config.generations,
+        config.per_unit
+    );
+    let md = report::tables(&rows, &heading);
+    std::fs::write(config.out.join("tables.md"), &md)?;
+    let plots = plot::draw_all(&rows, &config.out)?;
+    println!("{md}");
+    eprintln!(
+        "wrote {} rows to {}; plots: {}",
+        rows.len(),
+        config.out.join("bench.csv").display(),
+        plots.join(", ")
+    );
+    Ok(())
+}
