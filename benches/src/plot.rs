@@ -147,8 +147,35 @@ where
     Ok(())
 }
 
-/// Draws both figures for every problem into `dir` as `<name>.svg` and `<name>.png`.
+/// Fonts looked for when drawing PNGs (text in SVGs needs none). Loaded at run time so that the
+/// binary links no font library.
+const FONT_PATHS: &[&str] = &[
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+];
+
+/// Registers a system font for bitmap text; false if none is found.
+fn register_font() -> bool {
+    static FOUND: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FOUND.get_or_init(|| {
+        for path in FONT_PATHS {
+            if let Ok(bytes) = std::fs::read(path) {
+                let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+                if plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).is_ok() {
+                    return true;
+                }
+            }
+        }
+        false
+    })
+}
+
+/// Draws both figures for every problem into `dir` as `<name>.svg` and, where a system font is
+/// found, `<name>.png`.
 pub fn draw_all(rows: &[Row], dir: &Path) -> Result<Vec<String>> {
+    let png_font = register_font();
     let problems = crate::report::problems(rows);
     let mut written = Vec::new();
     let n = problems.len().max(1) as u32;
@@ -166,6 +193,12 @@ pub fn draw_all(rows: &[Row], dir: &Path) -> Result<Vec<String>> {
             root.present().map_err(|e| anyhow!("{e:?}"))?;
         }
         written.push(svg.display().to_string());
+        if !png_font {
+            eprintln!(
+                "no TrueType font found in {FONT_PATHS:?}: {name}.png not drawn (the SVG has the same plot)"
+            );
+            continue;
+        }
         let png = dir.join(format!("{name}.png"));
         {
             let root = BitMapBackend::new(&png, (640 * n, 480)).into_drawing_area();

@@ -3,12 +3,15 @@
 //! The context is created once and the problem's test cases are uploaded once; each generation
 //! loads its CUBINs, launches every individual over all cases (one thread per case, outputs in a
 //! slab per individual), reduces fitness on the GPU with one block per individual so that only
-//! one `double` per individual is read back, and unloads its modules again. A kernel that faults
-//! leaves a sticky error: the evaluator then recreates its context, uploads the cases again and
-//! runs the generation's individuals one at a time to find the ones at fault, which get no
-//! fitness (the caller gives them the worst) and a recorded reason.
+//! one `double` per individual is read back, and unloads its modules again.
+//!
+//! Faults: a launch the driver refuses (too many resources, ...) fails only that individual, with
+//! the reason. A kernel that faults while running (illegal address, trap) leaves a sticky error,
+//! and on the GPU host that poisons every CUDA context of the process: a fresh context created
+//! afterwards fails with the same error (measured on an H100, driver 580). The evaluator then
+//! returns [`GpuError::Fault`] and refuses further work; recovering on the GPU needs a new
+//! process. `gpfarm evolve` continues on the CPU evaluator.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,6 +41,9 @@ pub enum GpuError {
     /// The problem cannot be evaluated on the GPU as declared.
     #[error("{0}")]
     Problem(String),
+    /// A kernel faulted while running; this process can no longer use the GPU.
+    #[error("a kernel faulted on the GPU ({0}); the CUDA context of this process is unusable")]
+    Fault(String),
 }
 
 fn driver(e: DriverError) -> GpuError {
@@ -164,7 +170,7 @@ struct Device {
 pub struct GpuGeneration {
     /// Per individual: its raw fitness value, or `None` (no CUBIN, or its kernel faulted).
     pub fitness: Vec<Option<f64>>,
-    /// Individuals whose kernel faulted, with the driver's error.
+    /// Individuals whose launch the driver refused, with its error.
     pub faults: Vec<(usize, String)>,
     /// Loading modules and looking up kernels.
     pub load: Duration,
@@ -172,8 +178,6 @@ pub struct GpuGeneration {
     pub launch: Duration,
     /// Copying fitness back.
     pub readback: Duration,
-    /// Times the context was recreated after a fault.
-    pub recoveries: usize,
 }
 
 /// One compiled unit of a generation.
@@ -190,9 +194,9 @@ pub struct CompiledUnit<'a> {
 /// Evaluates compiled individuals of one problem on GPU 0.
 pub struct GpuEvaluator {
     problem: Problem,
-    fitness_cubin: Vec<u8>,
     device: Device,
     ncases: usize,
+    poisoned: Option<String>,
     /// GPU name.
     pub name: String,
 }
@@ -324,15 +328,18 @@ impl GpuEvaluator {
         let device = Device::new(problem, &fitness_cubin)?;
         Ok(GpuEvaluator {
             problem: problem.clone(),
-            fitness_cubin,
             device,
             ncases: problem.cases().len(),
+            poisoned: None,
             name,
         })
     }
 
     /// Evaluates a generation of `n` individuals, of which `units` hold the compiled ones.
     pub fn evaluate(&mut self, units: &[CompiledUnit<'_>], n: usize) -> Result<GpuGeneration, GpuError> {
+        if let Some(why) = &self.poisoned {
+            return Err(GpuError::Fault(why.clone()));
+        }
         let mut outcome = GpuGeneration { fitness: vec![None; n], ..Default::default() };
         if n == 0 {
             return Ok(outcome);
@@ -342,27 +349,24 @@ impl GpuEvaluator {
         let (modules, functions) = self.load(units)?;
         outcome.load = t.elapsed();
         let t = Instant::now();
-        let mut failed = None;
+        let mut launched = Vec::with_capacity(functions.len());
         for (slot, f) in &functions {
-            if let Err(e) = self.device.launch(&self.problem, f, *slot, self.ncases) {
-                failed = Some(e);
-                break;
+            // A refused launch is not sticky: only this individual fails.
+            match self.device.launch(&self.problem, f, *slot, self.ncases) {
+                Ok(()) => launched.push(*slot),
+                Err(e) => outcome.faults.push((*slot, format!("launch refused: {e:?}"))),
             }
         }
-        if failed.is_none() {
-            failed = self.device.stream.synchronize().err();
+        if let Err(e) = self.device.stream.synchronize() {
+            let why = format!("{e:?}");
+            self.poisoned = Some(why.clone());
+            return Err(GpuError::Fault(why));
         }
         outcome.launch = t.elapsed();
-        if let Some(e) = failed {
-            drop(functions);
-            drop(modules);
-            return self.isolate(units, n, e, outcome);
-        }
         let t = Instant::now();
         let values = self.device.reduce(n, self.ncases).map_err(driver)?;
         outcome.readback = t.elapsed();
-        let compiled: Vec<usize> = units.iter().flat_map(|u| u.members.iter().copied()).collect();
-        for i in compiled {
+        for i in launched {
             outcome.fitness[i] = values.get(i).copied();
         }
         // `modules` drops here: every module of this generation is unloaded.
@@ -386,99 +390,5 @@ impl GpuEvaluator {
             modules.push(m);
         }
         Ok((modules, functions))
-    }
-
-    fn rebuild(&mut self, n: usize) -> Result<(), GpuError> {
-        let fresh = Device::new(&self.problem, &self.fitness_cubin)?;
-        self.device = fresh;
-        self.device.ensure_capacity(&self.problem, n, self.ncases).map_err(driver)
-    }
-
-    /// After a fault: a fresh context, then every individual alone, synchronising after each.
-    fn isolate(
-        &mut self,
-        units: &[CompiledUnit<'_>],
-        n: usize,
-        first: DriverError,
-        mut outcome: GpuGeneration,
-    ) -> Result<GpuGeneration, GpuError> {
-        eprintln!("kernel fault ({first:?}); recreating the context to find the faulty individuals");
-        self.rebuild(n)?;
-        outcome.recoveries += 1;
-        let mut ok = Vec::new();
-        let mut cache: HashMap<usize, Arc<CudaModule>> = HashMap::new();
-        for (u_idx, u) in units.iter().enumerate() {
-            for (k, &slot) in u.kernels.iter().zip(u.members) {
-                let module = match cache.get(&u_idx) {
-                    Some(m) => m.clone(),
-                    None => {
-                        let m = self
-                            .device
-                            .ctx
-                            .load_module(Ptx::from_binary(u.cubin.to_vec()))
-                            .map_err(driver)?;
-                        cache.insert(u_idx, m.clone());
-                        m
-                    }
-                };
-                let f = module.load_function(k).map_err(driver)?;
-                let r = self
-                    .device
-                    .launch(&self.problem, &f, slot, self.ncases)
-                    .and_then(|()| self.device.stream.synchronize());
-                drop(f);
-                match r {
-                    Ok(()) => ok.push(slot),
-                    Err(e) => {
-                        outcome.faults.push((slot, format!("{e:?}")));
-                        cache.clear();
-                        drop(module);
-                        self.rebuild(n)?;
-                        outcome.recoveries += 1;
-                        // Outputs of the individuals run so far are gone with the old context.
-                        ok.clear();
-                        return self.finish_after_fault(units, n, outcome);
-                    }
-                }
-            }
-        }
-        drop(cache);
-        let values = self.device.reduce(n, self.ncases).map_err(driver)?;
-        for i in ok {
-            outcome.fitness[i] = values.get(i).copied();
-        }
-        Ok(outcome)
-    }
-
-    /// Runs the generation again without the individuals known to fault.
-    fn finish_after_fault(
-        &mut self,
-        units: &[CompiledUnit<'_>],
-        n: usize,
-        outcome: GpuGeneration,
-    ) -> Result<GpuGeneration, GpuError> {
-        let faulty: Vec<usize> = outcome.faults.iter().map(|(i, _)| *i).collect();
-        let kept: Vec<(Vec<String>, Vec<usize>)> = units
-            .iter()
-            .map(|u| {
-                u.kernels
-                    .iter()
-                    .zip(u.members)
-                    .filter(|(_, m)| !faulty.contains(m))
-                    .map(|(k, m)| (k.clone(), *m))
-                    .unzip()
-            })
-            .collect();
-        let remaining: Vec<CompiledUnit<'_>> = units
-            .iter()
-            .zip(&kept)
-            .map(|(u, (k, m))| CompiledUnit { cubin: u.cubin, kernels: k, members: m })
-            .collect();
-        let mut again = self.evaluate(&remaining, n)?;
-        again.faults.splice(0..0, outcome.faults);
-        again.recoveries += outcome.recoveries;
-        again.load += outcome.load;
-        again.launch += outcome.launch;
-        Ok(again)
     }
 }

@@ -112,7 +112,8 @@ struct EvalSplit {
     launch_ms: f64,
     readback_ms: f64,
     faults: usize,
-    recoveries: usize,
+    /// Set when a kernel fault made the GPU unusable and this generation was evaluated on the CPU.
+    fell_back_to_cpu: Option<String>,
 }
 
 /// One generation's record (`--json`).
@@ -249,7 +250,7 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
     let problem = load_problem(&args)?;
     let gpu_choice = choose_evaluator(args.eval, args.no_compile)?;
     let arch = args.arch.or(gpu_choice.as_ref().map(|g| g.1)).unwrap_or(SmArch::SM_90);
-    let evaluator_name = if gpu_choice.is_some() { "gpu" } else { "cpu" };
+    let mut evaluator_name = if gpu_choice.is_some() { "gpu" } else { "cpu" };
     let config = EvolutionConfig {
         population: args.population,
         generations: args.generations,
@@ -338,28 +339,36 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
         let eval_start = Instant::now();
         let worst = Fitness::worst(problem.direction());
         let mut split = EvalSplit::default();
-        let unique_fitness: Vec<Fitness> = match &mut evaluator {
-            Evaluator::Cpu => evaluate_all(&problem, &dedup.unique, eval_threads)
+        let cpu_fitness = |failures: &[Option<String>]| -> Vec<Fitness> {
+            evaluate_all(&problem, &dedup.unique, eval_threads)
                 .iter()
-                .zip(&build.failures)
+                .zip(failures)
                 .map(|(e, failed)| if failed.is_some() { worst } else { e.fitness })
-                .collect(),
+                .collect()
+        };
+        let gpu_result = match &mut evaluator {
+            Evaluator::Cpu => None,
             Evaluator::Gpu(g) => {
                 let units: Vec<CompiledUnit<'_>> = build
                     .compiled
                     .iter()
                     .map(|c| CompiledUnit { cubin: &c.cubin, kernels: &c.kernels, members: &c.members })
                     .collect();
-                let out = g.evaluate(&units, n)?;
+                Some(g.evaluate(&units, n))
+            }
+        };
+        let unique_fitness: Vec<Fitness> = match gpu_result {
+            None => cpu_fitness(&build.failures),
+            Some(Ok(out)) => {
                 split = EvalSplit {
                     load_ms: out.load.as_secs_f64() * 1000.0,
                     launch_ms: out.launch.as_secs_f64() * 1000.0,
                     readback_ms: out.readback.as_secs_f64() * 1000.0,
                     faults: out.faults.len(),
-                    recoveries: out.recoveries,
+                    fell_back_to_cpu: None,
                 };
                 for (i, why) in &out.faults {
-                    tracing::warn!("individual {i} of generation {generation} faulted on the GPU: {why}");
+                    tracing::warn!("individual {i} of generation {generation} failed on the GPU: {why}");
                 }
                 out.fitness
                     .iter()
@@ -369,6 +378,17 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
                     })
                     .collect()
             }
+            Some(Err(gpu::GpuError::Fault(why))) => {
+                eprintln!(
+                    "warning: generation {generation}: a kernel faulted on the GPU ({why}); this process \
+                     cannot use the GPU any more, falling back to the CPU evaluator for the rest of the run"
+                );
+                evaluator = Evaluator::Cpu;
+                evaluator_name = "cpu";
+                split.fell_back_to_cpu = Some(why);
+                cpu_fitness(&build.failures)
+            }
+            Some(Err(e)) => return Err(e.into()),
         };
         let eval_ms = eval_start.elapsed().as_secs_f64() * 1000.0;
         let figures = build.figures;
