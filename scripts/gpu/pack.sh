@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Builds release binaries and test executables here and strips them into .carry/ for the GPU
+# host (both machines are x86-64 Linux).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+cargo build --release --bins
+rm -rf .carry && mkdir -p .carry/tests
+strip -o .carry/gpfarm target/release/gpfarm
+strip -o .carry/gpfarmd target/release/gpfarmd
+echo "$PWD/target/release" > .carry/target_dir
+cargo test --release --workspace --no-run --message-format=json 2>/dev/null \
+  | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
+        print(m["target"]["name"], m["executable"])' \
+  | while read -r name exe; do strip -o ".carry/tests/$name" "$exe"; done
+du -sh .carry
