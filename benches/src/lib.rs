@@ -90,7 +90,7 @@ impl BenchConfig {
 }
 
 /// One measured compile of one sample by one method.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Row {
     /// Problem name.
     pub problem: String,
@@ -167,6 +167,8 @@ pub fn run(config: &BenchConfig, mut progress: impl FnMut(&str)) -> Result<Vec<R
             rows.push(measure(compiler.as_mut(), s, method, &options)?);
         }
         progress(&format!("{method}: done in {:.1} s", started.elapsed().as_secs_f64()));
+        // Written after every method, so an interrupted run keeps what it measured.
+        report::write_csv(&rows, &config.out.join("bench.csv"))?;
     }
     Ok(rows)
 }

@@ -147,8 +147,8 @@ where
     Ok(())
 }
 
-/// Fonts looked for when drawing PNGs (text in SVGs needs none). Loaded at run time so that the
-/// binary links no font library.
+/// Fonts looked for (after `GPFARM_FONT`) to lay out the plots' text. Loaded at run time so that
+/// the binary links no font library.
 const FONT_PATHS: &[&str] = &[
     "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
     "/usr/share/fonts/dejavu/DejaVuSans.ttf",
@@ -160,7 +160,8 @@ const FONT_PATHS: &[&str] = &[
 fn register_font() -> bool {
     static FOUND: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *FOUND.get_or_init(|| {
-        for path in FONT_PATHS {
+        let explicit = std::env::var("GPFARM_FONT").ok();
+        for path in explicit.iter().map(String::as_str).chain(FONT_PATHS.iter().copied()) {
             if let Ok(bytes) = std::fs::read(path) {
                 let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
                 if plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).is_ok() {
@@ -172,10 +173,14 @@ fn register_font() -> bool {
     })
 }
 
-/// Draws both figures for every problem into `dir` as `<name>.svg` and, where a system font is
-/// found, `<name>.png`.
+/// Draws both figures for every problem into `dir` as `<name>.svg` and `<name>.png`. Without a
+/// TrueType font nothing is drawn (a message says so; `gpfarm bench --replot` can draw them later
+/// from bench.csv).
 pub fn draw_all(rows: &[Row], dir: &Path) -> Result<Vec<String>> {
-    let png_font = register_font();
+    if !register_font() {
+        eprintln!("no TrueType font found (set GPFARM_FONT or see {FONT_PATHS:?}): plots not drawn");
+        return Ok(Vec::new());
+    }
     let problems = crate::report::problems(rows);
     let mut written = Vec::new();
     let n = problems.len().max(1) as u32;
@@ -193,12 +198,6 @@ pub fn draw_all(rows: &[Row], dir: &Path) -> Result<Vec<String>> {
             root.present().map_err(|e| anyhow!("{e:?}"))?;
         }
         written.push(svg.display().to_string());
-        if !png_font {
-            eprintln!(
-                "no TrueType font found in {FONT_PATHS:?}: {name}.png not drawn (the SVG has the same plot)"
-            );
-            continue;
-        }
         let png = dir.join(format!("{name}.png"));
         {
             let root = BitMapBackend::new(&png, (640 * n, 480)).into_drawing_area();

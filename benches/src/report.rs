@@ -72,6 +72,55 @@ pub fn write_csv(rows: &[Row], path: &Path) -> Result<()> {
     std::fs::write(path, out).with_context(|| format!("writing {}", path.display()))
 }
 
+fn split_csv(line: &str) -> Vec<String> {
+    let (mut fields, mut cur, mut quoted) = (Vec::new(), String::new(), false);
+    for ch in line.chars() {
+        match ch {
+            '"' => quoted = !quoted,
+            ',' if !quoted => fields.push(std::mem::take(&mut cur)),
+            c => cur.push(c),
+        }
+    }
+    fields.push(cur);
+    fields
+}
+
+/// Reads rows written by [`write_csv`].
+pub fn read_csv(path: &Path) -> Result<Vec<Row>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut rows = Vec::new();
+    for (n, line) in text.lines().enumerate().skip(1) {
+        let f = split_csv(line);
+        if f.len() != 17 {
+            anyhow::bail!("{}:{}: expected 17 fields, found {}", path.display(), n + 1, f.len());
+        }
+        let num = |i: usize| -> Result<f64> {
+            f[i].parse::<f64>()
+                .with_context(|| format!("{}:{}: field {} is not a number", path.display(), n + 1, i + 1))
+        };
+        rows.push(Row {
+            problem: f[0].clone(),
+            size: num(1)? as usize,
+            run: num(2)? as usize,
+            generation: num(3)? as usize,
+            method: f[4].clone(),
+            flags: f[5].clone(),
+            individuals: num(6)? as usize,
+            units: num(7)? as usize,
+            ok_units: num(8)? as usize,
+            wall_ms: num(9)?,
+            ms_per_individual: num(10)?,
+            compile_ms: num(11)?,
+            jit_ms: num(12)?,
+            busiest_ms: num(13)?,
+            overhead_ms: num(14)?,
+            write_ms: num(15)?,
+            read_ms: num(16)?,
+        });
+    }
+    Ok(rows)
+}
+
 /// Median and quartiles of some values.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Spread {
@@ -264,6 +313,34 @@ mod tests {
         let f = fit(&pts).unwrap();
         assert!((f.fixed_ms - 40.0).abs() < 1e-9 && (f.per_individual_ms - 0.5).abs() < 1e-9);
         assert!((f.r2 - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn rows_survive_a_round_trip_through_csv() {
+        let row = Row {
+            problem: "keijzer6".into(),
+            size: 300,
+            run: 2,
+            generation: 1,
+            method: "farm:16".into(),
+            flags: "--use_fast_math -default-device".into(),
+            individuals: 291,
+            units: 30,
+            ok_units: 30,
+            wall_ms: 64.5,
+            ms_per_individual: 0.2216,
+            compile_ms: 700.25,
+            jit_ms: 0.0,
+            busiest_ms: 63.125,
+            overhead_ms: 1.375,
+            write_ms: 0.25,
+            read_ms: 0.5,
+        };
+        let path = std::env::temp_dir().join(format!("gpfarm-bench-{}.csv", std::process::id()));
+        write_csv(std::slice::from_ref(&row), &path).unwrap();
+        let back = read_csv(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(back, vec![row]);
     }
 
     #[test]

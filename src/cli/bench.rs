@@ -44,6 +44,25 @@ pub struct BenchArgs {
     /// Output directory for bench.csv, tables.md, machine.txt and the plots.
     #[arg(long, default_value = "bench-out")]
     out: PathBuf,
+    /// Measure nothing: redraw tables.md and the plots from DIR/bench.csv (and DIR/machine.txt).
+    #[arg(long, value_name = "DIR")]
+    replot: Option<PathBuf>,
+}
+
+fn write_reports(rows: &[gpfarm_bench::Row], dir: &Path, heading: &str) -> Result<()> {
+    let md = report::tables(rows, heading);
+    std::fs::write(dir.join("tables.md"), &md)?;
+    let plots = plot::draw_all(rows, dir)?;
+    println!("{md}");
+    eprintln!("{} rows; plots: {}", rows.len(), plots.join(", "));
+    Ok(())
+}
+
+fn heading(machine: &str, description: &str) -> String {
+    format!(
+        "# gpfarm bench\n\n{}\n{description}",
+        machine.lines().map(|l| format!("- {l}\n")).collect::<String>()
+    )
 }
 
 fn machine_description(cuda: Option<&Path>) -> String {
@@ -75,6 +94,12 @@ fn machine_description(cuda: Option<&Path>) -> String {
 
 /// Runs `gpfarm bench`.
 pub fn run(args: BenchArgs, cuda: Option<&Path>) -> Result<()> {
+    if let Some(dir) = &args.replot {
+        let rows = report::read_csv(&dir.join("bench.csv"))?;
+        let machine = std::fs::read_to_string(dir.join("machine.txt")).unwrap_or_default();
+        let description = std::fs::read_to_string(dir.join("description.txt")).unwrap_or_default();
+        return write_reports(&rows, dir, &heading(&machine, &description));
+    }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut config = if args.quick {
         BenchConfig::quick(args.out.clone())
@@ -104,27 +129,13 @@ pub fn run(args: BenchArgs, cuda: Option<&Path>) -> Result<()> {
     let machine = machine_description(cuda);
     std::fs::write(config.out.join("machine.txt"), &machine)?;
     eprint!("{machine}");
-    let rows = gpfarm_bench::run(&config, |line| eprintln!("{line}"))?;
-    report::write_csv(&rows, &config.out.join("bench.csv"))?;
     let flags = if config.flags.is_empty() { "none".to_string() } else { config.flags.join(" ") };
-    let heading = format!(
-        "# gpfarm bench\n\n{}\nProblems {:?}, sizes {:?}, {} runs x {} generations each, {} individuals per unit, extra options: {flags}.",
-        machine.lines().map(|l| format!("- {l}\n")).collect::<String>(),
-        config.problems,
-        config.sizes,
-        config.runs,
-        config.generations,
-        config.per_unit
+    let description = format!(
+        "Problems {:?}, sizes {:?}, {} runs x {} generations each, {} individuals per unit, extra options: {flags}.\n",
+        config.problems, config.sizes, config.runs, config.generations, config.per_unit
     );
-    let md = report::tables(&rows, &heading);
-    std::fs::write(config.out.join("tables.md"), &md)?;
-    let plots = plot::draw_all(&rows, &config.out)?;
-    println!("{md}");
-    eprintln!(
-        "wrote {} rows to {}; plots: {}",
-        rows.len(),
-        config.out.join("bench.csv").display(),
-        plots.join(", ")
-    );
+    std::fs::write(config.out.join("description.txt"), &description)?;
+    let rows = gpfarm_bench::run(&config, |line| eprintln!("{line}"))?;
+    write_reports(&rows, &config.out, &heading(&machine, &description))?;
     Ok(())
 }
