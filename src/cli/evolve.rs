@@ -65,7 +65,7 @@ pub struct EvolveArgs {
     #[arg(long)]
     no_compile: bool,
     /// Individuals per translation unit (default: the population split evenly over the daemons,
-    /// at most 32 per unit).
+    /// at most 10 per unit, the size benchmarked fastest).
     #[arg(long)]
     per_unit: Option<usize>,
     /// Evaluator: auto (GPU if present, else CPU), cpu or gpu.
@@ -282,7 +282,7 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
     };
     let layout = match args.per_unit {
         Some(k) => Layout::PerUnit(k),
-        None => Layout::PerUnit(args.population.div_ceil(workers).clamp(1, 32)),
+        None => Layout::PerUnit(args.population.div_ceil(workers).clamp(1, 10)),
     };
     let eval_threads = NonZeroUsize::new(std::thread::available_parallelism().map_or(1, |n| n.get()))
         .unwrap_or(NonZeroUsize::MIN);
