@@ -65,7 +65,7 @@ pub struct EvolveArgs {
     #[arg(long)]
     no_compile: bool,
     /// Individuals per translation unit (default: the population split evenly over the daemons,
-    /// at most 10 per unit, the size benchmarked fastest).
+    /// at most 10 per unit, the size the benchmark uses).
     #[arg(long)]
     per_unit: Option<usize>,
     /// Evaluator: auto (GPU if present, else CPU), cpu or gpu.
