@@ -1,12 +1,7 @@
 #!/usr/bin/env bash
 # Does in-process NVRTC slow down right after a long nvcc phase? Same samples each time.
 set -uo pipefail
-out=${OUT:-out}; mkdir -p "$out/r"; r="$out/r"
-carry=.carry
-built=$(cat $carry/target_dir)
-mkdir -p "$built" && cp $carry/gpfarm $carry/gpfarmd "$built/"
-export GPFARMD=$built/gpfarmd
-bin=$built/gpfarm
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null
 vm() { grep -E "^(compact_stall|compact_fail|thp_fault_alloc|pgmajfault) " /proc/vmstat | tr '\n' ' '; echo; }
 common="--sizes 20,100,200,300 --runs 2 --generations 2"

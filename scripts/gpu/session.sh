@@ -3,13 +3,7 @@
 # compile-speed experiments. Expects stripped binaries and test executables in .carry/ (see
 # scripts/gpu/pack.sh) and writes results.tgz plus summary.txt to $OUT.
 set -uo pipefail
-out=${OUT:-out}; mkdir -p "$out/r"; r="$out/r"
-carry=.carry
-# Test executables have the build machine's paths to gpfarm/gpfarmd baked in; recreate them.
-built=$(cat $carry/target_dir)
-mkdir -p "$built" && cp $carry/gpfarm $carry/gpfarmd "$built/"
-export GPFARMD=$built/gpfarmd
-bin=$built/gpfarm
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 {
   echo "host: $(nproc) cores, $(lscpu | sed -n 's/^Model name:\s*//p')"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
