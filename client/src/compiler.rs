@@ -55,6 +55,8 @@ pub struct BatchStats {
     pub restarts: usize,
     /// Units sent again because their daemon was lost while they waited in its part.
     pub retried_units: usize,
+    /// When, from the start of the call, the first lost daemon was noticed.
+    pub first_loss_detected_us: Option<u64>,
 }
 
 impl BatchStats {

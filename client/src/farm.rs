@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use gpfarm_protocol::event::{self, Wake};
-use gpfarm_protocol::segment::{self, list_segments, process_alive, remove_stale_segments};
+use gpfarm_protocol::segment::{self, MAX_CAPACITY, list_segments, process_alive, remove_stale_segments};
 use gpfarm_protocol::{
     CompileOptions, CompileRef, DaemonId, DaemonInfo, DaemonState, FailureKind, FarmName, Request, Response,
     Segment, SegmentError, SegmentName, SmArch, Unit, UnitResult,
@@ -42,12 +42,14 @@ pub struct FarmConfig {
     pub gpu_context: bool,
     /// How long a daemon may take to load and warm NVRTC.
     pub start_timeout: Duration,
-    /// How long one request may take before its daemon is declared hung.
+    /// How long a daemon may work on one unit before it is declared hung, killed and replaced.
     pub request_timeout: Duration,
     /// Detach spawned daemons from this process (they outlive it; for `gpfarm daemons start`).
     pub detached: bool,
     /// Let daemons keep NVRTC's freed memory ([`gpfarm_toolchain::tune_allocator`]).
     pub tuned_allocator: bool,
+    /// Extra environment variables for the daemons.
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for FarmConfig {
@@ -59,9 +61,10 @@ impl Default for FarmConfig {
             warmup_arch: SmArch::SM_90,
             gpu_context: true,
             start_timeout: Duration::from_secs(120),
-            request_timeout: Duration::from_secs(600),
+            request_timeout: DEFAULT_UNIT_DEADLINE,
             detached: false,
             tuned_allocator: true,
+            env: Vec::new(),
         }
     }
 }
@@ -76,38 +79,53 @@ struct Daemon {
 
 /// Why a daemon did not answer.
 enum Lost {
-    Died(String),
+    /// It ended; `true` if by a crash of its own.
+    Died(String, bool),
     Hung,
     Protocol(String),
 }
 
 impl Daemon {
-    fn alive(&mut self) -> Result<(), String> {
+    /// Ok while the daemon lives; otherwise how it ended and whether that was a crash of its own
+    /// (a crash signal or an error exit) rather than a kill from outside.
+    fn alive(&mut self) -> Result<(), (String, bool)> {
+        use std::os::unix::process::ExitStatusExt;
         if let Some(child) = &mut self.child {
             if let Ok(Some(status)) = child.try_wait() {
-                return Err(format!("exited ({status})"));
+                let crash = match status.signal() {
+                    Some(sig) => [libc::SIGSEGV, libc::SIGABRT, libc::SIGBUS, libc::SIGILL, libc::SIGFPE]
+                        .contains(&sig),
+                    None => !status.success(),
+                };
+                return Err((format!("exited ({status})"), crash));
             }
         } else if !process_alive(self.pid) {
-            return Err("process is gone".into());
+            return Err(("process is gone".into(), false));
         }
         Ok(())
     }
 
-    /// Signals "go" and waits for "done"; `seen` is the done counter read before the request
-    /// was written.
-    fn await_done(&mut self, seen: u32, deadline: Instant) -> Result<(), Lost> {
+    /// Waits for "done"; `seen` is the done counter read before the request was written. The
+    /// daemon is declared hung when `limit` passes without it finishing a unit (its progress
+    /// counter), so a long part of many quick units is never mistaken for a hang.
+    fn await_done(&mut self, seen: u32, limit: Duration) -> Result<(), Lost> {
+        let mut progress = self.seg.progress();
+        let mut since = Instant::now();
         loop {
             match event::wait(self.seg.done(), seen, POLL) {
                 Wake::Signalled(_) => {
                     return match self.seg.state() {
                         Ok(DaemonState::Available) => Ok(()),
-                        Ok(state) => Err(Lost::Died(format!("stopped while working ({state:?})"))),
+                        Ok(state) => Err(Lost::Died(format!("stopped while working ({state:?})"), false)),
                         Err(e) => Err(Lost::Protocol(e.to_string())),
                     };
                 }
                 Wake::TimedOut => {
-                    self.alive().map_err(Lost::Died)?;
-                    if Instant::now() > deadline {
+                    self.alive().map_err(|(m, crash)| Lost::Died(m, crash))?;
+                    let now = self.seg.progress();
+                    if now != progress {
+                        (progress, since) = (now, Instant::now());
+                    } else if since.elapsed() > limit {
                         return Err(Lost::Hung);
                     }
                 }
@@ -121,9 +139,9 @@ impl Daemon {
         self.seg.write_request(req)?;
         self.seg.set_state(DaemonState::Processing);
         event::signal(self.seg.go());
-        match self.await_done(seen, Instant::now() + timeout) {
+        match self.await_done(seen, timeout) {
             Ok(()) => Ok(self.seg.read_response()?),
-            Err(Lost::Died(m)) | Err(Lost::Protocol(m)) => Err(CompilerError::Daemon { id, message: m }),
+            Err(Lost::Died(m, _)) | Err(Lost::Protocol(m)) => Err(CompilerError::Daemon { id, message: m }),
             Err(Lost::Hung) => {
                 Err(CompilerError::Daemon { id, message: format!("no answer within {timeout:?}") })
             }
@@ -174,7 +192,12 @@ fn spawn_daemon(exe: &Path, farm: &FarmName, id: u16, config: &FarmConfig) -> Re
     } else {
         cmd.arg("--parent-pid").arg(std::process::id().to_string());
     }
-    cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit());
+    cmd.envs(config.env.iter().map(|(k, v)| (k, v)));
+    // A detached daemon must not hold its starter's terminal or pipes open: `$(gpfarm daemons
+    // start --detach)` would never return. Why it failed to start still reaches the client
+    // through its segment.
+    let stderr = if config.detached { Stdio::null() } else { Stdio::inherit() };
+    cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(stderr);
     cmd.spawn()
         .map_err(|e| CompilerError::Daemon { id, message: format!("cannot start {}: {e}", exe.display()) })
 }
@@ -488,14 +511,29 @@ struct Answer {
 /// What became of one unit in one round of dispatching.
 enum Fate {
     Done(UnitResult),
-    /// The daemon died or hung while compiling this very unit.
+    /// The daemon crashed or hung while compiling this very unit.
     Culprit(String),
-    /// Its daemon was lost before or after this unit; worth sending again.
-    Unfinished(String),
+    /// Its daemon was lost while this unit was not to blame (before or after it in the part, or
+    /// killed from outside); `counts` when no culprit could be named, so it uses up an attempt.
+    Unfinished {
+        reason: String,
+        counts: bool,
+    },
 }
 
-/// How often a unit is sent again after its daemon was lost without it being the culprit.
+/// How long a daemon may work on one unit by default. A GP unit compiles in milliseconds to
+/// seconds; two minutes without progress is a hang.
+pub const DEFAULT_UNIT_DEADLINE: Duration = Duration::from_secs(120);
+/// Starts of a replacement daemon before its slot is given up.
+const RESPAWN_TRIES: usize = 3;
+/// Room for the options and framing of a request around its units.
+const REQUEST_OVERHEAD: usize = 64 << 10;
+/// A unit its daemon crashed or hung on is tried this often before it fails.
+const CULPRIT_TRIES: u8 = 2;
+/// A unit lost with no culprit named is tried this often.
 const MAX_ATTEMPTS: u8 = 3;
+/// Rounds of resending in one call before the rest is given up as lost.
+const MAX_ROUNDS: usize = 32;
 
 impl Farm {
     /// Sends `pending` (indices into `units`) to the daemons once, in balanced contiguous parts,
@@ -507,6 +545,7 @@ impl Farm {
         options: &CompileOptions,
         stats: &mut BatchStats,
         lost: &mut Vec<usize>,
+        call_start: Instant,
     ) -> Vec<(usize, Fate)> {
         let refs: Vec<&Unit> = pending.iter().map(|&i| &units[i]).collect();
         let parts = balanced(refs.len(), self.daemons.len());
@@ -546,7 +585,6 @@ impl Farm {
         }
 
         // One waiting thread per daemon; answers arrive over a channel as daemons finish.
-        let deadline = signalled + self.config.request_timeout;
         let timeout = self.config.request_timeout;
         let (tx, rx) = crossbeam_channel::unbounded::<Answer>();
         let mut lost_parts = Vec::new();
@@ -557,7 +595,7 @@ impl Farm {
                 }
                 let tx = tx.clone();
                 scope.spawn(move || {
-                    let waited = d.await_done(seen, deadline);
+                    let waited = d.await_done(seen, timeout);
                     let t = Instant::now();
                     let response = waited
                         .and_then(|()| d.seg.read_response().map_err(|e| Lost::Protocol(e.to_string())));
@@ -582,23 +620,33 @@ impl Farm {
                     }
                     Ok(Response::Error(m)) => m,
                     Ok(other) => format!("unexpected answer {other:?}"),
-                    Err(Lost::Died(m)) => format!("gpfarmd {k} died while compiling: {m}"),
-                    Err(Lost::Hung) => format!("gpfarmd {k} gave no answer within {timeout:?}"),
+                    Err(Lost::Died(m, crash)) => {
+                        stats.first_loss_detected_us.get_or_insert(call_start.elapsed().as_micros() as u64);
+                        lost_parts.push((k, format!("gpfarmd {k} died while compiling: {m}"), crash));
+                        continue;
+                    }
+                    Err(Lost::Hung) => {
+                        stats.first_loss_detected_us.get_or_insert(call_start.elapsed().as_micros() as u64);
+                        lost_parts.push((k, format!("gpfarmd {k} gave no answer within {timeout:?}"), true));
+                        continue;
+                    }
                     Err(Lost::Protocol(m)) => m,
                 };
-                lost_parts.push((k, reason));
+                lost_parts.push((k, reason, false));
             }
         });
         stats.wait_us += signalled.elapsed().as_micros() as u64;
-        for (k, reason) in lost_parts {
+        for (k, reason, culpable) in lost_parts {
             lost.push(k);
-            // The daemon counts finished units in its header: the next one is the culprit.
+            // The daemon counts finished units in its header: the next one was being compiled.
             let done = self.daemons[k].seg.progress() as usize;
-            for (pos, &i) in pending[parts[k].clone()].iter().enumerate() {
-                let fate = if pos == done {
+            let ids = &pending[parts[k].clone()];
+            let named = culpable && done < ids.len();
+            for (pos, &i) in ids.iter().enumerate() {
+                let fate = if named && pos == done {
                     Fate::Culprit(format!("{reason} (on this unit)"))
                 } else {
-                    Fate::Unfinished(reason.clone())
+                    Fate::Unfinished { reason: reason.clone(), counts: culpable && !named }
                 };
                 fates.push((i, fate));
             }
@@ -612,27 +660,50 @@ impl Compiler for Farm {
         format!("farm:{}", self.daemons.len())
     }
 
-    /// Compiles in rounds: a daemon that dies or hangs loses only the unit it was compiling
-    /// (that unit fails as `Lost`, with the reason); it is restarted, and the rest of its part is
-    /// sent again.
+    /// Compiles in rounds. A daemon that dies or hangs is restarted and its unfinished units are
+    /// sent again; the unit it crashed or hung on is tried once more and then fails as `Lost`,
+    /// with the reason. A daemon killed from outside costs nothing but time.
     fn compile(&mut self, units: &[Unit], options: &CompileOptions) -> Result<Batch, CompilerError> {
         let start = Instant::now();
         let mut results: Vec<Option<UnitResult>> = vec![None; units.len()];
         let mut stats = BatchStats::default();
         let mut attempts = vec![0u8; units.len()];
-        let mut pending: Vec<usize> = (0..units.len()).collect();
-        while !pending.is_empty() && !self.daemons.is_empty() {
+        let mut strikes = vec![0u8; units.len()];
+        // A unit that cannot fit in a segment on its own fails here, before anything is sent.
+        let mut pending = Vec::with_capacity(units.len());
+        for (i, unit) in units.iter().enumerate() {
+            let bytes = unit.source.len() + unit.name.len();
+            if bytes + REQUEST_OVERHEAD > MAX_CAPACITY {
+                let why = format!(
+                    "unit of {bytes} bytes is larger than the largest request a segment holds ({} MiB)",
+                    MAX_CAPACITY >> 20
+                );
+                results[i] = Some(UnitResult::failed(FailureKind::InvalidSource, why));
+            } else {
+                pending.push(i);
+            }
+        }
+        let mut rounds = 0;
+        while !pending.is_empty() && !self.daemons.is_empty() && rounds < MAX_ROUNDS {
+            rounds += 1;
             let mut lost = Vec::new();
-            let fates = self.dispatch(units, &pending, options, &mut stats, &mut lost);
+            let fates = self.dispatch(units, &pending, options, &mut stats, &mut lost, start);
             let mut retry = Vec::new();
             for (i, fate) in fates {
                 match fate {
                     Fate::Done(r) => results[i] = Some(r),
-                    Fate::Culprit(why) => results[i] = Some(UnitResult::failed(FailureKind::Lost, why)),
-                    Fate::Unfinished(why) => {
-                        attempts[i] += 1;
-                        if attempts[i] >= MAX_ATTEMPTS {
+                    Fate::Culprit(why) => {
+                        strikes[i] += 1;
+                        if strikes[i] >= CULPRIT_TRIES {
                             results[i] = Some(UnitResult::failed(FailureKind::Lost, why));
+                        } else {
+                            retry.push(i);
+                        }
+                    }
+                    Fate::Unfinished { reason, counts } => {
+                        attempts[i] += u8::from(counts);
+                        if attempts[i] >= MAX_ATTEMPTS {
+                            results[i] = Some(UnitResult::failed(FailureKind::Lost, reason));
                         } else {
                             retry.push(i);
                         }
@@ -657,12 +728,20 @@ impl Compiler for Farm {
 }
 
 impl Farm {
-    /// Restarts lost daemons this farm spawned; drops lost daemons it only attached to.
+    /// Restarts lost daemons this farm spawned; ends and drops lost daemons it only attached to.
     fn recover(&mut self, lost: &[usize], stats: &mut BatchStats) {
         let mut gone = Vec::new();
         for &k in lost {
             if self.owns_daemons {
-                match self.respawn(k) {
+                // A replacement can itself be lost while it starts (killed, out of memory).
+                let mut respawned = self.respawn(k);
+                for _ in 1..RESPAWN_TRIES {
+                    if respawned.is_ok() {
+                        break;
+                    }
+                    respawned = self.respawn(k);
+                }
+                match respawned {
                     Ok(()) => stats.restarts += 1,
                     Err(e) => {
                         tracing::warn!("daemon {k} could not be restarted: {e}");
@@ -670,6 +749,13 @@ impl Farm {
                     }
                 }
             } else {
+                // Not ours to restart; but one stuck in a compile is no use to anyone: end it.
+                let d = &self.daemons[k];
+                if segment::is_daemon_process(d.pid) {
+                    // SAFETY: plain kill(2) of a gpfarmd that stopped answering.
+                    unsafe { libc::kill(d.pid as libc::pid_t, libc::SIGKILL) };
+                    segment::unlink(&SegmentName::new(&self.name, DaemonId(d.id)));
+                }
                 gone.push(k);
             }
         }

@@ -80,9 +80,14 @@ impl Compiler for InProcess {
         let start = Instant::now();
         let nvrtc = &self.nvrtc;
         let results: Vec<UnitResult> = std::thread::scope(|scope| {
-            scope.spawn(|| units.iter().map(|u| compile_one(nvrtc, u, options)).collect::<Vec<_>>()).join()
-        })
-        .map_err(|_| CompilerError::Io("the compile thread panicked".into()))?;
+            compile_thread()
+                .spawn_scoped(scope, || {
+                    units.iter().map(|u| compile_one(nvrtc, u, options)).collect::<Vec<_>>()
+                })
+                .map_err(|e| CompilerError::Io(format!("cannot start the compile thread: {e}")))?
+                .join()
+                .map_err(|_| CompilerError::Io("the compile thread panicked".into()))
+        })?;
         let wall_us = us(start.elapsed());
         let worker = WorkerStats { units: units.len(), busy_us: wall_us, ..Default::default() };
         Ok(Batch {
@@ -124,12 +129,15 @@ impl Compiler for Threads {
             for (k, range) in parts.iter().cloned().enumerate() {
                 let tx = tx.clone();
                 let nvrtc = &self.nvrtc;
-                scope.spawn(move || {
+                let spawned = compile_thread().spawn_scoped(scope, move || {
                     let t = Instant::now();
                     let got: Vec<UnitResult> =
                         units[range.clone()].iter().map(|u| compile_one(nvrtc, u, options)).collect();
                     let _ = tx.send((k, range, got, us(t.elapsed())));
                 });
+                if let Err(e) = spawned {
+                    panic!("cannot start compile thread {k}: {e}");
+                }
             }
             drop(tx);
             for (k, range, got, busy) in rx {
@@ -147,3 +155,13 @@ impl Compiler for Threads {
         Ok(Batch { results, stats: BatchStats { wall_us, wait_us: wall_us, workers, ..Default::default() } })
     }
 }
+
+/// A thread with room for NVRTC's recursion: a 200,000-deep parenthesised expression overflows
+/// 256 MiB of thread stack (a daemon compiles it in 0.4 s). The stack is address space; pages
+/// are committed only when used.
+fn compile_thread() -> std::thread::Builder {
+    std::thread::Builder::new().stack_size(COMPILE_STACK)
+}
+
+/// Stack of a compile thread.
+const COMPILE_STACK: usize = 1 << 30;

@@ -18,7 +18,9 @@ mod nvcc;
 pub mod partition;
 
 pub use compiler::{Batch, BatchStats, Compiler, CompilerError, WorkerStats};
-pub use farm::{Farm, FarmConfig, FarmStatus, daemon_executable, farm_status, stop_farm};
+pub use farm::{
+    DEFAULT_UNIT_DEADLINE, Farm, FarmConfig, FarmStatus, daemon_executable, farm_status, stop_farm,
+};
 pub use gpfarm_protocol::{
     CompileMode, CompileOptions, DaemonInfo, Failure, FailureKind, SmArch, Unit, UnitOutcome, UnitResult,
     UnitTimings,

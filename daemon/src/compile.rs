@@ -42,7 +42,32 @@ pub fn nvrtc_options(options: &CompileOptions) -> Vec<String> {
     std::iter::once(arch).chain(options.flags.iter().cloned()).collect()
 }
 
+/// Test-only faults, so that crash and hang recovery are tested with real processes: when the
+/// daemon runs with `GPFARM_TEST_FAULTS=1`, a unit whose source contains
+/// `gpfarm-test-fault: crash` aborts the daemon, `...: hang` never returns, and `...: kill`
+/// makes it SIGKILL itself. Without the variable the markers are ordinary text.
+fn test_fault(unit: &Unit) {
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if !*ENABLED.get_or_init(|| std::env::var_os("GPFARM_TEST_FAULTS").is_some_and(|v| v == "1")) {
+        return;
+    }
+    let has = |what: &str| unit.source.windows(what.len()).any(|w| w == what.as_bytes());
+    if has("gpfarm-test-fault: crash") {
+        std::process::abort();
+    }
+    if has("gpfarm-test-fault: kill") {
+        // SAFETY: kill(2) of this very process.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    }
+    if has("gpfarm-test-fault: hang") {
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        }
+    }
+}
+
 fn compile_unit(nvrtc: &Nvrtc, jit: Option<&Jit>, options: &CompileOptions, unit: &Unit) -> UnitResult {
+    test_fault(unit);
     let output = match options.mode {
         CompileMode::Cubin => Output::Cubin,
         CompileMode::PtxJit => Output::Ptx,

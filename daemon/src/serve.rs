@@ -20,6 +20,9 @@ use gpfarm_toolchain::{Nvrtc, Toolchain};
 use crate::compile::compile_units;
 use crate::jit::Jit;
 
+/// Set while the daemon is compiling, so that a stop signal ends it at once.
+static BUSY: AtomicBool = AtomicBool::new(false);
+
 /// How often a waiting daemon looks up from its event to check for signals and its parent.
 const POLL: Duration = Duration::from_millis(100);
 /// How long a daemon that failed to start keeps its segment so the client can read why.
@@ -58,10 +61,22 @@ pub struct Args {
 /// Runs a daemon until it is told to stop; the error says why it could not start.
 pub fn run(args: Args) -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
+    let name = SegmentName::new(&args.farm, DaemonId(args.id));
     {
         let stop = Arc::clone(&stop);
-        ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
-            .context("installing the SIGINT/SIGTERM handler")?;
+        let name = name.clone();
+        ctrlc::set_handler(move || {
+            stop.store(true, Ordering::SeqCst);
+            // Idle, the serve loop sees `stop` within one poll. Inside NVRTC, a compile can take
+            // minutes: leave now rather than make whoever stops us wait.
+            if BUSY.load(Ordering::SeqCst) {
+                segment::unlink(&name);
+                // SAFETY: _exit ends the process without running destructors, which is what is
+                // wanted while another thread is inside NVRTC.
+                unsafe { libc::_exit(0) };
+            }
+        })
+        .context("installing the SIGINT/SIGTERM handler")?;
     }
     if let Some(parent) = args.parent_pid {
         // SAFETY: prctl(PR_SET_PDEATHSIG) only registers a signal for this process.
@@ -73,7 +88,6 @@ pub fn run(args: Args) -> Result<()> {
     if args.malloc == "tuned" {
         gpfarm_toolchain::tune_allocator();
     }
-    let name = SegmentName::new(&args.farm, DaemonId(args.id));
     let mut seg = match Segment::create(&name, args.id) {
         Err(SegmentError::Exists(_)) => {
             segment::remove_stale_segments(Some(&args.farm));
@@ -157,8 +171,18 @@ fn serve(
             return Ok(());
         }
         match event::wait(seg.go(), seen, POLL) {
-            Wake::TimedOut => continue,
+            Wake::TimedOut => {
+                // A resident daemon outlives its clients: free it when one dies holding it.
+                if let Some(pid) = seg.release_dead_client() {
+                    tracing::info!(id = info.id, pid, "client died; available again");
+                }
+                continue;
+            }
             Wake::Signalled(now) => seen = now,
+        }
+        BUSY.store(true, Ordering::SeqCst);
+        if stop.load(Ordering::SeqCst) {
+            return Ok(());
         }
         let start = Instant::now();
         let request = seg.read_request();
@@ -174,6 +198,7 @@ fn serve(
             Ok(Request::Shutdown) => (Response::Bye, true),
             Err(e) => (Response::Error(format!("bad request: {e}")), false),
         };
+        BUSY.store(false, Ordering::SeqCst);
         if let Err(e) = seg.write_response(&response) {
             // Too large even for the largest segment: say so in a response that fits.
             let _ = seg.write_response(&Response::Error(format!("response not written: {e}")));

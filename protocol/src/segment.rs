@@ -304,6 +304,16 @@ impl Segment {
         let _ = self.header().client_pid.compare_exchange(pid, 0, Ordering::AcqRel, Ordering::Acquire);
     }
 
+    /// Daemon side: releases the lock if its holder has died; returns the dead holder's pid.
+    pub fn release_dead_client(&self) -> Option<u32> {
+        let holder = self.client_pid();
+        if holder != 0 && !process_alive(holder) {
+            self.unlock_client(holder);
+            return Some(holder);
+        }
+        None
+    }
+
     /// The client currently holding the daemon (0 if none).
     pub fn client_pid(&self) -> u32 {
         self.header().client_pid.load(Ordering::Acquire)
@@ -490,8 +500,14 @@ pub fn process_alive(pid: u32) -> bool {
     r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
-fn is_daemon_process(pid: u32) -> bool {
+/// Whether `pid` is a live (not zombie) gpfarmd.
+pub fn is_daemon_process(pid: u32) -> bool {
+    // A zombie still answers kill(pid, 0), and a recycled pid may belong to another program.
+    let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| s.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')))
+        .unwrap_or(false);
     process_alive(pid)
+        && !zombie
         && std::fs::read_to_string(format!("/proc/{pid}/comm"))
             .map(|c| c.trim_end().starts_with("gpfarmd"))
             .unwrap_or(true)

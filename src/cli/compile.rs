@@ -53,6 +53,10 @@ pub struct CompileArgs {
     /// Print one JSON document instead of a summary.
     #[arg(long)]
     json: bool,
+    /// Seconds a daemon may spend on one unit before it is killed and replaced, and the unit
+    /// retried once (farm only).
+    #[arg(long, default_value_t = gpfarm_client::DEFAULT_UNIT_DEADLINE.as_secs())]
+    deadline: u64,
 }
 
 fn default_workers() -> usize {
@@ -79,7 +83,8 @@ pub fn run(args: CompileArgs, cuda: Option<&Path>) -> Result<()> {
     };
     let options = CompileOptions { arch: args.arch, mode: args.mode, flags: args.flags.clone() };
     let workers = args.daemons.unwrap_or_else(default_workers);
-    let source = FarmSource { attach: args.attach.then(|| args.farm.clone()) };
+    let source =
+        FarmSource { attach: args.attach.then(|| args.farm.clone()), deadline_s: Some(args.deadline) };
     let mut compiler = compilers::build(args.compiler, workers, cuda, &options, &source)?;
     let batch = compiler.compile(&units, &options)?;
 

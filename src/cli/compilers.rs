@@ -34,11 +34,13 @@ impl FromStr for Kind {
     }
 }
 
-/// Where a farm's daemons come from.
+/// Where a farm's daemons come from, and how long a request may take.
 #[derive(Debug, Clone, Default)]
 pub struct FarmSource {
     /// Attach to daemons already running (`gpfarm daemons start`), optionally a named farm.
     pub attach: Option<Option<FarmName>>,
+    /// Seconds a daemon may spend on one unit before it is declared hung.
+    pub deadline_s: Option<u64>,
 }
 
 /// Builds the compiler; `workers` is the number of daemons or threads.
@@ -55,6 +57,9 @@ pub fn build(
                 daemons: workers,
                 cuda: cuda.map(Path::to_path_buf),
                 warmup_arch: options.arch,
+                request_timeout: source
+                    .deadline_s
+                    .map_or(gpfarm_client::DEFAULT_UNIT_DEADLINE, std::time::Duration::from_secs),
                 ..FarmConfig::default()
             };
             let farm = match &source.attach {

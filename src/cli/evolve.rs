@@ -89,6 +89,10 @@ pub struct EvolveArgs {
     /// Print one JSON record per generation (and a final summary record) instead of a table.
     #[arg(long)]
     json: bool,
+    /// Seconds a daemon may spend on one unit before it is killed and replaced, and the unit
+    /// retried once (farm only).
+    #[arg(long, default_value_t = gpfarm_client::DEFAULT_UNIT_DEADLINE.as_secs())]
+    deadline: u64,
 }
 
 /// Compile figures of one generation.
@@ -265,7 +269,8 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
     let mut compiler = if args.no_compile {
         None
     } else {
-        Some(compilers::build(args.compiler, workers, cuda, &options, &FarmSource::default())?)
+        let source = FarmSource { attach: None, deadline_s: Some(args.deadline) };
+        Some(compilers::build(args.compiler, workers, cuda, &options, &source)?)
     };
     let mut evaluator = match (&gpu_choice, compiler.as_deref_mut()) {
         (Some(_), Some(c)) => {
