@@ -169,9 +169,11 @@ fn a_unit_that_crashes_the_compiler_fails_alone_and_its_daemon_restarts() {
     for i in [0, 2, 3, 4] {
         assert!(batch.results[i].cubin().is_some(), "unit {i}: {:?}", batch.results[i].outcome);
     }
-    assert_eq!(batch.stats.lost_daemons, 1);
-    assert_eq!(batch.stats.restarts, 1);
-    assert_eq!(batch.stats.retried_units, 2);
+    // It crashed its daemon, was tried once more on a fresh one, crashed that too, and failed.
+    assert_eq!(batch.stats.lost_daemons, 2);
+    assert_eq!(batch.stats.restarts, 2);
+    // At least the culprit and the unit after it in the first daemon's part were resent.
+    assert!(batch.stats.retried_units >= 2, "{:?}", batch.stats);
     assert_ne!(farm.pids(), pids, "the crashed daemon was replaced");
     let again = farm.compile(&common::units(3), &CompileOptions::cubin(SmArch::SM_90)).unwrap();
     assert!(again.results.iter().all(|r| r.cubin().is_some()));
