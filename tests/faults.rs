@@ -98,11 +98,19 @@ fn a_daemon_killed_mid_batch_is_noticed_within_a_second_and_nothing_is_lost() {
         return;
     }
     let mut farm = Farm::spawn(faulty_config(2, Duration::from_secs(60))).unwrap();
-    let input = units(40);
+    let input = units(100);
     let victim = farm.pids()[0];
+    let seg = gpfarm_protocol::Segment::open(&gpfarm_protocol::SegmentName::new(
+        farm.name(),
+        gpfarm_protocol::DaemonId(0),
+    ))
+    .unwrap();
     let started = Instant::now();
     let killer = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(300));
+        // Mid-batch for sure: the daemon has finished two of its 50 units.
+        while seg.progress() < 2 {
+            std::thread::sleep(Duration::from_micros(200));
+        }
         // SAFETY: kill(2) of a daemon this test started.
         unsafe { libc::kill(victim as libc::pid_t, libc::SIGKILL) };
         started.elapsed()
