@@ -44,6 +44,14 @@ pub enum GpuError {
     /// A kernel faulted while running; this process can no longer use the GPU.
     #[error("a kernel faulted on the GPU ({0}); the CUDA context of this process is unusable")]
     Fault(String),
+    /// In careful mode: individual `individual`'s kernel faulted; the context is unusable.
+    #[error("individual {individual}'s kernel faulted on the GPU ({why})")]
+    FaultAt {
+        /// Index of the individual among the generation's.
+        individual: usize,
+        /// The driver's error.
+        why: String,
+    },
 }
 
 fn driver(e: DriverError) -> GpuError {
@@ -337,6 +345,19 @@ impl GpuEvaluator {
 
     /// Evaluates a generation of `n` individuals, of which `units` hold the compiled ones.
     pub fn evaluate(&mut self, units: &[CompiledUnit<'_>], n: usize) -> Result<GpuGeneration, GpuError> {
+        self.evaluate_with(units, n, false, &[])
+    }
+
+    /// As [`evaluate`](Self::evaluate), leaving out the individuals in `skip`. `careful` waits for
+    /// each kernel before launching the next, so a fault names its individual
+    /// ([`GpuError::FaultAt`]); it is slower and meant for finding a culprit.
+    pub fn evaluate_with(
+        &mut self,
+        units: &[CompiledUnit<'_>],
+        n: usize,
+        careful: bool,
+        skip: &[usize],
+    ) -> Result<GpuGeneration, GpuError> {
         if let Some(why) = &self.poisoned {
             return Err(GpuError::Fault(why.clone()));
         }
@@ -350,11 +371,16 @@ impl GpuEvaluator {
         outcome.load = t.elapsed();
         let t = Instant::now();
         let mut launched = Vec::with_capacity(functions.len());
-        for (slot, f) in &functions {
+        for (slot, f) in functions.iter().filter(|(slot, _)| !skip.contains(slot)) {
             // A refused launch is not sticky: only this individual fails.
             match self.device.launch(&self.problem, f, *slot, self.ncases) {
                 Ok(()) => launched.push(*slot),
                 Err(e) => outcome.faults.push((*slot, format!("launch refused: {e:?}"))),
+            }
+            if careful && let Err(e) = self.device.stream.synchronize() {
+                let why = format!("{e:?}");
+                self.poisoned = Some(why.clone());
+                return Err(GpuError::FaultAt { individual: *slot, why });
             }
         }
         if let Err(e) = self.device.stream.synchronize() {

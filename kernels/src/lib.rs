@@ -6,5 +6,6 @@
 
 pub mod gpu;
 pub mod render;
+pub mod worker;
 
 pub use render::{Layout, RenderedUnit, render_single, render_units};

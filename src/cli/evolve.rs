@@ -1,5 +1,6 @@
 //! `gpfarm evolve`: grammatical GP where every generation is compiled by the farm and evaluated.
 
+use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -9,7 +10,8 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use gpfarm_client::{Compiler, FailureKind, UnitOutcome};
 use gpfarm_gp::{Evolution, EvolutionConfig, Fitness, Phenotype, Problem, evaluate_all};
-use gpfarm_kernels::gpu::{self, CompiledUnit, GpuEvaluator};
+use gpfarm_kernels::gpu::{self, CompiledUnit};
+use gpfarm_kernels::worker::{GpuWorker, ProblemRef};
 use gpfarm_kernels::{Layout, RenderedUnit, render_single, render_units};
 use gpfarm_protocol::{CompileMode, CompileOptions, SmArch, Unit};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -64,8 +66,9 @@ pub struct EvolveArgs {
     /// Skip compilation (CPU evaluation only; for quick experiments with the GP engine).
     #[arg(long)]
     no_compile: bool,
-    /// Individuals per translation unit (default: the population split evenly over the daemons,
-    /// at most 10 per unit, the size the benchmark uses).
+    /// Individuals per translation unit (default: each generation's new individuals split into
+    /// units of at most 10, the size the benchmark uses, in a whole number of rounds of units
+    /// over the daemons, so that every daemon gets the same share).
     #[arg(long)]
     per_unit: Option<usize>,
     /// Evaluator: auto (GPU if present, else CPU), cpu or gpu.
@@ -86,6 +89,10 @@ pub struct EvolveArgs {
     /// Elite individuals kept unchanged.
     #[arg(long, default_value_t = 1)]
     elite: usize,
+    /// Compile and evaluate every distinct phenotype of every generation, even ones whose
+    /// fitness is known from an earlier generation (for measuring; results are the same).
+    #[arg(long)]
+    no_reuse: bool,
     /// Print one JSON record per generation (and a final summary record) instead of a table.
     #[arg(long)]
     json: bool,
@@ -93,6 +100,50 @@ pub struct EvolveArgs {
     /// retried once (farm only).
     #[arg(long, default_value_t = gpfarm_client::DEFAULT_UNIT_DEADLINE.as_secs())]
     deadline: u64,
+}
+
+/// Individuals per unit for `n` individuals on `workers` daemons: at most [`MAX_PER_UNIT`], and
+/// as even as can be. The farm hands out whole units, so 200 individuals in units of 10 on 16
+/// daemons would leave four daemons with two units and the call as slow as 320 individuals;
+/// units of 7 give every daemon 12 to 14.
+fn units_of(n: usize, workers: usize) -> usize {
+    let workers = workers.max(1);
+    let rounds = n.div_ceil(workers * MAX_PER_UNIT).max(1);
+    n.div_ceil(workers * rounds).clamp(1, MAX_PER_UNIT)
+}
+
+/// The unit size the benchmark found best (benches/results).
+const MAX_PER_UNIT: usize = 10;
+
+/// Fitness of phenotypes evaluated in earlier generations, so elites and re-created individuals
+/// are not compiled and evaluated again. Within one run the problem, compile options, target
+/// and NVRTC are fixed, so the phenotype is the whole key; evaluation is deterministic, so a
+/// reused value is the value a recomputation gives. Bounded: past [`MEMO_CAPACITY`] entries,
+/// those not seen in the last [`MEMO_KEEP_GENERATIONS`] generations are dropped.
+#[derive(Default)]
+struct FitnessMemo {
+    entries: HashMap<Phenotype, (Fitness, usize)>,
+}
+
+const MEMO_CAPACITY: usize = 200_000;
+const MEMO_KEEP_GENERATIONS: usize = 5;
+
+impl FitnessMemo {
+    fn get(&mut self, p: &Phenotype, generation: usize) -> Option<Fitness> {
+        let (f, seen) = self.entries.get_mut(p)?;
+        *seen = generation;
+        Some(*f)
+    }
+
+    fn insert(&mut self, p: Phenotype, f: Fitness, generation: usize) {
+        self.entries.insert(p, (f, generation));
+        if self.entries.len() > MEMO_CAPACITY {
+            self.entries.retain(|_, (_, seen)| *seen + MEMO_KEEP_GENERATIONS > generation);
+            if self.entries.len() > MEMO_CAPACITY {
+                self.entries.clear();
+            }
+        }
+    }
 }
 
 /// Compile figures of one generation.
@@ -116,6 +167,8 @@ struct EvalSplit {
     launch_ms: f64,
     readback_ms: f64,
     faults: usize,
+    /// GPU workers replaced over the run so far (each fault costs two).
+    gpu_worker_restarts: usize,
     /// Set when a kernel fault made the GPU unusable and this generation was evaluated on the CPU.
     fell_back_to_cpu: Option<String>,
 }
@@ -128,6 +181,8 @@ struct GenerationRecord {
     mean: Option<f64>,
     invalid: usize,
     unique: usize,
+    /// Distinct phenotypes whose fitness was known from earlier generations (not recompiled).
+    reused: usize,
     compile: CompileFigures,
     eval_ms: f64,
     eval_split: EvalSplit,
@@ -224,7 +279,7 @@ fn compile_generation(
 /// The evaluator a run uses.
 enum Evaluator {
     Cpu,
-    Gpu(Box<GpuEvaluator>),
+    Gpu(Box<GpuWorker>),
 }
 
 /// Chooses the evaluator (and so the target architecture) before anything is compiled.
@@ -281,13 +336,14 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
                 UnitOutcome::Cubin(c) => c,
                 UnitOutcome::Failed(f) => bail!("the fitness kernel did not compile: {f}\n{}", result.log),
             };
-            Evaluator::Gpu(Box::new(GpuEvaluator::new(&problem, cubin)?))
+            let problem_ref = match &args.problem_dir {
+                Some(dir) => ProblemRef::Dir(dir.clone()),
+                None => ProblemRef::Builtin(args.problem.clone()),
+            };
+            let exe = std::env::current_exe().context("locating this executable for the GPU worker")?;
+            Evaluator::Gpu(Box::new(GpuWorker::spawn(&exe, problem_ref, cubin)?))
         }
         _ => Evaluator::Cpu,
-    };
-    let layout = match args.per_unit {
-        Some(k) => Layout::PerUnit(k),
-        None => Layout::PerUnit(args.population.div_ceil(workers).clamp(1, 10)),
     };
     let eval_threads = NonZeroUsize::new(std::thread::available_parallelism().map_or(1, |n| n.get()))
         .unwrap_or(NonZeroUsize::MIN);
@@ -319,21 +375,43 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
         });
         bar.suspend(|| {
             println!(
-                "{:>4} {:>12} {:>12} {:>7} {:>6} {:>9} {:>10} {:>9} {:>8}",
-                "gen", "best", "mean", "invalid", "uniq", "comp ms", "ms/indiv", "nvrtc ms", "eval ms"
+                "{:>4} {:>12} {:>12} {:>7} {:>6} {:>6} {:>9} {:>10} {:>9} {:>8}",
+                "gen",
+                "best",
+                "mean",
+                "invalid",
+                "uniq",
+                "reused",
+                "comp ms",
+                "ms/indiv",
+                "nvrtc ms",
+                "eval ms"
             )
         });
     }
+    let mut memo = (!args.no_reuse).then(FitnessMemo::default);
     let run_start = Instant::now();
     let mut total_compile_ms = 0.0;
     let mut total_eval_ms = 0.0;
     for generation in 0..=args.generations {
         let dedup = evo.dedup();
-        let n = dedup.unique.len();
+        // Phenotypes evaluated before keep their fitness; only the new ones are compiled and
+        // evaluated (`fresh`, with `n` members).
+        let known: Vec<Option<Fitness>> =
+            dedup.unique.iter().map(|p| memo.as_mut().and_then(|m| m.get(p, generation))).collect();
+        let fresh: Vec<Phenotype> =
+            dedup.unique.iter().zip(&known).filter(|(_, k)| k.is_none()).map(|(p, _)| p.clone()).collect();
+        let n = fresh.len();
         let build = match compiler.as_deref_mut() {
+            Some(_) if n == 0 => GenerationBuild {
+                failures: Vec::new(),
+                compiled: Vec::new(),
+                figures: CompileFigures::default(),
+            },
             Some(c) => {
-                let units = render_units(problem.template(), &dedup.unique, generation, layout);
-                compile_generation(c, units, n, &options, generation, problem.template(), &dedup.unique)?
+                let layout = Layout::PerUnit(args.per_unit.unwrap_or_else(|| units_of(n, workers)));
+                let units = render_units(problem.template(), &fresh, generation, layout);
+                compile_generation(c, units, n, &options, generation, problem.template(), &fresh)?
             }
             None => GenerationBuild {
                 failures: vec![None; n],
@@ -343,9 +421,10 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
         };
         let eval_start = Instant::now();
         let worst = Fitness::worst(problem.direction());
+        let mut faulted = vec![false; n];
         let mut split = EvalSplit::default();
         let cpu_fitness = |failures: &[Option<String>]| -> Vec<Fitness> {
-            evaluate_all(&problem, &dedup.unique, eval_threads)
+            evaluate_all(&problem, &fresh, eval_threads)
                 .iter()
                 .zip(failures)
                 .map(|(e, failed)| if failed.is_some() { worst } else { e.fitness })
@@ -359,7 +438,7 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
                     .iter()
                     .map(|c| CompiledUnit { cubin: &c.cubin, kernels: &c.kernels, members: &c.members })
                     .collect();
-                Some(g.evaluate(&units, n))
+                Some(if n == 0 { Ok(Default::default()) } else { g.evaluate(&units, n) })
             }
         };
         let unique_fitness: Vec<Fitness> = match gpu_result {
@@ -370,10 +449,15 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
                     launch_ms: out.launch.as_secs_f64() * 1000.0,
                     readback_ms: out.readback.as_secs_f64() * 1000.0,
                     faults: out.faults.len(),
+                    gpu_worker_restarts: match &evaluator {
+                        Evaluator::Gpu(g) => g.restarts,
+                        Evaluator::Cpu => 0,
+                    },
                     fell_back_to_cpu: None,
                 };
                 for (i, why) in &out.faults {
                     tracing::warn!("individual {i} of generation {generation} failed on the GPU: {why}");
+                    faulted[*i] = true;
                 }
                 out.fitness
                     .iter()
@@ -385,8 +469,8 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
             }
             Some(Err(gpu::GpuError::Fault(why))) => {
                 eprintln!(
-                    "warning: generation {generation}: a kernel faulted on the GPU ({why}); this process \
-                     cannot use the GPU any more, falling back to the CPU evaluator for the rest of the run"
+                    "warning: generation {generation}: the GPU faulted and the fault could not be pinned \
+                     on one individual ({why}); falling back to the CPU evaluator for the rest of the run"
                 );
                 evaluator = Evaluator::Cpu;
                 evaluator_name = "cpu";
@@ -397,6 +481,28 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
         };
         let eval_ms = eval_start.elapsed().as_secs_f64() * 1000.0;
         let figures = build.figures;
+        // Remember what was computed without a failure, then put the generation back together.
+        let mut computed = fresh.into_iter().zip(unique_fitness).enumerate();
+        let mut unique_fitness = Vec::with_capacity(known.len());
+        for k in &known {
+            let f = match k {
+                Some(f) => *f,
+                None => {
+                    let Some((j, (p, f))) = computed.next() else {
+                        unreachable!("one fitness per new phenotype")
+                    };
+                    let clean = build.failures.get(j).is_none_or(Option::is_none) && !faulted[j];
+                    if let Some(m) = memo.as_mut()
+                        && clean
+                    {
+                        m.insert(p, f, generation);
+                    }
+                    f
+                }
+            };
+            unique_fitness.push(f);
+        }
+        let reused = known.iter().filter(|k| k.is_some()).count();
         let fitness = dedup.expand(&unique_fitness, problem.direction())?;
         evo.set_fitness(fitness)?;
         let stats = evo.stats()?;
@@ -411,7 +517,8 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
             best: stats.best.value(),
             mean: stats.mean,
             invalid: stats.invalid,
-            unique: n,
+            unique: known.len(),
+            reused,
             compile: figures,
             eval_ms,
             eval_split: split,
@@ -424,12 +531,13 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
         } else {
             bar.suspend(|| {
                 println!(
-                    "{:>4} {:>12} {:>12} {:>7} {:>6} {:>9.1} {:>10.3} {:>9.1} {:>8.1}",
+                    "{:>4} {:>12} {:>12} {:>7} {:>6} {:>6} {:>9.1} {:>10.3} {:>9.1} {:>8.1}",
                     generation,
                     number(record.best),
                     record.mean.map_or("-".into(), number),
                     record.invalid,
                     record.unique,
+                    record.reused,
                     record.compile.wall_ms,
                     record.compile.ms_per_individual,
                     record.compile.nvrtc_compile_ms,
@@ -468,4 +576,32 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
         println!("best individual:\n{phenotype}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::units_of;
+
+    #[test]
+    fn units_fill_whole_rounds_of_daemons() {
+        for n in 1..700 {
+            for workers in [1, 2, 3, 8, 16] {
+                let k = units_of(n, workers);
+                assert!((1..=10).contains(&k), "n {n} workers {workers}: {k}");
+                let units = n.div_ceil(k);
+                let rounds = units.div_ceil(workers);
+                // No daemon does more individuals than an even split over as few rounds as
+                // units of 10 allow, plus one unit of rounding per round.
+                let best_rounds = n.div_ceil(workers * 10);
+                assert_eq!(rounds, best_rounds, "n {n} workers {workers}: units of {k}");
+                assert!(
+                    rounds * k <= n.div_ceil(workers) + best_rounds,
+                    "n {n} workers {workers}: units of {k}"
+                );
+            }
+        }
+        assert_eq!(units_of(200, 16), 7);
+        assert_eq!(units_of(300, 16), 10);
+        assert_eq!(units_of(160, 16), 10);
+    }
 }

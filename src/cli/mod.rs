@@ -38,6 +38,29 @@ enum Command {
     /// Start, inspect and stop resident daemons shared by later runs.
     #[command(subcommand)]
     Daemons(daemons::DaemonsCommand),
+    /// Internal: the GPU evaluation worker `evolve` drives over stdin/stdout.
+    #[command(hide = true)]
+    GpuWorker(GpuWorkerArgs),
+}
+
+/// Which problem a GPU worker evaluates.
+#[derive(Debug, clap::Args)]
+pub struct GpuWorkerArgs {
+    /// A built-in problem.
+    #[arg(long, conflicts_with = "problem_dir")]
+    problem: Option<String>,
+    /// A problem directory.
+    #[arg(long)]
+    problem_dir: Option<PathBuf>,
+}
+
+fn gpu_worker(args: GpuWorkerArgs) -> Result<()> {
+    let problem = match (&args.problem, &args.problem_dir) {
+        (_, Some(dir)) => gpfarm_gp::Problem::load(dir)?,
+        (Some(name), None) => gpfarm_gp::Problem::builtin(name)?,
+        (None, None) => anyhow::bail!("gpu-worker: give --problem or --problem-dir"),
+    };
+    Ok(gpfarm_kernels::worker::serve(&problem)?)
 }
 
 /// Runs the parsed command line.
@@ -47,5 +70,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Daemons(cmd) => daemons::run(cmd, cli.cuda.as_deref()),
         Command::Evolve(args) => evolve::run(args, cli.cuda.as_deref()),
         Command::Bench(args) => bench::run(args, cli.cuda.as_deref()),
+        Command::GpuWorker(args) => gpu_worker(args),
     }
 }

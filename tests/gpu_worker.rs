@@ -1,0 +1,76 @@
+//! GPU evaluation in a worker process: a kernel that faults costs only its individual. Kept apart
+//! from `gpu_fault.rs`, whose test poisons every CUDA context of its process.
+
+mod common;
+
+use common::config;
+use gpfarm_client::{CompileOptions, Compiler, Farm, SmArch, Unit};
+use gpfarm_gp::Problem;
+use gpfarm_kernels::gpu::{self, CompiledUnit};
+use gpfarm_kernels::worker::{GpuWorker, ProblemRef};
+
+#[test]
+fn in_a_worker_process_a_faulting_kernel_costs_only_its_individual() {
+    let (name, (major, minor)) = match gpu::probe() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("SKIPPED worker_fault: {e}");
+            return;
+        }
+    };
+    eprintln!("worker_fault: running on {name}");
+    let arch = SmArch((major * 10 + minor) as u32);
+    let problem = Problem::builtin("keijzer6").unwrap();
+    let mut farm = Farm::spawn(config(2)).unwrap();
+    let options = CompileOptions::cubin(arch);
+    let fitness =
+        farm.compile(&[Unit::new("f.cu", gpu::fitness_source(&problem).unwrap())], &options).unwrap();
+    let fitness_cubin = fitness.results[0].cubin().unwrap().to_vec();
+    // Six individuals in one unit; the third traps, the fifth reads far out of bounds.
+    let body = |k: usize| match k {
+        2 => "out_y[c] = in_x[c]; __trap();".to_string(),
+        4 => "out_y[c] = in_x[c + (1 << 30)];".to_string(),
+        k => format!("out_y[c] = in_x[c] * {k}.5f;"),
+    };
+    let src: String = (0..6)
+        .map(|k| {
+            format!(
+                "extern \"C\" __global__ void i{k}(const float* in_x, float* out_y, int NCASES)\n\
+                 {{ int c = blockIdx.x * blockDim.x + threadIdx.x; if (c < NCASES) {{ {} }} }}\n",
+                body(k)
+            )
+        })
+        .collect();
+    let batch = farm.compile(&[Unit::new("six.cu", src)], &options).unwrap();
+    let cubin = batch.results[0].cubin().unwrap().to_vec();
+    let kernels: Vec<String> = (0..6).map(|k| format!("i{k}")).collect();
+    let members: Vec<usize> = (0..6).collect();
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_gpfarm"));
+    let mut worker = GpuWorker::spawn(exe, ProblemRef::Builtin("keijzer6".into()), fitness_cubin).unwrap();
+    let units = [CompiledUnit { cubin: &cubin, kernels: &kernels, members: &members }];
+    let t = std::time::Instant::now();
+    let out = worker.evaluate(&units, 6).expect("the faults were isolated");
+    eprintln!(
+        "worker_fault: {:?} to isolate, {} worker restarts, faults: {:?}",
+        t.elapsed(),
+        worker.restarts,
+        out.faults
+    );
+    let mut faulted: Vec<usize> = out.faults.iter().map(|(i, _)| *i).collect();
+    faulted.sort_unstable();
+    assert_eq!(faulted, vec![2, 4]);
+    assert!(out.faults.iter().all(|(_, why)| why.contains("kernel faulted")), "{:?}", out.faults);
+    assert!(out.fitness[2].is_none() && out.fitness[4].is_none());
+    // The others got exactly the fitness a clean generation gives them.
+    let good: Vec<usize> = vec![0, 1, 3, 5];
+    let (gk, gm): (Vec<String>, Vec<usize>) = good.iter().map(|&k| (format!("i{k}"), k)).unzip();
+    let clean = worker.evaluate(&[CompiledUnit { cubin: &cubin, kernels: &gk, members: &gm }], 6).unwrap();
+    for k in good {
+        assert!(out.fitness[k].is_some(), "individual {k} lost its fitness");
+        assert_eq!(out.fitness[k], clean.fitness[k], "individual {k}");
+    }
+    // And the worker is usable afterwards without another restart.
+    let restarts = worker.restarts;
+    worker.evaluate(&[CompiledUnit { cubin: &cubin, kernels: &gk, members: &gm }], 6).unwrap();
+    assert_eq!(worker.restarts, restarts);
+}
