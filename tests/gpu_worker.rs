@@ -74,3 +74,17 @@ fn in_a_worker_process_a_faulting_kernel_costs_only_its_individual() {
     worker.evaluate(&[CompiledUnit { cubin: &cubin, kernels: &gk, members: &gm }], 6).unwrap();
     assert_eq!(worker.restarts, restarts);
 }
+
+#[test]
+fn a_worker_that_cannot_start_says_why() {
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_gpfarm"));
+    let err = GpuWorker::spawn(exe, ProblemRef::Builtin("no-such-problem".into()), Vec::new()).err();
+    let err = err.expect("a worker for an unknown problem started").to_string();
+    assert!(err.contains("could not start"), "{err}");
+    if gpu::probe().is_err() {
+        let err = GpuWorker::spawn(exe, ProblemRef::Builtin("keijzer6".into()), Vec::new()).err();
+        let err = err.expect("a GPU worker started without a GPU").to_string();
+        assert!(err.contains("no GPU"), "{err}");
+        eprintln!("without a GPU: {err}");
+    }
+}
