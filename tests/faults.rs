@@ -331,3 +331,68 @@ fn chaos_every_call_returns_every_unit_in_order_while_daemons_are_killed() {
     );
     assert!(kills > 0 && restarts > 0, "the chaos did not happen");
 }
+
+/// Pids and farm name of the gpfarmd processes whose parent is `client`.
+fn daemons_of(client: u32) -> (Vec<u32>, Option<String>) {
+    let mut pids = Vec::new();
+    let mut farm = None;
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        let args: Vec<String> =
+            cmd.split(|&b| b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        let after = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
+        if after("--parent-pid") == Some(client.to_string()) {
+            pids.push(pid);
+            farm = after("--farm");
+        }
+    }
+    (pids, farm)
+}
+
+#[test]
+fn a_client_killed_mid_request_takes_its_daemons_and_segments_with_it() {
+    if !nvrtc_or_skip("client_killed") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let hang = dir.path().join("hang.cu");
+    std::fs::write(&hang, "// gpfarm-test-fault: hang\n__global__ void k() {}\n").unwrap();
+    let fine = dir.path().join("fine.cu");
+    std::fs::write(&fine, kernel("fine", 1)).unwrap();
+    let mut client = Command::new(env!("CARGO_BIN_EXE_gpfarm"))
+        .args(["compile", "--daemons", "2", "--source"])
+        .arg(&hang)
+        .arg("--source")
+        .arg(&fine)
+        .env("GPFARMD", env!("CARGO_BIN_EXE_gpfarmd"))
+        .env("GPFARM_TEST_FAULTS", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until both daemons run and one of them is stuck in the hanging unit.
+    let until = Instant::now() + Duration::from_secs(60);
+    let (pids, farm) = loop {
+        let (pids, farm) = daemons_of(client.id());
+        let busy = farm.as_deref().is_some_and(|f| {
+            gpfarm_client::farm_status()
+                .iter()
+                .any(|s| s.name == f && s.daemons.iter().any(|d| d.state == "processing"))
+        });
+        if pids.len() == 2 && busy {
+            break (pids, farm.unwrap());
+        }
+        assert!(Instant::now() < until, "the client's daemons never got busy");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    client.kill().unwrap();
+    client.wait().unwrap();
+    let killed = Instant::now();
+    let left = common::wait_gone(&pids, Duration::from_secs(5));
+    let gone_after = killed.elapsed();
+    assert!(left.is_empty(), "daemons {left:?} outlived their client");
+    let farm: FarmName = farm.parse().unwrap();
+    assert!(common::segments_of(&farm).is_empty(), "segments left: {:?}", common::segments_of(&farm));
+    eprintln!("client killed mid-request: both daemons gone {gone_after:?} later, no segment left");
+}
