@@ -6,24 +6,11 @@ mod common;
 use std::num::NonZeroUsize;
 use std::process::Command;
 
-use common::config;
+use common::{config, gpu_or_skip};
 use gpfarm_client::{CompileOptions, Compiler, FailureKind, Farm, SmArch, Unit, UnitOutcome};
 use gpfarm_gp::{Evolution, EvolutionConfig, Phenotype, Problem, evaluate_all};
 use gpfarm_kernels::gpu::{self, CompiledUnit, GpuEvaluator};
 use gpfarm_kernels::{Layout, render_units};
-
-fn gpu_or_skip(test: &str) -> Option<SmArch> {
-    match gpu::probe() {
-        Ok((name, (major, minor))) => {
-            eprintln!("{test}: running on {name} (sm_{major}{minor})");
-            Some(SmArch((major * 10 + minor) as u32))
-        }
-        Err(e) => {
-            eprintln!("SKIPPED {test}: {e}");
-            None
-        }
-    }
-}
 
 fn cores() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get())

@@ -3,29 +3,15 @@
 
 mod common;
 
-use common::config;
-use gpfarm_client::{CompileOptions, Compiler, Farm, SmArch, Unit};
-use gpfarm_gp::Problem;
+use gpfarm_client::{Compiler, Unit};
 use gpfarm_kernels::gpu::{self, CompiledUnit};
 use gpfarm_kernels::worker::{GpuWorker, ProblemRef};
 
 #[test]
 fn in_a_worker_process_a_faulting_kernel_costs_only_its_individual() {
-    let (name, (major, minor)) = match gpu::probe() {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("SKIPPED worker_fault: {e}");
-            return;
-        }
+    let Some((options, mut farm, _, fitness_cubin)) = common::keijzer6_on_gpu("worker_fault") else {
+        return;
     };
-    eprintln!("worker_fault: running on {name}");
-    let arch = SmArch((major * 10 + minor) as u32);
-    let problem = Problem::builtin("keijzer6").unwrap();
-    let mut farm = Farm::spawn(config(2)).unwrap();
-    let options = CompileOptions::cubin(arch);
-    let fitness =
-        farm.compile(&[Unit::new("f.cu", gpu::fitness_source(&problem).unwrap())], &options).unwrap();
-    let fitness_cubin = fitness.results[0].cubin().unwrap().to_vec();
     // Six individuals in one unit; the third traps, the fifth reads far out of bounds.
     let body = |k: usize| match k {
         2 => "out_y[c] = in_x[c]; __trap();".to_string(),
