@@ -608,7 +608,8 @@ impl Farm {
                 let range = parts[k].clone();
                 let ids = &pending[range.clone()];
                 stats.read_us += answer.read_us;
-                let reason = match answer.response {
+                // Why the part was lost, and whether its daemon crashed or hung on a unit of it.
+                let (reason, culpable) = match answer.response {
                     Ok(Response::Compiled { results: got, daemon_us, .. }) if got.len() == range.len() => {
                         stats.workers[k].units += got.len();
                         stats.workers[k].busy_us += daemon_us;
@@ -616,23 +617,16 @@ impl Farm {
                         continue;
                     }
                     Ok(Response::Compiled { results: got, .. }) => {
-                        format!("answered {} results for {} units", got.len(), range.len())
+                        (format!("answered {} results for {} units", got.len(), range.len()), false)
                     }
-                    Ok(Response::Error(m)) => m,
-                    Ok(other) => format!("unexpected answer {other:?}"),
-                    Err(Lost::Died(m, crash)) => {
-                        stats.first_loss_detected_us.get_or_insert(call_start.elapsed().as_micros() as u64);
-                        lost_parts.push((k, format!("gpfarmd {k} died while compiling: {m}"), crash));
-                        continue;
-                    }
-                    Err(Lost::Hung) => {
-                        stats.first_loss_detected_us.get_or_insert(call_start.elapsed().as_micros() as u64);
-                        lost_parts.push((k, format!("gpfarmd {k} gave no answer within {timeout:?}"), true));
-                        continue;
-                    }
-                    Err(Lost::Protocol(m)) => m,
+                    Ok(Response::Error(m)) => (m, false),
+                    Ok(other) => (format!("unexpected answer {other:?}"), false),
+                    Err(Lost::Died(m, crash)) => (format!("gpfarmd {k} died while compiling: {m}"), crash),
+                    Err(Lost::Hung) => (format!("gpfarmd {k} gave no answer within {timeout:?}"), true),
+                    Err(Lost::Protocol(m)) => (m, false),
                 };
-                lost_parts.push((k, reason, false));
+                stats.first_loss_detected_us.get_or_insert(call_start.elapsed().as_micros() as u64);
+                lost_parts.push((k, reason, culpable));
             }
         });
         stats.wait_us += signalled.elapsed().as_micros() as u64;

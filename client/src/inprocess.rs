@@ -127,6 +127,8 @@ impl Compiler for Threads {
         let mut workers = vec![WorkerStats::default(); parts.len()];
         std::thread::scope(|scope| {
             for (k, range) in parts.iter().cloned().enumerate() {
+                // Kept for answering with failures if the thread cannot start.
+                let (part, failed_tx) = (range.clone(), tx.clone());
                 let tx = tx.clone();
                 let nvrtc = &self.nvrtc;
                 let spawned = compile_thread().spawn_scoped(scope, move || {
@@ -136,7 +138,9 @@ impl Compiler for Threads {
                     let _ = tx.send((k, range, got, us(t.elapsed())));
                 });
                 if let Err(e) = spawned {
-                    panic!("cannot start compile thread {k}: {e}");
+                    let why = format!("cannot start compile thread {k}: {e}");
+                    let failed = vec![UnitResult::failed(FailureKind::Internal, why); part.len()];
+                    let _ = failed_tx.send((k, part, failed, 0));
                 }
             }
             drop(tx);
