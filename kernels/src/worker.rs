@@ -32,6 +32,14 @@ pub enum ProblemRef {
 }
 
 impl ProblemRef {
+    /// Loads the problem.
+    pub fn load(&self) -> Result<Problem, gpfarm_gp::ProblemError> {
+        match self {
+            ProblemRef::Builtin(name) => Problem::builtin(name),
+            ProblemRef::Dir(dir) => Problem::load(dir),
+        }
+    }
+
     /// The worker's command-line arguments naming this problem.
     fn args(&self) -> Vec<std::ffi::OsString> {
         match self {
@@ -163,9 +171,6 @@ pub struct GpuWorker {
     pub name: String,
     /// Workers started after the first, over the whole run.
     pub restarts: usize,
-    /// A worker starting in the background, ready to take over at the next fault. Made after the
-    /// first fault only: a run without faults never pays for a second context.
-    spare: Option<Launched>,
 }
 
 impl GpuWorker {
@@ -182,24 +187,15 @@ impl GpuWorker {
             stdout,
             name,
             restarts: 0,
-            spare: None,
         })
     }
 
-    /// Replaces the worker, with the spare if there is one, and launches the next spare.
+    /// Replaces the worker with a fresh one.
     fn restart(&mut self) -> Result<(), GpuError> {
-        // The driver takes a while to tear down a faulted context; do not wait for it here.
-        let _ = self.child.kill();
-        let started = match self.spare.take().map(Launched::ready) {
-            Some(Ok(started)) => started,
-            _ => start(&self.exe, &self.problem, &self.fitness_cubin)?,
-        };
-        let (child, stdin, stdout, _) = started;
-        let mut old = std::mem::replace(&mut self.child, child);
-        (self.stdin, self.stdout) = (stdin, stdout);
-        std::thread::spawn(move || old.wait());
+        self.stop();
+        let (child, stdin, stdout, _) = start(&self.exe, &self.problem, &self.fitness_cubin)?;
+        (self.child, self.stdin, self.stdout) = (child, stdin, stdout);
         self.restarts += 1;
-        self.spare = launch(&self.exe, &self.problem, &self.fitness_cubin).ok();
         Ok(())
     }
 
@@ -277,25 +273,15 @@ impl GpuWorker {
 impl Drop for GpuWorker {
     fn drop(&mut self) {
         self.stop();
-        if let Some(mut spare) = self.spare.take() {
-            spare.kill();
-        }
     }
 }
 
 type Started = (Child, BufWriter<ChildStdin>, BufReader<ChildStdout>, String);
 
-/// A worker that was sent its Init and has not answered yet.
-struct Launched {
-    child: Child,
-    stdin: BufWriter<ChildStdin>,
-    stdout: BufReader<ChildStdout>,
-}
-
-/// Starts a worker and sends it its Init without waiting for the answer. Called from the thread
-/// that owns the [`GpuWorker`]: the worker's PR_SET_PDEATHSIG fires when the spawning thread
-/// ends, so a worker spawned from a short-lived thread would die with it.
-fn launch(exe: &Path, problem: &ProblemRef, fitness_cubin: &[u8]) -> Result<Launched, GpuError> {
+/// Starts a worker and waits until it has made its context and loaded the fitness kernel. Its
+/// PR_SET_PDEATHSIG fires when the spawning *thread* ends, so this runs on the thread that owns
+/// the [`GpuWorker`].
+fn start(exe: &Path, problem: &ProblemRef, fitness_cubin: &[u8]) -> Result<Started, GpuError> {
     let mut child = Command::new(exe)
         .arg("gpu-worker")
         .args(problem.args())
@@ -307,37 +293,16 @@ fn launch(exe: &Path, problem: &ProblemRef, fitness_cubin: &[u8]) -> Result<Laun
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
         unreachable!("both pipes were requested");
     };
-    let mut launched = Launched { child, stdin: BufWriter::new(stdin), stdout: BufReader::new(stdout) };
+    let (mut stdin, mut stdout) = (BufWriter::new(stdin), BufReader::new(stdout));
     let init = Request::Init { fitness_cubin: fitness_cubin.to_vec() };
-    if let Err(e) = write_frame(&mut launched.stdin, &init) {
-        launched.kill();
-        return Err(GpuError::Driver(format!("the GPU worker could not start: {e}")));
+    let reply = write_frame(&mut stdin, &init).and_then(|()| read_frame::<Reply>(&mut stdout));
+    if let Ok(Reply::Ready { name }) = reply {
+        return Ok((child, stdin, stdout, name));
     }
-    Ok(launched)
-}
-
-impl Launched {
-    /// Waits for the worker's answer to its Init.
-    fn ready(mut self) -> Result<Started, GpuError> {
-        match read_frame::<Reply>(&mut self.stdout) {
-            Ok(Reply::Ready { name }) => Ok((self.child, self.stdin, self.stdout, name)),
-            Ok(Reply::Error(e)) => {
-                self.kill();
-                Err(GpuError::Driver(format!("the GPU worker could not start: {e}")))
-            }
-            other => {
-                let status = self.kill();
-                Err(GpuError::Driver(format!("the GPU worker could not start ({status}): {other:?}")))
-            }
-        }
-    }
-
-    fn kill(&mut self) -> String {
-        let _ = self.child.kill();
-        self.child.wait().map(|s| s.to_string()).unwrap_or_default()
-    }
-}
-
-fn start(exe: &Path, problem: &ProblemRef, fitness_cubin: &[u8]) -> Result<Started, GpuError> {
-    launch(exe, problem, fitness_cubin)?.ready()
+    let _ = child.kill();
+    let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
+    Err(GpuError::Driver(match reply {
+        Ok(Reply::Error(e)) => format!("the GPU worker could not start: {e}"),
+        other => format!("the GPU worker could not start ({status}): {other:?}"),
+    }))
 }

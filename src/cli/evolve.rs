@@ -167,7 +167,8 @@ struct EvalSplit {
     launch_ms: f64,
     readback_ms: f64,
     faults: usize,
-    /// GPU workers replaced over the run so far (each fault costs two).
+    /// GPU workers replaced over the run so far (one per faulting individual, and one more per
+    /// generation that faulted).
     gpu_worker_restarts: usize,
     /// Set when a kernel fault made the GPU unusable and this generation was evaluated on the CPU.
     fell_back_to_cpu: Option<String>,
@@ -191,10 +192,19 @@ struct GenerationRecord {
     best_phenotype: Option<String>,
 }
 
+/// Which problem the run is on, for loading it here and in the GPU worker.
+fn problem_ref(args: &EvolveArgs) -> ProblemRef {
+    match &args.problem_dir {
+        Some(dir) => ProblemRef::Dir(dir.clone()),
+        None => ProblemRef::Builtin(args.problem.clone()),
+    }
+}
+
 fn load_problem(args: &EvolveArgs) -> Result<Problem> {
+    let problem = problem_ref(args).load();
     Ok(match &args.problem_dir {
-        Some(dir) => Problem::load(dir).with_context(|| format!("loading problem {}", dir.display()))?,
-        None => Problem::builtin(&args.problem)?,
+        Some(dir) => problem.with_context(|| format!("loading problem {}", dir.display()))?,
+        None => problem?,
     })
 }
 
@@ -336,12 +346,8 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
                 UnitOutcome::Cubin(c) => c,
                 UnitOutcome::Failed(f) => bail!("the fitness kernel did not compile: {f}\n{}", result.log),
             };
-            let problem_ref = match &args.problem_dir {
-                Some(dir) => ProblemRef::Dir(dir.clone()),
-                None => ProblemRef::Builtin(args.problem.clone()),
-            };
             let exe = std::env::current_exe().context("locating this executable for the GPU worker")?;
-            Evaluator::Gpu(Box::new(GpuWorker::spawn(&exe, problem_ref, cubin)?))
+            Evaluator::Gpu(Box::new(GpuWorker::spawn(&exe, problem_ref(&args), cubin)?))
         }
         _ => Evaluator::Cpu,
     };
@@ -403,11 +409,6 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
             dedup.unique.iter().zip(&known).filter(|(_, k)| k.is_none()).map(|(p, _)| p.clone()).collect();
         let n = fresh.len();
         let build = match compiler.as_deref_mut() {
-            Some(_) if n == 0 => GenerationBuild {
-                failures: Vec::new(),
-                compiled: Vec::new(),
-                figures: CompileFigures::default(),
-            },
             Some(c) => {
                 let layout = Layout::PerUnit(args.per_unit.unwrap_or_else(|| units_of(n, workers)));
                 let units = render_units(problem.template(), &fresh, generation, layout);
@@ -438,7 +439,7 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
                     .iter()
                     .map(|c| CompiledUnit { cubin: &c.cubin, kernels: &c.kernels, members: &c.members })
                     .collect();
-                Some(if n == 0 { Ok(Default::default()) } else { g.evaluate(&units, n) })
+                Some(g.evaluate(&units, n))
             }
         };
         let unique_fitness: Vec<Fitness> = match gpu_result {
@@ -482,26 +483,18 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
         let eval_ms = eval_start.elapsed().as_secs_f64() * 1000.0;
         let figures = build.figures;
         // Remember what was computed without a failure, then put the generation back together.
-        let mut computed = fresh.into_iter().zip(unique_fitness).enumerate();
-        let mut unique_fitness = Vec::with_capacity(known.len());
-        for k in &known {
-            let f = match k {
-                Some(f) => *f,
-                None => {
-                    let Some((j, (p, f))) = computed.next() else {
-                        unreachable!("one fitness per new phenotype")
-                    };
-                    let clean = build.failures.get(j).is_none_or(Option::is_none) && !faulted[j];
-                    if let Some(m) = memo.as_mut()
-                        && clean
-                    {
-                        m.insert(p, f, generation);
-                    }
-                    f
+        if let Some(m) = memo.as_mut() {
+            for (j, (p, f)) in fresh.into_iter().zip(&unique_fitness).enumerate() {
+                if build.failures[j].is_none() && !faulted[j] {
+                    m.insert(p, *f, generation);
                 }
-            };
-            unique_fitness.push(f);
+            }
         }
+        let mut computed = unique_fitness.into_iter();
+        let unique_fitness: Vec<Fitness> = known
+            .iter()
+            .map(|k| k.or_else(|| computed.next()).expect("one fitness per new phenotype"))
+            .collect();
         let reused = known.iter().filter(|k| k.is_some()).count();
         let fitness = dedup.expand(&unique_fitness, problem.direction())?;
         evo.set_fitness(fitness)?;

@@ -55,12 +55,13 @@ pub struct GpuWorkerArgs {
 }
 
 fn gpu_worker(args: GpuWorkerArgs) -> Result<()> {
-    let problem = match (&args.problem, &args.problem_dir) {
-        (_, Some(dir)) => gpfarm_gp::Problem::load(dir)?,
-        (Some(name), None) => gpfarm_gp::Problem::builtin(name)?,
+    use gpfarm_kernels::worker::{ProblemRef, serve};
+    let problem = match (args.problem, args.problem_dir) {
+        (_, Some(dir)) => ProblemRef::Dir(dir),
+        (Some(name), None) => ProblemRef::Builtin(name),
         (None, None) => anyhow::bail!("gpu-worker: give --problem or --problem-dir"),
     };
-    Ok(gpfarm_kernels::worker::serve(&problem)?)
+    Ok(serve(&problem.load()?)?)
 }
 
 /// Runs the parsed command line.
