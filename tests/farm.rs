@@ -178,3 +178,78 @@ fn a_unit_that_crashes_the_compiler_fails_alone_and_its_daemon_restarts() {
     let again = farm.compile(&common::units(3), &CompileOptions::cubin(SmArch::SM_90)).unwrap();
     assert!(again.results.iter().all(|r| r.cubin().is_some()));
 }
+
+/// Units `first..first + n`, one kernel `k_<i>` each.
+fn numbered(first: usize, n: usize) -> Vec<Unit> {
+    (first..first + n).map(|i| Unit::new(format!("u{i}.cu"), kernel(&format!("k_{i}"), i))).collect()
+}
+
+fn kernels_of(finished: &gpfarm_client::Finished) -> Vec<String> {
+    finished
+        .results
+        .iter()
+        .map(|r| {
+            let cubin = r.cubin().unwrap_or_else(|| panic!("job {}: {:?}", finished.id, r.outcome));
+            inspect(cubin).expect("a CUDA ELF").kernels.concat()
+        })
+        .collect()
+}
+
+#[test]
+fn a_served_queue_answers_each_job_as_it_finishes_and_takes_jobs_submitted_meanwhile() {
+    if !nvrtc_or_skip("served_queue") {
+        return;
+    }
+    let mut farm = Farm::spawn(config(2)).expect("farm starts");
+    let options = CompileOptions::cubin(SmArch::SM_90);
+    let (mut submitter, work) = gpfarm_client::job_queue();
+    std::thread::scope(|s| {
+        let serving = s.spawn(|| farm.serve(&options, work));
+        for job in 0..4u64 {
+            assert!(submitter.submit(gpfarm_client::Job { id: job, units: numbered(job as usize * 10, 3) }));
+        }
+        // A result comes back before anything else is submitted or the queue is closed.
+        let first = submitter.finished().recv().expect("a first job finishes");
+        assert_eq!(
+            kernels_of(&first),
+            (0..3).map(|i| format!("k_{}", first.id * 10 + i)).collect::<Vec<_>>()
+        );
+        assert!(first.queued <= first.started && first.started <= first.ended);
+        assert!(submitter.submit(gpfarm_client::Job { id: 7, units: numbered(70, 2) }));
+        submitter.close();
+        let mut rest: Vec<_> = submitter.finished().iter().collect();
+        rest.sort_by_key(|f| f.id);
+        let mut ids: Vec<u64> = rest.iter().map(|f| f.id).chain([first.id]).collect();
+        ids.sort();
+        assert_eq!(ids, [0, 1, 2, 3, 7]);
+        for f in &rest {
+            let n = f.results.len() as u64;
+            assert_eq!(kernels_of(f), (0..n).map(|i| format!("k_{}", f.id * 10 + i)).collect::<Vec<_>>());
+            assert!(f.busy_us > 0, "job {} reports no compile time", f.id);
+        }
+        let stats = serving.join().unwrap().unwrap();
+        assert_eq!(stats.workers.iter().map(|w| w.units).sum::<usize>(), 14);
+    });
+    // The farm is still whole afterwards.
+    let batch = farm.compile(&units(4), &options).unwrap();
+    assert!(batch.results.iter().all(|r| r.cubin().is_some()));
+    assert_eq!(farm.len(), 2);
+}
+
+#[test]
+fn an_abandoned_queue_is_dropped_and_serve_returns_without_compiling_it() {
+    if !nvrtc_or_skip("abandoned_queue") {
+        return;
+    }
+    let mut farm = Farm::spawn(config(1)).expect("farm starts");
+    let options = CompileOptions::cubin(SmArch::SM_90);
+    let (submitter, work) = gpfarm_client::job_queue();
+    for job in 0..200u64 {
+        submitter.submit(gpfarm_client::Job { id: job, units: numbered(job as usize, 1) });
+    }
+    drop(submitter);
+    let stats = farm.serve(&options, work).unwrap();
+    let compiled: usize = stats.workers.iter().map(|w| w.units).sum();
+    assert!(compiled <= 1, "compiled {compiled} units nobody waited for");
+    assert!(farm.compile(&units(1), &options).unwrap().results[0].cubin().is_some());
+}

@@ -396,3 +396,29 @@ fn a_client_killed_mid_request_takes_its_daemons_and_segments_with_it() {
     assert!(common::segments_of(&farm).is_empty(), "segments left: {:?}", common::segments_of(&farm));
     eprintln!("client killed mid-request: both daemons gone {gone_after:?} later, no segment left");
 }
+
+#[test]
+fn a_served_job_with_a_crashing_unit_loses_that_unit_alone() {
+    if !nvrtc_or_skip("served_crash") {
+        return;
+    }
+    let mut farm = Farm::spawn(faulty_config(2, Duration::from_secs(60))).unwrap();
+    let (mut submitter, work) = gpfarm_client::job_queue();
+    let mut crashing = units(4);
+    crashing.insert(1, marked("crasher", "crash"));
+    std::thread::scope(|s| {
+        let serving = s.spawn(|| farm.serve(&options(), work));
+        submitter.submit(gpfarm_client::Job { id: 1, units: crashing.clone() });
+        submitter.submit(gpfarm_client::Job { id: 2, units: units(3) });
+        submitter.close();
+        let mut finished: Vec<_> = submitter.finished().iter().collect();
+        finished.sort_by_key(|f| f.id);
+        assert_eq!(finished.len(), 2);
+        let UnitOutcome::Failed(f) = &finished[0].results[1].outcome else { panic!("the crasher compiled") };
+        assert_eq!(f.kind, FailureKind::Lost);
+        assert_compiled(&finished[0].results, &crashing, &[1]);
+        assert_compiled(&finished[1].results, &units(3), &[]);
+        let stats = serving.join().unwrap().unwrap();
+        assert_eq!(stats.restarts, 2, "crashed once, retried alone once");
+    });
+}

@@ -1,8 +1,12 @@
 //! The one interface every compiler offers, and the statistics of one call.
 
+use std::time::Instant;
+
 use gpfarm_protocol::{CompileOptions, Unit, UnitResult};
 use serde::Serialize;
 use thiserror::Error;
+
+use crate::queue::{Finished, Queued, Worklist};
 
 /// Something that turns CUDA C units into CUBIN.
 pub trait Compiler {
@@ -12,6 +16,41 @@ pub trait Compiler {
     /// Compiles every unit; returns one result per unit, in input order. A unit that fails to
     /// compile is a failed [`UnitResult`], not an error: `Err` means the compiler itself failed.
     fn compile(&mut self, units: &[Unit], options: &CompileOptions) -> Result<Batch, CompilerError>;
+
+    /// Compiles the jobs of `work` as they come, each as soon as a worker is free, and sends
+    /// each job's results back as soon as they are in; returns when the submitter has closed the
+    /// queue and every job is answered (or the submitter is gone). The default takes one job at
+    /// a time through [`Compiler::compile`]; the farm gives each job to the next free daemon.
+    fn serve(&mut self, options: &CompileOptions, work: Worklist) -> Result<BatchStats, CompilerError> {
+        let start = Instant::now();
+        let mut stats = BatchStats::default();
+        work.set_free(1);
+        for Queued { job, queued } in work.jobs.iter() {
+            if work.abandoned() {
+                break;
+            }
+            work.set_free(0);
+            let started = Instant::now();
+            let batch = self.compile(&job.units, options)?;
+            let busy_us = batch.stats.workers.iter().map(|w| w.busy_us).sum();
+            stats.absorb(&batch.stats);
+            let finished = Finished {
+                id: job.id,
+                results: batch.results,
+                queued,
+                started,
+                ended: Instant::now(),
+                busy_us,
+            };
+            if work.finished.send(finished).is_err() {
+                break;
+            }
+            work.set_free(usize::from(work.jobs.is_empty()));
+        }
+        work.set_free(0);
+        stats.wall_us = start.elapsed().as_micros() as u64;
+        Ok(stats)
+    }
 }
 
 /// The results of one call.
@@ -60,6 +99,28 @@ pub struct BatchStats {
 }
 
 impl BatchStats {
+    /// Adds another call's figures to these (worker by worker).
+    pub fn absorb(&mut self, other: &BatchStats) {
+        self.write_us += other.write_us;
+        self.wait_us += other.wait_us;
+        self.read_us += other.read_us;
+        if self.workers.len() < other.workers.len() {
+            self.workers.resize(other.workers.len(), WorkerStats::default());
+        }
+        for (w, o) in self.workers.iter_mut().zip(&other.workers) {
+            w.units += o.units;
+            w.busy_us += o.busy_us;
+            w.request_bytes += o.request_bytes;
+            w.response_bytes += o.response_bytes;
+        }
+        self.lost_daemons += other.lost_daemons;
+        self.restarts += other.restarts;
+        self.retried_units += other.retried_units;
+        if self.first_loss_detected_us.is_none() {
+            self.first_loss_detected_us = other.first_loss_detected_us;
+        }
+    }
+
     /// The longest a worker was busy: the part of the wall time spent compiling.
     pub fn critical_busy_us(&self) -> u64 {
         self.workers.iter().map(|w| w.busy_us).max().unwrap_or(0)

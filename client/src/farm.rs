@@ -1,18 +1,23 @@
 //! A farm of resident `gpfarmd` daemons, fed through shared memory.
 //!
 //! The farm spawns its daemons (or attaches to ones started by `gpfarm daemons start`), waits for
-//! each to become available and shake hands, and then, for every call, splits the units into
-//! balanced contiguous parts, writes each part into its daemon's segment, signals every daemon,
-//! and waits with one thread per daemon, collecting the answers over a channel. Waits are
-//! bounded and check that the daemon is still alive in between, so a dead or hung daemon costs
-//! its units (reported as lost), never the call. Dropping a farm shuts down the daemons it spawned
-//! and releases the ones it attached to.
+//! each to become available and shake hands, and then serves a queue of jobs: each job goes to
+//! the next free daemon as one request, written into its segment and signalled, and its results
+//! go back as soon as they are in. One thread per daemon waits for its answer; one coordinating
+//! thread hands out work, and restarts a daemon that was lost. Waits are bounded and check that
+//! the daemon is still alive in between, so a dead or hung daemon costs its units a resend (or,
+//! for the unit it crashed on, a second try and then a failure), never the call. A batch
+//! ([`Compiler::compile`]) is one job per daemon: the paper's balanced contiguous parts. Dropping
+//! a farm shuts down the daemons it spawned and releases the ones it attached to.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
 
 use gpfarm_protocol::event::{self, Wake};
 use gpfarm_protocol::segment::{self, MAX_CAPACITY, list_segments, process_alive, remove_stale_segments};
@@ -23,6 +28,7 @@ use gpfarm_protocol::{
 
 use crate::compiler::{Batch, BatchStats, Compiler, CompilerError, WorkerStats};
 use crate::partition::balanced;
+use crate::queue::{Finished, Job, Queued, Worklist, job_queue};
 
 /// How often a waiting client looks up to check that its daemons are alive.
 const POLL: Duration = Duration::from_millis(50);
@@ -458,30 +464,32 @@ impl Farm {
             d.child = None;
         }
     }
+}
 
-    fn respawn(&mut self, index: usize) -> Result<(), CompilerError> {
-        let exe = match &self.config.executable {
-            Some(p) => p.clone(),
-            None => daemon_executable()?,
-        };
-        let id = self.daemons[index].id;
-        if let Some(mut child) = self.daemons[index].child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        } else if process_alive(self.daemons[index].pid) {
-            // SAFETY: plain kill(2) of a daemon that stopped answering.
-            unsafe { libc::kill(self.daemons[index].pid as libc::pid_t, libc::SIGKILL) };
-        }
-        let seg_name = SegmentName::new(&self.name, DaemonId(id));
-        segment::unlink(&seg_name);
-        let mut child = spawn_daemon(&exe, &self.name, id, &self.config)?;
-        let seg = await_available(&seg_name, Some(&mut child), self.config.start_timeout)?;
-        let fresh = hello(seg, Some(child), &self.config)?;
-        let old = std::mem::replace(&mut self.daemons[index], fresh);
-        // The old segment was unlinked above; dropping the stale mapping is all that is left.
-        drop(old);
-        Ok(())
+/// Ends a daemon that stopped answering and starts a fresh one with the same id in its place.
+/// Runs on the farm's own thread: a daemon's parent-death signal fires when the *thread* that
+/// started it ends.
+fn respawn(d: &mut Daemon, name: &FarmName, config: &FarmConfig) -> Result<(), CompilerError> {
+    let exe = match &config.executable {
+        Some(p) => p.clone(),
+        None => daemon_executable()?,
+    };
+    let id = d.id;
+    if let Some(mut child) = d.child.take() {
+        let _ = child.kill();
+        let _ = child.wait();
+    } else if process_alive(d.pid) {
+        // SAFETY: plain kill(2) of a daemon that stopped answering.
+        unsafe { libc::kill(d.pid as libc::pid_t, libc::SIGKILL) };
     }
+    let seg_name = SegmentName::new(name, DaemonId(id));
+    segment::unlink(&seg_name);
+    let mut child = spawn_daemon(&exe, name, id, config)?;
+    let seg = await_available(&seg_name, Some(&mut child), config.start_timeout)?;
+    let fresh = hello(seg, Some(child), config)?;
+    // The old segment was unlinked above; dropping the stale mapping is all that is left.
+    drop(std::mem::replace(d, fresh));
+    Ok(())
 }
 
 fn kill_all(children: Vec<(u16, Child)>) {
@@ -502,25 +510,6 @@ fn group_by_farm(names: Vec<SegmentName>) -> BTreeMap<FarmName, Vec<DaemonId>> {
     farms
 }
 
-struct Answer {
-    part: usize,
-    response: Result<Response, Lost>,
-    read_us: u64,
-}
-
-/// What became of one unit in one round of dispatching.
-enum Fate {
-    Done(UnitResult),
-    /// The daemon crashed or hung while compiling this very unit.
-    Culprit(String),
-    /// Its daemon was lost while this unit was not to blame (before or after it in the part, or
-    /// killed from outside); `counts` when no culprit could be named, so it uses up an attempt.
-    Unfinished {
-        reason: String,
-        counts: bool,
-    },
-}
-
 /// How long a daemon may work on one unit by default. A GP unit compiles in milliseconds to
 /// seconds; two minutes without progress is a hang.
 pub const DEFAULT_UNIT_DEADLINE: Duration = Duration::from_secs(120);
@@ -532,120 +521,385 @@ const REQUEST_OVERHEAD: usize = 64 << 10;
 const CULPRIT_TRIES: u8 = 2;
 /// A unit lost with no culprit named is tried this often.
 const MAX_ATTEMPTS: u8 = 3;
-/// Rounds of resending in one call before the rest is given up as lost.
-const MAX_ROUNDS: usize = 32;
+/// A unit is sent at most this often, whatever happens to its daemons (killed from outside
+/// again and again costs a unit nothing else).
+const MAX_SENDS: u8 = 32;
+
+/// Why a unit cannot be sent at all, if it cannot: it does not fit in a segment on its own.
+fn too_large(unit: &Unit) -> Option<UnitResult> {
+    let bytes = unit.source.len() + unit.name.len();
+    (bytes + REQUEST_OVERHEAD > MAX_CAPACITY).then(|| {
+        let why = format!(
+            "unit of {bytes} bytes is larger than the largest request a segment holds ({} MiB)",
+            MAX_CAPACITY >> 20
+        );
+        UnitResult::failed(FailureKind::InvalidSource, why)
+    })
+}
+
+/// Units of one job sent to one daemon in one request.
+struct Assignment {
+    job: usize,
+    units: Arc<Vec<Unit>>,
+    /// Indices into `units`, in request order.
+    picks: Vec<usize>,
+}
+
+/// What became of an assignment.
+enum Outcome {
+    Compiled {
+        results: Vec<UnitResult>,
+        daemon_us: u64,
+    },
+    /// The daemon was lost; `culpable` when it crashed or hung by itself (rather than being killed
+    /// from outside), `done` the units it had finished, so the one after them was being compiled.
+    Lost {
+        reason: String,
+        culpable: bool,
+        done: usize,
+    },
+    /// The request could not be written.
+    NotSent(String),
+}
+
+struct Answer {
+    daemon: usize,
+    assignment: Assignment,
+    outcome: Outcome,
+    write_us: u64,
+    read_us: u64,
+    request_bytes: u64,
+}
+
+/// One daemon's side of [`Farm::serve`]: takes assignments, runs each as one request.
+fn daemon_loop(
+    k: usize,
+    daemon: &Mutex<Daemon>,
+    options: &CompileOptions,
+    timeout: Duration,
+    assignments: Receiver<Assignment>,
+    answers: Sender<Answer>,
+) {
+    for assignment in assignments {
+        let mut d = daemon.lock().unwrap_or_else(|e| e.into_inner());
+        let t = Instant::now();
+        let refs: Vec<&Unit> = assignment.picks.iter().map(|&i| &assignment.units[i]).collect();
+        let seen = d.seg.done().load(Ordering::Acquire);
+        let written = d.seg.write_request(&CompileRef { options, units: &refs });
+        let write_us = t.elapsed().as_micros() as u64;
+        let (mut read_us, mut request_bytes) = (0, 0);
+        let outcome = match written {
+            Err(e) => Outcome::NotSent(format!("request not sent: {e}")),
+            Ok(bytes) => {
+                request_bytes = bytes as u64;
+                d.seg.set_progress(0);
+                d.seg.set_state(DaemonState::Processing);
+                event::signal(d.seg.go());
+                let waited = d.await_done(seen, timeout);
+                let t = Instant::now();
+                let response =
+                    waited.and_then(|()| d.seg.read_response().map_err(|e| Lost::Protocol(e.to_string())));
+                read_us = t.elapsed().as_micros() as u64;
+                let lost = |reason: String, culpable: bool| Outcome::Lost {
+                    reason,
+                    culpable,
+                    done: d.seg.progress() as usize,
+                };
+                match response {
+                    Ok(Response::Compiled { results, daemon_us, .. }) if results.len() == refs.len() => {
+                        Outcome::Compiled { results, daemon_us }
+                    }
+                    Ok(Response::Compiled { results, .. }) => {
+                        lost(format!("answered {} results for {} units", results.len(), refs.len()), false)
+                    }
+                    Ok(Response::Error(m)) => lost(m, false),
+                    Ok(other) => lost(format!("unexpected answer {other:?}"), false),
+                    Err(Lost::Died(m, crash)) => {
+                        lost(format!("gpfarmd {k} died while compiling: {m}"), crash)
+                    }
+                    Err(Lost::Hung) => lost(format!("gpfarmd {k} gave no answer within {timeout:?}"), true),
+                    Err(Lost::Protocol(m)) => lost(m, false),
+                }
+            }
+        };
+        drop(d);
+        let answer = Answer { daemon: k, assignment, outcome, write_us, read_us, request_bytes };
+        if answers.send(answer).is_err() {
+            return;
+        }
+    }
+}
+
+/// A job being compiled: its units, what is known of each, and its times.
+struct JobState {
+    id: u64,
+    units: Arc<Vec<Unit>>,
+    results: Vec<Option<UnitResult>>,
+    open: usize,
+    queued: Instant,
+    started: Option<Instant>,
+    busy_us: u64,
+    strikes: Vec<u8>,
+    attempts: Vec<u8>,
+    sends: Vec<u8>,
+}
+
+impl JobState {
+    fn resolve(&mut self, i: usize, r: UnitResult) {
+        if self.results[i].is_none() {
+            self.open -= 1;
+        }
+        self.results[i] = Some(r);
+    }
+}
+
+/// Work waiting for a daemon: some units of one job.
+struct Item {
+    job: usize,
+    picks: Vec<usize>,
+}
 
 impl Farm {
-    /// Sends `pending` (indices into `units`) to the daemons once, in balanced contiguous parts,
-    /// and says what became of each; lost daemons are listed in `lost`.
-    fn dispatch(
-        &mut self,
-        units: &[Unit],
-        pending: &[usize],
-        options: &CompileOptions,
-        stats: &mut BatchStats,
-        lost: &mut Vec<usize>,
-        call_start: Instant,
-    ) -> Vec<(usize, Fate)> {
-        let refs: Vec<&Unit> = pending.iter().map(|&i| &units[i]).collect();
-        let parts = balanced(refs.len(), self.daemons.len());
-        let mut fates: Vec<(usize, Fate)> = Vec::with_capacity(pending.len());
-        if stats.workers.len() < parts.len() {
-            stats.workers.resize(parts.len(), WorkerStats::default());
-        }
-
-        // Write every part, then signal every daemon at once.
-        let write_start = Instant::now();
-        let mut seen = Vec::with_capacity(parts.len());
-        let mut written = vec![false; parts.len()];
-        for (k, range) in parts.iter().enumerate() {
-            let d = &mut self.daemons[k];
-            seen.push(d.seg.done().load(Ordering::Acquire));
-            match d.seg.write_request(&CompileRef { options, units: &refs[range.clone()] }) {
-                Ok(bytes) => {
-                    d.seg.set_progress(0);
-                    d.seg.set_state(DaemonState::Processing);
-                    stats.workers[k].request_bytes += bytes as u64;
-                    written[k] = true;
-                }
-                Err(e) => {
-                    for &i in &pending[range.clone()] {
-                        let r = UnitResult::failed(FailureKind::Internal, format!("request not sent: {e}"));
-                        fates.push((i, Fate::Done(r)));
-                    }
-                }
-            }
-        }
-        stats.write_us += write_start.elapsed().as_micros() as u64;
-        let signalled = Instant::now();
-        for (k, d) in self.daemons.iter().enumerate().take(parts.len()) {
-            if written[k] {
-                event::signal(d.seg.go());
-            }
-        }
-
-        // One waiting thread per daemon; answers arrive over a channel as daemons finish.
+    /// Serves a job queue (see [`Compiler::serve`]): each job goes to the next free daemon as
+    /// one request, and its results go back as soon as they are in. A daemon that dies or hangs
+    /// is restarted; the unit it crashed or hung on is tried once more on its own and then fails
+    /// as `Lost` with the reason; the rest of its request is sent again at no cost to it.
+    fn serve_queue(&mut self, options: &CompileOptions, work: Worklist) -> BatchStats {
+        let start = Instant::now();
+        let mut stats = BatchStats::default();
+        let daemons: Vec<Mutex<Daemon>> =
+            std::mem::take(&mut self.daemons).into_iter().map(Mutex::new).collect();
+        stats.workers = vec![WorkerStats::default(); daemons.len()];
+        let mut gone = vec![false; daemons.len()];
         let timeout = self.config.request_timeout;
-        let (tx, rx) = crossbeam_channel::unbounded::<Answer>();
-        let mut lost_parts = Vec::new();
         std::thread::scope(|scope| {
-            for ((k, d), seen) in self.daemons.iter_mut().enumerate().zip(seen) {
-                if !written.get(k).copied().unwrap_or(false) {
-                    continue;
+            let (answer_tx, answers) = crossbeam_channel::unbounded::<Answer>();
+            let mut to_daemon: Vec<Option<Sender<Assignment>>> = Vec::with_capacity(daemons.len());
+            for (k, d) in daemons.iter().enumerate() {
+                let (tx, rx) = crossbeam_channel::unbounded();
+                let answer_tx = answer_tx.clone();
+                scope.spawn(move || daemon_loop(k, d, options, timeout, rx, answer_tx));
+                to_daemon.push(Some(tx));
+            }
+            drop(answer_tx);
+            let mut jobs: HashMap<usize, JobState> = HashMap::new();
+            let mut next_job = 0usize;
+            let mut pending: VecDeque<Item> = VecDeque::new();
+            let mut idle: Vec<usize> = (0..daemons.len()).rev().collect();
+            let mut busy = 0usize;
+            let mut open = true;
+            let never = crossbeam_channel::never();
+            loop {
+                while !pending.is_empty() && !idle.is_empty() {
+                    let (Some(item), Some(k)) = (pending.pop_front(), idle.pop()) else { break };
+                    let Some(job) = jobs.get_mut(&item.job) else { continue };
+                    job.started.get_or_insert_with(Instant::now);
+                    for &i in &item.picks {
+                        job.sends[i] += 1;
+                    }
+                    let assignment =
+                        Assignment { job: item.job, units: job.units.clone(), picks: item.picks };
+                    if let Some(tx) = &to_daemon[k]
+                        && tx.send(assignment).is_ok()
+                    {
+                        busy += 1;
+                    }
                 }
-                let tx = tx.clone();
-                scope.spawn(move || {
-                    let waited = d.await_done(seen, timeout);
-                    let t = Instant::now();
-                    let response = waited
-                        .and_then(|()| d.seg.read_response().map_err(|e| Lost::Protocol(e.to_string())));
-                    let _ = tx.send(Answer { part: k, response, read_us: t.elapsed().as_micros() as u64 });
-                });
-            }
-            drop(tx);
-            for answer in rx {
-                let k = answer.part;
-                let range = parts[k].clone();
-                let ids = &pending[range.clone()];
-                stats.read_us += answer.read_us;
-                // Why the part was lost, and whether its daemon crashed or hung on a unit of it.
-                let (reason, culpable) = match answer.response {
-                    Ok(Response::Compiled { results: got, daemon_us, .. }) if got.len() == range.len() => {
-                        stats.workers[k].units += got.len();
-                        stats.workers[k].busy_us += daemon_us;
-                        fates.extend(ids.iter().copied().zip(got.into_iter().map(Fate::Done)));
-                        continue;
-                    }
-                    Ok(Response::Compiled { results: got, .. }) => {
-                        (format!("answered {} results for {} units", got.len(), range.len()), false)
-                    }
-                    Ok(Response::Error(m)) => (m, false),
-                    Ok(other) => (format!("unexpected answer {other:?}"), false),
-                    Err(Lost::Died(m, crash)) => (format!("gpfarmd {k} died while compiling: {m}"), crash),
-                    Err(Lost::Hung) => (format!("gpfarmd {k} gave no answer within {timeout:?}"), true),
-                    Err(Lost::Protocol(m)) => (m, false),
-                };
-                stats.first_loss_detected_us.get_or_insert(call_start.elapsed().as_micros() as u64);
-                lost_parts.push((k, reason, culpable));
-            }
-        });
-        stats.wait_us += signalled.elapsed().as_micros() as u64;
-        for (k, reason, culpable) in lost_parts {
-            lost.push(k);
-            // The daemon counts finished units in its header: the next one was being compiled.
-            let done = self.daemons[k].seg.progress() as usize;
-            let ids = &pending[parts[k].clone()];
-            let named = culpable && done < ids.len();
-            for (pos, &i) in ids.iter().enumerate() {
-                let fate = if named && pos == done {
-                    Fate::Culprit(format!("{reason} (on this unit)"))
+                let why = if to_daemon.iter().all(Option::is_none) {
+                    Some("no daemon left to compile it")
+                } else if work.abandoned() {
+                    Some("abandoned: nobody waits for it")
                 } else {
-                    Fate::Unfinished { reason: reason.clone(), counts: culpable && !named }
+                    None
                 };
-                fates.push((i, fate));
+                if let Some(why) = why {
+                    for item in pending.drain(..) {
+                        if let Some(job) = jobs.get_mut(&item.job) {
+                            for i in item.picks {
+                                job.resolve(i, UnitResult::failed(FailureKind::Lost, why));
+                            }
+                        }
+                    }
+                }
+                self.finish_jobs(&mut jobs, &work);
+                work.set_free(if pending.is_empty() { idle.len() } else { 0 });
+                if !open && pending.is_empty() && busy == 0 {
+                    break;
+                }
+                let incoming = if open { &work.jobs } else { &never };
+                crossbeam_channel::select! {
+                    recv(incoming) -> msg => match msg {
+                        Ok(Queued { job, queued }) => {
+                            let n = job.units.len();
+                            let mut state = JobState {
+                                id: job.id,
+                                units: Arc::new(job.units),
+                                results: vec![None; n],
+                                open: n,
+                                queued,
+                                started: None,
+                                busy_us: 0,
+                                strikes: vec![0; n],
+                                attempts: vec![0; n],
+                                sends: vec![0; n],
+                            };
+                            let mut picks = Vec::with_capacity(n);
+                            for i in 0..n {
+                                match too_large(&state.units[i]) {
+                                    Some(r) => state.resolve(i, r),
+                                    None => picks.push(i),
+                                }
+                            }
+                            if !picks.is_empty() {
+                                pending.push_back(Item { job: next_job, picks });
+                            }
+                            jobs.insert(next_job, state);
+                            next_job += 1;
+                        }
+                        Err(_) => open = false,
+                    },
+                    recv(answers) -> answer => {
+                        let Ok(answer) = answer else { break };
+                        busy -= 1;
+                        let k = answer.daemon;
+                        stats.write_us += answer.write_us;
+                        stats.read_us += answer.read_us;
+                        stats.workers[k].request_bytes += answer.request_bytes;
+                        let Assignment { job: job_index, picks, .. } = answer.assignment;
+                        let Some(job) = jobs.get_mut(&job_index) else { continue };
+                        match answer.outcome {
+                            Outcome::Compiled { results, daemon_us } => {
+                                stats.workers[k].units += results.len();
+                                stats.workers[k].busy_us += daemon_us;
+                                job.busy_us += daemon_us;
+                                for (i, r) in picks.into_iter().zip(results) {
+                                    job.resolve(i, r);
+                                }
+                                idle.push(k);
+                            }
+                            Outcome::NotSent(why) => {
+                                for i in picks {
+                                    job.resolve(i, UnitResult::failed(FailureKind::Internal, why.clone()));
+                                }
+                                idle.push(k);
+                            }
+                            Outcome::Lost { reason, culpable, done } => {
+                                stats.lost_daemons += 1;
+                                stats.first_loss_detected_us.get_or_insert(start.elapsed().as_micros() as u64);
+                                let named = culpable && done < picks.len();
+                                let mut again = Vec::new();
+                                for (pos, i) in picks.into_iter().enumerate() {
+                                    if named && pos == done {
+                                        job.strikes[i] += 1;
+                                        let why = format!("{reason} (on this unit)");
+                                        if job.strikes[i] >= CULPRIT_TRIES || job.sends[i] >= MAX_SENDS {
+                                            job.resolve(i, UnitResult::failed(FailureKind::Lost, why));
+                                        } else {
+                                            // Alone, so that a second crash costs no one else.
+                                            stats.retried_units += 1;
+                                            pending.push_back(Item { job: job_index, picks: vec![i] });
+                                        }
+                                        continue;
+                                    }
+                                    job.attempts[i] += u8::from(culpable && !named);
+                                    if job.attempts[i] >= MAX_ATTEMPTS || job.sends[i] >= MAX_SENDS {
+                                        job.resolve(i, UnitResult::failed(FailureKind::Lost, reason.clone()));
+                                    } else {
+                                        again.push(i);
+                                    }
+                                }
+                                if !again.is_empty() {
+                                    // They waited through a loss that was not theirs: first in line.
+                                    stats.retried_units += again.len();
+                                    pending.push_front(Item { job: job_index, picks: again });
+                                }
+                                let mut d = daemons[k].lock().unwrap_or_else(|e| e.into_inner());
+                                if self.recover(&mut d) {
+                                    stats.restarts += 1;
+                                    idle.push(k);
+                                } else {
+                                    gone[k] = true;
+                                    to_daemon[k] = None;
+                                }
+                            }
+                        }
+                    },
+                }
             }
+            drop(to_daemon);
+            for job in jobs.values_mut() {
+                for i in 0..job.results.len() {
+                    if job.results[i].is_none() {
+                        job.resolve(i, UnitResult::failed(FailureKind::Lost, "no daemon left to compile it"));
+                    }
+                }
+            }
+            self.finish_jobs(&mut jobs, &work);
+        });
+        self.daemons = daemons
+            .into_iter()
+            .zip(gone)
+            .filter_map(|(d, gone)| {
+                let d = d.into_inner().unwrap_or_else(|e| e.into_inner());
+                if gone {
+                    d.seg.unlock_client(std::process::id());
+                    None
+                } else {
+                    Some(d)
+                }
+            })
+            .collect();
+        work.set_free(0);
+        stats.wait_us = start.elapsed().as_micros() as u64;
+        stats.wall_us = stats.wait_us;
+        stats
+    }
+
+    /// Sends back every job whose units all have a result.
+    fn finish_jobs(&self, jobs: &mut HashMap<usize, JobState>, work: &Worklist) {
+        let done: Vec<usize> = jobs.iter().filter(|(_, j)| j.open == 0).map(|(&k, _)| k).collect();
+        for k in done {
+            let Some(job) = jobs.remove(&k) else { continue };
+            let now = Instant::now();
+            let results = job
+                .results
+                .into_iter()
+                .map(|r| r.unwrap_or_else(|| UnitResult::failed(FailureKind::Lost, "lost")))
+                .collect();
+            let _ = work.finished.send(Finished {
+                id: job.id,
+                results,
+                queued: job.queued,
+                started: job.started.unwrap_or(now),
+                ended: now,
+                busy_us: job.busy_us,
+            });
         }
-        fates
+    }
+
+    /// Brings a lost daemon back: restarts one this farm spawned; ends one it only attached to
+    /// if it is stuck (it is no use to anyone) and gives it up. Returns whether it is back.
+    fn recover(&self, d: &mut Daemon) -> bool {
+        if self.owns_daemons {
+            let mut last = None;
+            for _ in 0..RESPAWN_TRIES {
+                match respawn(d, &self.name, &self.config) {
+                    Ok(()) => return true,
+                    Err(e) => last = Some(e),
+                }
+            }
+            if let Some(e) = last {
+                tracing::warn!("daemon {} could not be restarted: {e}", d.id);
+            }
+            false
+        } else {
+            if segment::is_daemon_process(d.pid) {
+                // SAFETY: plain kill(2) of a gpfarmd that stopped answering.
+                unsafe { libc::kill(d.pid as libc::pid_t, libc::SIGKILL) };
+                segment::unlink(&SegmentName::new(&self.name, DaemonId(d.id)));
+            }
+            false
+        }
     }
 }
 
@@ -654,61 +908,25 @@ impl Compiler for Farm {
         format!("farm:{}", self.daemons.len())
     }
 
-    /// Compiles in rounds. A daemon that dies or hangs is restarted and its unfinished units are
-    /// sent again; the unit it crashed or hung on is tried once more and then fails as `Lost`,
-    /// with the reason. A daemon killed from outside costs nothing but time.
+    /// Compiles in one balanced contiguous part per daemon (the paper's partition), each part
+    /// one request; see [`Farm::serve_queue`] for what happens when a daemon is lost.
     fn compile(&mut self, units: &[Unit], options: &CompileOptions) -> Result<Batch, CompilerError> {
         let start = Instant::now();
-        let mut results: Vec<Option<UnitResult>> = vec![None; units.len()];
-        let mut stats = BatchStats::default();
-        let mut attempts = vec![0u8; units.len()];
-        let mut strikes = vec![0u8; units.len()];
-        // A unit that cannot fit in a segment on its own fails here, before anything is sent.
-        let mut pending = Vec::with_capacity(units.len());
-        for (i, unit) in units.iter().enumerate() {
-            let bytes = unit.source.len() + unit.name.len();
-            if bytes + REQUEST_OVERHEAD > MAX_CAPACITY {
-                let why = format!(
-                    "unit of {bytes} bytes is larger than the largest request a segment holds ({} MiB)",
-                    MAX_CAPACITY >> 20
-                );
-                results[i] = Some(UnitResult::failed(FailureKind::InvalidSource, why));
-            } else {
-                pending.push(i);
-            }
+        let mut results: Vec<Option<UnitResult>> = units.iter().map(too_large).collect();
+        let sendable: Vec<usize> = (0..units.len()).filter(|&i| results[i].is_none()).collect();
+        let (mut submitter, work) = job_queue();
+        let parts = balanced(sendable.len(), self.daemons.len().max(1));
+        for (k, range) in parts.iter().enumerate() {
+            let picked = sendable[range.clone()].iter().map(|&i| units[i].clone()).collect();
+            submitter.submit(Job { id: k as u64, units: picked });
         }
-        let mut rounds = 0;
-        while !pending.is_empty() && !self.daemons.is_empty() && rounds < MAX_ROUNDS {
-            rounds += 1;
-            let mut lost = Vec::new();
-            let fates = self.dispatch(units, &pending, options, &mut stats, &mut lost, start);
-            let mut retry = Vec::new();
-            for (i, fate) in fates {
-                match fate {
-                    Fate::Done(r) => results[i] = Some(r),
-                    Fate::Culprit(why) => {
-                        strikes[i] += 1;
-                        if strikes[i] >= CULPRIT_TRIES {
-                            results[i] = Some(UnitResult::failed(FailureKind::Lost, why));
-                        } else {
-                            retry.push(i);
-                        }
-                    }
-                    Fate::Unfinished { reason, counts } => {
-                        attempts[i] += u8::from(counts);
-                        if attempts[i] >= MAX_ATTEMPTS {
-                            results[i] = Some(UnitResult::failed(FailureKind::Lost, reason));
-                        } else {
-                            retry.push(i);
-                        }
-                    }
-                }
+        submitter.close();
+        let mut stats = self.serve_queue(options, work);
+        for finished in submitter.finished().try_iter() {
+            let range = parts[finished.id as usize].clone();
+            for (&i, r) in sendable[range].iter().zip(finished.results) {
+                results[i] = Some(r);
             }
-            stats.lost_daemons += lost.len();
-            self.recover(&lost, &mut stats);
-            retry.sort_unstable();
-            stats.retried_units += retry.len();
-            pending = retry;
         }
         stats.wall_us = start.elapsed().as_micros() as u64;
         let results = results
@@ -719,45 +937,9 @@ impl Compiler for Farm {
             .collect();
         Ok(Batch { results, stats })
     }
-}
 
-impl Farm {
-    /// Restarts lost daemons this farm spawned; ends and drops lost daemons it only attached to.
-    fn recover(&mut self, lost: &[usize], stats: &mut BatchStats) {
-        let mut gone = Vec::new();
-        for &k in lost {
-            if self.owns_daemons {
-                // A replacement can itself be lost while it starts (killed, out of memory).
-                let mut respawned = self.respawn(k);
-                for _ in 1..RESPAWN_TRIES {
-                    if respawned.is_ok() {
-                        break;
-                    }
-                    respawned = self.respawn(k);
-                }
-                match respawned {
-                    Ok(()) => stats.restarts += 1,
-                    Err(e) => {
-                        tracing::warn!("daemon {k} could not be restarted: {e}");
-                        gone.push(k);
-                    }
-                }
-            } else {
-                // Not ours to restart; but one stuck in a compile is no use to anyone: end it.
-                let d = &self.daemons[k];
-                if segment::is_daemon_process(d.pid) {
-                    // SAFETY: plain kill(2) of a gpfarmd that stopped answering.
-                    unsafe { libc::kill(d.pid as libc::pid_t, libc::SIGKILL) };
-                    segment::unlink(&SegmentName::new(&self.name, DaemonId(d.id)));
-                }
-                gone.push(k);
-            }
-        }
-        gone.sort_unstable();
-        for k in gone.into_iter().rev() {
-            let d = self.daemons.remove(k);
-            d.seg.unlock_client(std::process::id());
-        }
+    fn serve(&mut self, options: &CompileOptions, work: Worklist) -> Result<BatchStats, CompilerError> {
+        Ok(self.serve_queue(options, work))
     }
 }
 

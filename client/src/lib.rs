@@ -16,6 +16,7 @@ mod farm;
 mod inprocess;
 mod nvcc;
 pub mod partition;
+mod queue;
 
 pub use compiler::{Batch, BatchStats, Compiler, CompilerError, WorkerStats};
 pub use farm::{
@@ -27,3 +28,4 @@ pub use gpfarm_protocol::{
 };
 pub use inprocess::{InProcess, Threads};
 pub use nvcc::Nvcc;
+pub use queue::{Finished, Job, Submitter, Worklist, job_queue};
