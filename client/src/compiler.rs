@@ -13,6 +13,10 @@ pub trait Compiler {
     /// Short name for tables and logs, e.g. `farm:16`, `threads:8`, `inprocess`, `nvcc`.
     fn name(&self) -> String;
 
+    /// The exact compiler build that produces the code (see [`crate::cache::toolchain_identity`]),
+    /// for keying what it compiled.
+    fn toolchain(&self) -> String;
+
     /// Compiles every unit; returns one result per unit, in input order. A unit that fails to
     /// compile is a failed [`UnitResult`], not an error: `Err` means the compiler itself failed.
     fn compile(&mut self, units: &[Unit], options: &CompileOptions) -> Result<Batch, CompilerError>;

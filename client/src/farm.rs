@@ -908,6 +908,19 @@ impl Compiler for Farm {
         format!("farm:{}", self.daemons.len())
     }
 
+    fn toolchain(&self) -> String {
+        // Every daemon runs the same NVRTC (checked at start).
+        self.daemons.first().map_or_else(
+            || "no daemon".into(),
+            |d| {
+                crate::cache::toolchain_identity(
+                    &crate::cache::nvrtc_name(d.info.nvrtc_version),
+                    Path::new(&d.info.nvrtc_path),
+                )
+            },
+        )
+    }
+
     /// Compiles in one balanced contiguous part per daemon (the paper's partition), each part
     /// one request; see [`Farm::serve_queue`] for what happens when a daemon is lost.
     fn compile(&mut self, units: &[Unit], options: &CompileOptions) -> Result<Batch, CompilerError> {

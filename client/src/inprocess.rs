@@ -76,6 +76,10 @@ impl Compiler for InProcess {
         "inprocess".into()
     }
 
+    fn toolchain(&self) -> String {
+        crate::cache::toolchain_identity(&crate::cache::nvrtc_name(self.nvrtc.version()), self.nvrtc.path())
+    }
+
     fn compile(&mut self, units: &[Unit], options: &CompileOptions) -> Result<Batch, CompilerError> {
         let start = Instant::now();
         let nvrtc = &self.nvrtc;
@@ -117,6 +121,10 @@ impl Threads {
 impl Compiler for Threads {
     fn name(&self) -> String {
         format!("threads:{}", self.threads)
+    }
+
+    fn toolchain(&self) -> String {
+        crate::cache::toolchain_identity(&crate::cache::nvrtc_name(self.nvrtc.version()), self.nvrtc.path())
     }
 
     fn compile(&mut self, units: &[Unit], options: &CompileOptions) -> Result<Batch, CompilerError> {

@@ -10,6 +10,7 @@
 //! All four take the same units and options and return one [`UnitResult`] per unit, in input
 //! order. This crate knows nothing of genetic programming.
 
+pub mod cache;
 mod compiler;
 pub mod cubin;
 mod farm;
@@ -18,6 +19,7 @@ mod nvcc;
 pub mod partition;
 mod queue;
 
+pub use cache::{CacheKey, DiskCache};
 pub use compiler::{Batch, BatchStats, Compiler, CompilerError, WorkerStats};
 pub use farm::{
     DEFAULT_UNIT_DEADLINE, Farm, FarmConfig, FarmStatus, daemon_executable, farm_status, stop_farm,

@@ -39,6 +39,10 @@ impl Compiler for Nvcc {
         "nvcc".into()
     }
 
+    fn toolchain(&self) -> String {
+        crate::cache::toolchain_identity("nvcc", &self.nvcc)
+    }
+
     fn compile(&mut self, units: &[Unit], options: &CompileOptions) -> Result<Batch, CompilerError> {
         let start = Instant::now();
         let dir = tempfile::Builder::new()

@@ -1,4 +1,6 @@
-//! Balanced partitioning, as in the paper: contiguous parts whose sizes differ by at most one.
+//! Partitioning work over workers: the paper's balanced contiguous parts, whose sizes differ by
+//! at most one, and guided chunks of weighted items for workers that take the next chunk as
+//! soon as they are free.
 
 use std::ops::Range;
 
@@ -21,6 +23,38 @@ pub fn balanced(n: usize, parts: usize) -> Vec<Range<usize>> {
         .collect()
 }
 
+/// Chunks of weighted items for `workers` that each take the next chunk when free: heaviest items
+/// first, so the long ones start early and the short ones fill in at the end; each chunk holds
+/// about the unassigned weight over `1.5 × workers` (guided self-scheduling), so chunks shrink
+/// towards the end and the workers finish together; but at least `floor` (a chunk's fixed cost
+/// stays a small share) and at most the total over `workers` (every worker gets a chunk).
+/// Returns indices into `weights`; every index appears exactly once.
+pub fn guided(weights: &[f64], workers: usize, floor: f64) -> Vec<Vec<usize>> {
+    let workers = workers.max(1) as f64;
+    let mut order: Vec<usize> = (0..weights.len()).collect();
+    let weight = |i: usize| if weights[i].is_finite() { weights[i].max(0.0) } else { 0.0 };
+    order.sort_by(|&a, &b| weight(b).total_cmp(&weight(a)).then(a.cmp(&b)));
+    let total: f64 = order.iter().map(|&i| weight(i)).sum();
+    let mut remaining = total;
+    let mut chunks = Vec::new();
+    let mut chunk = Vec::new();
+    let mut held = 0.0;
+    for i in order {
+        chunk.push(i);
+        held += weight(i);
+        let target = (remaining / (1.5 * workers)).max(floor).min(total / workers);
+        if held >= target {
+            remaining -= held;
+            held = 0.0;
+            chunks.push(std::mem::take(&mut chunk));
+        }
+    }
+    if !chunk.is_empty() {
+        chunks.push(chunk);
+    }
+    chunks
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -31,6 +65,25 @@ mod tests {
         let sizes: Vec<usize> = balanced(300, 16).iter().map(|r| r.len()).collect();
         assert_eq!(sizes.iter().filter(|&&s| s == 19).count(), 12);
         assert_eq!(sizes.iter().filter(|&&s| s == 18).count(), 4);
+    }
+
+    #[test]
+    fn guided_chunks_shrink_towards_the_end_and_give_every_worker_one() {
+        let weights = vec![10.0; 300];
+        let chunks = guided(&weights, 16, 20.0);
+        assert!(chunks.len() >= 16);
+        let sizes: Vec<usize> = chunks.iter().map(Vec::len).collect();
+        assert!(sizes.windows(2).all(|w| w[0] >= w[1]), "{sizes:?}");
+        assert!(sizes[0] <= 300 / 16, "{sizes:?}");
+        assert_eq!(*sizes.last().unwrap(), 2, "the floor of 20 holds two items: {sizes:?}");
+    }
+
+    #[test]
+    fn a_heavy_item_gets_a_chunk_of_its_own() {
+        let mut weights = vec![1.0; 100];
+        weights[42] = 500.0;
+        let chunks = guided(&weights, 4, 5.0);
+        assert_eq!(chunks[0], vec![42]);
     }
 
     #[test]
@@ -47,6 +100,28 @@ mod tests {
                 prop_assert!(min >= 1);
             }
             prop_assert!(ranges.len() <= parts);
+        }
+
+        #[test]
+        fn guided_chunks_hold_every_item_once_heaviest_first(
+            weights in proptest::collection::vec(0.0f64..1000.0, 0..400),
+            workers in 1usize..32,
+            floor in 0.0f64..2000.0,
+        ) {
+            let chunks = guided(&weights, workers, floor);
+            let mut flat: Vec<usize> = chunks.iter().flatten().copied().collect();
+            for w in flat.windows(2) {
+                prop_assert!(weights[w[0]] >= weights[w[1]]);
+            }
+            flat.sort_unstable();
+            prop_assert_eq!(flat, (0..weights.len()).collect::<Vec<_>>());
+            prop_assert!(chunks.iter().all(|c| !c.is_empty()));
+            // Every chunk but the last reaches the smaller of the floor and a worker's share.
+            let total: f64 = weights.iter().sum();
+            let least = floor.min(total / workers as f64);
+            for c in chunks.iter().rev().skip(1) {
+                prop_assert!(c.iter().map(|&i| weights[i]).sum::<f64>() >= least);
+            }
         }
 
         #[test]
