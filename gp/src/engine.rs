@@ -19,7 +19,9 @@
 //!
 //! Must never evaluate programs inside the engine, and never draw randomness from
 //! anything but its own seeded generator: the same seed and the same fitness values give
-//! the same run, bit for bit.
+//! the same run, bit for bit. Each pair of children draws from a stream of its own (seeded by
+//! the run's seed, its generation and its place), so pairs can be bred in any order, as soon as
+//! their parents are known, with the same result ([`crate::pipeline`]).
 
 use std::num::NonZeroUsize;
 
@@ -33,7 +35,7 @@ use crate::grammar::Grammar;
 use crate::init::{InitMethod, random_genome, sensible_genomes};
 use crate::interp::evaluate_all;
 use crate::mapping::{Genome, Mapping, MappingLimits, Phenotype, map};
-use crate::operators::{elites, int_flip, tournament, variable_onepoint};
+use crate::operators::{contestants, elites, int_flip, variable_onepoint, winner};
 use crate::problem::Problem;
 
 /// Parameters of a run. Defaults follow the paper (crossover and mutation rate 0.7) and
@@ -110,6 +112,9 @@ pub enum EvolutionError {
     /// `stats` or `breed` before `set_fitness`.
     #[error("the current generation has no fitness yet: call set_fitness first")]
     NoFitness,
+    /// A fitness was given for an individual that is not waiting for one.
+    #[error("generation {generation} has no individual {slot} waiting for a fitness")]
+    UnknownIndividual { generation: usize, slot: usize },
     /// Per-unique fitness did not match the deduplicated phenotypes.
     #[error(transparent)]
     Dedup(#[from] DedupMismatch),
@@ -125,7 +130,7 @@ pub struct Individual {
 }
 
 impl Individual {
-    fn new(genome: Genome, grammar: &Grammar, limits: &MappingLimits) -> Self {
+    pub(crate) fn new(genome: Genome, grammar: &Grammar, limits: &MappingLimits) -> Self {
         let mapping = map(grammar, &genome, limits);
         Self { genome, mapping }
     }
@@ -167,7 +172,6 @@ pub struct Evolution {
     grammar: Grammar,
     direction: Direction,
     config: EvolutionConfig,
-    rng: ChaCha8Rng,
     generation: usize,
     individuals: Vec<Individual>,
     fitness: Option<Vec<Fitness>>,
@@ -186,34 +190,8 @@ impl Evolution {
         direction: Direction,
         config: EvolutionConfig,
     ) -> Result<Self, EvolutionError> {
-        validate(&config, &grammar)?;
-        let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
-        let genomes = match config.init {
-            InitMethod::Random => (0..config.population)
-                .map(|_| random_genome(&mut rng, config.init_min_len, config.init_max_len, config.codon_size))
-                .collect(),
-            InitMethod::Sensible => sensible_genomes(
-                &grammar,
-                &mut rng,
-                config.population,
-                config.init_max_depth,
-                config.codon_size,
-                // Half the mapping's expansion limit leaves room to close open branches.
-                config.limits.max_expansions / 2,
-            )
-            .ok_or(EvolutionError::NonTerminatingGrammar)?,
-        };
-        let individuals = genomes.into_iter().map(|g| Individual::new(g, &grammar, &config.limits)).collect();
-        Ok(Self {
-            grammar,
-            direction,
-            config,
-            rng,
-            generation: 0,
-            individuals,
-            fitness: None,
-            best_ever: None,
-        })
+        let individuals = initial_population(&grammar, &config)?;
+        Ok(Self { grammar, direction, config, generation: 0, individuals, fitness: None, best_ever: None })
     }
 
     /// The configuration.
@@ -311,39 +289,13 @@ impl Evolution {
         let fitness = self.fitness.take().ok_or(EvolutionError::NoFitness)?;
         let c = &self.config;
         let size = self.individuals.len();
+        let next_generation = self.generation + 1;
         let mut next: Vec<Individual> =
             elites(&fitness, c.elite).into_iter().map(|i| self.individuals[i].clone()).collect();
-        while next.len() < size {
-            let (Some(a), Some(b)) = (
-                tournament(&mut self.rng, &fitness, c.tournament),
-                tournament(&mut self.rng, &fitness, c.tournament),
-            ) else {
-                break;
-            };
-            let (pa, pb) = (&self.individuals[a], &self.individuals[b]);
-            let (ga, gb) = if self.rng.random_bool(c.crossover_rate) {
-                variable_onepoint(&mut self.rng, &pa.genome, pa.used_codons(), &pb.genome, pb.used_codons())
-            } else {
-                (pa.genome.clone(), pb.genome.clone())
-            };
-            for genome in [ga, gb] {
-                if next.len() == size {
-                    break;
-                }
-                let mut child = Individual::new(genome, &self.grammar, &c.limits);
-                if self.rng.random_bool(c.mutation_rate) {
-                    let used = child.used_codons();
-                    int_flip(
-                        &mut self.rng,
-                        &mut child.genome,
-                        used,
-                        c.mutation_codon_probability,
-                        c.codon_size,
-                    );
-                    child = Individual::new(child.genome, &self.grammar, &c.limits);
-                }
-                next.push(child);
-            }
+        for pair in 0..pair_count(size, c.elite) {
+            let plan = PairPlan::new(c, size, next_generation, pair);
+            let children = plan.breed(&self.grammar, c, |i| (&self.individuals[i], fitness[i]));
+            next.extend(children.into_iter().take(size - next.len()));
         }
         self.individuals = next;
         self.generation += 1;
@@ -351,11 +303,102 @@ impl Evolution {
     }
 }
 
-fn best_index(f: &[Fitness]) -> Option<usize> {
+/// The validated configuration's initial population (stream 0 of the run's seed).
+pub(crate) fn initial_population(
+    grammar: &Grammar,
+    config: &EvolutionConfig,
+) -> Result<Vec<Individual>, EvolutionError> {
+    validate(config, grammar)?;
+    let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
+    let genomes = match config.init {
+        InitMethod::Random => (0..config.population)
+            .map(|_| random_genome(&mut rng, config.init_min_len, config.init_max_len, config.codon_size))
+            .collect(),
+        InitMethod::Sensible => sensible_genomes(
+            grammar,
+            &mut rng,
+            config.population,
+            config.init_max_depth,
+            config.codon_size,
+            // Half the mapping's expansion limit leaves room to close open branches.
+            config.limits.max_expansions / 2,
+        )
+        .ok_or(EvolutionError::NonTerminatingGrammar)?,
+    };
+    Ok(genomes.into_iter().map(|g| Individual::new(g, grammar, &config.limits)).collect())
+}
+
+/// Pairs of children bred for a population of `size` with `elite` elites.
+pub(crate) fn pair_count(size: usize, elite: usize) -> usize {
+    size.saturating_sub(elite).div_ceil(2)
+}
+
+/// The random stream of pair `pair` of generation `generation` (ChaCha's stream = the
+/// generation, a word position per pair; the initial population uses stream 0).
+fn pair_rng(seed: u64, generation: usize, pair: usize) -> ChaCha8Rng {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(generation as u64);
+    // 2^40 words per pair: far more than any pair draws.
+    rng.set_word_pos((pair as u128) << 40);
+    rng
+}
+
+/// One pair of children to breed: its two tournaments' contestants, drawn before any fitness
+/// is known, and the stream it goes on drawing from.
+#[derive(Clone, Debug)]
+pub(crate) struct PairPlan {
+    rng: ChaCha8Rng,
+    /// Contestants of the first and the second tournament, indices into the parents.
+    pub(crate) contestants: [Vec<usize>; 2],
+}
+
+impl PairPlan {
+    /// Plans pair `pair` of generation `generation`, whose parents are `size` individuals.
+    pub(crate) fn new(c: &EvolutionConfig, size: usize, generation: usize, pair: usize) -> PairPlan {
+        let mut rng = pair_rng(c.seed, generation, pair);
+        let first = contestants(&mut rng, size, c.tournament);
+        let second = contestants(&mut rng, size, c.tournament);
+        PairPlan { rng, contestants: [first, second] }
+    }
+
+    /// Breeds the pair's two children; `parent(i)` gives contestant `i` and its fitness.
+    pub(crate) fn breed<'a>(
+        mut self,
+        grammar: &Grammar,
+        c: &EvolutionConfig,
+        parent: impl Fn(usize) -> (&'a Individual, Fitness),
+    ) -> Vec<Individual> {
+        let [first, second] = &self.contestants;
+        let (Some(a), Some(b)) = (winner(first, |i| parent(i).1), winner(second, |i| parent(i).1)) else {
+            return Vec::new();
+        };
+        let (pa, pb) = (parent(a).0, parent(b).0);
+        let rng = &mut self.rng;
+        let (ga, gb) = if rng.random_bool(c.crossover_rate) {
+            variable_onepoint(rng, &pa.genome, pa.used_codons(), &pb.genome, pb.used_codons())
+        } else {
+            (pa.genome.clone(), pb.genome.clone())
+        };
+        [ga, gb]
+            .into_iter()
+            .map(|genome| {
+                let mut child = Individual::new(genome, grammar, &c.limits);
+                if rng.random_bool(c.mutation_rate) {
+                    let used = child.used_codons();
+                    int_flip(rng, &mut child.genome, used, c.mutation_codon_probability, c.codon_size);
+                    child = Individual::new(child.genome, grammar, &c.limits);
+                }
+                child
+            })
+            .collect()
+    }
+}
+
+pub(crate) fn best_index(f: &[Fitness]) -> Option<usize> {
     (0..f.len()).reduce(|best, i| if f[i].is_better_than(&f[best]) { i } else { best })
 }
 
-fn validate(c: &EvolutionConfig, grammar: &Grammar) -> Result<(), EvolutionError> {
+pub(crate) fn validate(c: &EvolutionConfig, grammar: &Grammar) -> Result<(), EvolutionError> {
     let err = |field, message: String| Err(EvolutionError::Config { field, message });
     if c.population == 0 {
         return err("population", "must be at least 1".into());

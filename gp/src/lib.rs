@@ -11,6 +11,7 @@ pub mod init;
 pub mod interp;
 pub mod mapping;
 pub mod operators;
+pub mod pipeline;
 pub mod problem;
 
 pub use dedup::Dedup;
@@ -22,4 +23,5 @@ pub use grammar::{Grammar, GrammarError};
 pub use init::InitMethod;
 pub use interp::{Evaluation, Program, evaluate, evaluate_all, evaluate_phenotype};
 pub use mapping::{Derivation, Genome, InvalidReason, Mapping, MappingLimits, Phenotype, map};
+pub use pipeline::{Born, Pipeline};
 pub use problem::{Column, KernelName, KernelParam, ParamRole, Problem, ProblemError, Template};

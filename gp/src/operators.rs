@@ -76,19 +76,30 @@ pub fn int_flip(
 /// population is smaller); the best wins, ties going to the earlier draw. Returns the
 /// winner's index, or `None` for an empty population.
 pub fn tournament(rng: &mut impl Rng, fitness: &[Fitness], size: usize) -> Option<usize> {
-    let n = fitness.len();
+    winner(&contestants(rng, fitness.len(), size), |i| fitness[i])
+}
+
+/// The contestants of a tournament among `n` individuals: `size` distinct indices drawn
+/// uniformly (all of them if `n` is smaller), in draw order. Drawing them needs no fitness, so
+/// a tournament can be planned before its contestants are evaluated.
+pub fn contestants(rng: &mut impl Rng, n: usize, size: usize) -> Vec<usize> {
     if n == 0 {
-        return None;
+        return Vec::new();
     }
-    let k = size.clamp(1, n);
-    let mut best: Option<usize> = None;
-    for i in index::sample(rng, n, k) {
+    index::sample(rng, n, size.clamp(1, n)).into_vec()
+}
+
+/// The winner among `contestants`: the best fitness, ties going to the earlier draw.
+pub fn winner(contestants: &[usize], fitness: impl Fn(usize) -> Fitness) -> Option<usize> {
+    let mut best: Option<(usize, Fitness)> = None;
+    for &i in contestants {
+        let f = fitness(i);
         best = match best {
-            Some(b) if !fitness[i].is_better_than(&fitness[b]) => Some(b),
-            _ => Some(i),
+            Some((b, bf)) if !f.is_better_than(&bf) => Some((b, bf)),
+            _ => Some((i, f)),
         };
     }
-    best
+    best.map(|(i, _)| i)
 }
 
 /// Indices of the `count` best individuals, best first; ties keep population order so

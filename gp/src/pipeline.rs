@@ -1,0 +1,296 @@
+//! The generational loop driven by data: each pair of children is bred as soon as the fitness
+//! of its tournaments' contestants is known, so the next generation can start compiling while
+//! the last individuals of this one are still being compiled and evaluated.
+//!
+//! A caller takes the individuals bred so far ([`Pipeline::take_born`]), computes their fitness
+//! in any order, hands each back ([`Pipeline::set_fitness`]), and lets the pipeline breed what
+//! that allows ([`Pipeline::advance`]), which also reports every generation whose fitness is
+//! complete. `depth` bounds how many generations may be incomplete at once: 1 breeds a generation
+//! only when the one before is complete (the classic loop), 2 lets the next one start early.
+//!
+//! Must give, for the same seed and the same fitness values, exactly the generations
+//! [`crate::Evolution`] gives, whatever the depth and whatever the order fitness arrives in:
+//! each pair draws from a random stream of its own, and its contestants are drawn before any
+//! fitness is looked at. Elites are bred only when their generation is complete and keep their
+//! fitness; individuals whose mapping fails get the worst fitness here. Neither is handed out.
+
+use std::collections::VecDeque;
+use std::num::NonZeroUsize;
+
+use crate::dedup::Dedup;
+use crate::engine::{
+    EvolutionConfig, EvolutionError, GenerationStats, Individual, PairPlan, best_index, initial_population,
+    pair_count,
+};
+use crate::fitness::{Direction, Fitness};
+use crate::grammar::Grammar;
+use crate::mapping::Phenotype;
+use crate::operators::elites;
+use crate::problem::Problem;
+
+/// An individual that needs a fitness.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Born {
+    /// Its generation.
+    pub generation: usize,
+    /// Its place in the generation.
+    pub slot: usize,
+    /// What to evaluate.
+    pub phenotype: Phenotype,
+}
+
+/// A generation being bred or evaluated.
+struct Generation {
+    index: usize,
+    individuals: Vec<Option<Individual>>,
+    fitness: Vec<Option<Fitness>>,
+    known: usize,
+    /// Pairs still to breed from the previous generation (`None` once bred), by pair index.
+    unbred: Vec<Option<PairPlan>>,
+    /// Elites still to copy from the previous generation.
+    elites_pending: bool,
+}
+
+impl Generation {
+    fn is_complete(&self) -> bool {
+        self.known == self.fitness.len()
+    }
+}
+
+/// See the module documentation.
+pub struct Pipeline {
+    grammar: Grammar,
+    direction: Direction,
+    config: EvolutionConfig,
+    depth: usize,
+    /// Oldest first; each is the parent of the next.
+    generations: VecDeque<Generation>,
+    born: Vec<Born>,
+    best_ever: Option<(Individual, Fitness)>,
+}
+
+impl Pipeline {
+    /// Builds the initial population for `problem`'s grammar; at most `depth` generations are
+    /// ever incomplete at once.
+    pub fn new(
+        problem: &Problem,
+        config: EvolutionConfig,
+        depth: NonZeroUsize,
+    ) -> Result<Self, EvolutionError> {
+        Self::with_grammar(problem.grammar().clone(), problem.direction(), config, depth)
+    }
+
+    /// As [`Pipeline::new`], for any grammar and fitness direction.
+    pub fn with_grammar(
+        grammar: Grammar,
+        direction: Direction,
+        config: EvolutionConfig,
+        depth: NonZeroUsize,
+    ) -> Result<Self, EvolutionError> {
+        let individuals = initial_population(&grammar, &config)?;
+        let n = individuals.len();
+        let mut pipeline = Pipeline {
+            grammar,
+            direction,
+            config,
+            depth: depth.get(),
+            generations: VecDeque::new(),
+            born: Vec::new(),
+            best_ever: None,
+        };
+        let mut first = Generation {
+            index: 0,
+            individuals: vec![None; n],
+            fitness: vec![None; n],
+            known: 0,
+            unbred: Vec::new(),
+            elites_pending: false,
+        };
+        for (slot, individual) in individuals.into_iter().enumerate() {
+            pipeline.place(&mut first, slot, individual, None);
+        }
+        pipeline.generations.push_back(first);
+        Ok(pipeline)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &EvolutionConfig {
+        &self.config
+    }
+
+    /// Puts a newly bred individual into its slot: with a known fitness (an elite), with the worst
+    /// (its mapping failed), or handed out to be evaluated.
+    fn place(
+        &mut self,
+        generation: &mut Generation,
+        slot: usize,
+        individual: Individual,
+        known: Option<Fitness>,
+    ) {
+        let known = match (known, individual.phenotype()) {
+            (Some(f), _) => Some(f),
+            (None, None) => Some(Fitness::worst(self.direction)),
+            (None, Some(p)) => {
+                self.born.push(Born { generation: generation.index, slot, phenotype: p.clone() });
+                None
+            }
+        };
+        if known.is_some() {
+            generation.known += 1;
+        }
+        generation.fitness[slot] = known;
+        generation.individuals[slot] = Some(individual);
+    }
+
+    /// The individuals bred since the last call that need a fitness, in the order they were bred.
+    pub fn take_born(&mut self) -> Vec<Born> {
+        std::mem::take(&mut self.born)
+    }
+
+    /// Records the fitness of an individual handed out by [`Pipeline::take_born`].
+    pub fn set_fitness(
+        &mut self,
+        generation: usize,
+        slot: usize,
+        fitness: Fitness,
+    ) -> Result<(), EvolutionError> {
+        if fitness.direction() != self.direction {
+            return Err(EvolutionError::FitnessDirection {
+                expected: self.direction,
+                found: fitness.direction(),
+            });
+        }
+        let unknown = EvolutionError::UnknownIndividual { generation, slot };
+        let first = self.generations.front().map_or(0, |g| g.index);
+        let g =
+            generation.checked_sub(first).and_then(|i| self.generations.get_mut(i)).ok_or(unknown.clone())?;
+        match (g.individuals.get(slot), g.fitness.get(slot)) {
+            (Some(Some(_)), Some(None)) => {
+                g.fitness[slot] = Some(fitness);
+                g.known += 1;
+                Ok(())
+            }
+            _ => Err(unknown),
+        }
+    }
+
+    /// Breeds every pair whose contestants are all evaluated, copies elites into generations whose
+    /// parents are complete, opens new generations as `depth` allows, and returns the statistics
+    /// of every generation completed since the last call, oldest first.
+    pub fn advance(&mut self) -> Vec<GenerationStats> {
+        let mut completed = Vec::new();
+        loop {
+            let mut changed = false;
+            let incomplete = self.generations.iter().filter(|g| !g.is_complete()).count();
+            if let Some(last) = self.generations.back()
+                && incomplete < self.depth
+                && last.index < self.config.generations
+            {
+                let n = last.individuals.len();
+                let index = last.index + 1;
+                let pairs = pair_count(n, self.config.elite);
+                self.generations.push_back(Generation {
+                    index,
+                    individuals: vec![None; n],
+                    fitness: vec![None; n],
+                    known: 0,
+                    unbred: (0..pairs).map(|p| Some(PairPlan::new(&self.config, n, index, p))).collect(),
+                    elites_pending: self.config.elite > 0,
+                });
+                changed = true;
+            }
+            for i in 1..self.generations.len() {
+                changed |= self.breed_into(i);
+            }
+            let retire = self.generations.front().is_some_and(|g| {
+                g.is_complete() && (g.index == self.config.generations || self.generations.len() > 1)
+            });
+            if retire && let Some(g) = self.generations.pop_front() {
+                completed.push(self.stats(g));
+                changed = true;
+            }
+            if !changed {
+                return completed;
+            }
+        }
+    }
+
+    /// Breeds what it can of generation `generations[child]` from its parent. Returns whether
+    /// anything was bred.
+    fn breed_into(&mut self, child: usize) -> bool {
+        let mut changed = false;
+        let mut generations = std::mem::take(&mut self.generations);
+        let (parents, children) = generations.make_contiguous().split_at_mut(child);
+        let (parent, next) = (&parents[child - 1], &mut children[0]);
+        if next.elites_pending && parent.is_complete() {
+            let fitness: Vec<Fitness> =
+                parent.fitness.iter().map(|f| f.unwrap_or(Fitness::worst(self.direction))).collect();
+            for (slot, i) in elites(&fitness, self.config.elite).into_iter().enumerate() {
+                if let Some(individual) = parent.individuals[i].clone() {
+                    self.place(next, slot, individual, Some(fitness[i]));
+                }
+            }
+            next.elites_pending = false;
+            changed = true;
+        }
+        let n = next.individuals.len();
+        for pair in 0..next.unbred.len() {
+            let ready = next.unbred[pair]
+                .as_ref()
+                .is_some_and(|plan| plan.contestants.iter().flatten().all(|&i| parent.fitness[i].is_some()));
+            if !ready {
+                continue;
+            }
+            let Some(plan) = next.unbred[pair].take() else { continue };
+            let children = plan.breed(&self.grammar, &self.config, |i| {
+                let individual = parent.individuals[i].as_ref().expect("an evaluated parent has been bred");
+                (individual, parent.fitness[i].expect("checked above"))
+            });
+            let first = self.config.elite + 2 * pair;
+            for (slot, individual) in (first..n).zip(children) {
+                self.place(next, slot, individual, None);
+            }
+            changed = true;
+        }
+        self.generations = generations;
+        changed
+    }
+
+    fn stats(&mut self, g: Generation) -> GenerationStats {
+        let individuals: Vec<Individual> = g.individuals.into_iter().flatten().collect();
+        let fitness: Vec<Fitness> = g.fitness.into_iter().flatten().collect();
+        let finite: Vec<f64> = fitness.iter().filter(|x| x.is_finite()).map(Fitness::value).collect();
+        let best = best_index(&fitness);
+        if let Some(i) = best {
+            let better = self.best_ever.as_ref().is_none_or(|(_, f)| fitness[i].is_better_than(f));
+            if better {
+                self.best_ever = Some((individuals[i].clone(), fitness[i]));
+            }
+        }
+        let n = individuals.len().max(1) as f64;
+        GenerationStats {
+            generation: g.index,
+            best: best.map_or(Fitness::worst(self.direction), |i| fitness[i]),
+            mean: (!finite.is_empty()).then(|| finite.iter().sum::<f64>() / finite.len() as f64),
+            invalid: fitness.len() - finite.len(),
+            unique_phenotypes: Dedup::new(individuals.iter().map(Individual::phenotype)).unique.len(),
+            mean_genome_len: individuals.iter().map(|i| i.genome.len() as f64).sum::<f64>() / n,
+            best_phenotype: best.and_then(|i| individuals[i].phenotype().cloned()),
+        }
+    }
+
+    /// Whether the last generation is complete and reported.
+    pub fn is_finished(&self) -> bool {
+        self.generations.is_empty()
+    }
+
+    /// The oldest generation not yet complete.
+    pub fn oldest_open(&self) -> Option<usize> {
+        self.generations.iter().find(|g| !g.is_complete()).map(|g| g.index)
+    }
+
+    /// Best individual of every generation completed so far (the first one, on ties).
+    pub fn best_ever(&self) -> Option<(&Individual, Fitness)> {
+        self.best_ever.as_ref().map(|(i, f)| (i, *f))
+    }
+}
