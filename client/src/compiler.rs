@@ -17,6 +17,11 @@ pub trait Compiler {
     /// for keying what it compiled.
     fn toolchain(&self) -> String;
 
+    /// How many units it can compile at once (daemons, threads).
+    fn workers(&self) -> usize {
+        1
+    }
+
     /// Compiles every unit; returns one result per unit, in input order. A unit that fails to
     /// compile is a failed [`UnitResult`], not an error: `Err` means the compiler itself failed.
     fn compile(&mut self, units: &[Unit], options: &CompileOptions) -> Result<Batch, CompilerError>;

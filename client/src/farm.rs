@@ -721,8 +721,9 @@ impl Farm {
                         }
                     }
                 }
-                self.finish_jobs(&mut jobs, &work);
+                // Room first, then results: whoever wakes on a result sees the room it left.
                 work.set_free(if pending.is_empty() { idle.len() } else { 0 });
+                self.finish_jobs(&mut jobs, &work);
                 if !open && pending.is_empty() && busy == 0 {
                     break;
                 }
@@ -906,6 +907,10 @@ impl Farm {
 impl Compiler for Farm {
     fn name(&self) -> String {
         format!("farm:{}", self.daemons.len())
+    }
+
+    fn workers(&self) -> usize {
+        self.daemons.len()
     }
 
     fn toolchain(&self) -> String {

@@ -123,6 +123,10 @@ impl Compiler for Threads {
         format!("threads:{}", self.threads)
     }
 
+    fn workers(&self) -> usize {
+        self.threads
+    }
+
     fn toolchain(&self) -> String {
         crate::cache::toolchain_identity(&crate::cache::nvrtc_name(self.nvrtc.version()), self.nvrtc.path())
     }

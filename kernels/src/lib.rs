@@ -8,4 +8,7 @@ pub mod gpu;
 pub mod render;
 pub mod worker;
 
-pub use render::{Layout, RenderedUnit, render_single, render_units};
+pub use render::{
+    Layout, RenderedUnit, UNIT_WEIGHT, compile_weight, kernel_name, keyed_source, render_single, render_unit,
+    render_units,
+};

@@ -50,7 +50,7 @@ pub fn build(
     cuda: Option<&Path>,
     options: &CompileOptions,
     source: &FarmSource,
-) -> Result<Box<dyn Compiler>> {
+) -> Result<Box<dyn Compiler + Send>> {
     Ok(match kind {
         Kind::Farm => {
             let config = FarmConfig {

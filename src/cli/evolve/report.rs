@@ -1,0 +1,278 @@
+//! What each generation cost and where its time went: how many individuals were new, reused or
+//! found on disk, the compile, evaluation and breeding time spent on it, and its critical path,
+//! the chain of waits that ended with its last fitness value.
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// When an individual's fitness came to be known, step by step. For one that needed no compile
+/// (reused, found on disk) the compile steps are the moment it was bred.
+#[derive(Debug, Clone, Copy)]
+pub struct Chain {
+    /// Bred (or, in generation 0, created).
+    pub born: Instant,
+    /// Its unit was handed to the compiler.
+    pub queued: Instant,
+    /// A worker started compiling the unit.
+    pub started: Instant,
+    /// The unit's CUBIN was back.
+    pub ended: Instant,
+    /// Its fitness was known.
+    pub evaluated: Instant,
+}
+
+impl Chain {
+    /// An individual whose fitness was known without compiling, bred at `born`.
+    pub fn without_compile(born: Instant, evaluated: Instant) -> Chain {
+        Chain { born, queued: born, started: born, ended: born, evaluated }
+    }
+}
+
+/// The critical path of a generation: from the moment the previous generation was complete (the
+/// run's start for generation 0) to the moment this one was, split along the chain of the
+/// individual whose fitness was known last. The parts add up to the generation's time.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CriticalPath {
+    /// Until that individual was bred (its parents were still being evaluated).
+    pub breed_ms: f64,
+    /// Bred, waiting to be put into a unit.
+    pub waiting_to_send_ms: f64,
+    /// In the compiler's queue, waiting for a free worker.
+    pub queued_ms: f64,
+    /// Its unit compiling.
+    pub compile_ms: f64,
+    /// From its CUBIN to its fitness (evaluation, and other units evaluated first).
+    pub evaluate_ms: f64,
+    /// From its fitness to the generation's completion being noticed.
+    pub rest_ms: f64,
+}
+
+impl CriticalPath {
+    /// Splits `[from, done]` along `chain` (each step clipped into the interval).
+    pub fn along(chain: &Chain, from: Instant, done: Instant) -> CriticalPath {
+        let mut at = from;
+        let mut step = |t: Instant| {
+            let t = t.clamp(at, done.max(at));
+            let d = t - at;
+            at = t;
+            ms(d)
+        };
+        CriticalPath {
+            breed_ms: step(chain.born),
+            waiting_to_send_ms: step(chain.queued),
+            queued_ms: step(chain.started),
+            compile_ms: step(chain.ended),
+            evaluate_ms: step(chain.evaluated),
+            rest_ms: step(done),
+        }
+    }
+}
+
+/// What happened to one generation, gathered while it is bred, compiled and evaluated.
+#[derive(Debug, Default)]
+pub struct Account {
+    /// Individuals handed out for a fitness (elites and failed mappings need none).
+    pub born: usize,
+    /// Fitness known from an earlier generation.
+    pub reused: usize,
+    /// Identical to an individual being compiled at the same time, and given its fitness.
+    pub duplicates: usize,
+    /// CUBIN found in the disk cache.
+    pub disk_hits: usize,
+    /// Compiled.
+    pub compiled: usize,
+    /// Got the worst fitness because they did not compile.
+    pub failed: usize,
+    /// Got the worst fitness because their kernel faulted on the GPU.
+    pub faults: usize,
+    /// Units compiled.
+    pub units: usize,
+    /// Of which, units of one individual compiled again to find who broke a unit.
+    pub isolation_units: usize,
+    /// Worker time compiling this generation's units.
+    pub busy: Duration,
+    /// NVRTC's own time, summed over units.
+    pub nvrtc: Duration,
+    /// Evaluating this generation's individuals.
+    pub eval: Duration,
+    /// Of which loading modules, launching, reading back (GPU only).
+    pub load: Duration,
+    pub launch: Duration,
+    pub readback: Duration,
+    /// Breeding this generation's individuals.
+    pub breed: Duration,
+    /// The individual whose fitness was known last.
+    pub last: Option<Chain>,
+}
+
+impl Account {
+    /// Notes that an individual's fitness is known, with how it came to be.
+    pub fn known(&mut self, chain: Chain) {
+        if self.last.is_none_or(|l| chain.evaluated >= l.evaluated) {
+            self.last = Some(chain);
+        }
+    }
+}
+
+/// Individuals of a generation by how their fitness was found.
+#[derive(Debug, Serialize)]
+pub struct Individuals {
+    /// Needing a fitness (the population less elites and failed mappings).
+    pub evaluated: usize,
+    /// Known from an earlier generation: not compiled, not evaluated.
+    pub reused: usize,
+    /// The same as one compiled alongside: not compiled, not evaluated.
+    pub duplicates: usize,
+    /// CUBIN from the disk cache: evaluated, not compiled.
+    pub disk_hits: usize,
+    /// Compiled and evaluated.
+    pub compiled: usize,
+    /// Did not compile (worst fitness).
+    pub failed: usize,
+    /// Share of `evaluated` that needed no compile.
+    pub hit_rate: f64,
+}
+
+/// Compile figures of one generation.
+#[derive(Debug, Serialize)]
+pub struct CompileFigures {
+    /// Units compiled.
+    pub units: usize,
+    /// Of which units of one individual, compiled again to find who broke a unit.
+    pub isolation_units: usize,
+    /// Worker time (daemon or thread) spent on this generation's units.
+    pub busy_ms: f64,
+    /// NVRTC's own compile time, summed over units.
+    pub nvrtc_ms: f64,
+}
+
+/// Where GPU evaluation time went (zero on the CPU).
+#[derive(Debug, Default, Serialize)]
+pub struct EvalSplit {
+    pub load_ms: f64,
+    pub launch_ms: f64,
+    pub readback_ms: f64,
+    /// Individuals whose kernel faulted on the GPU.
+    pub faults: usize,
+    /// GPU workers replaced over the run so far (one per faulting individual, and one more per
+    /// evaluation that faulted).
+    pub gpu_worker_restarts: usize,
+    /// Set when a kernel fault made the GPU unusable and the run went on on the CPU.
+    pub fell_back_to_cpu: Option<String>,
+}
+
+/// One generation's record (`--json`).
+#[derive(Debug, Serialize)]
+pub struct GenerationRecord {
+    pub generation: usize,
+    pub best: f64,
+    pub mean: Option<f64>,
+    pub invalid: usize,
+    /// Distinct phenotypes in the population.
+    pub unique: usize,
+    pub individuals: Individuals,
+    pub compile: CompileFigures,
+    /// Evaluation time spent on this generation's individuals.
+    pub eval_ms: f64,
+    pub eval_split: EvalSplit,
+    /// Breeding time spent on this generation's individuals.
+    pub breed_ms: f64,
+    /// From the previous generation's completion to this one's: what a researcher waits for.
+    pub generation_ms: f64,
+    /// When this generation was complete, from the start of the run.
+    pub done_ms: f64,
+    pub critical_path: CriticalPath,
+    pub evaluator: &'static str,
+    pub best_phenotype: Option<String>,
+}
+
+impl GenerationRecord {
+    /// The record of a completed generation.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        stats: &gpfarm_gp::GenerationStats,
+        account: &Account,
+        split: EvalSplit,
+        run_start: Instant,
+        previous_done: Instant,
+        done: Instant,
+        evaluator: &'static str,
+    ) -> GenerationRecord {
+        let a = account;
+        let hits = a.reused + a.duplicates + a.disk_hits;
+        GenerationRecord {
+            generation: stats.generation,
+            best: stats.best.value(),
+            mean: stats.mean,
+            invalid: stats.invalid,
+            unique: stats.unique_phenotypes,
+            individuals: Individuals {
+                evaluated: a.born,
+                reused: a.reused,
+                duplicates: a.duplicates,
+                disk_hits: a.disk_hits,
+                compiled: a.compiled,
+                failed: a.failed,
+                hit_rate: if a.born == 0 { 0.0 } else { hits as f64 / a.born as f64 },
+            },
+            compile: CompileFigures {
+                units: a.units,
+                isolation_units: a.isolation_units,
+                busy_ms: ms(a.busy),
+                nvrtc_ms: ms(a.nvrtc),
+            },
+            eval_ms: ms(a.eval),
+            eval_split: EvalSplit {
+                load_ms: ms(a.load),
+                launch_ms: ms(a.launch),
+                readback_ms: ms(a.readback),
+                faults: a.faults,
+                ..split
+            },
+            breed_ms: ms(a.breed),
+            generation_ms: ms(done.saturating_duration_since(previous_done)),
+            done_ms: ms(done.saturating_duration_since(run_start)),
+            critical_path: a.last.map(|c| CriticalPath::along(&c, previous_done, done)).unwrap_or(
+                CriticalPath {
+                    rest_ms: ms(done.saturating_duration_since(previous_done)),
+                    ..Default::default()
+                },
+            ),
+            evaluator,
+            best_phenotype: stats.best_phenotype.as_ref().map(|p| p.as_str().to_owned()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_critical_path_adds_up_to_the_generation_and_clips_what_came_before_it() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        // Bred and queued before the previous generation was done (overlap), compiled after.
+        let chain =
+            Chain { born: at(10), queued: at(20), started: at(150), ended: at(400), evaluated: at(410) };
+        let path = CriticalPath::along(&chain, at(100), at(415));
+        assert_eq!(path.breed_ms, 0.0);
+        assert_eq!(path.waiting_to_send_ms, 0.0);
+        assert_eq!(path.queued_ms, 50.0);
+        assert_eq!(path.compile_ms, 250.0);
+        assert_eq!(path.evaluate_ms, 10.0);
+        assert_eq!(path.rest_ms, 5.0);
+        let total = path.breed_ms
+            + path.waiting_to_send_ms
+            + path.queued_ms
+            + path.compile_ms
+            + path.evaluate_ms
+            + path.rest_ms;
+        assert_eq!(total, 315.0);
+    }
+}

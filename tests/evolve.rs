@@ -1,0 +1,122 @@
+//! `gpfarm evolve` end to end on the CPU evaluator: real daemons, real NVRTC. Caching and
+//! overlap change what is compiled and when, never a fitness value.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::nvrtc_or_skip;
+use serde_json::Value;
+
+/// Runs `gpfarm evolve` on keijzer6 with `extra` arguments; returns the generation records and
+/// the summary.
+fn evolve(extra: &[&str]) -> (Vec<Value>, Value) {
+    evolve_with(extra, None)
+}
+
+fn evolve_with(extra: &[&str], cache_home: Option<&Path>) -> (Vec<Value>, Value) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpfarm"));
+    cmd.args(["evolve", "--problem", "keijzer6", "--eval", "cpu", "--daemons", "2"])
+        .args(["--population", "60", "--generations", "6", "--seed", "3", "--json"])
+        .args(extra);
+    if let Some(home) = cache_home {
+        cmd.env("GPFARM_CACHE_DIR", home);
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let mut records: Vec<Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let summary = records.pop().expect("a summary");
+    assert_eq!(summary["summary"], true);
+    assert_eq!(records.len(), 7, "{extra:?}: generations 0 to 6");
+    (records, summary)
+}
+
+fn trajectory(records: &[Value]) -> Vec<(Value, Value)> {
+    records.iter().map(|r| (r["best"].clone(), r["mean"].clone())).collect()
+}
+
+#[test]
+fn caching_and_overlap_give_the_same_fitness_in_every_generation() {
+    if !nvrtc_or_skip("evolve_modes") {
+        return;
+    }
+    let (all, all_summary) = evolve(&[]);
+    let (plain, plain_summary) = evolve(&["--no-cache", "--no-overlap"]);
+    let (cached, _) = evolve(&["--no-overlap"]);
+    let (overlapped, _) = evolve(&["--no-cache"]);
+    for (name, other) in [("plain", &plain), ("cache only", &cached), ("overlap only", &overlapped)] {
+        assert_eq!(trajectory(other), trajectory(&all), "{name} differs from cache and overlap");
+    }
+    // Without the cache every individual is compiled; with it, fewer, and the rest are hits.
+    let t = &plain_summary["totals"];
+    assert_eq!(t["compiled"], t["individuals_evaluated"]);
+    assert_eq!(t["reused"], 0);
+    let t = &all_summary["totals"];
+    let (compiled, evaluated) =
+        (t["compiled"].as_u64().unwrap(), t["individuals_evaluated"].as_u64().unwrap());
+    assert!(compiled < evaluated, "{t}");
+    let hits = t["reused"].as_u64().unwrap() + t["duplicates"].as_u64().unwrap();
+    assert_eq!(compiled + hits, evaluated, "{t}");
+    // Every generation after the first reuses something (elites' copies at least).
+    for r in &all[1..] {
+        assert!(r["individuals"]["hit_rate"].as_f64().unwrap() > 0.0, "{r}");
+    }
+}
+
+#[test]
+fn each_generation_reports_a_critical_path_that_adds_up_to_its_time() {
+    if !nvrtc_or_skip("evolve_critical_path") {
+        return;
+    }
+    let (records, summary) = evolve(&[]);
+    let (mut total, mut compiling) = (0.0, 0.0);
+    for r in &records {
+        let c = &r["critical_path"];
+        let parts: f64 =
+            ["breed_ms", "waiting_to_send_ms", "queued_ms", "compile_ms", "evaluate_ms", "rest_ms"]
+                .iter()
+                .map(|k| c[k].as_f64().unwrap())
+                .sum();
+        let gen_ms = r["generation_ms"].as_f64().unwrap();
+        assert!((parts - gen_ms).abs() < 0.01, "{r}");
+        compiling += c["compile_ms"].as_f64().unwrap();
+        assert!(r["compile"]["busy_ms"].as_f64().unwrap() > 0.0, "{r}");
+        total += gen_ms;
+    }
+    assert!(compiling > 0.0, "no generation waited for a compile");
+    let wall_ms = summary["totals"]["wall_s"].as_f64().unwrap() * 1000.0;
+    assert!(total <= wall_ms + 1.0 && total > wall_ms * 0.9, "generations {total} ms, run {wall_ms} ms");
+}
+
+#[test]
+fn a_repeated_run_with_the_disk_cache_compiles_nothing_and_gets_the_same_fitness() {
+    if !nvrtc_or_skip("evolve_disk_cache") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (first, first_summary) = evolve_with(&["--disk-cache"], Some(dir.path()));
+    assert_eq!(first_summary["totals"]["disk_hits"], 0);
+    let (second, second_summary) = evolve_with(&["--disk-cache"], Some(dir.path()));
+    assert_eq!(trajectory(&second), trajectory(&first));
+    let t = &second_summary["totals"];
+    assert_eq!(t["compiled"], 0, "{t}");
+    assert_eq!(t["disk_hits"], first_summary["totals"]["compiled"], "{t}");
+    // A cache given by path works the same, and an empty one starts cold.
+    let other = tempfile::tempdir().unwrap();
+    let path = other.path().to_str().unwrap();
+    let (third, third_summary) = evolve(&["--cache-dir", path]);
+    assert_eq!(trajectory(&third), trajectory(&first));
+    assert_eq!(third_summary["totals"]["disk_hits"], 0);
+}
+
+#[test]
+fn no_cache_with_a_disk_cache_is_refused() {
+    let out = Command::new(env!("CARGO_BIN_EXE_gpfarm"))
+        .args(["evolve", "--no-cache", "--disk-cache", "--no-compile"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be used with"));
+}
