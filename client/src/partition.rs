@@ -27,9 +27,11 @@ pub fn balanced(n: usize, parts: usize) -> Vec<Range<usize>> {
 /// first, so the long ones start early and the short ones fill in at the end; each chunk holds
 /// about the unassigned weight over `1.5 × workers` (guided self-scheduling), so chunks shrink
 /// towards the end and the workers finish together; but at least `floor` (a chunk's fixed cost
-/// stays a small share) and at most the total over `workers` (every worker gets a chunk).
-/// Returns indices into `weights`; every index appears exactly once.
-pub fn guided(weights: &[f64], workers: usize, floor: f64) -> Vec<Vec<usize>> {
+/// stays a small share), at most `cap` (an item heavier than estimated cannot hold up the rest
+/// for long; an item heavier than `cap` is a chunk of its own), and at most the total over
+/// `workers` (every worker gets a chunk). Returns indices into `weights`; every index appears
+/// exactly once.
+pub fn guided(weights: &[f64], workers: usize, floor: f64, cap: f64) -> Vec<Vec<usize>> {
     let workers = workers.max(1) as f64;
     let mut order: Vec<usize> = (0..weights.len()).collect();
     let weight = |i: usize| if weights[i].is_finite() { weights[i].max(0.0) } else { 0.0 };
@@ -40,14 +42,14 @@ pub fn guided(weights: &[f64], workers: usize, floor: f64) -> Vec<Vec<usize>> {
     let mut chunk = Vec::new();
     let mut held = 0.0;
     for i in order {
-        chunk.push(i);
-        held += weight(i);
-        let target = (remaining / (1.5 * workers)).max(floor).min(total / workers);
-        if held >= target {
+        let target = (remaining / (1.5 * workers)).max(floor).min(cap.max(floor)).min(total / workers);
+        if !chunk.is_empty() && held + weight(i) > target {
             remaining -= held;
             held = 0.0;
             chunks.push(std::mem::take(&mut chunk));
         }
+        chunk.push(i);
+        held += weight(i);
     }
     if !chunk.is_empty() {
         chunks.push(chunk);
@@ -70,19 +72,28 @@ mod tests {
     #[test]
     fn guided_chunks_shrink_towards_the_end_and_give_every_worker_one() {
         let weights = vec![10.0; 300];
-        let chunks = guided(&weights, 16, 20.0);
+        let chunks = guided(&weights, 16, 20.0, 1000.0);
         assert!(chunks.len() >= 16);
         let sizes: Vec<usize> = chunks.iter().map(Vec::len).collect();
         assert!(sizes.windows(2).all(|w| w[0] >= w[1]), "{sizes:?}");
         assert!(sizes[0] <= 300 / 16, "{sizes:?}");
-        assert_eq!(*sizes.last().unwrap(), 2, "the floor of 20 holds two items: {sizes:?}");
+        // The floor of 20 holds two items; only the leftover may be smaller.
+        assert_eq!(sizes[sizes.len() - 2], 2, "{sizes:?}");
+        assert!(*sizes.last().unwrap() <= 2, "{sizes:?}");
+    }
+
+    #[test]
+    fn the_cap_keeps_heavy_items_apart() {
+        let weights = vec![400.0; 100];
+        let chunks = guided(&weights, 4, 100.0, 900.0);
+        assert!(chunks.iter().all(|c| c.len() <= 2), "{chunks:?}");
     }
 
     #[test]
     fn a_heavy_item_gets_a_chunk_of_its_own() {
         let mut weights = vec![1.0; 100];
         weights[42] = 500.0;
-        let chunks = guided(&weights, 4, 5.0);
+        let chunks = guided(&weights, 4, 5.0, 50.0);
         assert_eq!(chunks[0], vec![42]);
     }
 
@@ -107,8 +118,10 @@ mod tests {
             weights in proptest::collection::vec(0.0f64..1000.0, 0..400),
             workers in 1usize..32,
             floor in 0.0f64..2000.0,
+            spread in 1.0f64..4.0,
         ) {
-            let chunks = guided(&weights, workers, floor);
+            let cap = floor * spread;
+            let chunks = guided(&weights, workers, floor, cap);
             let mut flat: Vec<usize> = chunks.iter().flatten().copied().collect();
             for w in flat.windows(2) {
                 prop_assert!(weights[w[0]] >= weights[w[1]]);
@@ -116,11 +129,10 @@ mod tests {
             flat.sort_unstable();
             prop_assert_eq!(flat, (0..weights.len()).collect::<Vec<_>>());
             prop_assert!(chunks.iter().all(|c| !c.is_empty()));
-            // Every chunk but the last reaches the smaller of the floor and a worker's share.
-            let total: f64 = weights.iter().sum();
-            let least = floor.min(total / workers as f64);
-            for c in chunks.iter().rev().skip(1) {
-                prop_assert!(c.iter().map(|&i| weights[i]).sum::<f64>() >= least);
+            let sum = |c: &Vec<usize>| c.iter().map(|&i| weights[i]).sum::<f64>();
+            // No chunk of several items exceeds the cap.
+            for c in &chunks {
+                prop_assert!(c.len() == 1 || sum(c) <= cap + 1e-9, "{} > {cap}", sum(c));
             }
         }
 

@@ -5,10 +5,11 @@
 //!   known from an earlier generation keeps its fitness ([`FitnessMemo`]); one identical to an
 //!   individual being compiled waits for that one's fitness; one whose CUBIN is in the disk cache
 //!   is evaluated without compiling. Only the rest is compiled.
-//! - **Overlap** (unless `--no-overlap`): each unit is evaluated as soon as its CUBIN is back, and
-//!   the next generation's pairs are bred, rendered and compiled as soon as their parents are
+//! - **Overlap** (with `--overlap`): each unit is evaluated as soon as its CUBIN is back, and the
+//!   next generation's pairs are bred, rendered and compiled as soon as their parents are
 //!   evaluated, filling daemons that would otherwise wait for the slowest units of this
-//!   generation. Without it a generation is compiled whole, then evaluated whole, then bred.
+//!   generation. Without it (the default) a generation is compiled whole, then evaluated whole,
+//!   then bred.
 //!
 //! Units are formed when they are sent: the oldest incomplete generation's individuals at once,
 //! in guided chunks (heaviest first, shrinking so the daemons finish together); the next
@@ -18,6 +19,8 @@
 //! generations with any combination of them.
 
 use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::{BufWriter, Write};
 use std::num::NonZeroUsize;
 use std::time::{Duration, Instant};
 
@@ -34,6 +37,14 @@ use gpfarm_protocol::CompileOptions;
 
 use super::memo::{self, FitnessMemo};
 use super::report::{Account, Chain, EvalSplit, GenerationRecord};
+
+/// The least estimated weight of a unit ([`compile_weight`]): NVRTC's fixed cost per unit stays
+/// under a fifth of it.
+const CHUNK_FLOOR: f64 = 4.0 * UNIT_WEIGHT;
+/// The most: units of many heavy kernels cost more than their weights say (a unit of eight
+/// bloated keijzer6 individuals took 3.6 s on the GPU host while the rest of its generation took
+/// 1 s), and one such unit holds up its whole generation.
+const CHUNK_CAP: f64 = 8.0 * UNIT_WEIGHT;
 
 /// Where fitness is computed.
 pub enum Evaluator {
@@ -131,6 +142,8 @@ pub struct Driver<'a> {
     /// Without overlap: code of a generation waiting for the rest of it.
     held: BTreeMap<usize, Vec<Ready>>,
     accounts: BTreeMap<usize, Account>,
+    /// One JSON line per compiled unit (`--trace-units`).
+    trace: Option<BufWriter<File>>,
     start: Instant,
     previous_done: Instant,
     totals: Totals,
@@ -166,6 +179,7 @@ impl<'a> Driver<'a> {
             next_job: 0,
             held: BTreeMap::new(),
             accounts: BTreeMap::new(),
+            trace: None,
             start: now,
             previous_done: now,
             totals: Totals::default(),
@@ -206,7 +220,18 @@ impl<'a> Driver<'a> {
         Ok(self.finish())
     }
 
+    /// Writes one JSON line per compiled unit to `file`: its generation, individuals, estimated
+    /// weight, and when it was queued, started and ended (ms from the start of the run).
+    pub fn trace_units(&mut self, file: File) {
+        self.trace = Some(BufWriter::new(file));
+    }
+
     fn finish(mut self) -> (Totals, Pipeline) {
+        if let Some(trace) = &mut self.trace
+            && let Err(e) = trace.flush()
+        {
+            eprintln!("warning: the unit trace is incomplete: {e}");
+        }
         self.totals.wall_s = self.start.elapsed().as_secs_f64();
         self.totals.memo_entries = self.memo.as_ref().map_or(0, FitnessMemo::len);
         (self.totals, self.pipeline)
@@ -250,11 +275,18 @@ impl<'a> Driver<'a> {
             if self.jobs.is_empty() {
                 bail!("the run stalled: no unit is compiling and no generation can complete");
             }
-            let finished = submitter
+            let first = submitter
                 .finished()
                 .recv()
                 .map_err(|_| anyhow!("the compiler stopped before every unit was compiled"))?;
-            self.on_finished(finished, submitter)?;
+            // Whatever else has come back meanwhile is evaluated with it, in one call.
+            let mut ready = Vec::new();
+            for finished in std::iter::once(first).chain(submitter.finished().try_iter()) {
+                ready.extend(self.on_finished(finished, submitter)?);
+            }
+            if !ready.is_empty() {
+                self.evaluate(ready)?;
+            }
         }
     }
 
@@ -345,14 +377,10 @@ impl<'a> Driver<'a> {
         let critical = self.pipeline.oldest_open();
         let generations: Vec<usize> = self.pools.keys().copied().collect();
         for g in generations {
-            let workers = if !self.settings.overlap || Some(g) == critical || self.jobs.is_empty() {
-                self.settings.workers
-            } else {
-                match submitter.free_workers() {
-                    0 => continue,
-                    free => free,
-                }
-            };
+            let now = !self.settings.overlap || Some(g) == critical || self.jobs.is_empty();
+            if !now && submitter.free_workers() == 0 {
+                continue;
+            }
             let pool = self.pools.remove(&g).unwrap_or_default();
             let chunks: Vec<Vec<usize>> = match self.settings.per_unit {
                 Some(k) => {
@@ -364,7 +392,7 @@ impl<'a> Driver<'a> {
                 }
                 None => {
                     let weights: Vec<f64> = pool.iter().map(|m| compile_weight(&m.phenotype)).collect();
-                    guided(&weights, workers, 3.0 * UNIT_WEIGHT)
+                    guided(&weights, self.settings.workers, CHUNK_FLOOR, CHUNK_CAP)
                 }
             };
             let mut pool: Vec<Option<Member>> = pool.into_iter().map(Some).collect();
@@ -406,7 +434,9 @@ impl<'a> Driver<'a> {
         Ok(())
     }
 
-    fn on_finished(&mut self, finished: Finished, submitter: &Submitter) -> Result<()> {
+    /// Takes a compiled unit: its CUBIN is returned to be evaluated (or, without overlap, held
+    /// until its generation is compiled); a unit that failed is split to find who broke it.
+    fn on_finished(&mut self, finished: Finished, submitter: &Submitter) -> Result<Vec<Ready>> {
         let info = self.jobs.remove(&finished.id).context("a result for a unit never sent")?;
         let busy = Duration::from_micros(finished.busy_us);
         self.totals.compile_busy_s += busy.as_secs_f64();
@@ -467,14 +497,27 @@ impl<'a> Driver<'a> {
                 }
             }
         }
-        if ready.is_empty() {
-            return Ok(());
+        if let Some(trace) = &mut self.trace {
+            let at = |t: Instant| t.saturating_duration_since(self.start).as_secs_f64() * 1000.0;
+            let record = serde_json::json!({
+                "generation": info.generation,
+                "unit": finished.id,
+                "individuals": info.members.len(),
+                "weight": info.members.iter().map(|m| compile_weight(&m.phenotype)).sum::<f64>(),
+                "isolation": info.isolation,
+                "compiled": !ready.is_empty(),
+                "queued_ms": at(finished.queued),
+                "started_ms": at(finished.started),
+                "ended_ms": at(finished.ended),
+                "busy_ms": busy.as_secs_f64() * 1000.0,
+            });
+            writeln!(trace, "{record}").context("writing the unit trace")?;
         }
         if self.settings.overlap {
-            self.evaluate(ready)
+            Ok(ready)
         } else {
             self.held.entry(info.generation).or_default().extend(ready);
-            Ok(())
+            Ok(Vec::new())
         }
     }
 

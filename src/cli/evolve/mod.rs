@@ -98,11 +98,12 @@ pub struct EvolveArgs {
     /// the results are the same).
     #[arg(long, alias = "no-reuse", conflicts_with_all = ["disk_cache", "cache_dir"])]
     no_cache: bool,
-    /// Compile a whole generation, then evaluate it, then breed the next (for measuring; the
-    /// results are the same). By default each unit is evaluated as soon as it is compiled, and
-    /// the next generation is bred and compiled as soon as its parents are evaluated.
+    /// Overlap compiling, evaluating and breeding: evaluate each unit as soon as it is compiled,
+    /// and breed and compile the next generation's pairs as soon as their parents are evaluated
+    /// (the results are the same). Off by default: on the GPU host every run with it compiled
+    /// about ten times slower per unit (see the README).
     #[arg(long)]
-    no_overlap: bool,
+    overlap: bool,
     /// Keep compiled CUBIN on disk and use it in later runs (in $GPFARM_CACHE_DIR,
     /// $XDG_CACHE_HOME/gpfarm or ~/.cache/gpfarm).
     #[arg(long)]
@@ -110,6 +111,10 @@ pub struct EvolveArgs {
     /// The disk cache's directory (implies --disk-cache).
     #[arg(long)]
     cache_dir: Option<PathBuf>,
+    /// Write one JSON line per compiled unit to this file: generation, individuals, estimated
+    /// compile weight, and when it was queued, started and ended.
+    #[arg(long)]
+    trace_units: Option<PathBuf>,
     /// Print one JSON record per generation (and a final summary record) instead of a table.
     #[arg(long)]
     json: bool,
@@ -183,7 +188,7 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
         seed: args.seed,
         ..EvolutionConfig::default()
     };
-    let depth = if args.no_overlap { NonZeroUsize::MIN } else { NonZeroUsize::new(2).expect("2 > 0") };
+    let depth = if args.overlap { NonZeroUsize::new(2).expect("2 > 0") } else { NonZeroUsize::MIN };
     let pipeline = Pipeline::new(&problem, config, depth)?;
     let workers = args.daemons.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let options = CompileOptions { arch, mode: CompileMode::Cubin, flags: args.flags.clone() };
@@ -210,7 +215,7 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
     };
     let settings = Settings {
         cache: !args.no_cache,
-        overlap: !args.no_overlap,
+        overlap: args.overlap,
         per_unit: args.per_unit,
         workers: compiler.as_ref().map_or(workers, |c| c.workers()),
     };
@@ -238,7 +243,7 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
                     Evaluator::Cpu => "cpu".into(),
                 },
                 if args.no_cache { ", no cache" } else { "" },
-                if args.no_overlap { ", no overlap" } else { "" },
+                if args.overlap { ", overlap" } else { "" },
                 disk.as_ref().map_or(String::new(), |d| format!(", disk cache {}", d.dir().display())),
             );
             println!(
@@ -258,7 +263,11 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
         });
     }
     let toolchain = compiler.as_ref().map_or_else(|| "none".into(), |c| c.toolchain());
-    let driver = Driver::new(&problem, &options, toolchain, settings, pipeline, disk, evaluator);
+    let mut driver = Driver::new(&problem, &options, toolchain, settings, pipeline, disk, evaluator);
+    if let Some(path) = &args.trace_units {
+        let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        driver.trace_units(file);
+    }
     let json = args.json;
     let print = |r: GenerationRecord| -> Result<()> {
         if json {
@@ -296,7 +305,7 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
         "population": args.population,
         "seed": args.seed,
         "cache": !args.no_cache,
-        "overlap": !args.no_overlap,
+        "overlap": args.overlap,
         "best_fitness": fitness.value(),
         "best_phenotype": phenotype,
         "mean_generation_ms": totals.wall_s * 1000.0 / generations as f64,
