@@ -44,7 +44,8 @@ pub struct FarmConfig {
     pub cuda: Option<PathBuf>,
     /// Architecture of each daemon's warm-up compile.
     pub warmup_arch: SmArch,
-    /// Let daemons hold a CUDA context (needed for ptx-jit mode) where a GPU is present.
+    /// Let daemons hold a CUDA context where a GPU is present: needed for ptx-jit mode only; for
+    /// CUBIN it would only cost each daemon start-up time and host and device memory.
     pub gpu_context: bool,
     /// How long a daemon may take to load and warm NVRTC.
     pub start_timeout: Duration,
@@ -65,7 +66,7 @@ impl Default for FarmConfig {
             executable: None,
             cuda: None,
             warmup_arch: SmArch::SM_90,
-            gpu_context: true,
+            gpu_context: false,
             start_timeout: Duration::from_secs(120),
             request_timeout: DEFAULT_UNIT_DEADLINE,
             detached: false,

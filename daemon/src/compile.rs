@@ -91,7 +91,9 @@ fn compile_unit(nvrtc: &Nvrtc, jit: Option<&Jit>, options: &CompileOptions, unit
         return UnitResult {
             outcome: UnitOutcome::Failed(Failure {
                 kind: FailureKind::Jit,
-                message: "ptx-jit mode needs a GPU and its driver; this daemon has no CUDA context".into(),
+                message: "ptx-jit mode needs a GPU and its driver, and a daemon holding a CUDA context \
+                          (`gpfarm daemons start --gpu-context`); this daemon has none"
+                    .into(),
             }),
             log: compiled.log,
             timings,

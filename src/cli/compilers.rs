@@ -57,6 +57,7 @@ pub fn build(
                 daemons: workers,
                 cuda: cuda.map(Path::to_path_buf),
                 warmup_arch: options.arch,
+                gpu_context: options.mode == gpfarm_protocol::CompileMode::PtxJit,
                 request_timeout: source
                     .deadline_s
                     .map_or(gpfarm_client::DEFAULT_UNIT_DEADLINE, std::time::Duration::from_secs),

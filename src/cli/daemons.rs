@@ -28,6 +28,9 @@ pub enum DaemonsCommand {
         /// Return once the daemons are up, leaving them running (stop with `gpfarm daemons stop`).
         #[arg(long)]
         detach: bool,
+        /// Let each daemon hold a CUDA context, as `--mode ptx-jit` needs (CUBIN does not).
+        #[arg(long)]
+        gpu_context: bool,
     },
     /// Show running farms and their daemons.
     Status {
@@ -47,13 +50,14 @@ pub enum DaemonsCommand {
 /// Runs a `gpfarm daemons` subcommand.
 pub fn run(cmd: DaemonsCommand, cuda: Option<&Path>) -> Result<()> {
     match cmd {
-        DaemonsCommand::Start { daemons, name, arch, detach } => {
+        DaemonsCommand::Start { daemons, name, arch, detach, gpu_context } => {
             let config = FarmConfig {
                 daemons: daemons
                     .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
                 cuda: cuda.map(Path::to_path_buf),
                 warmup_arch: arch,
                 detached: detach,
+                gpu_context,
                 ..FarmConfig::default()
             };
             let stop = Arc::new(AtomicBool::new(false));
