@@ -12,7 +12,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cat "$r/machine.txt"
 
 echo "== tests"
-for name in gpu gpu_fault gpu_worker faults farm; do
+for name in gpu gpu_fault gpu_worker faults farm evolve; do
   timeout 300 "$carry/tests/$name" --test-threads=1 --nocapture > "$r/test_$name.log" 2>&1
   echo "$name: rc=$? $(grep -E '^test result' "$r/test_$name.log")"
 done
