@@ -1,8 +1,14 @@
 # Sourced by the scripts run on the GPU host: puts the carried binaries where the carried test
-# executables expect them and sets $r (results folder), $bin (gpfarm) and GPFARMD.
+# executables expect them, sets $r (results folder), $bin (gpfarm) and GPFARMD, and describes the
+# machine in $r/machine.txt.
 out=${OUT:-out}; mkdir -p "$out/r"; r="$out/r"
 carry=.carry
 built=$(cat $carry/target_dir)
 mkdir -p "$built" && cp $carry/gpfarm $carry/gpfarmd "$built/"
 export GPFARMD=$built/gpfarmd
 bin=$built/gpfarm
+{
+  echo "host: $(nproc) cores, $(lscpu | sed -n 's/^Model name:\s*//p')"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+} > "$r/machine.txt"
+cat "$r/machine.txt"

@@ -7,11 +7,6 @@
 # the modes interleaved so that a slow spell of the host does not land on one mode.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
-{
-  echo "host: $(nproc) cores, $(lscpu | sed -n 's/^Model name:\s*//p')"
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-} > "$r/machine.txt"
-cat "$r/machine.txt"
 problems=${PROBLEMS:-keijzer6 search multiplier5}
 for rep in $(seq 1 "${REPEATS:-1}"); do
   for p in $problems; do

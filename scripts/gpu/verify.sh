@@ -5,18 +5,8 @@
 # scripts/gpu/pack.sh; writes logs under $OUT/r.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
-{
-  echo "host: $(nproc) cores, $(lscpu | sed -n 's/^Model name:\s*//p')"
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-} > "$r/machine.txt"
-cat "$r/machine.txt"
 
-echo "== tests"
-for name in gpu gpu_fault gpu_worker faults farm evolve; do
-  timeout 300 "$carry/tests/$name" --test-threads=1 --nocapture > "$r/test_$name.log" 2>&1
-  echo "$name: rc=$? $(grep -E '^test result' "$r/test_$name.log")"
-done
-grep -hE "running on|worker_fault:|distinct individuals|free device memory|^(crash|hang|killed|chaos|daemon freed)" "$r"/test_*.log | cut -c1-300
+bash "$(dirname "${BASH_SOURCE[0]}")/tests.sh"
 
 if [ -z "${TRAP_ONLY:-}" ]; then
 echo "== evolve keijzer6 300x50, 16 daemons, gpu"
