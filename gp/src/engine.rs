@@ -269,18 +269,7 @@ impl Evolution {
     /// Statistics of the current generation.
     pub fn stats(&self) -> Result<GenerationStats, EvolutionError> {
         let f = self.fitness.as_ref().ok_or(EvolutionError::NoFitness)?;
-        let finite: Vec<f64> = f.iter().filter(|x| x.is_finite()).map(Fitness::value).collect();
-        let best = best_index(f);
-        let n = self.individuals.len().max(1) as f64;
-        Ok(GenerationStats {
-            generation: self.generation,
-            best: best.map_or(Fitness::worst(self.direction), |i| f[i]),
-            mean: (!finite.is_empty()).then(|| finite.iter().sum::<f64>() / finite.len() as f64),
-            invalid: f.len() - finite.len(),
-            unique_phenotypes: self.dedup().unique.len(),
-            mean_genome_len: self.individuals.iter().map(|i| i.genome.len() as f64).sum::<f64>() / n,
-            best_phenotype: best.and_then(|i| self.individuals[i].phenotype().cloned()),
-        })
+        Ok(generation_stats(self.generation, &self.individuals, f, self.direction))
     }
 
     /// Replaces the population by the next generation: elites first, then children of
@@ -394,11 +383,32 @@ impl PairPlan {
     }
 }
 
+/// Statistics of generation `generation`, given each individual's fitness.
+pub(crate) fn generation_stats(
+    generation: usize,
+    individuals: &[Individual],
+    fitness: &[Fitness],
+    direction: Direction,
+) -> GenerationStats {
+    let finite: Vec<f64> = fitness.iter().filter(|x| x.is_finite()).map(Fitness::value).collect();
+    let best = best_index(fitness);
+    let n = individuals.len().max(1) as f64;
+    GenerationStats {
+        generation,
+        best: best.map_or(Fitness::worst(direction), |i| fitness[i]),
+        mean: (!finite.is_empty()).then(|| finite.iter().sum::<f64>() / finite.len() as f64),
+        invalid: fitness.len() - finite.len(),
+        unique_phenotypes: Dedup::new(individuals.iter().map(Individual::phenotype)).unique.len(),
+        mean_genome_len: individuals.iter().map(|i| i.genome.len() as f64).sum::<f64>() / n,
+        best_phenotype: best.and_then(|i| individuals[i].phenotype().cloned()),
+    }
+}
+
 pub(crate) fn best_index(f: &[Fitness]) -> Option<usize> {
     (0..f.len()).reduce(|best, i| if f[i].is_better_than(&f[best]) { i } else { best })
 }
 
-pub(crate) fn validate(c: &EvolutionConfig, grammar: &Grammar) -> Result<(), EvolutionError> {
+fn validate(c: &EvolutionConfig, grammar: &Grammar) -> Result<(), EvolutionError> {
     let err = |field, message: String| Err(EvolutionError::Config { field, message });
     if c.population == 0 {
         return err("population", "must be at least 1".into());

@@ -17,10 +17,9 @@
 use std::collections::VecDeque;
 use std::num::NonZeroUsize;
 
-use crate::dedup::Dedup;
 use crate::engine::{
-    EvolutionConfig, EvolutionError, GenerationStats, Individual, PairPlan, best_index, initial_population,
-    pair_count,
+    EvolutionConfig, EvolutionError, GenerationStats, Individual, PairPlan, best_index, generation_stats,
+    initial_population, pair_count,
 };
 use crate::fitness::{Direction, Fitness};
 use crate::grammar::Grammar;
@@ -259,24 +258,14 @@ impl Pipeline {
     fn stats(&mut self, g: Generation) -> GenerationStats {
         let individuals: Vec<Individual> = g.individuals.into_iter().flatten().collect();
         let fitness: Vec<Fitness> = g.fitness.into_iter().flatten().collect();
-        let finite: Vec<f64> = fitness.iter().filter(|x| x.is_finite()).map(Fitness::value).collect();
-        let best = best_index(&fitness);
-        if let Some(i) = best {
+        let stats = generation_stats(g.index, &individuals, &fitness, self.direction);
+        if let Some(i) = best_index(&fitness) {
             let better = self.best_ever.as_ref().is_none_or(|(_, f)| fitness[i].is_better_than(f));
             if better {
                 self.best_ever = Some((individuals[i].clone(), fitness[i]));
             }
         }
-        let n = individuals.len().max(1) as f64;
-        GenerationStats {
-            generation: g.index,
-            best: best.map_or(Fitness::worst(self.direction), |i| fitness[i]),
-            mean: (!finite.is_empty()).then(|| finite.iter().sum::<f64>() / finite.len() as f64),
-            invalid: fitness.len() - finite.len(),
-            unique_phenotypes: Dedup::new(individuals.iter().map(Individual::phenotype)).unique.len(),
-            mean_genome_len: individuals.iter().map(|i| i.genome.len() as f64).sum::<f64>() / n,
-            best_phenotype: best.and_then(|i| individuals[i].phenotype().cloned()),
-        }
+        stats
     }
 
     /// Whether the last generation is complete and reported.
