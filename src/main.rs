@@ -9,6 +9,9 @@ fn main() -> std::process::ExitCode {
     // Die quietly when a reader such as `head` closes the pipe, as command-line tools do.
     // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    // Compile for real, not from the CUDA driver's cache of earlier runs, in this process and in
+    // every daemon it starts. SAFETY: no other thread has started yet.
+    unsafe { gpfarm_toolchain::disable_driver_cache() };
     let args = cli::Cli::parse();
     let level = ["warn", "info", "debug"][usize::from(args.verbose.min(2))];
     tracing_subscriber::fmt()

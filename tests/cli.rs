@@ -45,6 +45,7 @@ fn interrupting_daemons_start_leaves_no_segment_and_no_daemon() {
     let name: FarmName = format!("t{}", std::process::id()).parse().unwrap();
     let mut child = gpfarm()
         .args(["daemons", "start", "-n", "2", "--name", name.as_str()])
+        .env_remove("CUDA_CACHE_DISABLE")
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -58,6 +59,9 @@ fn interrupting_daemons_start_leaves_no_segment_and_no_daemon() {
         ours["daemons"].as_array().unwrap().iter().map(|d| d["pid"].as_u64().unwrap() as u32).collect();
     assert_eq!(pids.len(), 2);
     assert_eq!(segments_of(&name).len(), 2);
+    for &pid in &pids {
+        assert_eq!(environment_value(pid, "CUDA_CACHE_DISABLE").as_deref(), Some("1"), "daemon {pid}");
+    }
 
     // SAFETY: kill(2) of our own child with SIGINT, as Ctrl-C would.
     unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
@@ -65,6 +69,40 @@ fn interrupting_daemons_start_leaves_no_segment_and_no_daemon() {
     assert!(exit.success(), "{exit}");
     assert_eq!(segments_of(&name), Vec::<String>::new());
     assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new());
+}
+
+/// The value of `var` in the environment process `pid` started with.
+fn environment_value(pid: u32, var: &str) -> Option<String> {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let prefix = format!("{var}=");
+    environ
+        .split(|&b| b == 0)
+        .map(String::from_utf8_lossy)
+        .find_map(|entry| entry.strip_prefix(&prefix).map(str::to_owned))
+}
+
+#[test]
+fn a_users_choice_about_the_driver_cache_reaches_the_daemons() {
+    if !nvrtc_or_skip("driver_cache_choice") {
+        return;
+    }
+    let name: FarmName = format!("c{}", std::process::id()).parse().unwrap();
+    let out = gpfarm()
+        .args(["daemons", "start", "-n", "1", "--detach", "--name", name.as_str()])
+        .env("CUDA_CACHE_DISABLE", "0")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let status = gpfarm().args(["daemons", "status", "--json"]).output().unwrap();
+    let farms: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let ours = farms.as_array().unwrap().iter().find(|f| f["name"] == name.as_str()).expect("farm listed");
+    let pid = ours["daemons"][0]["pid"].as_u64().unwrap() as u32;
+    let value = environment_value(pid, "CUDA_CACHE_DISABLE");
+    let stop = gpfarm().args(["daemons", "stop", name.as_str()]).output().unwrap();
+    assert!(stop.status.success(), "{}", String::from_utf8_lossy(&stop.stderr));
+    assert_eq!(value.as_deref(), Some("0"));
+    assert_eq!(wait_gone(&[pid], Duration::from_secs(5)), Vec::<u32>::new());
+    assert_eq!(segments_of(&name), Vec::<String>::new());
 }
 
 #[test]

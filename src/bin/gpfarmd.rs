@@ -3,6 +3,9 @@
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
+    // A daemon started by hand compiles for real too (gpfarm sets this for the daemons it starts).
+    // SAFETY: no other thread has started yet.
+    unsafe { gpfarm_toolchain::disable_driver_cache() };
     let args = gpfarm_daemon::Args::parse();
     let level = ["warn", "info", "debug"][usize::from(args.verbose.min(2))];
     tracing_subscriber::fmt()

@@ -20,6 +20,44 @@ pub const NVRTC_MAJOR: u32 = 13;
 pub const INSTALL_HINT: &str = "install the pinned NVRTC 13.0 wheels with `scripts/install-toolchain.sh` \
      (no GPU or CUDA needed), or point --cuda / GPFARM_CUDA at a CUDA 13 toolkit";
 
+/// The environment variable that switches the CUDA driver's compute cache on (`0`) or off (`1`).
+pub const DRIVER_CACHE_VAR: &str = "CUDA_CACHE_DISABLE";
+
+/// What [`DRIVER_CACHE_VAR`] should be set to, given its current value: `Some("1")` (switch the
+/// driver's compute cache off) when the environment does not decide, `None` when it does.
+pub fn driver_cache_setting(current: Option<&std::ffi::OsStr>) -> Option<&'static str> {
+    match current {
+        Some(_) => None,
+        None => Some("1"),
+    }
+}
+
+/// Switches the CUDA driver's compute cache off for this process and every process it starts,
+/// unless the environment already sets [`DRIVER_CACHE_VAR`] (to anything). Returns whether it
+/// did.
+///
+/// Where a CUDA driver is installed, NVRTC 13 keeps the machine code of every translation unit it
+/// compiles in the driver's compute cache (`~/.nv/ComputeCache`, 256 MB by default) and serves a
+/// byte-identical unit from there: on the GPU host a repeated unit compiled about 8 times faster
+/// (`benches/results/2026-11-22-h100/caching-overlap/`). Left on, a benchmark that compiles the
+/// same population twice, or a run repeated with the same seed, measures that cache instead of
+/// the compiler, and a run's speed depends on what earlier runs left behind. gpfarm has its own
+/// caches, keyed per individual: the fitness memo and `--disk-cache`. `CUDA_CACHE_DISABLE=0` keeps
+/// the driver's cache.
+///
+/// # Safety
+/// Sets an environment variable: call it before any other thread starts.
+pub unsafe fn disable_driver_cache() -> bool {
+    match driver_cache_setting(std::env::var_os(DRIVER_CACHE_VAR).as_deref()) {
+        Some(value) => {
+            // SAFETY: the caller guarantees that no other thread runs yet.
+            unsafe { std::env::set_var(DRIVER_CACHE_VAR, value) };
+            true
+        }
+        None => false,
+    }
+}
+
 /// Keeps NVRTC's memory in this process between compiles.
 ///
 /// NVRTC allocates and frees hundreds of MB per compile. With glibc's defaults, large blocks are
@@ -36,5 +74,19 @@ pub fn tune_allocator() {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
         libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
         libc::mallopt(libc::M_TOP_PAD, 256 << 20);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn the_driver_cache_is_switched_off_unless_the_environment_decides() {
+        assert_eq!(driver_cache_setting(None), Some("1"));
+        assert_eq!(driver_cache_setting(Some(OsStr::new("0"))), None);
+        assert_eq!(driver_cache_setting(Some(OsStr::new("1"))), None);
+        assert_eq!(driver_cache_setting(Some(OsStr::new(""))), None);
     }
 }
