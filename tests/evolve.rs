@@ -42,10 +42,10 @@ fn caching_and_overlap_give_the_same_fitness_in_every_generation() {
     if !nvrtc_or_skip("evolve_modes") {
         return;
     }
-    let (all, all_summary) = evolve(&["--overlap"]);
-    let (plain, plain_summary) = evolve(&["--no-cache"]);
-    let (cached, _) = evolve(&[]);
-    let (overlapped, _) = evolve(&["--no-cache", "--overlap"]);
+    let (all, all_summary) = evolve(&[]);
+    let (plain, plain_summary) = evolve(&["--no-cache", "--no-overlap"]);
+    let (cached, _) = evolve(&["--no-overlap"]);
+    let (overlapped, _) = evolve(&["--no-cache"]);
     for (name, other) in [("plain", &plain), ("cache only", &cached), ("overlap only", &overlapped)] {
         assert_eq!(trajectory(other), trajectory(&all), "{name} differs from cache and overlap");
     }
@@ -71,7 +71,7 @@ fn each_generation_reports_a_critical_path_that_adds_up_to_its_time() {
         return;
     }
     for overlap in [false, true] {
-        critical_paths_add_up(if overlap { &["--overlap"] } else { &[] });
+        critical_paths_add_up(if overlap { &[] } else { &["--no-overlap"] });
     }
 }
 

@@ -5,11 +5,11 @@
 //!   known from an earlier generation keeps its fitness ([`FitnessMemo`]); one identical to an
 //!   individual being compiled waits for that one's fitness; one whose CUBIN is in the disk cache
 //!   is evaluated without compiling. Only the rest is compiled.
-//! - **Overlap** (with `--overlap`): each unit is evaluated as soon as its CUBIN is back, and the
+//! - **Overlap** (the default): each unit is evaluated as soon as its CUBIN is back, and the
 //!   next generation's pairs are bred, rendered and compiled as soon as their parents are
 //!   evaluated, filling daemons that would otherwise wait for the slowest units of this
-//!   generation. Without it (the default) a generation is compiled whole, then evaluated whole,
-//!   then bred.
+//!   generation. With `--no-overlap` a generation is compiled whole, then evaluated whole, then
+//!   bred.
 //!
 //! Units are formed when they are sent: the oldest incomplete generation's individuals at once,
 //! in guided chunks (heaviest first, shrinking so the daemons finish together); the next

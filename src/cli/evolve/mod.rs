@@ -98,12 +98,12 @@ pub struct EvolveArgs {
     /// the results are the same).
     #[arg(long, alias = "no-reuse", conflicts_with_all = ["disk_cache", "cache_dir"])]
     no_cache: bool,
-    /// Overlap compiling, evaluating and breeding: evaluate each unit as soon as it is compiled,
-    /// and breed and compile the next generation's pairs as soon as their parents are evaluated
-    /// (the results are the same). Off by default: on the GPU host every run with it compiled
-    /// about ten times slower per unit (see the README).
+    /// Do not overlap: compile each generation as a whole, then evaluate it, then breed the next
+    /// (for measuring; the results are the same). By default each unit is evaluated as soon as it
+    /// is compiled, and the next generation's pairs are bred and compiled as soon as their
+    /// parents are evaluated.
     #[arg(long)]
-    overlap: bool,
+    no_overlap: bool,
     /// Keep compiled CUBIN on disk and use it in later runs (in $GPFARM_CACHE_DIR,
     /// $XDG_CACHE_HOME/gpfarm or ~/.cache/gpfarm).
     #[arg(long)]
@@ -188,7 +188,7 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
         seed: args.seed,
         ..EvolutionConfig::default()
     };
-    let depth = if args.overlap { NonZeroUsize::new(2).expect("2 > 0") } else { NonZeroUsize::MIN };
+    let depth = if args.no_overlap { NonZeroUsize::MIN } else { NonZeroUsize::new(2).expect("2 > 0") };
     let pipeline = Pipeline::new(&problem, config, depth)?;
     let workers = args.daemons.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let options = CompileOptions { arch, mode: CompileMode::Cubin, flags: args.flags.clone() };
@@ -215,7 +215,7 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
     };
     let settings = Settings {
         cache: !args.no_cache,
-        overlap: args.overlap,
+        overlap: !args.no_overlap,
         per_unit: args.per_unit,
         workers: compiler.as_ref().map_or(workers, |c| c.workers()),
     };
@@ -243,7 +243,7 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
                     Evaluator::Cpu => "cpu".into(),
                 },
                 if args.no_cache { ", no cache" } else { "" },
-                if args.overlap { ", overlap" } else { "" },
+                if args.no_overlap { ", no overlap" } else { "" },
                 disk.as_ref().map_or(String::new(), |d| format!(", disk cache {}", d.dir().display())),
             );
             println!(
@@ -305,7 +305,7 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
         "population": args.population,
         "seed": args.seed,
         "cache": !args.no_cache,
-        "overlap": args.overlap,
+        "overlap": !args.no_overlap,
         "best_fitness": fitness.value(),
         "best_phenotype": phenotype,
         "mean_generation_ms": totals.wall_s * 1000.0 / generations as f64,
