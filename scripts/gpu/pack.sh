@@ -8,6 +8,7 @@ rm -rf .carry && mkdir -p .carry/tests
 strip -o .carry/gpfarm target/release/gpfarm
 strip -o .carry/gpfarmd target/release/gpfarmd
 echo "$PWD/target/release" > .carry/target_dir
+cc -O2 -o .carry/chase scripts/gpu/chase.c
 cargo test --release --workspace --no-run --message-format=json 2>/dev/null \
   | python3 -c '
 import json, sys
