@@ -26,10 +26,7 @@ pub const DRIVER_CACHE_VAR: &str = "CUDA_CACHE_DISABLE";
 /// What [`DRIVER_CACHE_VAR`] should be set to, given its current value: `Some("1")` (switch the
 /// driver's compute cache off) when the environment does not decide, `None` when it does.
 pub fn driver_cache_setting(current: Option<&std::ffi::OsStr>) -> Option<&'static str> {
-    match current {
-        Some(_) => None,
-        None => Some("1"),
-    }
+    current.is_none().then_some("1")
 }
 
 /// Switches the CUDA driver's compute cache off for this process and every process it starts,
@@ -48,14 +45,12 @@ pub fn driver_cache_setting(current: Option<&std::ffi::OsStr>) -> Option<&'stati
 /// # Safety
 /// Sets an environment variable: call it before any other thread starts.
 pub unsafe fn disable_driver_cache() -> bool {
-    match driver_cache_setting(std::env::var_os(DRIVER_CACHE_VAR).as_deref()) {
-        Some(value) => {
-            // SAFETY: the caller guarantees that no other thread runs yet.
-            unsafe { std::env::set_var(DRIVER_CACHE_VAR, value) };
-            true
-        }
-        None => false,
-    }
+    let Some(value) = driver_cache_setting(std::env::var_os(DRIVER_CACHE_VAR).as_deref()) else {
+        return false;
+    };
+    // SAFETY: the caller guarantees that no other thread runs yet.
+    unsafe { std::env::set_var(DRIVER_CACHE_VAR, value) };
+    true
 }
 
 /// Keeps NVRTC's memory in this process between compiles.
