@@ -336,8 +336,9 @@ impl<'a> Driver<'a> {
                 self.totals.reused += 1;
                 progress = true;
             } else if let Some(w) = self.waiting.get_mut(&key) {
-                w.push(member.clone());
-                self.account(member.generation).duplicates += 1;
+                let generation = member.generation;
+                w.push(member);
+                self.account(generation).duplicates += 1;
                 self.totals.duplicates += 1;
             } else if let Some(hit) = self.disk.as_ref().and_then(|d| d.get(&key)) {
                 self.waiting.insert(key, Vec::new());
