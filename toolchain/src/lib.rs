@@ -57,11 +57,12 @@ pub unsafe fn disable_driver_cache() -> bool {
 ///
 /// NVRTC allocates and frees hundreds of MB per compile. With glibc's defaults, large blocks are
 /// `mmap`ed and `munmap`ed each time and the heap top is trimmed back, so every compile faults all
-/// of its memory in again; on the GPU host (a virtual machine) that made a compile of ten
-/// kernels 13x slower (see `benches/results/2026-11-22-h100/`). Raising the mmap threshold to its
-/// maximum, never trimming, and padding heap growth lets freed memory be reused without faults.
-/// It changes nothing NVRTC computes. Call it before the first compile; it affects the whole
-/// process.
+/// of its memory in again. Raising the mmap threshold to its maximum, never trimming, and padding
+/// heap growth lets freed memory be reused without faults. The 13x it once saved on the GPU host
+/// was measured with the CUDA driver's cache on, which served repeated units in a few ms; with
+/// that cache off (about 200 ms per unit of 8 kernels there) it made no measurable difference
+/// (`benches/results/2026-11-22-h100/ceiling/`). It costs nothing measurable either, and it
+/// changes nothing NVRTC computes. Call it before the first compile; it affects the whole process.
 pub fn tune_allocator() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only sets glibc malloc parameters; each value is in its documented range.
