@@ -8,34 +8,13 @@ usage: allocator-probe.py LIBNVRTC [UNITS_PER_PROCESS]
 """
 import ctypes
 import os
-import random
 import statistics
 import subprocess
 import sys
 import time
 
-FUNCS = ["sinf", "expf", "tanhf", "sqrtf(fabsf", "logf(fabsf"]
-CLOSE = {"sqrtf(fabsf": "))", "logf(fabsf": ") + 1.0f)"}
-
-
-def expr(rng, depth):
-    if depth == 0 or rng.random() < 0.25:
-        return "x" if rng.random() < 0.5 else "%.2ff" % rng.uniform(0, 10)
-    k = rng.randrange(6)
-    if k <= 3:
-        return "(%s %s %s)" % (expr(rng, depth - 1), "+-*/"[rng.randrange(4)], expr(rng, depth - 1))
-    f = FUNCS[rng.randrange(len(FUNCS))]
-    return f + "(" + expr(rng, depth - 1) + CLOSE.get(f, ")")
-
-
-def unit(seed, kernels=8):
-    rng = random.Random(seed)
-    return "".join(
-        'extern "C" __global__ void k%d(const float* __restrict__ X, float* __restrict__ Y, int n)\n'
-        "{ int c = blockIdx.x * blockDim.x + threadIdx.x; if (c >= n) return; float x = X[c]; Y[c] = %s; }\n"
-        % (i, expr(rng, 6))
-        for i in range(kernels)
-    )
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from nvrtc_units import compile_ms, unit
 
 
 def worker(lib, tuned, first_seed, units):
@@ -46,19 +25,7 @@ def worker(lib, tuned, first_seed, units):
         libc.mallopt(-1, 2**31 - 1)
         libc.mallopt(-2, 256 << 20)
     nvrtc = ctypes.CDLL(lib)
-    opts = (ctypes.c_char_p * 1)(b"-arch=sm_90")
-    times = []
-    for s in range(first_seed, first_seed + units + 1):
-        prog = ctypes.c_void_p()
-        src = unit(s).encode()
-        t = time.perf_counter()
-        assert nvrtc.nvrtcCreateProgram(ctypes.byref(prog), src, b"u.cu", 0, None, None) == 0
-        rc = nvrtc.nvrtcCompileProgram(prog, 1, opts)
-        size = ctypes.c_size_t()
-        nvrtc.nvrtcGetCUBINSize(prog, ctypes.byref(size))
-        nvrtc.nvrtcDestroyProgram(ctypes.byref(prog))
-        times.append((time.perf_counter() - t) * 1000)
-        assert rc == 0 and size.value > 0, f"compile failed: {rc}"
+    times = [compile_ms(nvrtc, unit(s), [b"-arch=sm_90"]) for s in range(first_seed, first_seed + units + 1)]
     print(" ".join("%.1f" % x for x in times[1:]))  # the first compile of a process is a warm-up
 
 

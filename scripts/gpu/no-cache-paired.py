@@ -10,35 +10,22 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from importlib import import_module
-
-unit = import_module("allocator-probe").unit
+from nvrtc_units import compile_ms, unit
 
 
 def worker(lib, first_seed, units):
     nvrtc = ctypes.CDLL(lib)
 
-    def compile_ms(src, opts):
-        arr = (ctypes.c_char_p * len(opts))(*opts)
-        prog = ctypes.c_void_p()
-        t = time.perf_counter()
-        assert nvrtc.nvrtcCreateProgram(ctypes.byref(prog), src, b"u.cu", 0, None, None) == 0
-        rc = nvrtc.nvrtcCompileProgram(prog, len(opts), arr)
-        nvrtc.nvrtcDestroyProgram(ctypes.byref(prog))
-        assert rc == 0, rc
-        return (time.perf_counter() - t) * 1000
-
     plain, option = [b"-arch=sm_90"], [b"-arch=sm_90", b"-no-cache"]
-    compile_ms(unit(0).encode(), plain)  # warm-up
+    compile_ms(nvrtc, unit(0), plain)  # warm-up
     for i, s in enumerate(range(first_seed, first_seed + units)):
-        src = unit(s).encode()
+        src = unit(s)
         if i % 2:
-            b = compile_ms(src, option); a = compile_ms(src, plain)
+            b = compile_ms(nvrtc, src, option); a = compile_ms(nvrtc, src, plain)
         else:
-            a = compile_ms(src, plain); b = compile_ms(src, option)
+            a = compile_ms(nvrtc, src, plain); b = compile_ms(nvrtc, src, option)
         print("%.2f %.2f" % (a, b))
 
 

@@ -11,12 +11,9 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from importlib import import_module
-
-unit = import_module("allocator-probe").unit
+from nvrtc_units import compile_ms, unit
 
 TRIVIAL = 'extern "C" __global__ void k(float* o) { o[threadIdx.x] = %d.0f; }\n'
 
@@ -24,19 +21,10 @@ TRIVIAL = 'extern "C" __global__ void k(float* o) { o[threadIdx.x] = %d.0f; }\n'
 def worker(lib, option, first_seed, units):
     nvrtc = ctypes.CDLL(lib)
     opts = [b"-arch=sm_90"] + ([option.encode()] if option else [])
-    arr = (ctypes.c_char_p * len(opts))(*opts)
     out = {}
     for kind in ("trivial", "unit8"):
-        times = []
-        for s in range(first_seed, first_seed + units + 1):
-            src = (TRIVIAL % s if kind == "trivial" else unit(s)).encode()
-            prog = ctypes.c_void_p()
-            t = time.perf_counter()
-            assert nvrtc.nvrtcCreateProgram(ctypes.byref(prog), src, b"u.cu", 0, None, None) == 0
-            rc = nvrtc.nvrtcCompileProgram(prog, len(opts), arr)
-            nvrtc.nvrtcDestroyProgram(ctypes.byref(prog))
-            times.append((time.perf_counter() - t) * 1000)
-            assert rc == 0, f"compile failed: {rc}"
+        sources = (TRIVIAL % s if kind == "trivial" else unit(s) for s in range(first_seed, first_seed + units + 1))
+        times = [compile_ms(nvrtc, src, opts) for src in sources]
         out[kind] = statistics.median(times[1:])
     maps = open("/proc/self/maps").read()
     print("%.1f %.1f %s" % (out["trivial"], out["unit8"], "libcuda" if "libcuda" in maps else "-"))
