@@ -53,6 +53,11 @@ impl FitnessMemo {
     pub fn len(&self) -> usize {
         self.entries.len()
     }
+
+    /// Whether it holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
 }
 
 #[cfg(test)]

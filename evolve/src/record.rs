@@ -1,42 +1,23 @@
-//! What each generation cost and where its time went: how many individuals were new, reused or
-//! found on disk, the compile, evaluation and breeding time spent on it, and its critical path,
-//! the chain of waits that ended with its last fitness value.
+//! The typed records a run hands out: one [`GenerationRecord`] per generation, as it completes,
+//! and a [`Summary`] at the end. `gpfarm evolve --json` prints exactly their serde
+//! serialisation, one per line. Each says how many individuals were new, reused or found on
+//! disk, the compile, evaluation and breeding time spent on the generation, and its critical
+//! path, the chain of waits that ended with its last fitness value.
 
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-fn ms(d: Duration) -> f64 {
+use crate::account::{Account, Chain};
+
+pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
-}
-
-/// When an individual's fitness came to be known, step by step. For one that needed no compile
-/// (reused, found on disk) the compile steps are the moment it was bred.
-#[derive(Debug, Clone, Copy)]
-pub struct Chain {
-    /// Bred (or, in generation 0, created).
-    pub born: Instant,
-    /// Its unit was handed to the compiler.
-    pub queued: Instant,
-    /// A worker started compiling the unit.
-    pub started: Instant,
-    /// The unit's CUBIN was back.
-    pub ended: Instant,
-    /// Its fitness was known.
-    pub evaluated: Instant,
-}
-
-impl Chain {
-    /// An individual whose fitness was known without compiling, bred at `born`.
-    pub fn without_compile(born: Instant, evaluated: Instant) -> Chain {
-        Chain { born, queued: born, started: born, ended: born, evaluated }
-    }
 }
 
 /// The critical path of a generation: from the moment the previous generation was complete (the
 /// run's start for generation 0) to the moment this one was, split along the chain of the
 /// individual whose fitness was known last. The parts add up to the generation's time.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CriticalPath {
     /// Until that individual was bred (its parents were still being evaluated).
     pub breed_ms: f64,
@@ -54,7 +35,7 @@ pub struct CriticalPath {
 
 impl CriticalPath {
     /// Splits `[from, done]` along `chain` (each step clipped into the interval).
-    pub fn along(chain: &Chain, from: Instant, done: Instant) -> CriticalPath {
+    pub(crate) fn along(chain: &Chain, from: Instant, done: Instant) -> CriticalPath {
         let mut at = from;
         let mut step = |t: Instant| {
             let t = t.clamp(at, done.max(at));
@@ -73,54 +54,8 @@ impl CriticalPath {
     }
 }
 
-/// What happened to one generation, gathered while it is bred, compiled and evaluated.
-#[derive(Debug, Default)]
-pub struct Account {
-    /// Individuals handed out for a fitness (elites and failed mappings need none).
-    pub born: usize,
-    /// Fitness known from an earlier generation.
-    pub reused: usize,
-    /// Identical to an individual being compiled at the same time, and given its fitness.
-    pub duplicates: usize,
-    /// CUBIN found in the disk cache.
-    pub disk_hits: usize,
-    /// Compiled.
-    pub compiled: usize,
-    /// Got the worst fitness because they did not compile.
-    pub failed: usize,
-    /// Got the worst fitness because their kernel faulted on the GPU.
-    pub faults: usize,
-    /// Units compiled.
-    pub units: usize,
-    /// Of which, units of one individual compiled again to find who broke a unit.
-    pub isolation_units: usize,
-    /// Worker time compiling this generation's units.
-    pub busy: Duration,
-    /// NVRTC's own time, summed over units.
-    pub nvrtc: Duration,
-    /// Evaluating this generation's individuals.
-    pub eval: Duration,
-    /// Of which loading modules, launching, reading back (GPU only).
-    pub load: Duration,
-    pub launch: Duration,
-    pub readback: Duration,
-    /// Breeding this generation's individuals.
-    pub breed: Duration,
-    /// The individual whose fitness was known last.
-    pub last: Option<Chain>,
-}
-
-impl Account {
-    /// Notes that an individual's fitness is known, with how it came to be.
-    pub fn known(&mut self, chain: Chain) {
-        if self.last.is_none_or(|l| chain.evaluated >= l.evaluated) {
-            self.last = Some(chain);
-        }
-    }
-}
-
 /// Individuals of a generation by how their fitness was found.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Individuals {
     /// Needing a fitness (the population less elites and failed mappings).
     pub evaluated: usize,
@@ -139,7 +74,7 @@ pub struct Individuals {
 }
 
 /// Compile figures of one generation.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CompileFigures {
     /// Units compiled.
     pub units: usize,
@@ -152,10 +87,13 @@ pub struct CompileFigures {
 }
 
 /// Where GPU evaluation time went (zero on the CPU).
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EvalSplit {
+    /// Loading compiled modules onto the GPU.
     pub load_ms: f64,
+    /// Launching kernels and waiting for them.
     pub launch_ms: f64,
+    /// Reading fitness back.
     pub readback_ms: f64,
     /// Individuals whose kernel faulted on the GPU.
     pub faults: usize,
@@ -166,19 +104,36 @@ pub struct EvalSplit {
     pub fell_back_to_cpu: Option<String>,
 }
 
+/// Which evaluator computed a generation's fitness.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EvaluatorKind {
+    /// The CPU reference evaluator.
+    Cpu,
+    /// Compiled kernels in a GPU worker process.
+    Gpu,
+}
+
 /// One generation's record (`--json`).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GenerationRecord {
+    /// 0 for the initial population.
     pub generation: usize,
+    /// Best fitness in the generation.
     pub best: f64,
+    /// Mean over individuals with a finite fitness (`None` if there are none).
     pub mean: Option<f64>,
+    /// Individuals without a finite fitness.
     pub invalid: usize,
     /// Distinct phenotypes in the population.
     pub unique: usize,
+    /// How each individual's fitness was found.
     pub individuals: Individuals,
+    /// What compiling this generation cost.
     pub compile: CompileFigures,
     /// Evaluation time spent on this generation's individuals.
     pub eval_ms: f64,
+    /// Where GPU evaluation time went, and GPU faults.
     pub eval_split: EvalSplit,
     /// Breeding time spent on this generation's individuals.
     pub breed_ms: f64,
@@ -186,22 +141,25 @@ pub struct GenerationRecord {
     pub generation_ms: f64,
     /// When this generation was complete, from the start of the run.
     pub done_ms: f64,
+    /// The generation's time split along the chain of its last fitness value.
     pub critical_path: CriticalPath,
-    pub evaluator: &'static str,
+    /// Who computed the fitness.
+    pub evaluator: EvaluatorKind,
+    /// The best individual's phenotype.
     pub best_phenotype: Option<String>,
 }
 
 impl GenerationRecord {
     /// The record of a completed generation.
     #[allow(clippy::too_many_arguments)]
-    pub fn new(
+    pub(crate) fn new(
         stats: &gpfarm_gp::GenerationStats,
         account: &Account,
         split: EvalSplit,
         run_start: Instant,
         previous_done: Instant,
         done: Instant,
-        evaluator: &'static str,
+        evaluator: EvaluatorKind,
     ) -> GenerationRecord {
         let a = account;
         let hits = a.reused + a.duplicates + a.disk_hits;
@@ -247,6 +205,60 @@ impl GenerationRecord {
             best_phenotype: stats.best_phenotype.as_ref().map(|p| p.as_str().to_owned()),
         }
     }
+}
+
+/// Totals of a run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Totals {
+    /// Individuals handed out for a fitness, over all generations.
+    pub individuals_evaluated: usize,
+    /// Of which known from an earlier generation.
+    pub reused: usize,
+    /// Of which identical to one compiled alongside.
+    pub duplicates: usize,
+    /// Of which found in the disk cache.
+    pub disk_hits: usize,
+    /// Of which compiled.
+    pub compiled: usize,
+    /// Units compiled (isolation units included).
+    pub units: usize,
+    /// Worker time spent compiling, summed over workers.
+    pub compile_busy_s: f64,
+    /// Time spent evaluating.
+    pub eval_s: f64,
+    /// Time spent breeding.
+    pub breed_s: f64,
+    /// The run's wall time.
+    pub wall_s: f64,
+    /// Fitness values remembered at the end (bounded).
+    pub memo_entries: usize,
+}
+
+/// The end of a run (`--json` prints it last, with `"summary": true`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Always `true`: tells this record from the generation records on the same stream.
+    pub summary: bool,
+    /// The problem's name.
+    pub problem: String,
+    /// Generations bred after the initial one.
+    pub generations: usize,
+    /// Individuals per generation.
+    pub population: usize,
+    /// The run's seed.
+    pub seed: u64,
+    /// Whether known fitness was reused and identical individuals merged.
+    pub cache: bool,
+    /// Whether compiling, evaluating and breeding overlapped.
+    pub overlap: bool,
+    /// Best fitness of the run.
+    pub best_fitness: f64,
+    /// Its phenotype (`None` if no individual mapped).
+    pub best_phenotype: Option<String>,
+    /// Wall time per generation, the initial one included.
+    pub mean_generation_ms: f64,
+    /// What the run did, in total.
+    pub totals: Totals,
 }
 
 #[cfg(test)]

@@ -1,0 +1,87 @@
+//! Admitting newly bred individuals: each is keyed by its compiled code and then reused (its
+//! fitness is known from an earlier generation), merged (an identical one is being compiled),
+//! found in the disk cache, or pooled to be compiled. Must never admit an individual twice or
+//! drop one: every one handed out by the pipeline ends in exactly one of those four places.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use gpfarm_client::CacheKey;
+use gpfarm_gp::Born;
+use gpfarm_kernels::keyed_source;
+
+use super::{Driver, Member, Ready};
+use crate::account::Chain;
+use crate::error::EvolveError;
+
+impl Driver<'_> {
+    /// Takes newly bred individuals: reused, merged, found on disk, or put in a pool to compile.
+    /// Returns whether any fitness became known.
+    pub(super) fn admit(&mut self, born: Vec<Born>) -> Result<bool, EvolveError> {
+        let mut progress = false;
+        let mut from_disk: BTreeMap<String, Ready> = BTreeMap::new();
+        let now = Instant::now();
+        for b in born {
+            self.account(b.generation).born += 1;
+            self.totals.individuals_evaluated += 1;
+            let member = Member {
+                generation: b.generation,
+                slot: b.slot,
+                key: self.settings.cache.then(|| {
+                    CacheKey::new(
+                        keyed_source(self.problem.template(), &b.phenotype).as_bytes(),
+                        self.options,
+                        &self.toolchain,
+                    )
+                }),
+                phenotype: b.phenotype,
+                born: now,
+            };
+            let Some(key) = member.key else {
+                self.pools.entry(member.generation).or_default().push(member);
+                continue;
+            };
+            if let Some(f) = self.memo.as_mut().and_then(|m| m.get(&key, member.generation)) {
+                self.pipeline.set_fitness(member.generation, member.slot, f)?;
+                let a = self.account(member.generation);
+                a.reused += 1;
+                a.known(Chain::without_compile(now, now));
+                self.totals.reused += 1;
+                progress = true;
+            } else if let Some(w) = self.waiting.get_mut(&key) {
+                let generation = member.generation;
+                w.push(member);
+                self.account(generation).duplicates += 1;
+                self.totals.duplicates += 1;
+            } else if let Some(hit) = self.disk.as_ref().and_then(|d| d.get(&key)) {
+                self.waiting.insert(key, Vec::new());
+                self.account(member.generation).disk_hits += 1;
+                self.totals.disk_hits += 1;
+                let ready = from_disk.entry(hit.object).or_insert_with(|| Ready {
+                    cubin: hit.cubin,
+                    kernels: Vec::new(),
+                    members: Vec::new(),
+                    queued: now,
+                    started: now,
+                    ended: now,
+                });
+                ready.kernels.push(hit.kernel);
+                ready.members.push(member);
+            } else {
+                self.waiting.insert(key, Vec::new());
+                self.pools.entry(member.generation).or_default().push(member);
+            }
+        }
+        let ready: Vec<Ready> = from_disk.into_values().collect();
+        if self.settings.overlap && !ready.is_empty() {
+            self.evaluate(ready)?;
+            progress = true;
+        } else {
+            // Evaluated with the rest of their generation (see `release_held`).
+            for r in ready {
+                self.held.entry(r.members[0].generation).or_default().push(r);
+            }
+        }
+        Ok(progress)
+    }
+}

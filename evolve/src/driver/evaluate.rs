@@ -1,0 +1,142 @@
+//! Evaluating compiled code, or phenotypes on the CPU, and handing each fitness to the pipeline.
+//! A kernel that faults on the GPU costs its own individual the worst fitness; a fault that
+//! cannot be pinned on one individual moves the rest of the run to the CPU evaluator, and the
+//! records say so. Must never give an individual a fitness computed from another's code.
+
+use std::time::Instant;
+
+use gpfarm_gp::{Fitness, Phenotype, evaluate_all};
+use gpfarm_kernels::gpu::{CompiledUnit, GpuError};
+use gpfarm_kernels::worker::GpuWorker;
+
+use super::{Driver, Member, Ready};
+use crate::account::Chain;
+use crate::error::EvolveError;
+use crate::record::EvaluatorKind;
+
+/// Where fitness is computed.
+pub(crate) enum Evaluator {
+    /// The CPU reference evaluator.
+    Cpu,
+    /// A GPU worker process.
+    Gpu(Box<GpuWorker>),
+}
+
+impl Evaluator {
+    /// Which kind it is, for the records.
+    pub(crate) fn kind(&self) -> EvaluatorKind {
+        match self {
+            Evaluator::Cpu => EvaluatorKind::Cpu,
+            Evaluator::Gpu(_) => EvaluatorKind::Gpu,
+        }
+    }
+
+    /// GPU workers replaced so far.
+    pub(crate) fn restarts(&self) -> usize {
+        match self {
+            Evaluator::Cpu => 0,
+            Evaluator::Gpu(worker) => worker.restarts,
+        }
+    }
+}
+
+impl Driver<'_> {
+    /// Evaluates compiled code and hands the fitness values to the pipeline.
+    pub(super) fn evaluate(&mut self, ready: Vec<Ready>) -> Result<(), EvolveError> {
+        let t = Instant::now();
+        let n: usize = ready.iter().map(|r| r.members.len()).sum();
+        let gpu = match &mut self.evaluator {
+            Evaluator::Cpu => None,
+            Evaluator::Gpu(worker) => {
+                let mut first = 0;
+                let indices: Vec<Vec<usize>> = ready
+                    .iter()
+                    .map(|r| {
+                        first += r.members.len();
+                        (first - r.members.len()..first).collect()
+                    })
+                    .collect();
+                let units: Vec<CompiledUnit<'_>> = ready
+                    .iter()
+                    .zip(&indices)
+                    .map(|(r, members)| CompiledUnit { cubin: &r.cubin, kernels: &r.kernels, members })
+                    .collect();
+                Some(worker.evaluate(&units, n))
+            }
+        };
+        let members: Vec<(&Member, &Ready)> =
+            ready.iter().flat_map(|r| r.members.iter().map(move |m| (m, r))).collect();
+        let worst = Fitness::worst(self.problem.direction());
+        let (values, faulted, split): (Vec<Fitness>, Vec<bool>, Option<_>) = match gpu {
+            None => (self.cpu_fitness(members.iter().map(|(m, _)| &m.phenotype)), vec![false; n], None),
+            Some(Ok(out)) => {
+                let mut faulted = vec![false; n];
+                for (i, why) in &out.faults {
+                    let m = members[*i].0;
+                    tracing::warn!(
+                        "individual {} of generation {} failed on the GPU: {why}",
+                        m.slot,
+                        m.generation
+                    );
+                    faulted[*i] = true;
+                }
+                let values = out
+                    .fitness
+                    .iter()
+                    .map(|v| match v {
+                        Some(v) if v.is_finite() => Fitness::new(*v, self.problem.direction()),
+                        _ => worst,
+                    })
+                    .collect();
+                (values, faulted, Some((out.load, out.launch, out.readback)))
+            }
+            Some(Err(GpuError::Fault(why))) => {
+                tracing::warn!(
+                    "the GPU faulted and the fault could not be pinned on one individual ({why}); \
+                     falling back to the CPU evaluator for the rest of the run"
+                );
+                self.evaluator = Evaluator::Cpu;
+                self.fell_back = Some(why);
+                (self.cpu_fitness(members.iter().map(|(m, _)| &m.phenotype)), vec![false; n], None)
+            }
+            Some(Err(e)) => return Err(e.into()),
+        };
+        let took = t.elapsed();
+        self.totals.eval_s += took.as_secs_f64();
+        let evaluated = Instant::now();
+        for (((m, r), f), faulted) in members.iter().zip(values).zip(faulted) {
+            let a = self.account(m.generation);
+            a.eval += took / n.max(1) as u32;
+            if let Some((load, launch, readback)) = split {
+                a.load += load / n.max(1) as u32;
+                a.launch += launch / n.max(1) as u32;
+                a.readback += readback / n.max(1) as u32;
+            }
+            if faulted {
+                a.faults += 1;
+            }
+            let chain =
+                Chain { born: m.born, queued: r.queued, started: r.started, ended: r.ended, evaluated };
+            self.resolve(m, f, !faulted, chain)?;
+        }
+        Ok(())
+    }
+
+    fn cpu_fitness<'p>(&self, phenotypes: impl Iterator<Item = &'p Phenotype>) -> Vec<Fitness> {
+        let phenotypes: Vec<Phenotype> = phenotypes.cloned().collect();
+        evaluate_all(self.problem, &phenotypes, self.eval_threads).into_iter().map(|e| e.fitness).collect()
+    }
+
+    pub(super) fn evaluate_on_cpu(&mut self, members: Vec<Member>) -> Result<(), EvolveError> {
+        let t = Instant::now();
+        let values = self.cpu_fitness(members.iter().map(|m| &m.phenotype));
+        let took = t.elapsed();
+        self.totals.eval_s += took.as_secs_f64();
+        let now = Instant::now();
+        for (m, f) in members.iter().zip(values) {
+            self.account(m.generation).eval += took / members.len() as u32;
+            self.resolve(m, f, true, Chain::without_compile(m.born, now))?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,298 @@
+//! The run loop: individuals flow from the breeding pipeline through the caches ([`admit`]),
+//! into units on the compiler's queue ([`units`]), through evaluation ([`evaluate`]), and back
+//! into the pipeline.
+//!
+//! - **Compile each phenotype once** (unless caching is off): an individual whose compiled code
+//!   is known from an earlier generation keeps its fitness ([`FitnessMemo`]); one identical to an
+//!   individual being compiled waits for that one's fitness; one whose CUBIN is in the disk cache
+//!   is evaluated without compiling. Only the rest is compiled.
+//! - **Overlap** (the default): each unit is evaluated as soon as its CUBIN is back, and the
+//!   next generation's pairs are bred, rendered and compiled as soon as their parents are
+//!   evaluated, filling daemons that would otherwise wait for the slowest units of this
+//!   generation. Without overlap a generation is compiled whole, then evaluated whole, then bred.
+//!
+//! Must never let caching or overlap change a fitness value: the same seed gives the same
+//! generations with any combination of them.
+
+mod admit;
+mod evaluate;
+mod units;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use gpfarm_client::{CacheKey, Compiler, DiskCache, Submitter, job_queue};
+use gpfarm_gp::{Born, Fitness, GenerationStats, Phenotype, Pipeline, Problem};
+use gpfarm_protocol::CompileOptions;
+
+use crate::account::{Account, Chain};
+use crate::error::EvolveError;
+use crate::memo::{self, FitnessMemo};
+use crate::record::{EvalSplit, GenerationRecord, Totals};
+
+pub(crate) use evaluate::Evaluator;
+
+/// How the run treats its individuals.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    /// Reuse known fitness, merge identical individuals (see the module documentation).
+    pub cache: bool,
+    /// Evaluate units as they come back and breed the next generation early.
+    pub overlap: bool,
+    /// Fixed individuals per unit instead of guided chunks.
+    pub per_unit: Option<usize>,
+    /// Workers (daemons or threads) the compiler has.
+    pub workers: usize,
+}
+
+/// What [`Driver::run`] calls with each generation's record.
+pub(crate) type Report<'r> = dyn FnMut(GenerationRecord) -> Result<(), EvolveError> + 'r;
+
+/// An individual waiting for its fitness.
+#[derive(Debug, Clone)]
+struct Member {
+    generation: usize,
+    slot: usize,
+    phenotype: Phenotype,
+    key: Option<CacheKey>,
+    born: Instant,
+}
+
+/// A unit on the compiler's queue.
+struct JobInfo {
+    generation: usize,
+    members: Vec<Member>,
+    kernels: Vec<String>,
+    isolation: bool,
+}
+
+/// Code ready to evaluate: compiled, or found on disk.
+struct Ready {
+    cubin: Vec<u8>,
+    kernels: Vec<String>,
+    members: Vec<Member>,
+    queued: Instant,
+    started: Instant,
+    ended: Instant,
+}
+
+/// See the module documentation.
+pub(crate) struct Driver<'a> {
+    problem: &'a Problem,
+    options: &'a CompileOptions,
+    toolchain: String,
+    settings: Settings,
+    pipeline: Pipeline,
+    memo: Option<FitnessMemo>,
+    disk: Option<DiskCache>,
+    evaluator: Evaluator,
+    fell_back: Option<String>,
+    eval_threads: NonZeroUsize,
+    /// Individuals identical to one being compiled, by key, waiting for its fitness.
+    waiting: HashMap<CacheKey, Vec<Member>>,
+    /// Bred individuals not yet in a unit, by generation.
+    pools: BTreeMap<usize, Vec<Member>>,
+    jobs: HashMap<u64, JobInfo>,
+    next_job: u64,
+    /// Without overlap: code of a generation waiting for the rest of it.
+    held: BTreeMap<usize, Vec<Ready>>,
+    accounts: BTreeMap<usize, Account>,
+    /// One JSON line per compiled unit, and where it goes.
+    trace: Option<(BufWriter<File>, PathBuf)>,
+    start: Instant,
+    previous_done: Instant,
+    totals: Totals,
+}
+
+impl<'a> Driver<'a> {
+    /// A run of `pipeline` on `problem`, compiling with `options` by the compiler `toolchain`,
+    /// evaluating with `evaluator`.
+    pub fn new(
+        problem: &'a Problem,
+        options: &'a CompileOptions,
+        toolchain: String,
+        settings: Settings,
+        pipeline: Pipeline,
+        evaluator: Evaluator,
+    ) -> Driver<'a> {
+        let now = Instant::now();
+        Driver {
+            problem,
+            options,
+            toolchain,
+            memo: settings.cache.then(|| FitnessMemo::new(memo::CAPACITY)),
+            settings,
+            pipeline,
+            disk: None,
+            evaluator,
+            fell_back: None,
+            eval_threads: std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN),
+            waiting: HashMap::new(),
+            pools: BTreeMap::new(),
+            jobs: HashMap::new(),
+            next_job: 0,
+            held: BTreeMap::new(),
+            accounts: BTreeMap::new(),
+            trace: None,
+            start: now,
+            previous_done: now,
+            totals: Totals::default(),
+        }
+    }
+
+    /// Looks up and stores CUBIN in `disk`.
+    pub fn disk_cache(&mut self, disk: DiskCache) {
+        self.disk = Some(disk);
+    }
+
+    /// Runs to the last generation, compiling on `compiler` (or, without one, evaluating on the
+    /// CPU only), calling `report` with each generation's record as it completes.
+    pub fn run(
+        mut self,
+        compiler: Option<&mut (dyn Compiler + Send + '_)>,
+        report: &mut Report<'_>,
+    ) -> Result<(Totals, Pipeline), EvolveError> {
+        self.start = Instant::now();
+        self.previous_done = self.start;
+        let Some(compiler) = compiler else {
+            self.drive(None, report)?;
+            return Ok(self.finish());
+        };
+        let (submitter, work) = job_queue();
+        let mut submitter = Some(submitter);
+        let options = self.options;
+        let outcome = std::thread::scope(|scope| {
+            let serving = scope.spawn(move || compiler.serve(options, work));
+            let driven = self.drive(submitter.as_ref(), report);
+            // On success there is nothing left to compile; on an error, dropping the queue
+            // lets the compiler drop what is left.
+            match (&driven, &mut submitter) {
+                (Ok(()), Some(s)) => s.close(),
+                _ => submitter = None,
+            }
+            let served = serving.join().map_err(|_| EvolveError::CompilerStopped)?;
+            driven?;
+            served?;
+            Ok::<(), EvolveError>(())
+        });
+        outcome?;
+        Ok(self.finish())
+    }
+
+    /// Writes one JSON line per compiled unit to `file` (at `path`): its generation,
+    /// individuals, estimated weight, and when it was queued, started and ended (ms from the
+    /// start of the run).
+    pub fn trace_units(&mut self, file: File, path: PathBuf) {
+        self.trace = Some((BufWriter::new(file), path));
+    }
+
+    fn finish(mut self) -> (Totals, Pipeline) {
+        if let Some((trace, path)) = &mut self.trace
+            && let Err(e) = trace.flush()
+        {
+            tracing::warn!("the unit trace {} is incomplete: {e}", path.display());
+        }
+        self.totals.wall_s = self.start.elapsed().as_secs_f64();
+        self.totals.memo_entries = self.memo.as_ref().map_or(0, FitnessMemo::len);
+        (self.totals, self.pipeline)
+    }
+
+    fn account(&mut self, generation: usize) -> &mut Account {
+        self.accounts.entry(generation).or_default()
+    }
+
+    fn drive(&mut self, submitter: Option<&Submitter>, report: &mut Report<'_>) -> Result<(), EvolveError> {
+        loop {
+            let bred_at = Instant::now();
+            let completed = self.pipeline.advance();
+            let born = self.pipeline.take_born();
+            self.charge_breeding(&born, bred_at.elapsed());
+            for stats in completed {
+                self.complete(&stats, report)?;
+            }
+            if self.pipeline.is_finished() {
+                return Ok(());
+            }
+            let progress = self.admit(born)?;
+            let Some(submitter) = submitter else {
+                // No compiler: everything in the pools is evaluated on the CPU right away.
+                let pools = std::mem::take(&mut self.pools);
+                let members: Vec<Member> = pools.into_values().flatten().collect();
+                if members.is_empty() && !progress {
+                    return Err(EvolveError::Stalled);
+                }
+                self.evaluate_on_cpu(members)?;
+                continue;
+            };
+            self.dispatch(submitter)?;
+            if progress || self.release_held()? {
+                continue;
+            }
+            if self.jobs.is_empty() {
+                return Err(EvolveError::Stalled);
+            }
+            let first = submitter.finished().recv().map_err(|_| EvolveError::CompilerStopped)?;
+            // Whatever else has come back meanwhile is evaluated with it, in one call.
+            let mut ready = Vec::new();
+            for finished in std::iter::once(first).chain(submitter.finished().try_iter()) {
+                ready.extend(self.on_finished(finished, submitter)?);
+            }
+            if !ready.is_empty() {
+                self.evaluate(ready)?;
+            }
+        }
+    }
+
+    /// Breeding time goes to the generations bred, by their share of the individuals.
+    fn charge_breeding(&mut self, born: &[Born], took: Duration) {
+        if born.is_empty() {
+            return;
+        }
+        let share = took / born.len() as u32;
+        for b in born {
+            self.account(b.generation).breed += share;
+        }
+        self.totals.breed_s += took.as_secs_f64();
+    }
+
+    /// Hands a fitness to the pipeline, for the individual and every identical one waiting for
+    /// it; remembers it unless it comes from a failure that says nothing of the phenotype.
+    fn resolve(&mut self, m: &Member, f: Fitness, remember: bool, chain: Chain) -> Result<(), EvolveError> {
+        self.pipeline.set_fitness(m.generation, m.slot, f)?;
+        self.account(m.generation).known(chain);
+        let Some(key) = m.key else { return Ok(()) };
+        if remember && let Some(memo) = &mut self.memo {
+            memo.insert(key, f, m.generation);
+        }
+        for w in self.waiting.remove(&key).unwrap_or_default() {
+            self.pipeline.set_fitness(w.generation, w.slot, f)?;
+            self.account(w.generation).known(Chain { born: w.born.max(chain.born), ..chain });
+        }
+        Ok(())
+    }
+
+    fn complete(&mut self, stats: &GenerationStats, report: &mut Report<'_>) -> Result<(), EvolveError> {
+        let done = Instant::now();
+        let account = self.accounts.remove(&stats.generation).unwrap_or_default();
+        let split = EvalSplit {
+            gpu_worker_restarts: self.evaluator.restarts(),
+            fell_back_to_cpu: self.fell_back.clone(),
+            ..EvalSplit::default()
+        };
+        let record = GenerationRecord::new(
+            stats,
+            &account,
+            split,
+            self.start,
+            self.previous_done,
+            done,
+            self.evaluator.kind(),
+        );
+        self.previous_done = done;
+        report(record)
+    }
+}

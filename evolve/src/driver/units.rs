@@ -1,0 +1,198 @@
+//! Forming units and taking them back: pooled individuals are put into units when they are
+//! sent (heaviest first, in chunks that shrink towards the end of a generation so that the
+//! workers finish together, each capped in weight), and a unit that failed to compile is
+//! compiled again one individual per unit, so that only the ones at fault get the worst fitness.
+//! Must never send an individual in two units at once, nor lose one whose unit failed.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use gpfarm_client::partition::guided;
+use gpfarm_client::{CacheKey, FailureKind, Finished, Job, Submitter, Unit, UnitOutcome};
+use gpfarm_gp::Fitness;
+use gpfarm_kernels::{UNIT_WEIGHT, compile_weight, kernel_name, render_unit};
+
+use super::{Driver, JobInfo, Member, Ready};
+use crate::account::Chain;
+use crate::error::EvolveError;
+
+/// The least estimated weight of a unit ([`compile_weight`]): NVRTC's fixed cost per unit stays
+/// under a fifth of it.
+const CHUNK_FLOOR: f64 = 4.0 * UNIT_WEIGHT;
+/// The most: units of many heavy kernels cost more than their weights say (a unit of eight
+/// bloated keijzer6 individuals took 3.6 s on the GPU host while the rest of its generation took
+/// 1 s), and one such unit holds up its whole generation.
+const CHUNK_CAP: f64 = 8.0 * UNIT_WEIGHT;
+
+impl Driver<'_> {
+    /// Puts pooled individuals into units and onto the queue: the oldest incomplete generation's
+    /// at once; a later one's only while some worker has nothing to do.
+    pub(super) fn dispatch(&mut self, submitter: &Submitter) -> Result<(), EvolveError> {
+        let critical = self.pipeline.oldest_open();
+        let generations: Vec<usize> = self.pools.keys().copied().collect();
+        for g in generations {
+            let now = !self.settings.overlap || Some(g) == critical || self.jobs.is_empty();
+            if !now && submitter.free_workers() == 0 {
+                continue;
+            }
+            let pool = self.pools.remove(&g).unwrap_or_default();
+            let chunks: Vec<Vec<usize>> = match self.settings.per_unit {
+                Some(k) => {
+                    let mut order: Vec<usize> = (0..pool.len()).collect();
+                    order.sort_by(|&a, &b| {
+                        pool[b].phenotype.as_str().len().cmp(&pool[a].phenotype.as_str().len())
+                    });
+                    order.chunks(k.max(1)).map(<[usize]>::to_vec).collect()
+                }
+                None => {
+                    let weights: Vec<f64> = pool.iter().map(|m| compile_weight(&m.phenotype)).collect();
+                    guided(&weights, self.settings.workers, CHUNK_FLOOR, CHUNK_CAP)
+                }
+            };
+            let mut pool: Vec<Option<Member>> = pool.into_iter().map(Some).collect();
+            for chunk in chunks {
+                let members: Vec<Member> = chunk.into_iter().filter_map(|i| pool[i].take()).collect();
+                self.submit(submitter, g, members, false)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn submit(
+        &mut self,
+        submitter: &Submitter,
+        generation: usize,
+        members: Vec<Member>,
+        isolation: bool,
+    ) -> Result<(), EvolveError> {
+        let named: Vec<_> =
+            members.iter().map(|m| (kernel_name(m.generation, m.slot), &m.phenotype)).collect();
+        let source = render_unit(self.problem.template(), &named);
+        let kernels = named.iter().map(|(k, _)| k.as_str().to_owned()).collect();
+        let id = self.next_job;
+        self.next_job += 1;
+        let unit = Unit::new(format!("g{generation}_j{id}.cu"), source);
+        if !submitter.submit(Job { id, units: vec![unit] }) {
+            return Err(EvolveError::CompilerStopped);
+        }
+        let a = self.account(generation);
+        a.units += 1;
+        if isolation {
+            a.isolation_units += 1;
+        } else {
+            a.compiled += members.len();
+            self.totals.compiled += members.len();
+        }
+        self.totals.units += 1;
+        self.jobs.insert(id, JobInfo { generation, members, kernels, isolation });
+        Ok(())
+    }
+
+    /// Takes a compiled unit: its CUBIN is returned to be evaluated (or, without overlap, held
+    /// until its generation is compiled); a unit that failed is split to find who broke it.
+    pub(super) fn on_finished(
+        &mut self,
+        finished: Finished,
+        submitter: &Submitter,
+    ) -> Result<Vec<Ready>, EvolveError> {
+        let info = self.jobs.remove(&finished.id).ok_or(EvolveError::UnknownUnit { id: finished.id })?;
+        let busy = Duration::from_micros(finished.busy_us);
+        self.totals.compile_busy_s += busy.as_secs_f64();
+        let a = self.account(info.generation);
+        a.busy += busy;
+        let mut ready = Vec::new();
+        for r in finished.results {
+            self.account(info.generation).nvrtc += Duration::from_micros(r.timings.compile_us);
+            match r.outcome {
+                UnitOutcome::Cubin(cubin) => ready.push(Ready {
+                    cubin,
+                    kernels: info.kernels.clone(),
+                    members: info.members.clone(),
+                    queued: finished.queued,
+                    started: finished.started,
+                    ended: finished.ended,
+                }),
+                UnitOutcome::Failed(f)
+                    if !info.isolation && (info.members.len() > 1 || f.kind == FailureKind::Lost) =>
+                {
+                    // Find who broke the unit: each alone.
+                    for m in info.members.clone() {
+                        self.submit(submitter, info.generation, vec![m], true)?;
+                    }
+                }
+                UnitOutcome::Failed(f) => {
+                    let chain = |m: &Member| Chain {
+                        born: m.born,
+                        queued: finished.queued,
+                        started: finished.started,
+                        ended: finished.ended,
+                        evaluated: finished.ended,
+                    };
+                    for m in &info.members {
+                        tracing::warn!(
+                            "individual {} of generation {} did not compile: {f}\n{}",
+                            m.slot,
+                            m.generation,
+                            r.log
+                        );
+                        self.account(m.generation).failed += 1;
+                        let worst = Fitness::worst(self.problem.direction());
+                        self.resolve(m, worst, false, chain(m))?;
+                    }
+                }
+            }
+        }
+        if let Some(disk) = &self.disk {
+            for r in &ready {
+                let entries: Vec<(CacheKey, &str)> = r
+                    .members
+                    .iter()
+                    .zip(&r.kernels)
+                    .filter_map(|(m, k)| Some((m.key?, k.as_str())))
+                    .collect();
+                if let Err(e) = disk.put(&r.cubin, &entries) {
+                    tracing::warn!("the disk cache in {} refused a unit: {e}", disk.dir().display());
+                }
+            }
+        }
+        if let Some((trace, path)) = &mut self.trace {
+            let at = |t: Instant| t.saturating_duration_since(self.start).as_secs_f64() * 1000.0;
+            let record = serde_json::json!({
+                "generation": info.generation,
+                "unit": finished.id,
+                "individuals": info.members.len(),
+                "weight": info.members.iter().map(|m| compile_weight(&m.phenotype)).sum::<f64>(),
+                "isolation": info.isolation,
+                "compiled": !ready.is_empty(),
+                "queued_ms": at(finished.queued),
+                "started_ms": at(finished.started),
+                "ended_ms": at(finished.ended),
+                "busy_ms": busy.as_secs_f64() * 1000.0,
+            });
+            writeln!(trace, "{record}")
+                .map_err(|source| EvolveError::Trace { path: path.clone(), source })?;
+        }
+        if self.settings.overlap {
+            Ok(ready)
+        } else {
+            self.held.entry(info.generation).or_default().extend(ready);
+            Ok(Vec::new())
+        }
+    }
+
+    /// Without overlap: evaluates a generation once none of it is pooled or compiling. Returns
+    /// whether anything was evaluated.
+    pub(super) fn release_held(&mut self) -> Result<bool, EvolveError> {
+        let busy: Vec<usize> =
+            self.jobs.values().map(|j| j.generation).chain(self.pools.keys().copied()).collect();
+        let done: Vec<usize> = self.held.keys().copied().filter(|g| !busy.contains(g)).collect();
+        let mut any = false;
+        for g in done {
+            if let Some(ready) = self.held.remove(&g) {
+                self.evaluate(ready)?;
+                any = true;
+            }
+        }
+        Ok(any)
+    }
+}

@@ -1,0 +1,200 @@
+//! Setting a run up and running it: the evaluator is chosen when the [`Engine`] is made (so the
+//! caller knows which architecture to build its compiler for), and everything that needs the
+//! compiler, the fitness kernel and the GPU worker, when the run starts. Must never print: what
+//! a person should see is returned ([`Engine::notice`], the records), or logged as a warning.
+
+use std::num::NonZeroUsize;
+
+use gpfarm_client::{Compiler, DiskCache, UnitOutcome, cache::DEFAULT_CACHE_LIMIT};
+use gpfarm_gp::{Pipeline, Problem};
+use gpfarm_kernels::gpu;
+use gpfarm_kernels::worker::{GpuWorker, ProblemRef};
+use gpfarm_protocol::{CompileMode, CompileOptions, SmArch, Unit};
+
+use crate::driver::{Driver, Evaluator, Settings};
+use crate::error::EvolveError;
+use crate::options::{EvalMode, Options};
+use crate::record::{EvaluatorKind, GenerationRecord, Summary};
+
+/// What a per-generation callback may fail with; the run stops and returns it as
+/// [`EvolveError::Callback`].
+pub type CallbackError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A run of one problem, ready to start: see the crate documentation for an example.
+pub struct Engine {
+    problem: Problem,
+    /// How a GPU worker process loads the same problem.
+    source: Option<ProblemRef>,
+    options: Options,
+    arch: SmArch,
+    /// The GPU's name, when it evaluates.
+    gpu: Option<String>,
+    notice: Option<String>,
+}
+
+impl Engine {
+    /// Loads a built-in problem or a problem directory and chooses the evaluator.
+    pub fn new(problem: ProblemRef, options: Options) -> Result<Engine, EvolveError> {
+        let loaded = problem.load()?;
+        Engine::with_problem(loaded, Some(problem), options)
+    }
+
+    /// A run of a problem already in memory. `source` tells a GPU worker process how to load
+    /// the same problem; without it the GPU cannot evaluate ([`EvalMode::Auto`] falls back to
+    /// the CPU with a notice).
+    pub fn with_problem(
+        problem: Problem,
+        source: Option<ProblemRef>,
+        options: Options,
+    ) -> Result<Engine, EvolveError> {
+        let (gpu, notice) = choose_gpu(options.eval, options.compile, source.is_some())?;
+        let arch = options.arch.or(gpu.as_ref().map(|g| g.1)).unwrap_or(SmArch::SM_90);
+        let mut engine = Engine { problem, source, options, arch, gpu: gpu.map(|g| g.0), notice };
+        // Refuse bad GP parameters now, before a compiler is built for them.
+        engine.pipeline()?;
+        engine.options.arch = Some(arch);
+        Ok(engine)
+    }
+
+    /// The problem.
+    pub fn problem(&self) -> &Problem {
+        &self.problem
+    }
+
+    /// The options, with the target architecture settled.
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    /// What the compiler must be built for: the GPU's architecture when it evaluates.
+    pub fn compile_options(&self) -> CompileOptions {
+        CompileOptions { arch: self.arch, mode: CompileMode::Cubin, flags: self.options.flags.clone() }
+    }
+
+    /// Who will compute fitness when the run is given a compiler.
+    pub fn evaluator(&self) -> EvaluatorKind {
+        if self.gpu.is_some() { EvaluatorKind::Gpu } else { EvaluatorKind::Cpu }
+    }
+
+    /// The GPU that evaluates, by name.
+    pub fn gpu_name(&self) -> Option<&str> {
+        self.gpu.as_deref()
+    }
+
+    /// One line a person should see before the run: why the GPU is not used under
+    /// [`EvalMode::Auto`].
+    pub fn notice(&self) -> Option<&str> {
+        self.notice.as_deref()
+    }
+
+    fn pipeline(&self) -> Result<Pipeline, EvolveError> {
+        let depth = if self.options.overlap { 2 } else { 1 };
+        let depth = NonZeroUsize::new(depth).unwrap_or(NonZeroUsize::MIN);
+        Ok(Pipeline::new(&self.problem, self.options.evolution.clone(), depth)?)
+    }
+
+    /// Runs every generation. Individuals are compiled on `compiler` (its `serve` runs on a
+    /// thread of this call) and evaluated on the chosen evaluator; without a compiler nothing is
+    /// compiled and the CPU evaluates. `on_generation` gets each generation's record as soon as
+    /// the generation is complete; an error from it stops the run.
+    pub fn run(
+        &self,
+        mut compiler: Option<&mut (dyn Compiler + Send + '_)>,
+        mut on_generation: impl FnMut(&GenerationRecord) -> Result<(), CallbackError>,
+    ) -> Result<Summary, EvolveError> {
+        let options = self.compile_options();
+        let evaluator = match (&self.gpu, compiler.as_deref_mut()) {
+            (None, _) => Evaluator::Cpu,
+            (Some(_), None) => {
+                return Err(EvolveError::NoGpu("individuals must be compiled to run on it".into()));
+            }
+            (Some(_), Some(c)) => Evaluator::Gpu(Box::new(self.start_gpu_worker(c, &options)?)),
+        };
+        let o = &self.options;
+        let settings = Settings {
+            cache: o.cache,
+            overlap: o.overlap,
+            per_unit: o.per_unit,
+            workers: compiler.as_ref().map_or(1, |c| c.workers()),
+        };
+        let toolchain = compiler.as_ref().map_or_else(|| "none".into(), |c| c.toolchain());
+        let mut driver =
+            Driver::new(&self.problem, &options, toolchain, settings, self.pipeline()?, evaluator);
+        if let (Some(dir), true, Some(_)) = (&o.disk_cache, o.cache, &compiler) {
+            let disk = DiskCache::open(dir, DEFAULT_CACHE_LIMIT)
+                .map_err(|source| EvolveError::DiskCache { dir: dir.clone(), source })?;
+            driver.disk_cache(disk);
+        }
+        if let Some(path) = &o.trace_units {
+            let file = std::fs::File::create(path)
+                .map_err(|source| EvolveError::Trace { path: path.clone(), source })?;
+            driver.trace_units(file, path.clone());
+        }
+        let mut report = |r: GenerationRecord| on_generation(&r).map_err(EvolveError::Callback);
+        let (totals, pipeline) = driver.run(compiler, &mut report)?;
+        let best = pipeline.best_ever();
+        let e = &o.evolution;
+        Ok(Summary {
+            summary: true,
+            problem: self.problem.name().to_owned(),
+            generations: e.generations,
+            population: e.population,
+            seed: e.seed,
+            cache: o.cache,
+            overlap: o.overlap,
+            best_fitness: best.map_or(f64::NAN, |(_, f)| f.value()),
+            best_phenotype: best.and_then(|(i, _)| i.phenotype()).map(|p| p.as_str().to_owned()),
+            mean_generation_ms: totals.wall_s * 1000.0 / (e.generations + 1) as f64,
+            totals,
+        })
+    }
+
+    /// Compiles the problem's fitness kernel and starts a GPU worker process with it.
+    fn start_gpu_worker(
+        &self,
+        compiler: &mut (dyn Compiler + Send + '_),
+        options: &CompileOptions,
+    ) -> Result<GpuWorker, EvolveError> {
+        let source =
+            self.source.clone().ok_or_else(|| EvolveError::NoGpu("the problem has no source".into()))?;
+        let kernel = gpu::fitness_source(&self.problem)?;
+        let batch = compiler.compile(&[Unit::new("gpfarm_fitness.cu", kernel)], options)?;
+        let result = batch.results.into_iter().next().ok_or(EvolveError::CompilerStopped)?;
+        let cubin = match result.outcome {
+            UnitOutcome::Cubin(c) => c,
+            UnitOutcome::Failed(failure) => {
+                return Err(EvolveError::FitnessKernel { failure, log: result.log });
+            }
+        };
+        let exe = match &self.options.gpu_worker {
+            Some(exe) => exe.clone(),
+            None => std::env::current_exe().map_err(|e| EvolveError::NoGpu(e.to_string()))?,
+        };
+        Ok(GpuWorker::spawn(&exe, source, cubin)?)
+    }
+}
+
+/// A GPU's name and architecture.
+type Gpu = (String, SmArch);
+
+/// The GPU to evaluate on, if `mode` asks for it and one is there, and the notice to show when
+/// [`EvalMode::Auto`] goes without it.
+fn choose_gpu(
+    mode: EvalMode,
+    compile: bool,
+    loadable: bool,
+) -> Result<(Option<Gpu>, Option<String>), EvolveError> {
+    if mode == EvalMode::Cpu {
+        return Ok((None, None));
+    }
+    let why = match gpu::probe() {
+        Ok(_) if !compile => "individuals are not compiled".to_string(),
+        Ok(_) if !loadable => "the problem was not loaded from a built-in name or a directory".to_string(),
+        Ok((name, (major, minor))) => return Ok((Some((name, SmArch((major * 10 + minor) as u32))), None)),
+        Err(e) => e.to_string(),
+    };
+    if mode == EvalMode::Gpu {
+        return Err(EvolveError::NoGpu(why));
+    }
+    Ok((None, Some(format!("{why}; evaluating on the CPU (the reference evaluator)"))))
+}

@@ -1,0 +1,69 @@
+//! Why a run could not start or could not go on. Each variant keeps its cause as a source, so a
+//! caller can print the whole chain (`{:#}` with anyhow) or match on what went wrong.
+
+use std::path::PathBuf;
+
+use gpfarm_client::CompilerError;
+use gpfarm_gp::{EvolutionError, ProblemError};
+use gpfarm_kernels::gpu::GpuError;
+use gpfarm_protocol::Failure;
+
+/// See the module documentation.
+#[derive(Debug, thiserror::Error)]
+pub enum EvolveError {
+    /// The problem could not be loaded.
+    #[error(transparent)]
+    Problem(#[from] ProblemError),
+    /// The GP parameters are out of range, or the engine was fed inconsistent fitness.
+    #[error(transparent)]
+    Evolution(#[from] EvolutionError),
+    /// `EvalMode::Gpu` without a GPU, or without a compiler to put individuals onto it.
+    #[error("evaluating on the GPU: {0}")]
+    NoGpu(String),
+    /// The GPU evaluator failed outside any individual's kernel.
+    #[error("evaluating on the GPU")]
+    Gpu(#[from] GpuError),
+    /// The compiler itself failed (not a unit: a unit that fails gives its individuals the worst
+    /// fitness).
+    #[error("compiling")]
+    Compiler(#[from] CompilerError),
+    /// The problem's fitness kernel did not compile, so the GPU cannot score anything.
+    #[error("the fitness kernel did not compile: {failure}\n{log}")]
+    FitnessKernel {
+        /// What NVRTC said.
+        failure: Failure,
+        /// Its log.
+        log: String,
+    },
+    /// The disk cache's directory could not be opened.
+    #[error("opening the disk cache in {}", dir.display())]
+    DiskCache {
+        /// The directory.
+        dir: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The unit trace could not be written.
+    #[error("writing the unit trace {}", path.display())]
+    Trace {
+        /// The trace file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The compiler thread ended before answering every unit, or panicked.
+    #[error("the compiler stopped before every unit was compiled")]
+    CompilerStopped,
+    /// The compiler answered a unit it was never given.
+    #[error("the compiler answered unit {id}, which was never sent")]
+    UnknownUnit {
+        /// The unit's job id.
+        id: u64,
+    },
+    /// No unit is compiling and no generation can complete (a bug, reported rather than hung on).
+    #[error("the run stalled: no unit is compiling and no generation can complete")]
+    Stalled,
+    /// The caller's per-generation callback returned an error; the run stopped there.
+    #[error("the per-generation callback stopped the run")]
+    Callback(#[source] Box<dyn std::error::Error + Send + Sync>),
+}

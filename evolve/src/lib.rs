@@ -1,0 +1,53 @@
+//! The generation engine of gpfarm: a problem, a compiler and an evaluator in; one typed record
+//! per generation out.
+//!
+//! Each generation's individuals are bred by [`gpfarm_gp::Pipeline`], keyed by their compiled
+//! code and looked up in the fitness memo and the disk cache, formed into units that go to the
+//! compiler's queue ([`gpfarm_client::Compiler::serve`]: a farm of daemons, threads, in-process
+//! NVRTC or nvcc), and evaluated on the GPU (in a worker process, so that a faulting kernel costs
+//! one individual) or on the CPU reference evaluator. Every combination of caching, overlap and
+//! unit forming gives the same fitness values, bit for bit.
+//!
+//! ```
+//! use gpfarm_evolve::{Engine, EvalMode, Options, ProblemRef};
+//! use gpfarm_gp::EvolutionConfig;
+//!
+//! let options = Options {
+//!     evolution: EvolutionConfig { population: 50, generations: 3, seed: 1, ..Default::default() },
+//!     eval: EvalMode::Cpu,
+//!     ..Options::default()
+//! };
+//! let engine = Engine::new(ProblemRef::Builtin("keijzer6".into()), options)?;
+//! let mut best = Vec::new();
+//! // Without a compiler nothing is compiled and the CPU evaluates; pass `Some(&mut farm)` (any
+//! // `gpfarm_client::Compiler`) to compile every individual.
+//! let summary = engine.run(None, |record| {
+//!     best.push(record.best);
+//!     Ok(())
+//! })?;
+//! assert_eq!(best.len(), 4);
+//! // With elitism the best never gets worse (keijzer6 is an error: lower is better).
+//! assert!(best.windows(2).all(|w| w[1] <= w[0]));
+//! assert_eq!(summary.best_fitness, best[3]);
+//! println!("{}", serde_json::to_string(&summary)?);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Must never print (the caller decides what a person sees) and never let caching, overlap or
+//! the compiler change a fitness value.
+
+mod account;
+mod driver;
+mod engine;
+mod error;
+pub mod memo;
+mod options;
+pub mod record;
+
+pub use engine::{CallbackError, Engine};
+pub use error::EvolveError;
+pub use gpfarm_kernels::worker::ProblemRef;
+pub use options::{EvalMode, Options};
+pub use record::{
+    CompileFigures, CriticalPath, EvalSplit, EvaluatorKind, GenerationRecord, Individuals, Summary, Totals,
+};

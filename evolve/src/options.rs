@@ -1,0 +1,69 @@
+//! What a run is asked to do besides the problem: the GP parameters, where fitness is computed,
+//! how individuals are compiled, and which caches are used. Plain data with defaults; the
+//! command line fills it from its flags, and a Rust or Python caller fills it directly.
+
+use std::path::PathBuf;
+
+use gpfarm_gp::EvolutionConfig;
+use gpfarm_protocol::SmArch;
+
+/// Where fitness is computed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum EvalMode {
+    /// The GPU if there is one, else the CPU (with a notice, see [`crate::Engine::notice`]).
+    #[default]
+    Auto,
+    /// The CPU reference evaluator.
+    Cpu,
+    /// The GPU (an error without one).
+    Gpu,
+}
+
+/// How a run treats its individuals. Every combination gives the same fitness values in every
+/// generation, bit for bit; they change only what is compiled and when.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Population, generations, seed, operators.
+    pub evolution: EvolutionConfig,
+    /// Where fitness is computed.
+    pub eval: EvalMode,
+    /// Compile individuals. Without it nothing is compiled and the CPU evaluates (for quick
+    /// experiments with the GP engine).
+    pub compile: bool,
+    /// Target of the CUBIN (default: the GPU's when evaluating on it, else `sm_90`).
+    pub arch: Option<SmArch>,
+    /// Extra NVRTC options.
+    pub flags: Vec<String>,
+    /// Reuse fitness known from earlier generations and merge identical individuals.
+    pub cache: bool,
+    /// Evaluate each unit as soon as it is compiled, and breed the next generation's pairs as
+    /// soon as their tournaments' contestants are evaluated.
+    pub overlap: bool,
+    /// Fixed individuals per unit, instead of chunks guided by estimated compile cost.
+    pub per_unit: Option<usize>,
+    /// Keep CUBIN on disk in this directory and use it in later runs.
+    pub disk_cache: Option<PathBuf>,
+    /// Write one JSON line per compiled unit to this file.
+    pub trace_units: Option<PathBuf>,
+    /// The GPU worker executable (default: found beside this executable).
+    pub gpu_worker: Option<PathBuf>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            evolution: EvolutionConfig::default(),
+            eval: EvalMode::Auto,
+            compile: true,
+            arch: None,
+            flags: Vec::new(),
+            cache: true,
+            overlap: true,
+            per_unit: None,
+            disk_cache: None,
+            trace_units: None,
+            gpu_worker: None,
+        }
+    }
+}

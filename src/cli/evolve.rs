@@ -1,0 +1,248 @@
+//! `gpfarm evolve`: turns the flags into [`gpfarm_evolve::Options`], builds the compiler the
+//! engine asks for, and prints what the engine reports. Must never hold generation logic: that
+//! is the `gpfarm-evolve` library's.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use clap::Args;
+use gpfarm_client::DiskCache;
+use gpfarm_evolve::{Engine, EvalMode, GenerationRecord, Options, ProblemRef, Summary};
+use gpfarm_gp::EvolutionConfig;
+use gpfarm_protocol::SmArch;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::compilers::{self, FarmSource, Kind};
+
+/// Arguments of `gpfarm evolve`.
+#[derive(Debug, Args)]
+pub struct EvolveArgs {
+    /// Built-in problem: search, keijzer6 or multiplier5.
+    #[arg(long, default_value = "keijzer6", conflicts_with = "problem_dir")]
+    problem: String,
+    /// A problem directory (problem.toml, grammar.bnf, cases.json, template.cu) instead.
+    #[arg(long)]
+    problem_dir: Option<PathBuf>,
+    /// Individuals per generation.
+    #[arg(long, default_value_t = 300)]
+    population: usize,
+    /// Generations bred after the initial one.
+    #[arg(long, default_value_t = 30)]
+    generations: usize,
+    /// Compile daemons (or threads); default: one per core.
+    #[arg(long, short = 'n')]
+    daemons: Option<usize>,
+    /// Compiler: farm, inprocess, threads or nvcc.
+    #[arg(long, default_value = "farm")]
+    compiler: Kind,
+    /// Skip compilation (CPU evaluation only; for quick experiments with the GP engine).
+    #[arg(long)]
+    no_compile: bool,
+    /// Individuals per translation unit (default: chunks guided by each individual's estimated
+    /// compile cost, heaviest first, shrinking towards the end of a generation so that every
+    /// daemon finishes at about the same time).
+    #[arg(long)]
+    per_unit: Option<usize>,
+    /// Evaluator: auto (GPU if present, else CPU), cpu or gpu.
+    #[arg(long, value_enum, default_value_t = EvalMode::Auto)]
+    eval: EvalMode,
+    /// Target architecture for the CUBIN (default: the GPU's when evaluating on it, else sm_90).
+    #[arg(long)]
+    arch: Option<SmArch>,
+    /// Extra NVRTC option (repeatable).
+    #[arg(long = "flag", allow_hyphen_values = true)]
+    flags: Vec<String>,
+    /// Seed: the same seed gives the same run.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Tournament size.
+    #[arg(long, default_value_t = 3)]
+    tournament: usize,
+    /// Elite individuals kept unchanged.
+    #[arg(long, default_value_t = 1)]
+    elite: usize,
+    /// Compile and evaluate every individual of every generation: no reuse of fitness known from
+    /// earlier generations, no merging of identical individuals, no disk cache (for measuring;
+    /// the results are the same).
+    #[arg(long, alias = "no-reuse", conflicts_with_all = ["disk_cache", "cache_dir"])]
+    no_cache: bool,
+    /// Do not overlap: compile each generation as a whole, then evaluate it, then breed the next
+    /// (for measuring; the results are the same). By default each unit is evaluated as soon as it
+    /// is compiled, and the next generation's pairs are bred and compiled as soon as their
+    /// parents are evaluated.
+    #[arg(long)]
+    no_overlap: bool,
+    /// Keep compiled CUBIN on disk and use it in later runs (in $GPFARM_CACHE_DIR,
+    /// $XDG_CACHE_HOME/gpfarm or ~/.cache/gpfarm).
+    #[arg(long)]
+    disk_cache: bool,
+    /// The disk cache's directory (implies --disk-cache).
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// Write one JSON line per compiled unit to this file: generation, individuals, estimated
+    /// compile weight, and when it was queued, started and ended.
+    #[arg(long)]
+    trace_units: Option<PathBuf>,
+    /// Print one JSON record per generation (and a final summary record) instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Seconds a daemon may spend on one unit before it is killed and replaced, and the unit
+    /// retried once (farm only).
+    #[arg(long, default_value_t = gpfarm_client::DEFAULT_UNIT_DEADLINE.as_secs())]
+    deadline: u64,
+}
+
+impl EvolveArgs {
+    /// Which problem the run is on.
+    fn problem(&self) -> ProblemRef {
+        match &self.problem_dir {
+            Some(dir) => ProblemRef::Dir(dir.clone()),
+            None => ProblemRef::Builtin(self.problem.clone()),
+        }
+    }
+
+    /// The engine's options.
+    fn options(&self) -> Result<Options> {
+        let disk_cache = match (&self.cache_dir, self.disk_cache) {
+            (Some(dir), _) => Some(dir.clone()),
+            (None, true) => Some(
+                DiskCache::default_dir()
+                    .context("no cache directory: set GPFARM_CACHE_DIR or HOME, or give --cache-dir")?,
+            ),
+            (None, false) => None,
+        };
+        Ok(Options {
+            evolution: EvolutionConfig {
+                population: self.population,
+                generations: self.generations,
+                tournament: self.tournament,
+                elite: self.elite,
+                seed: self.seed,
+                ..EvolutionConfig::default()
+            },
+            eval: self.eval,
+            compile: !self.no_compile,
+            arch: self.arch,
+            flags: self.flags.clone(),
+            cache: !self.no_cache,
+            overlap: !self.no_overlap,
+            per_unit: self.per_unit,
+            disk_cache,
+            trace_units: self.trace_units.clone(),
+            gpu_worker: None,
+        })
+    }
+}
+
+/// A fitness value for a table column: fixed point when readable, scientific otherwise.
+fn number(v: f64) -> String {
+    if v != 0.0 && (v.abs() >= 1e6 || v.abs() < 1e-4) { format!("{v:.4e}") } else { format!("{v:.6}") }
+}
+
+/// Runs `gpfarm evolve`.
+pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
+    let problem = args.problem();
+    let engine = Engine::new(problem.clone(), args.options()?).map_err(|e| match &problem {
+        ProblemRef::Dir(dir) => anyhow::Error::new(e).context(format!("loading problem {}", dir.display())),
+        ProblemRef::Builtin(_) => e.into(),
+    })?;
+    if let Some(notice) = engine.notice() {
+        eprintln!("note: {notice}");
+    }
+    let options = engine.compile_options();
+    let workers = args.daemons.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let mut compiler = if args.no_compile {
+        None
+    } else {
+        let source = FarmSource { attach: None, deadline_s: Some(args.deadline) };
+        Some(compilers::build(args.compiler, workers, cuda, &options, &source)?)
+    };
+    let bar = if args.json {
+        ProgressBar::hidden()
+    } else {
+        let bar = ProgressBar::new(args.generations as u64 + 1);
+        bar.set_style(
+            ProgressStyle::with_template("{bar:30} {pos}/{len} generations, {elapsed} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        let compiler = compiler.as_ref().map_or("no compiler".to_string(), |c| c.name());
+        bar.suspend(|| header(&args, &engine, &compiler));
+        bar
+    };
+    let json = args.json;
+    let summary = engine.run(compiler.as_deref_mut(), |r| {
+        if json {
+            println!("{}", serde_json::to_string(r)?);
+        } else {
+            bar.suspend(|| row(r));
+        }
+        bar.inc(1);
+        Ok(())
+    })?;
+    bar.finish_and_clear();
+    if json {
+        println!("{}", serde_json::to_string(&summary)?);
+    } else {
+        footer(&summary);
+    }
+    Ok(())
+}
+
+fn header(args: &EvolveArgs, engine: &Engine, compiler: &str) {
+    let options = engine.options();
+    let arch = engine.compile_options().arch;
+    println!(
+        "{} on {compiler}: population {}, {} generations, seed {}, evaluator {}, {arch}{}{}{}",
+        engine.problem().name(),
+        args.population,
+        args.generations,
+        args.seed,
+        engine.gpu_name().map_or("cpu".to_string(), |g| format!("gpu ({g})")),
+        if args.no_cache { ", no cache" } else { "" },
+        if args.no_overlap { ", no overlap" } else { "" },
+        options.disk_cache.as_ref().map_or(String::new(), |d| format!(", disk cache {}", d.display())),
+    );
+    println!(
+        "{:>4} {:>12} {:>12} {:>7} {:>6} {:>6} {:>6} {:>9} {:>10} {:>9} {:>8}",
+        "gen", "best", "mean", "invalid", "uniq", "new", "hits", "gen ms", "compile s", "crit ms", "eval ms"
+    );
+}
+
+fn row(r: &GenerationRecord) {
+    let i = &r.individuals;
+    println!(
+        "{:>4} {:>12} {:>12} {:>7} {:>6} {:>6} {:>6} {:>9.1} {:>10.2} {:>9.1} {:>8.1}",
+        r.generation,
+        number(r.best),
+        r.mean.map_or("-".into(), number),
+        r.invalid,
+        r.unique,
+        i.compiled,
+        i.reused + i.duplicates + i.disk_hits,
+        r.generation_ms,
+        r.compile.busy_ms / 1000.0,
+        r.critical_path.compile_ms,
+        r.eval_ms
+    );
+}
+
+fn footer(s: &Summary) {
+    let t = &s.totals;
+    let generations = s.generations + 1;
+    println!(
+        "best fitness {} after {} generations: {:.1} s, {:.0} ms per generation; {} of {} individuals \
+         compiled ({} reused, {} merged, {} from disk), {:.1} s of compile time, {:.2} s evaluating",
+        s.best_fitness,
+        s.generations,
+        t.wall_s,
+        t.wall_s * 1000.0 / generations as f64,
+        t.compiled,
+        t.individuals_evaluated,
+        t.reused,
+        t.duplicates,
+        t.disk_hits,
+        t.compile_busy_s,
+        t.eval_s,
+    );
+    println!("best individual:\n{}", s.best_phenotype.as_deref().unwrap_or("<invalid>"));
+}
