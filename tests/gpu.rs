@@ -7,10 +7,11 @@ use std::num::NonZeroUsize;
 use std::process::Command;
 
 use common::{config, gpu_or_skip};
+use gpfarm_client::partition::per_unit;
 use gpfarm_client::{CompileOptions, Compiler, FailureKind, Farm, SmArch, Unit, UnitOutcome};
 use gpfarm_gp::{Evolution, EvolutionConfig, Phenotype, Problem, evaluate_all};
 use gpfarm_kernels::gpu::{self, CompiledUnit, GpuEvaluator};
-use gpfarm_kernels::{Layout, render_units};
+use gpfarm_kernels::render_units;
 
 fn cores() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get())
@@ -21,7 +22,7 @@ struct Built {
 }
 
 fn compile(farm: &mut Farm, problem: &Problem, phenotypes: &[Phenotype], arch: SmArch) -> Built {
-    let units = render_units(problem.template(), phenotypes, 0, Layout::PerUnit(32));
+    let units = render_units(problem.template(), phenotypes, 0, &per_unit(phenotypes.len(), 32));
     let wire: Vec<Unit> = units.iter().map(|u| Unit::new(u.name.clone(), u.source.clone())).collect();
     let batch = farm.compile(&wire, &CompileOptions::cubin(arch)).unwrap();
     let mut cubins = Vec::new();

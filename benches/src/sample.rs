@@ -3,8 +3,9 @@
 
 use anyhow::Result;
 use gpfarm_client::Unit;
+use gpfarm_client::partition::per_unit;
 use gpfarm_gp::{Evolution, EvolutionConfig, Phenotype, Problem, evaluate_all};
-use gpfarm_kernels::{Layout, render_units};
+use gpfarm_kernels::render_units;
 
 use crate::BenchConfig;
 
@@ -45,7 +46,7 @@ pub fn populations(config: &BenchConfig) -> Result<Vec<Sample>> {
                         problem.template(),
                         &phenotypes,
                         generation,
-                        Layout::PerUnit(config.per_unit),
+                        &per_unit(phenotypes.len(), config.per_unit),
                     )
                     .into_iter()
                     .map(|u| Unit::new(format!("{name}_{size}_{run}_{}", u.name), u.source))

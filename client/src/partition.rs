@@ -1,6 +1,7 @@
 //! Partitioning work over workers: the paper's balanced contiguous parts, whose sizes differ by
-//! at most one, and guided chunks of weighted items for workers that take the next chunk as
-//! soon as they are free.
+//! at most one. The one place a batch is split: the farm's and the threads' parts, and the
+//! units a caller renders. (Guided chunks for a queue of free workers are unit forming, in the
+//! generation engine.)
 
 use std::ops::Range;
 
@@ -23,38 +24,10 @@ pub fn balanced(n: usize, parts: usize) -> Vec<Range<usize>> {
         .collect()
 }
 
-/// Chunks of weighted items for `workers` that each take the next chunk when free: heaviest items
-/// first, so the long ones start early and the short ones fill in at the end; each chunk holds
-/// about the unassigned weight over `1.5 × workers` (guided self-scheduling), so chunks shrink
-/// towards the end and the workers finish together; but at least `floor` (a chunk's fixed cost
-/// stays a small share), at most `cap` (an item heavier than estimated cannot hold up the rest
-/// for long; an item heavier than `cap` is a chunk of its own), and at most the total over
-/// `workers` (every worker gets a chunk). Returns indices into `weights`; every index appears
-/// exactly once.
-pub fn guided(weights: &[f64], workers: usize, floor: f64, cap: f64) -> Vec<Vec<usize>> {
-    let workers = workers.max(1) as f64;
-    let mut order: Vec<usize> = (0..weights.len()).collect();
-    let weight = |i: usize| if weights[i].is_finite() { weights[i].max(0.0) } else { 0.0 };
-    order.sort_by(|&a, &b| weight(b).total_cmp(&weight(a)).then(a.cmp(&b)));
-    let total: f64 = order.iter().map(|&i| weight(i)).sum();
-    let mut remaining = total;
-    let mut chunks = Vec::new();
-    let mut chunk = Vec::new();
-    let mut held = 0.0;
-    for i in order {
-        let target = (remaining / (1.5 * workers)).max(floor).min(cap.max(floor)).min(total / workers);
-        if !chunk.is_empty() && held + weight(i) > target {
-            remaining -= held;
-            held = 0.0;
-            chunks.push(std::mem::take(&mut chunk));
-        }
-        chunk.push(i);
-        held += weight(i);
-    }
-    if !chunk.is_empty() {
-        chunks.push(chunk);
-    }
-    chunks
+/// Splits `0..n` into contiguous ranges of at most `k` items each, as few as that allows, sizes
+/// differing by at most one (`balanced` over `ceil(n / k)` parts).
+pub fn per_unit(n: usize, k: usize) -> Vec<Range<usize>> {
+    balanced(n, n.div_ceil(k.max(1)))
 }
 
 #[cfg(test)]
@@ -70,36 +43,19 @@ mod tests {
     }
 
     #[test]
-    fn guided_chunks_shrink_towards_the_end_and_give_every_worker_one() {
-        let weights = vec![10.0; 300];
-        let chunks = guided(&weights, 16, 20.0, 1000.0);
-        assert!(chunks.len() >= 16);
-        let sizes: Vec<usize> = chunks.iter().map(Vec::len).collect();
-        assert!(sizes.windows(2).all(|w| w[0] >= w[1]), "{sizes:?}");
-        assert!(sizes[0] <= 300 / 16, "{sizes:?}");
-        // The floor of 20 holds two items; only the leftover may be smaller.
-        assert_eq!(sizes[sizes.len() - 2], 2, "{sizes:?}");
-        assert!(*sizes.last().unwrap() <= 2, "{sizes:?}");
-    }
-
-    #[test]
-    fn the_cap_keeps_heavy_items_apart() {
-        let weights = vec![400.0; 100];
-        let chunks = guided(&weights, 4, 100.0, 900.0);
-        assert!(chunks.iter().all(|c| c.len() <= 2), "{chunks:?}");
-    }
-
-    #[test]
-    fn a_heavy_item_gets_a_chunk_of_its_own() {
-        let mut weights = vec![1.0; 100];
-        weights[42] = 500.0;
-        let chunks = guided(&weights, 4, 5.0, 50.0);
-        assert_eq!(chunks[0], vec![42]);
-    }
-
-    #[test]
     fn nothing_to_split_gives_no_parts() {
         assert!(balanced(0, 4).is_empty());
+    }
+
+    #[test]
+    fn asking_for_more_parts_than_items_gives_one_each() {
+        assert_eq!(balanced(3, 16), vec![0..1, 1..2, 2..3]);
+    }
+
+    #[test]
+    fn per_unit_gives_the_fewest_parts_of_at_most_k() {
+        assert_eq!(per_unit(10, 4), vec![0..4, 4..7, 7..10]);
+        assert_eq!(per_unit(10, 0), per_unit(10, 1));
     }
 
     proptest! {
@@ -111,29 +67,6 @@ mod tests {
                 prop_assert!(min >= 1);
             }
             prop_assert!(ranges.len() <= parts);
-        }
-
-        #[test]
-        fn guided_chunks_hold_every_item_once_heaviest_first(
-            weights in proptest::collection::vec(0.0f64..1000.0, 0..400),
-            workers in 1usize..32,
-            floor in 0.0f64..2000.0,
-            spread in 1.0f64..4.0,
-        ) {
-            let cap = floor * spread;
-            let chunks = guided(&weights, workers, floor, cap);
-            let mut flat: Vec<usize> = chunks.iter().flatten().copied().collect();
-            for w in flat.windows(2) {
-                prop_assert!(weights[w[0]] >= weights[w[1]]);
-            }
-            flat.sort_unstable();
-            prop_assert_eq!(flat, (0..weights.len()).collect::<Vec<_>>());
-            prop_assert!(chunks.iter().all(|c| !c.is_empty()));
-            let sum = |c: &Vec<usize>| c.iter().map(|&i| weights[i]).sum::<f64>();
-            // No chunk of several items exceeds the cap.
-            for c in &chunks {
-                prop_assert!(c.len() == 1 || sum(c) <= cap + 1e-9, "{} > {cap}", sum(c));
-            }
         }
 
         #[test]

@@ -37,6 +37,7 @@
 //! the compiler change a fitness value.
 
 mod account;
+mod chunks;
 mod driver;
 mod engine;
 mod error;

@@ -9,6 +9,5 @@ pub mod render;
 pub mod worker;
 
 pub use render::{
-    Layout, RenderedUnit, UNIT_WEIGHT, compile_weight, kernel_name, keyed_source, render_single, render_unit,
-    render_units,
+    RenderedUnit, UNIT_WEIGHT, compile_weight, kernel_name, keyed_source, render_unit, render_units,
 };

@@ -8,17 +8,9 @@
 //! that NVRTC's fixed cost per call (~12 ms on the GPU host) is paid once per unit, not once per
 //! individual.
 
-use gpfarm_gp::{KernelName, Phenotype, Template};
+use std::ops::Range;
 
-/// How many individuals go into one translation unit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Layout {
-    /// At most this many individuals per unit.
-    PerUnit(usize),
-    /// Exactly this many units (fewer if there are fewer individuals), sizes differing by at most
-    /// one: the paper's one unit per daemon.
-    Units(usize),
-}
+use gpfarm_gp::{KernelName, Phenotype, Template};
 
 /// One translation unit and what is in it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,32 +65,19 @@ pub fn kernel_name(generation: usize, index: usize) -> KernelName {
         .expect("g<digits>_i<digits> is a C identifier by construction")
 }
 
-/// Splits the phenotypes into units by `layout` and renders each.
+/// Renders one unit per part: part `u` holds the phenotypes of indices `parts[u]` (how a batch
+/// is split is the caller's choice, e.g. `gpfarm_client::partition::balanced`).
 pub fn render_units(
     template: &Template,
     phenotypes: &[Phenotype],
     generation: usize,
-    layout: Layout,
+    parts: &[Range<usize>],
 ) -> Vec<RenderedUnit> {
-    let n = phenotypes.len();
-    if n == 0 {
-        return Vec::new();
-    }
-    let sizes: Vec<usize> = match layout {
-        Layout::PerUnit(k) => {
-            let k = k.max(1);
-            let units = n.div_ceil(k);
-            balanced_sizes(n, units)
-        }
-        Layout::Units(u) => balanced_sizes(n, u.clamp(1, n)),
-    };
-    let mut start = 0;
-    sizes
-        .into_iter()
+    parts
+        .iter()
         .enumerate()
-        .map(|(u, len)| {
-            let members: Vec<usize> = (start..start + len).collect();
-            start += len;
+        .map(|(u, part)| {
+            let members: Vec<usize> = part.clone().collect();
             let named: Vec<(KernelName, &Phenotype)> =
                 members.iter().map(|&i| (kernel_name(generation, i), &phenotypes[i])).collect();
             RenderedUnit {
@@ -109,26 +88,6 @@ pub fn render_units(
             }
         })
         .collect()
-}
-
-/// A unit holding one individual, `index` of `generation` (to compile a suspect on its own).
-pub fn render_single(
-    template: &Template,
-    phenotype: &Phenotype,
-    generation: usize,
-    index: usize,
-) -> RenderedUnit {
-    let name = kernel_name(generation, index);
-    RenderedUnit {
-        name: format!("g{generation}_i{index}.cu"),
-        source: render_unit(template, &[(name.clone(), phenotype)]),
-        members: vec![index],
-        kernels: vec![name.as_str().to_owned()],
-    }
-}
-
-fn balanced_sizes(n: usize, parts: usize) -> Vec<usize> {
-    (0..parts).map(|i| n / parts + usize::from(i < n % parts)).collect()
 }
 
 #[cfg(test)]
@@ -143,7 +102,7 @@ mod tests {
     #[test]
     fn every_individual_lands_in_exactly_one_unit_in_order() {
         let problem = Problem::builtin("keijzer6").unwrap();
-        let units = render_units(problem.template(), &phenotypes(10), 3, Layout::PerUnit(4));
+        let units = render_units(problem.template(), &phenotypes(10), 3, &[0..4, 4..7, 7..10]);
         let members: Vec<usize> = units.iter().flat_map(|u| u.members.clone()).collect();
         assert_eq!(members, (0..10).collect::<Vec<_>>());
         let sizes: Vec<usize> = units.iter().map(|u| u.members.len()).collect();
@@ -153,7 +112,7 @@ mod tests {
     #[test]
     fn a_unit_holds_the_preamble_once_and_one_kernel_per_member() {
         let problem = Problem::builtin("search").unwrap();
-        let units = render_units(problem.template(), &phenotypes(5), 0, Layout::Units(2));
+        let units = render_units(problem.template(), &phenotypes(5), 0, &[0..3, 3..5]);
         assert_eq!(units.len(), 2);
         for u in &units {
             assert_eq!(u.source.matches("struct gp_wrapped_ints").count(), 1);
@@ -172,12 +131,5 @@ mod tests {
         assert!(keyed.contains("x * 2.0f") && keyed.contains("gpfarm_individual"));
         let unit = render_unit(problem.template(), &[(kernel_name(3, 7), &p)]);
         assert_eq!(unit.replace("g3_i7", "gpfarm_individual"), keyed);
-    }
-
-    #[test]
-    fn asking_for_more_units_than_individuals_gives_one_each() {
-        let problem = Problem::builtin("multiplier5").unwrap();
-        let units = render_units(problem.template(), &phenotypes(3), 0, Layout::Units(16));
-        assert_eq!(units.len(), 3);
     }
 }

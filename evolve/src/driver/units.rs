@@ -7,13 +7,13 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use gpfarm_client::partition::guided;
 use gpfarm_client::{CacheKey, FailureKind, Finished, Job, Submitter, Unit, UnitOutcome};
 use gpfarm_gp::Fitness;
 use gpfarm_kernels::{UNIT_WEIGHT, compile_weight, kernel_name, render_unit};
 
 use super::{Driver, JobInfo, Member, Ready};
 use crate::account::Chain;
+use crate::chunks::guided;
 use crate::error::EvolveError;
 
 /// The least estimated weight of a unit ([`compile_weight`]): NVRTC's fixed cost per unit stays
