@@ -93,11 +93,28 @@ impl Engine {
         Ok(Pipeline::new(&self.problem, self.options.evolution.clone(), depth)?)
     }
 
-    /// Runs every generation. Individuals are compiled on `compiler` (its `serve` runs on a
-    /// thread of this call) and evaluated on the chosen evaluator; without a compiler nothing is
-    /// compiled and the CPU evaluates. `on_generation` gets each generation's record as soon as
-    /// the generation is complete; an error from it stops the run.
+    /// Runs every generation, compiling individuals on `compiler` (its `serve` runs on a thread
+    /// of this call) and evaluating them on the chosen evaluator. `on_generation` gets each
+    /// generation's record as soon as the generation is complete; an error from it stops the run.
     pub fn run(
+        &self,
+        compiler: &mut (dyn Compiler + Send + '_),
+        on_generation: impl FnMut(&GenerationRecord) -> Result<(), CallbackError>,
+    ) -> Result<Summary, EvolveError> {
+        self.run_with(Some(compiler), on_generation)
+    }
+
+    /// Runs every generation without compiling anything: the CPU evaluates the phenotypes (for
+    /// quick experiments with the GP engine).
+    pub fn run_without_compiling(
+        &self,
+        on_generation: impl FnMut(&GenerationRecord) -> Result<(), CallbackError>,
+    ) -> Result<Summary, EvolveError> {
+        self.run_with(None, on_generation)
+    }
+
+    /// [`Engine::run`] with a compiler, [`Engine::run_without_compiling`] without one.
+    pub fn run_with(
         &self,
         mut compiler: Option<&mut (dyn Compiler + Send + '_)>,
         mut on_generation: impl FnMut(&GenerationRecord) -> Result<(), CallbackError>,

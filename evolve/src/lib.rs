@@ -19,9 +19,9 @@
 //! };
 //! let engine = Engine::new(ProblemRef::Builtin("keijzer6".into()), options)?;
 //! let mut best = Vec::new();
-//! // Without a compiler nothing is compiled and the CPU evaluates; pass `Some(&mut farm)` (any
-//! // `gpfarm_client::Compiler`) to compile every individual.
-//! let summary = engine.run(None, |record| {
+//! // Nothing is compiled here and the CPU evaluates; `engine.run(&mut compiler, …)` compiles
+//! // every individual (below).
+//! let summary = engine.run_without_compiling(|record| {
 //!     best.push(record.best);
 //!     Ok(())
 //! })?;
@@ -30,6 +30,26 @@
 //! assert!(best.windows(2).all(|w| w[1] <= w[0]));
 //! assert_eq!(summary.best_fitness, best[3]);
 //! println!("{}", serde_json::to_string(&summary)?);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Compiling every individual on a farm of daemons, one per core, and evaluating on the GPU if
+//! there is one:
+//!
+//! ```no_run
+//! use gpfarm_client::{Farm, FarmConfig};
+//! use gpfarm_evolve::{Engine, Options, ProblemRef};
+//!
+//! let engine = Engine::new(ProblemRef::Builtin("multiplier5".into()), Options::default())?;
+//! if let Some(notice) = engine.notice() {
+//!     eprintln!("note: {notice}");
+//! }
+//! let mut farm = Farm::spawn(FarmConfig { warmup_arch: engine.compile_options().arch, ..Default::default() })?;
+//! let summary = engine.run(&mut farm, |record| {
+//!     println!("{}", serde_json::to_string(record)?);
+//!     Ok(())
+//! })?;
+//! println!("best {} after {:.1} s", summary.best_fitness, summary.totals.wall_s);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!

@@ -28,7 +28,7 @@ fn trajectory(problem: &str, seed: u64, cache: bool, overlap: bool) -> Vec<(f64,
     let engine = Engine::new(ProblemRef::Builtin(problem.into()), options).expect("a built-in problem");
     let mut records = Vec::new();
     engine
-        .run(None, |r| {
+        .run_without_compiling(|r| {
             records.push((r.best, r.mean));
             Ok(())
         })

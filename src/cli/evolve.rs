@@ -170,7 +170,7 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
         bar
     };
     let json = args.json;
-    let summary = engine.run(compiler.as_deref_mut(), |r| {
+    let summary = engine.run_with(compiler.as_deref_mut(), |r| {
         if json {
             println!("{}", serde_json::to_string(r)?);
         } else {
