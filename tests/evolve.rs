@@ -126,3 +126,47 @@ fn no_cache_with_a_disk_cache_is_refused() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be used with"));
 }
+
+#[test]
+fn json_lines_are_the_engines_typed_records_and_match_a_library_run() {
+    // `--json` prints the serde serialisation of the library's records: each line reads back
+    // into them, and a library run with the same options gives the same fitness.
+    let out = Command::new(env!("CARGO_BIN_EXE_gpfarm"))
+        .args(["evolve", "--problem", "multiplier5", "--eval", "cpu", "--no-compile", "--json"])
+        .args(["--population", "40", "--generations", "4", "--seed", "9"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut lines: Vec<&str> = stdout.lines().collect();
+    let summary: gpfarm_evolve::Summary = serde_json::from_str(lines.pop().unwrap()).unwrap();
+    let records: Vec<gpfarm_evolve::GenerationRecord> =
+        lines.iter().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(summary.summary);
+    assert_eq!(records.len(), 5);
+    assert!(records.iter().all(|r| r.evaluator == gpfarm_evolve::EvaluatorKind::Cpu));
+    let options = gpfarm_evolve::Options {
+        evolution: gpfarm_gp::EvolutionConfig {
+            population: 40,
+            generations: 4,
+            seed: 9,
+            ..Default::default()
+        },
+        eval: gpfarm_evolve::EvalMode::Cpu,
+        ..Default::default()
+    };
+    let engine =
+        gpfarm_evolve::Engine::new(gpfarm_evolve::ProblemRef::Builtin("multiplier5".into()), options)
+            .unwrap();
+    let mut library = Vec::new();
+    let again = engine
+        .run_without_compiling(|r| {
+            library.push((r.best, r.mean, r.invalid, r.unique));
+            Ok(())
+        })
+        .unwrap();
+    let cli: Vec<_> = records.iter().map(|r| (r.best, r.mean, r.invalid, r.unique)).collect();
+    assert_eq!(cli, library);
+    assert_eq!(summary.best_fitness, again.best_fitness);
+    assert_eq!(summary.best_phenotype, again.best_phenotype);
+}
