@@ -8,5 +8,5 @@ for p in ${PROBLEMS:-keijzer6 search multiplier5}; do
   f="$r/evolve_${p}_ofast"
   timeout 150 $bin evolve --problem $p --population 300 --generations 50 --daemons 16 --eval gpu --seed 1 --json \
     --flag=--Ofast-compile=max --flag=-default-device > "$f.jsonl" 2> "$f.err"
-  echo "$p ofast rc=$? $(python3 "$(dirname "${BASH_SOURCE[0]}")/snap.py" --summary "$f.jsonl")"
+  echo "$p ofast rc=$? $(python3 "$(dirname "${BASH_SOURCE[0]}")/summary.py" "$f.jsonl")"
 done

@@ -8,7 +8,6 @@ rm -rf .carry && mkdir -p .carry/tests
 strip -o .carry/gpfarm target/release/gpfarm
 strip -o .carry/gpfarmd target/release/gpfarmd
 echo "$PWD/target/release" > .carry/target_dir
-cc -O2 -o .carry/chase scripts/gpu/chase.c
 # An empty libcuda.so.1, for no-cache-probe.py to show NVRTC a driver that is not there.
 mkdir -p .carry/fakecuda
 echo 'int gpfarm_no_driver_here;' | cc -shared -fPIC -x c - -Wl,-soname,libcuda.so.1 -o .carry/fakecuda/libcuda.so.1
