@@ -2,11 +2,11 @@
 # GPU evaluation and reliability on the GPU host, in one call: the GPU and fault tests, the
 # 50-generation keijzer6 run, 20-generation runs of the other problems, and a run whose kernels
 # trap on large outputs so that faulting individuals are isolated for real. Expects .carry/ from
-# scripts/gpu/pack.sh; writes logs under $OUT/r.
+# scripts/gpu/harness/pack.sh; writes logs under $OUT/r.
 set -uo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../harness/env.sh"
 
-bash "$(dirname "${BASH_SOURCE[0]}")/tests.sh"
+bash "$(dirname "${BASH_SOURCE[0]}")/../harness/tests.sh"
 
 if [ -z "${TRAP_ONLY:-}" ]; then
 echo "== evolve keijzer6 300x50, 16 daemons, gpu"

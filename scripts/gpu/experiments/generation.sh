@@ -4,10 +4,10 @@
 # Modes: plain (--no-cache --no-overlap), cache (--no-overlap), overlap (--no-cache), both (the default).
 # gpfarm switches the CUDA driver's compute cache off, so every run compiles for real.
 # Each run's records go to $OUT/r/evolve_<problem>_<mode>[_<repeat>].jsonl, all of them into
-# $OUT/generation.tgz. Expects .carry/ from scripts/gpu/pack.sh. REPEATS=n runs each n times,
-# the modes interleaved so that a slow spell of the host does not land on one mode.
+# $OUT/generation.tgz. Expects .carry/ from scripts/gpu/harness/pack.sh. REPEATS=n runs each n
+# times, the modes interleaved so that a slow spell of the host does not land on one mode.
 set -uo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../harness/env.sh"
 problems=${PROBLEMS:-keijzer6 search multiplier5}
 for rep in $(seq 1 "${REPEATS:-1}"); do
   for p in $problems; do

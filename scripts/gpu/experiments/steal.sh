@@ -3,7 +3,7 @@
 # virtual CPUs were runnable but not running (steal), which no change of ours can win back.
 # Usage: steal.sh NAME:FLAGS... (each NAME a run, FLAGS its evolve flags, commas for spaces).
 set -uo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../harness/env.sh"
 cpu() { awk '/^cpu /{print $2+$3+$4+$7+$8, $5+$6, $9}' /proc/stat; }
 for spec in "$@"; do
   name=${spec%%:*}; flags=${spec#*:}; flags=${flags//,/ }

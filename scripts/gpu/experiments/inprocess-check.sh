@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Does in-process NVRTC slow down right after a long nvcc phase? Same samples each time.
 set -uo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../harness/env.sh"
 cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null
 vm() { grep -E "^(compact_stall|compact_fail|thp_fault_alloc|pgmajfault) " /proc/vmstat | tr '\n' ' '; echo; }
 common="--sizes 20,100,200,300 --runs 2 --generations 2"
