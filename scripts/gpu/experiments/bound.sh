@@ -7,7 +7,7 @@ set -uo pipefail
 here=$(dirname "${BASH_SOURCE[0]}")
 source "$here/../harness/env.sh"
 python3 "$here/allocator-probe.py" /usr/local/cuda/lib64/libnvrtc.so "${ALLOC_UNITS:-6}" 2>&1 | tee "$r/allocator.txt"
-CUDA_CACHE_DISABLE=1 $bin compile --compiler inprocess --random 32 --per-unit 8 --json \
+CUDA_CACHE_DISABLE=1 "$bin" compile --compiler inprocess --random 32 --per-unit 8 --json \
   --flag=-fdevice-time-trace="$r/trace.json" > "$r/trace-compile.json" 2> "$r/trace-compile.err"
 echo "trace rc=$?"
 REPEATS=${REPEATS:-2} PROBLEMS=keijzer6 MODES="plain cache both" bash "$here/generation.sh"

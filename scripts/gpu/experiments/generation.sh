@@ -17,7 +17,7 @@ for rep in $(seq 1 "${REPEATS:-1}"); do
         overlap) flags="--no-cache" ;; both) flags="" ;;
       esac
       f="$r/evolve_${p}_${mode}_${rep}"
-      timeout 150 $bin evolve --problem $p --population 300 --generations 50 --daemons 16 --eval gpu --seed 1 \
+      timeout 150 "$bin" evolve --problem "$p" --population 300 --generations 50 --daemons 16 --eval gpu --seed 1 \
         --json $flags --trace-units "$f.units.jsonl" > "$f.jsonl" 2> "$f.err"
       echo "$p $mode #$rep rc=$? $(tail -n 1 "$f.jsonl" | python3 -c 'import json,sys; s=json.load(sys.stdin); print("%.1f ms/gen, compiled %d of %d" % (s["mean_generation_ms"], s["totals"]["compiled"], s["totals"]["individuals_evaluated"]))' 2>&1)"
     done
