@@ -4,7 +4,7 @@
 set -uo pipefail
 out=${OUT:-out}; mkdir -p "$out"
 bin=${BIN:-target/release}
-export GPFARMD=$bin/gpfarmd
+export GPFARMD="$bin/gpfarmd"
 {
   echo "host: $(nproc) cores, $(lscpu | sed -n 's/^Model name:\s*//p')"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader

@@ -2,19 +2,19 @@
 # GPU evaluation and reliability on the GPU host, in one call: the GPU and fault tests, the
 # 50-generation keijzer6 run, 20-generation runs of the other problems, and a run whose kernels
 # trap on large outputs so that faulting individuals are isolated for real. Expects .carry/ from
-# scripts/gpu/pack.sh; writes logs under $OUT/r.
+# scripts/gpu/harness/pack.sh; writes logs under $OUT/r.
 set -uo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../harness/env.sh"
 
-bash "$(dirname "${BASH_SOURCE[0]}")/tests.sh"
+bash "$(dirname "${BASH_SOURCE[0]}")/../harness/tests.sh"
 
 if [ -z "${TRAP_ONLY:-}" ]; then
 echo "== evolve keijzer6 300x50, 16 daemons, gpu"
-timeout 300 $bin evolve --problem keijzer6 --population 300 --generations 50 --daemons 16 --eval gpu --seed 1 --json \
+timeout 300 "$bin" evolve --problem keijzer6 --population 300 --generations 50 --daemons 16 --eval gpu --seed 1 --json \
   > "$r/evolve_k6_gpu.jsonl" 2> "$r/evolve_k6_gpu.err"; echo "rc=$?"
 tail -n 1 "$r/evolve_k6_gpu.jsonl" | cut -c1-400
 for p in search multiplier5; do
-  timeout 150 $bin evolve --problem $p --population 300 --generations 20 --daemons 16 --eval gpu --seed 1 --json \
+  timeout 150 "$bin" evolve --problem "$p" --population 300 --generations 20 --daemons 16 --eval gpu --seed 1 --json \
     > "$r/evolve_${p}_gpu.jsonl" 2> "$r/evolve_${p}_gpu.err"
   echo "$p rc=$? $(tail -n 1 "$r/evolve_${p}_gpu.jsonl" | cut -c1-300)"
 done
@@ -29,7 +29,7 @@ s = s.replace("out_y[c] = (float)({{PHENOTYPE}});",
               "const float v = (float)({{PHENOTYPE}});\n    if (v > 1000.0f) __trap();\n    out_y[c] = v;")
 open(p, "w").write(s)
 PY
-timeout 200 $bin evolve --problem-dir "$r/k6trap" --population 300 --generations 10 --daemons 16 --eval gpu --seed 1 --json \
+timeout 200 "$bin" evolve --problem-dir "$r/k6trap" --population 300 --generations 10 --daemons 16 --eval gpu --seed 1 --json \
   > "$r/evolve_k6trap.jsonl" 2> "$r/evolve_k6trap.err"; echo "rc=$?"
 python3 - "$r" <<'PY'
 import json, sys, os

@@ -2,14 +2,14 @@
 # Builds release binaries and test executables here and strips them into .carry/ for the GPU
 # host (both machines are x86-64 Linux).
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
 cargo build --release --bins
 rm -rf .carry && mkdir -p .carry/tests
 strip -o .carry/gpfarm target/release/gpfarm
 strip -o .carry/gpfarmd target/release/gpfarmd
 echo "$PWD/target/release" > .carry/target_dir
-cc -O2 -o .carry/chase scripts/gpu/chase.c
-# An empty libcuda.so.1, for no-cache-probe.py to show NVRTC a driver that is not there.
+# An empty libcuda.so.1, for experiments/no-cache-probe.py to show NVRTC a driver that is not
+# there.
 mkdir -p .carry/fakecuda
 echo 'int gpfarm_no_driver_here;' | cc -shared -fPIC -x c - -Wl,-soname,libcuda.so.1 -o .carry/fakecuda/libcuda.so.1
 cargo test --release --workspace --no-run --message-format=json 2>/dev/null \

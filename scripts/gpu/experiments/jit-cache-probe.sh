@@ -5,8 +5,8 @@
 # so this script sets it either way.)
 set -uo pipefail
 here=$(dirname "${BASH_SOURCE[0]}")
-source "$here/env.sh"
-probe() { env CUDA_CACHE_DISABLE=0 "$@" $bin compile --compiler inprocess --random 96 --per-unit 8 --seed "$seed" 2>&1 | grep -E "wall" | tr -s ' '; }
+source "$here/../harness/env.sh"
+probe() { env CUDA_CACHE_DISABLE=0 "$@" "$bin" compile --compiler inprocess --random 96 --per-unit 8 --seed "$seed" 2>&1 | grep -E "wall" | tr -s ' '; }
 echo "HOME=$HOME; ~/.nv: $(ls -la ~/.nv 2>&1 | tr '\n' ' ')"
 du -sh ~/.nv/ComputeCache 2>&1
 touch /tmp/mark; sleep 1
@@ -20,9 +20,9 @@ echo "seed 12, cache on, third: $(probe)"
 echo "seed 12, cache on, fourth: $(probe)"
 for run in off1 off2 on1 on2; do
   envs=CUDA_CACHE_DISABLE=0; [[ $run == off* ]] && envs=CUDA_CACHE_DISABLE=1
-  env $envs timeout -s INT 120 $bin evolve --problem keijzer6 --population 300 --generations 50 --eval gpu --seed 3 --json \
+  env $envs timeout -s INT 120 "$bin" evolve --problem keijzer6 --population 300 --generations 50 --eval gpu --seed 3 --json \
     --no-cache --daemons 16 > "$r/ev_$run.jsonl" 2> "$r/ev_$run.err"
-  echo "evolve seed 3 plain $envs ($run): $(python3 "$here/snap.py" --summary "$r/ev_$run.jsonl")"
+  echo "evolve seed 3 plain $envs ($run): $(python3 "$here/../harness/summary.py" "$r/ev_$run.jsonl")"
 done
 du -sh ~/.nv/ComputeCache 2>&1
 tar czf "$out/jit.tgz" -C "$r" .
