@@ -1,6 +1,7 @@
-//! Breeding as data arrives gives exactly the run of the classic loop, whatever the depth and
-//! whatever the order in which fitness values come back. The classic loop's runs are also pinned
-//! by values recorded from it, so a change to the loop itself cannot pass unnoticed.
+//! Breeding as data arrives gives exactly the run of the classic loop (a pipeline of depth 1,
+//! evaluated in order), whatever the depth and whatever the order in which fitness values come
+//! back. The classic loop's runs are also pinned by values recorded from its original, separate
+//! implementation, so a change to the loop itself cannot pass unnoticed.
 
 use std::num::NonZeroUsize;
 
@@ -138,8 +139,8 @@ fn rows(stats: &[GenerationStats]) -> Vec<Row> {
         .collect()
 }
 
-/// Recorded from the classic loop (`config(7)`, evaluated by the CPU interpreter): each problem's
-/// generations and the best phenotype of the run.
+/// Recorded from the classic loop before it became a pipeline of depth 1 (`config(7)`, evaluated
+/// by the CPU interpreter): each problem's generations and the best phenotype of the run.
 const RECORDED: [(&str, [Row; 9], &str, f64); 3] = [
     (
         "keijzer6",
