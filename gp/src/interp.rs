@@ -29,9 +29,9 @@ mod value;
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
 
-use crate::fitness::{Fitness, ScoreError};
+use crate::fitness::Fitness;
 use crate::mapping::Phenotype;
-use crate::problem::{Column, InputColumn, InputType, Kind, Problem, ScalarType};
+use crate::problem::{Column, InputColumn, InputType, Kind, Problem, ScalarType, ScoreError};
 
 use parse::{Binding, Expr, Parser, Stmt};
 use run::{Machine, OutOfSteps};
@@ -284,11 +284,6 @@ fn push(col: &mut Column, v: Value) {
             _ => c.push(f32::NAN),
         },
     }
-}
-
-/// True for the names of math functions phenotypes may call.
-pub fn is_math_function(name: &str) -> bool {
-    parse::is_math_function(name)
 }
 
 /// The result of evaluating one program.

@@ -12,16 +12,16 @@ pub mod interp;
 pub mod mapping;
 pub mod operators;
 pub mod pipeline;
+pub mod population;
 pub mod problem;
 
 pub use dedup::Dedup;
-pub use engine::{
-    Evolution, EvolutionConfig, EvolutionError, GenerationStats, Individual, RunReport, run_cpu, run_cpu_with,
-};
+pub use engine::{Evolution, RunReport, run_cpu, run_cpu_with};
 pub use fitness::{Direction, Fitness, FitnessKind};
 pub use grammar::{Grammar, GrammarError};
 pub use init::InitMethod;
 pub use interp::{Evaluation, Program, evaluate, evaluate_all, evaluate_phenotype};
 pub use mapping::{Derivation, Genome, InvalidReason, Mapping, MappingLimits, Phenotype, map};
-pub use pipeline::{Born, Pipeline};
+pub use pipeline::{Born, GenerationStats, Pipeline};
+pub use population::{EvolutionConfig, EvolutionError, Individual};
 pub use problem::{Column, KernelName, KernelParam, ParamRole, Problem, ProblemError, Template};

@@ -1,6 +1,9 @@
-//! The generational loop driven by data: each pair of children is bred as soon as the fitness
-//! of its tournaments' contestants is known, so the next generation can start compiling while
-//! the last individuals of this one are still being compiled and evaluated.
+//! The generational loop of grammatical evolution, the only one in the crate, driven by data:
+//! each pair of children is bred as soon as the fitness of its tournaments' contestants is known,
+//! so the next generation can start compiling while the last individuals of this one are still
+//! being compiled and evaluated. Breeding (elites, tournaments, crossover, mutation), generation
+//! statistics and the best individual of the run live here and nowhere else; the step-wise
+//! [`crate::Evolution`] and the CPU runs ([`crate::run_cpu`]) drive a pipeline of depth 1.
 //!
 //! A caller takes the individuals bred so far ([`Pipeline::take_born`]), computes their fitness
 //! in any order, hands each back ([`Pipeline::set_fitness`]), and lets the pipeline breed what
@@ -8,23 +11,26 @@
 //! complete. `depth` bounds how many generations may be incomplete at once: 1 breeds a generation
 //! only when the one before is complete (the classic loop), 2 lets the next one start early.
 //!
-//! Must give, for the same seed and the same fitness values, exactly the generations
-//! [`crate::Evolution`] gives, whatever the depth and whatever the order fitness arrives in:
-//! each pair draws from a random stream of its own, and its contestants are drawn before any
-//! fitness is looked at. Elites are bred only when their generation is complete and keep their
-//! fitness; individuals whose mapping fails get the worst fitness here. Neither is handed out.
+//! Must never evaluate programs, and never draw randomness from anything but the run's seed: the
+//! same seed and the same fitness values give the same generations, bit for bit, whatever the
+//! depth and whatever the order fitness arrives in. Each pair of children draws from a random
+//! stream of its own (seeded by the run's seed, its generation and its place), and its
+//! contestants are drawn before any fitness is looked at. Elites are bred only when their
+//! generation is complete and keep their fitness; individuals whose mapping fails get the worst
+//! fitness here. Neither is handed out.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::num::NonZeroUsize;
 
-use crate::engine::{
-    EvolutionConfig, EvolutionError, GenerationStats, Individual, PairPlan, best_index, generation_stats,
-    initial_population, pair_count,
-};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
 use crate::fitness::{Direction, Fitness};
 use crate::grammar::Grammar;
 use crate::mapping::Phenotype;
-use crate::operators::elites;
+use crate::operators::{contestants, elites, int_flip, variable_onepoint, winner};
+use crate::population::{EvolutionConfig, EvolutionError, Individual, initial_population};
 use crate::problem::Problem;
 
 /// An individual that needs a fitness.
@@ -38,7 +44,28 @@ pub struct Born {
     pub phenotype: Phenotype,
 }
 
+/// Summary of one evaluated generation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GenerationStats {
+    /// 0 for the initial population.
+    pub generation: usize,
+    /// Best fitness in the generation.
+    pub best: Fitness,
+    /// Mean over individuals with a finite fitness; `None` if there are none.
+    pub mean: Option<f64>,
+    /// Individuals without a finite fitness: mapping failed, the program failed, or its
+    /// error was infinite or NaN.
+    pub invalid: usize,
+    /// Distinct phenotypes.
+    pub unique_phenotypes: usize,
+    /// Mean genome length, in codons.
+    pub mean_genome_len: f64,
+    /// Phenotype of the best individual (the first one, on ties).
+    pub best_phenotype: Option<Phenotype>,
+}
+
 /// A generation being bred or evaluated.
+#[derive(Clone, Debug)]
 struct Generation {
     index: usize,
     individuals: Vec<Option<Individual>>,
@@ -57,6 +84,7 @@ impl Generation {
 }
 
 /// See the module documentation.
+#[derive(Clone, Debug)]
 pub struct Pipeline {
     grammar: Grammar,
     direction: Direction,
@@ -115,6 +143,32 @@ impl Pipeline {
     /// The configuration.
     pub fn config(&self) -> &EvolutionConfig {
         &self.config
+    }
+
+    /// The grammar individuals are mapped with.
+    pub fn grammar(&self) -> &Grammar {
+        &self.grammar
+    }
+
+    /// Which way fitness is better.
+    pub fn direction(&self) -> Direction {
+        self.direction
+    }
+
+    /// Generation `generation`'s individuals, once every slot is bred, while the pipeline still
+    /// holds the generation (until [`Pipeline::advance`] reports it complete).
+    pub(crate) fn population(&self, generation: usize) -> Option<Vec<Individual>> {
+        self.held(generation)?.individuals.iter().cloned().collect()
+    }
+
+    /// Generation `generation`'s fitness, once complete, while the pipeline still holds it.
+    pub(crate) fn fitness(&self, generation: usize) -> Option<Vec<Fitness>> {
+        self.held(generation)?.fitness.iter().copied().collect()
+    }
+
+    fn held(&self, generation: usize) -> Option<&Generation> {
+        let first = self.generations.front()?.index;
+        self.generations.get(generation.checked_sub(first)?)
     }
 
     /// Puts a newly bred individual into its slot: with a known fitness (an elite), with the worst
@@ -282,4 +336,96 @@ impl Pipeline {
     pub fn best_ever(&self) -> Option<(&Individual, Fitness)> {
         self.best_ever.as_ref().map(|(i, f)| (i, *f))
     }
+}
+
+/// Pairs of children bred for a population of `size` with `elite` elites.
+fn pair_count(size: usize, elite: usize) -> usize {
+    size.saturating_sub(elite).div_ceil(2)
+}
+
+/// The random stream of pair `pair` of generation `generation` (ChaCha's stream = the
+/// generation, a word position per pair; the initial population uses stream 0).
+fn pair_rng(seed: u64, generation: usize, pair: usize) -> ChaCha8Rng {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(generation as u64);
+    // 2^40 words per pair: far more than any pair draws.
+    rng.set_word_pos((pair as u128) << 40);
+    rng
+}
+
+/// One pair of children to breed: its two tournaments' contestants, drawn before any fitness
+/// is known, and the stream it goes on drawing from.
+#[derive(Clone, Debug)]
+struct PairPlan {
+    rng: ChaCha8Rng,
+    /// Contestants of the first and the second tournament, indices into the parents.
+    contestants: [Vec<usize>; 2],
+}
+
+impl PairPlan {
+    /// Plans pair `pair` of generation `generation`, whose parents are `size` individuals.
+    fn new(c: &EvolutionConfig, size: usize, generation: usize, pair: usize) -> PairPlan {
+        let mut rng = pair_rng(c.seed, generation, pair);
+        let first = contestants(&mut rng, size, c.tournament);
+        let second = contestants(&mut rng, size, c.tournament);
+        PairPlan { rng, contestants: [first, second] }
+    }
+
+    /// Breeds the pair's two children; `parent(i)` gives contestant `i` and its fitness.
+    fn breed<'a>(
+        mut self,
+        grammar: &Grammar,
+        c: &EvolutionConfig,
+        parent: impl Fn(usize) -> (&'a Individual, Fitness),
+    ) -> Vec<Individual> {
+        let [first, second] = &self.contestants;
+        let (Some(a), Some(b)) = (winner(first, |i| parent(i).1), winner(second, |i| parent(i).1)) else {
+            return Vec::new();
+        };
+        let (pa, pb) = (parent(a).0, parent(b).0);
+        let rng = &mut self.rng;
+        let (ga, gb) = if rng.random_bool(c.crossover_rate) {
+            variable_onepoint(rng, &pa.genome, pa.used_codons(), &pb.genome, pb.used_codons())
+        } else {
+            (pa.genome.clone(), pb.genome.clone())
+        };
+        [ga, gb]
+            .into_iter()
+            .map(|genome| {
+                let mut child = Individual::new(genome, grammar, &c.limits);
+                if rng.random_bool(c.mutation_rate) {
+                    let used = child.used_codons();
+                    int_flip(rng, &mut child.genome, used, c.mutation_codon_probability, c.codon_size);
+                    child = Individual::new(child.genome, grammar, &c.limits);
+                }
+                child
+            })
+            .collect()
+    }
+}
+
+/// Statistics of generation `generation`, given each individual's fitness.
+fn generation_stats(
+    generation: usize,
+    individuals: &[Individual],
+    fitness: &[Fitness],
+    direction: Direction,
+) -> GenerationStats {
+    let finite: Vec<f64> = fitness.iter().filter(|x| x.is_finite()).map(Fitness::value).collect();
+    let best = best_index(fitness);
+    let n = individuals.len().max(1) as f64;
+    GenerationStats {
+        generation,
+        best: best.map_or(Fitness::worst(direction), |i| fitness[i]),
+        mean: (!finite.is_empty()).then(|| finite.iter().sum::<f64>() / finite.len() as f64),
+        invalid: fitness.len() - finite.len(),
+        unique_phenotypes: individuals.iter().filter_map(Individual::phenotype).collect::<HashSet<_>>().len(),
+        mean_genome_len: individuals.iter().map(|i| i.genome.len() as f64).sum::<f64>() / n,
+        best_phenotype: best.and_then(|i| individuals[i].phenotype().cloned()),
+    }
+}
+
+/// Index of the best fitness (the first one, on ties).
+pub(crate) fn best_index(f: &[Fitness]) -> Option<usize> {
+    (0..f.len()).reduce(|best, i| if f[i].is_better_than(&f[best]) { i } else { best })
 }

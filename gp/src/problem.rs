@@ -1,20 +1,26 @@
 //! Problems as data: a directory holding `problem.toml`, `grammar.bnf`, `cases.json`
-//! and `template.cu`, loaded and cross-checked into one [`Problem`]. The three
-//! benchmarks of the paper are built in. Must never evaluate programs (see `interp`) or
-//! know how a GPU is driven (it only states the kernel convention).
+//! and `template.cu`, loaded and cross-checked into one [`Problem`], and the scoring of
+//! outputs against its targets. The three benchmarks of the paper are built in. Must never
+//! evaluate programs or know how a GPU is driven (it only states the kernel convention):
+//! the evaluator (`interp`) builds on problems, never the other way round.
 
 pub mod builtin;
 pub mod cases;
+pub mod scoring;
 pub mod spec;
 pub mod template;
 
 use std::path::Path;
 
-use crate::fitness::{Direction, Fitness, ScoreError, score};
+use crate::fitness::{Direction, Fitness};
 use crate::grammar::{Grammar, GrammarError};
 
 pub use cases::{Cases, Column, InputColumn};
-pub use spec::{CaseBitSpec, InputSpec, InputType, Kind, ProblemSpec, ScalarType, TargetSpec, VarSpec};
+pub use scoring::{ScoreError, score};
+pub use spec::{
+    CaseBitSpec, InputSpec, InputType, Kind, MATH_FUNCTIONS, ProblemSpec, ScalarType, TargetSpec, VarSpec,
+    is_math_function,
+};
 pub use template::{KernelName, KernelParam, ParamRole, Template};
 
 /// The four files of a problem, as text.

@@ -93,6 +93,41 @@ fn set_fitness_rejects_wrong_counts_and_directions() {
 }
 
 #[test]
+fn a_generation_takes_its_fitness_once_and_the_last_one_breeds_no_further() {
+    let p = Problem::builtin("keijzer6").unwrap();
+    let mut evo = Evolution::new(&p, EvolutionConfig { generations: 1, ..config(8) }).unwrap();
+    let evaluate = |evo: &Evolution| {
+        let dedup = evo.dedup();
+        let unique: Vec<Fitness> = dedup.unique.iter().map(|ph| evaluate_phenotype(&p, ph).fitness).collect();
+        dedup.expand(&unique, p.direction()).unwrap()
+    };
+    let fitness = evaluate(&evo);
+    evo.set_fitness(fitness.clone()).unwrap();
+    assert!(matches!(evo.set_fitness(fitness), Err(EvolutionError::FitnessAlreadySet { generation: 0 })));
+    evo.breed().unwrap();
+    let fitness = evaluate(&evo);
+    evo.set_fitness(fitness).unwrap();
+    assert_eq!(evo.stats().unwrap().generation, 1);
+    assert!(matches!(evo.breed(), Err(EvolutionError::LastGeneration { generation: 1 })));
+    assert_eq!(evo.generation(), 1);
+}
+
+#[test]
+fn elites_keep_the_fitness_of_the_generation_they_come_from() {
+    let p = Problem::builtin("keijzer6").unwrap();
+    let mut evo = Evolution::new(&p, EvolutionConfig { elite: 1, ..config(9) }).unwrap();
+    let dedup = evo.dedup();
+    let unique: Vec<Fitness> = dedup.unique.iter().map(|ph| evaluate_phenotype(&p, ph).fitness).collect();
+    evo.set_fitness(dedup.expand(&unique, p.direction()).unwrap()).unwrap();
+    let (_, best) = evo.best().unwrap();
+    evo.breed().unwrap();
+    // Whatever is passed for it, the elite in slot 0 keeps the best fitness of generation 0.
+    evo.set_fitness(vec![Fitness::new(1e9, Direction::Lower); 60]).unwrap();
+    assert_eq!(evo.fitness().unwrap()[0], best);
+    assert_eq!(evo.best().unwrap().1, best);
+}
+
+#[test]
 fn invalid_mappings_get_the_worst_fitness_whatever_is_passed() {
     let p = Problem::builtin("keijzer6").unwrap();
     // Genomes of one codon with no wrapping fail on any two-level derivation.

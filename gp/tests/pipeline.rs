@@ -1,5 +1,7 @@
-//! Breeding as data arrives gives exactly the run of the classic loop, whatever the depth and
-//! whatever the order in which fitness values come back.
+//! Breeding as data arrives gives exactly the run of the classic loop (a pipeline of depth 1,
+//! evaluated in order), whatever the depth and whatever the order in which fitness values come
+//! back. The classic loop's runs are also pinned by values recorded from its original, separate
+//! implementation, so a change to the loop itself cannot pass unnoticed.
 
 use std::num::NonZeroUsize;
 
@@ -125,4 +127,95 @@ fn a_fitness_for_nobody_is_an_error_not_a_panic() {
     assert!(matches!(p.set_fitness(0, b.slot, f), Err(EvolutionError::UnknownIndividual { .. })));
     let wrong = Fitness::new(1.0, gpfarm_gp::Direction::Higher);
     assert!(matches!(p.set_fitness(0, 1, wrong), Err(EvolutionError::FitnessDirection { .. })));
+}
+
+/// Per generation: index, best fitness, mean, invalid, unique phenotypes, mean genome length.
+type Row = (usize, f64, Option<f64>, usize, usize, f64);
+
+fn rows(stats: &[GenerationStats]) -> Vec<Row> {
+    stats
+        .iter()
+        .map(|s| (s.generation, s.best.value(), s.mean, s.invalid, s.unique_phenotypes, s.mean_genome_len))
+        .collect()
+}
+
+/// Recorded from the classic loop before it became a pipeline of depth 1 (`config(7)`, evaluated
+/// by the CPU interpreter): each problem's generations and the best phenotype of the run.
+const RECORDED: [(&str, [Row; 9], &str, f64); 3] = [
+    (
+        "keijzer6",
+        [
+            (0, 0.5486935788910617, Some(3.1156932920247594e29), 0, 37, 64.24),
+            (1, 0.5486935788910617, Some(1.6763433132202105e25), 0, 40, 70.74),
+            (2, 0.5486935788910617, Some(8.467989659233043), 0, 37, 76.0),
+            (3, 0.5045186155296874, Some(1.6763433132202105e25), 0, 39, 73.38),
+            (4, 0.5045186155296874, Some(1.3394337869981674e26), 0, 46, 75.7),
+            (5, 0.5045186155296874, Some(56.60656308916307), 0, 41, 75.42),
+            (6, 0.5045186117099613, Some(43.57115689675882), 0, 38, 79.82),
+            (7, 0.11537879503058845, Some(1.1158280412441166e27), 0, 39, 73.72),
+            (8, 0.11537879503058845, Some(86.59529922574202), 0, 34, 65.34),
+        ],
+        "logf(fabsf(x + x)+1)",
+        0.11537879503058845,
+    ),
+    (
+        "search",
+        [
+            (0, 16.0, Some(2.0833333333333335), 2, 48, 64.24),
+            (1, 16.0, Some(3.7708333333333335), 2, 45, 71.7),
+            (2, 16.0, Some(4.387755102040816), 1, 48, 69.42),
+            (3, 16.0, Some(3.2857142857142856), 1, 49, 73.92),
+            (4, 16.0, Some(3.8085106382978724), 3, 47, 65.0),
+            (5, 16.0, Some(4.541666666666667), 2, 46, 77.5),
+            (6, 16.0, Some(6.395833333333333), 2, 46, 77.98),
+            (7, 16.0, Some(5.583333333333333), 2, 48, 87.66),
+            (8, 16.0, Some(5.4375), 2, 42, 90.66),
+        ],
+        "for(i=0;i < LENINPUT;i++){OUTPUT = (-1);}",
+        16.0,
+    ),
+    (
+        "multiplier5",
+        [
+            (0, 4433.0, Some(5122.875), 2, 48, 64.24),
+            (1, 4433.0, Some(4961.693877551021), 1, 48, 70.24),
+            (2, 4433.0, Some(4874.836734693878), 1, 46, 71.64),
+            (3, 4381.0, Some(4829.08), 0, 49, 72.42),
+            (4, 4381.0, Some(4819.2), 0, 49, 75.56),
+            (5, 4285.0, Some(4662.68), 0, 49, 76.1),
+            (6, 4277.0, Some(4676.7959183673465), 1, 47, 64.06),
+            (7, 4201.0, Some(4596.183673469388), 1, 49, 70.12),
+            (8, 4201.0, Some(4592.3877551020405), 1, 48, 73.52),
+        ],
+        "o0=b0;o1=a1;o2=(a1 & a0);o3=((~ a4) | (~ a4));o4=a3;o5=((~ a3) & b0);o6=(~ a1);\
+         o7=((~ a0) & (~ a1));o8=b0;o9=((~ b3) & b3);",
+        4201.0,
+    ),
+];
+
+#[test]
+fn the_loop_repeats_the_recorded_runs_of_the_classic_loop() {
+    for (name, generations, best, best_fitness) in RECORDED {
+        let problem = Problem::builtin(name).unwrap();
+        let report = run_cpu_with(&problem, &config(7), NonZeroUsize::MIN, |_| {}).unwrap();
+        assert_eq!(rows(&report.generations), generations, "{name}");
+        let (phenotype, fitness) = report.best.unwrap();
+        assert_eq!((phenotype.as_str(), fitness.value()), (best, best_fitness), "{name}");
+
+        // Driven step by step, the loop gives the same generations.
+        let mut evo = Evolution::new(&problem, config(7)).unwrap();
+        let mut stepped = Vec::new();
+        loop {
+            let dedup = evo.dedup();
+            let unique: Vec<Fitness> =
+                dedup.unique.iter().map(|p| evaluate_phenotype(&problem, p).fitness).collect();
+            evo.set_fitness(dedup.expand(&unique, problem.direction()).unwrap()).unwrap();
+            stepped.push(evo.stats().unwrap());
+            if evo.generation() == config(7).generations {
+                break;
+            }
+            evo.breed().unwrap();
+        }
+        assert_eq!(stepped, report.generations, "{name}");
+    }
 }

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use super::CompileError;
 use super::lex::{Tok, Token};
 use super::value::{Ty, Value};
+use crate::problem::is_math_function;
 
 /// Deepest nesting of statements and expressions accepted; deeper phenotypes are
 /// rejected rather than risking the stack of whichever thread evaluates them. Grammar
@@ -570,8 +571,12 @@ enum MathFn {
     Two(Fn2),
 }
 
-/// The math functions the subset knows, and whether the name is the float (`f`) form.
+/// The math functions the subset knows ([`crate::problem::MATH_FUNCTIONS`] decides which), and whether the name
+/// is the float (`f`) form.
 fn math_function(name: &str) -> Option<(MathFn, bool)> {
+    if !is_math_function(name) {
+        return None;
+    }
     let (base, float_form) = match name.strip_suffix('f') {
         Some(b) => (b, true),
         _ => (name, false),
@@ -592,11 +597,6 @@ fn math_function(name: &str) -> Option<(MathFn, bool)> {
     Some((f, float_form))
 }
 
-/// True for the names of the math functions phenotypes may call.
-pub(super) fn is_math_function(name: &str) -> bool {
-    math_function(name).is_some()
-}
-
 /// `x += 1` / `x -= 1` for `x++` / `x--`.
 fn step(slot: usize, ty: Ty, op: ArithOp) -> Stmt {
     Stmt::Assign(
@@ -608,4 +608,19 @@ fn step(slot: usize, ty: Ty, op: ArithOp) -> Stmt {
 
 fn convert(e: Expr, from: Ty, to: Ty) -> Expr {
     if from == to { e } else { Expr::Convert(to, Box::new(e)) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::problem::MATH_FUNCTIONS;
+
+    #[test]
+    fn the_parser_knows_every_declared_math_function_in_both_forms() {
+        for name in MATH_FUNCTIONS {
+            assert!(matches!(math_function(name), Some((_, false))), "{name}");
+            assert!(matches!(math_function(&format!("{name}f")), Some((_, true))), "{name}f");
+        }
+        assert!(math_function("atan").is_none());
+    }
 }

@@ -130,6 +130,17 @@ pub struct ProblemSpec {
     pub target: TargetSpec,
 }
 
+/// The math functions a phenotype may call, each also in its float form (the name followed by
+/// `f`, as `sinf`). The CPU evaluator's parser knows exactly these; no variable may take their
+/// names.
+pub const MATH_FUNCTIONS: &[&str] =
+    &["sin", "cos", "exp", "log", "sqrt", "fabs", "tanh", "pow", "fmin", "fmax"];
+
+/// True for the name of a math function a phenotype may call, in either form.
+pub fn is_math_function(name: &str) -> bool {
+    MATH_FUNCTIONS.contains(&name.strip_suffix('f').unwrap_or(name))
+}
+
 /// Names a phenotype can never use: the kernel's own identifiers and C/C++ words.
 const RESERVED: &[&str] = &[
     "c",
@@ -257,7 +268,7 @@ impl ProblemSpec {
                 || name.starts_with("in_")
                 || name.starts_with("out_")
                 || name.starts_with("gp_")
-                || crate::interp::is_math_function(name)
+                || is_math_function(name)
             {
                 return Err(issue(
                     field,

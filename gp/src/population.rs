@@ -1,0 +1,193 @@
+//! What a run is made of before any loop runs: its parameters ([`EvolutionConfig`]) and their
+//! validation, the [`Individual`] (a genome and what it maps to), the first generation drawn
+//! from the run's seed, and the errors of driving a run. Must never breed or look at fitness
+//! (that is [`crate::pipeline`]'s), and never draw randomness from anything but the run's seed.
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::dedup::DedupMismatch;
+use crate::fitness::Direction;
+use crate::grammar::Grammar;
+use crate::init::{InitMethod, random_genome, sensible_genomes};
+use crate::mapping::{Genome, Mapping, MappingLimits, Phenotype, map};
+
+/// Parameters of a run. Defaults follow the paper (crossover and mutation rate 0.7) and
+/// PonyGE2 elsewhere.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EvolutionConfig {
+    /// Individuals per generation.
+    pub population: usize,
+    /// Breeding steps after the first generation (a run sees `generations + 1`).
+    pub generations: usize,
+    /// Contestants per tournament.
+    pub tournament: usize,
+    /// Best individuals copied unchanged into the next generation.
+    pub elite: usize,
+    /// Probability that a pair of parents is crossed over.
+    pub crossover_rate: f64,
+    /// Probability that a child is mutated.
+    pub mutation_rate: f64,
+    /// Per-codon flip probability when mutating; `None` means 1 / used codons.
+    pub mutation_codon_probability: Option<f64>,
+    /// Codons are drawn from `0..codon_size`.
+    pub codon_size: u32,
+    /// How the first generation is built.
+    pub init: InitMethod,
+    /// Shortest random initial genome.
+    pub init_min_len: usize,
+    /// Longest random initial genome.
+    pub init_max_len: usize,
+    /// Deepest derivation tree of sensible initialisation.
+    pub init_max_depth: u32,
+    /// Bounds on mapping.
+    pub limits: MappingLimits,
+    /// Seed of the run's random generator.
+    pub seed: u64,
+}
+
+impl Default for EvolutionConfig {
+    fn default() -> Self {
+        Self {
+            population: 100,
+            generations: 50,
+            tournament: 3,
+            elite: 1,
+            crossover_rate: 0.7,
+            mutation_rate: 0.7,
+            mutation_codon_probability: None,
+            codon_size: 100_000,
+            init: InitMethod::Random,
+            init_min_len: 20,
+            init_max_len: 100,
+            init_max_depth: 10,
+            limits: MappingLimits::default(),
+            seed: 0,
+        }
+    }
+}
+
+/// What went wrong driving an evolution.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum EvolutionError {
+    /// A configuration value is out of range.
+    #[error("configuration `{field}`: {message}")]
+    Config { field: &'static str, message: String },
+    /// The grammar's start rule has no finite derivation (sensible initialisation).
+    #[error("the grammar's start rule can never finish deriving, so sensible initialisation is impossible")]
+    NonTerminatingGrammar,
+    /// `set_fitness` got the wrong number of values.
+    #[error("got {found} fitness values for a population of {expected}: give one per individual, in order")]
+    FitnessCount { expected: usize, found: usize },
+    /// `set_fitness` got values of the wrong direction.
+    #[error("fitness direction {found:?} does not match the problem's {expected:?}")]
+    FitnessDirection { expected: Direction, found: Direction },
+    /// `stats` or `breed` before `set_fitness`.
+    #[error("the current generation has no fitness yet: call set_fitness first")]
+    NoFitness,
+    /// A fitness was given for an individual that is not waiting for one.
+    #[error("generation {generation} has no individual {slot} waiting for a fitness")]
+    UnknownIndividual { generation: usize, slot: usize },
+    /// `set_fitness` for a generation that already has its fitness.
+    #[error(
+        "generation {generation} already has its fitness: breed the next one before setting fitness again"
+    )]
+    FitnessAlreadySet { generation: usize },
+    /// `breed` after the last generation the configuration allows.
+    #[error("generation {generation} is the last one `generations` allows: raise it to breed further")]
+    LastGeneration { generation: usize },
+    /// Per-unique fitness did not match the deduplicated phenotypes.
+    #[error(transparent)]
+    Dedup(#[from] DedupMismatch),
+}
+
+/// One member of the population.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Individual {
+    /// Its codons.
+    pub genome: Genome,
+    /// What they map to.
+    pub mapping: Mapping,
+}
+
+impl Individual {
+    pub(crate) fn new(genome: Genome, grammar: &Grammar, limits: &MappingLimits) -> Self {
+        let mapping = map(grammar, &genome, limits);
+        Self { genome, mapping }
+    }
+
+    /// The phenotype, if mapping succeeded.
+    pub fn phenotype(&self) -> Option<&Phenotype> {
+        self.mapping.phenotype()
+    }
+
+    /// Codons read by the mapping, if it succeeded.
+    pub fn used_codons(&self) -> Option<usize> {
+        self.mapping.derivation().map(|d| d.used_codons)
+    }
+}
+
+/// The validated configuration's initial population (stream 0 of the run's seed).
+pub(crate) fn initial_population(
+    grammar: &Grammar,
+    config: &EvolutionConfig,
+) -> Result<Vec<Individual>, EvolutionError> {
+    validate(config, grammar)?;
+    let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
+    let genomes = match config.init {
+        InitMethod::Random => (0..config.population)
+            .map(|_| random_genome(&mut rng, config.init_min_len, config.init_max_len, config.codon_size))
+            .collect(),
+        InitMethod::Sensible => sensible_genomes(
+            grammar,
+            &mut rng,
+            config.population,
+            config.init_max_depth,
+            config.codon_size,
+            // Half the mapping's expansion limit leaves room to close open branches.
+            config.limits.max_expansions / 2,
+        )
+        .ok_or(EvolutionError::NonTerminatingGrammar)?,
+    };
+    Ok(genomes.into_iter().map(|g| Individual::new(g, grammar, &config.limits)).collect())
+}
+
+fn validate(c: &EvolutionConfig, grammar: &Grammar) -> Result<(), EvolutionError> {
+    let err = |field, message: String| Err(EvolutionError::Config { field, message });
+    if c.population == 0 {
+        return err("population", "must be at least 1".into());
+    }
+    if c.tournament == 0 {
+        return err("tournament", "must be at least 1".into());
+    }
+    if c.elite > c.population {
+        return err("elite", format!("must not exceed the population ({})", c.population));
+    }
+    for (field, rate) in [("crossover_rate", c.crossover_rate), ("mutation_rate", c.mutation_rate)] {
+        if !(0.0..=1.0).contains(&rate) {
+            return err(field, format!("{rate} is not a probability in [0, 1]"));
+        }
+    }
+    if let Some(p) = c.mutation_codon_probability.filter(|p| !(0.0..=1.0).contains(p)) {
+        return err("mutation_codon_probability", format!("{p} is not a probability in [0, 1]"));
+    }
+    let needed = grammar.max_alternatives();
+    if (c.codon_size as usize) < needed {
+        return err(
+            "codon_size",
+            format!(
+                "{} is below the largest number of alternatives ({needed}), so some could never be chosen",
+                c.codon_size
+            ),
+        );
+    }
+    if c.init_min_len > c.init_max_len {
+        return err("init_min_len", format!("{} exceeds init_max_len ({})", c.init_min_len, c.init_max_len));
+    }
+    if c.init == InitMethod::Random && c.init_max_len == 0 {
+        return err("init_max_len", "must be at least 1".into());
+    }
+    Ok(())
+}
