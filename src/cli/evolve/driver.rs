@@ -29,9 +29,9 @@ use gpfarm_client::partition::guided;
 use gpfarm_client::{
     CacheKey, Compiler, DiskCache, FailureKind, Finished, Job, Submitter, Unit, UnitOutcome, job_queue,
 };
+use gpfarm_client::{GpuWorker, WorkerError};
 use gpfarm_gp::{Born, Fitness, Phenotype, Pipeline, Problem, evaluate_all};
-use gpfarm_kernels::gpu::{CompiledUnit, GpuError};
-use gpfarm_kernels::worker::GpuWorker;
+use gpfarm_kernels::gpu::CompiledUnit;
 use gpfarm_kernels::{UNIT_WEIGHT, compile_weight, kernel_name, keyed_source, render_unit};
 use gpfarm_protocol::CompileOptions;
 
@@ -587,7 +587,7 @@ impl<'a> Driver<'a> {
                     .collect();
                 (values, faulted, Some((out.load, out.launch, out.readback)))
             }
-            Some(Err(GpuError::Fault(why))) => {
+            Some(Err(WorkerError::Fault(why))) => {
                 eprintln!(
                     "warning: the GPU faulted and the fault could not be pinned on one individual ({why}); \
                      falling back to the CPU evaluator for the rest of the run"

@@ -13,9 +13,10 @@ use std::str::FromStr;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use gpfarm_client::{DiskCache, UnitOutcome};
+use gpfarm_client::{GpuWorker, ProblemRef};
 use gpfarm_gp::{EvolutionConfig, Pipeline, Problem};
 use gpfarm_kernels::gpu;
-use gpfarm_kernels::worker::{GpuWorker, ProblemRef};
+use gpfarm_kernels::worker::LoadProblem;
 use gpfarm_protocol::{CompileMode, CompileOptions, SmArch, Unit};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -208,8 +209,7 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
                 UnitOutcome::Cubin(c) => c,
                 UnitOutcome::Failed(f) => bail!("the fitness kernel did not compile: {f}\n{}", result.log),
             };
-            let exe = std::env::current_exe().context("locating this executable for the GPU worker")?;
-            Evaluator::Gpu(Box::new(GpuWorker::spawn(&exe, problem_ref(&args), cubin)?))
+            Evaluator::Gpu(Box::new(GpuWorker::spawn_located(problem_ref(&args), cubin)?))
         }
         _ => Evaluator::Cpu,
     };
