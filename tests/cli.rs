@@ -111,3 +111,11 @@ fn compiling_nothing_is_a_clear_error() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("nothing to compile"));
 }
+
+#[test]
+fn the_cli_has_no_gpu_worker_subcommand() {
+    // The GPU worker is a binary of its own; no library starts the CLI.
+    let out = gpfarm().args(["gpu-worker", "--problem", "keijzer6"]).stdin(Stdio::null()).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unrecognized subcommand"));
+}

@@ -4,8 +4,8 @@
 mod common;
 
 use gpfarm_client::{Compiler, Unit};
+use gpfarm_client::{GpuWorker, ProblemRef};
 use gpfarm_kernels::gpu::{self, CompiledUnit};
-use gpfarm_kernels::worker::{GpuWorker, ProblemRef};
 
 #[test]
 fn in_a_worker_process_a_faulting_kernel_costs_only_its_individual() {
@@ -31,7 +31,7 @@ fn in_a_worker_process_a_faulting_kernel_costs_only_its_individual() {
     let cubin = batch.results[0].cubin().unwrap().to_vec();
     let kernels: Vec<String> = (0..6).map(|k| format!("i{k}")).collect();
     let members: Vec<usize> = (0..6).collect();
-    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_gpfarm"));
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_gpfarm-gpu-worker"));
     let mut worker = GpuWorker::spawn(exe, ProblemRef::Builtin("keijzer6".into()), fitness_cubin).unwrap();
     let units = [CompiledUnit { cubin: &cubin, kernels: &kernels, members: &members }];
     let t = std::time::Instant::now();
@@ -63,7 +63,7 @@ fn in_a_worker_process_a_faulting_kernel_costs_only_its_individual() {
 
 #[test]
 fn a_worker_that_cannot_start_says_why() {
-    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_gpfarm"));
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_gpfarm-gpu-worker"));
     let err = GpuWorker::spawn(exe, ProblemRef::Builtin("no-such-problem".into()), Vec::new()).err();
     let err = err.expect("a worker for an unknown problem started").to_string();
     assert!(err.contains("could not start"), "{err}");
@@ -73,4 +73,19 @@ fn a_worker_that_cannot_start_says_why() {
         assert!(err.contains("no GPU"), "{err}");
         eprintln!("without a GPU: {err}");
     }
+}
+
+#[test]
+fn the_worker_binary_is_found_beside_the_test_binaries() {
+    let found = gpfarm_client::gpu_worker_executable().expect("gpfarm-gpu-worker not found");
+    assert_eq!(found.file_name().unwrap(), "gpfarm-gpu-worker");
+    assert!(found.is_file());
+}
+
+#[test]
+fn a_missing_worker_binary_is_a_spawn_error_naming_it() {
+    let exe = std::path::Path::new("/nonexistent/gpfarm-gpu-worker");
+    let err = GpuWorker::spawn(exe, ProblemRef::Builtin("keijzer6".into()), Vec::new()).err();
+    let err = err.expect("a worker started from a missing binary");
+    assert!(matches!(err, gpfarm_client::WorkerError::Spawn(ref e) if e.program == exe), "{err}");
 }

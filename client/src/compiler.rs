@@ -1,12 +1,14 @@
 //! The one interface every compiler offers, and the statistics of one call.
 
+use std::path::PathBuf;
 use std::time::Instant;
 
-use gpfarm_protocol::{CompileOptions, Unit, UnitResult};
+use gpfarm_protocol::{CompileOptions, DaemonId, Unit, UnitResult};
 use serde::Serialize;
 use thiserror::Error;
 
 use crate::queue::{Finished, Queued, Worklist};
+use crate::supervisor::{LocateError, SpawnError};
 
 /// Something that turns CUDA C units into CUBIN.
 pub trait Compiler {
@@ -145,18 +147,45 @@ pub enum CompilerError {
     /// NVRTC could not be loaded.
     #[error(transparent)]
     Load(#[from] gpfarm_toolchain::nvrtc::LoadError),
-    /// A daemon could not be started or reached.
+    /// A daemon could not be started or reached, or broke the protocol.
     #[error("daemon {id}: {message}")]
     Daemon {
         /// Which daemon.
-        id: u16,
+        id: DaemonId,
         /// What went wrong and what to do.
         message: String,
     },
+    /// The OS refused to start a daemon's process.
+    #[error("daemon {id}: {source}")]
+    Spawn {
+        /// Which daemon.
+        id: DaemonId,
+        /// The executable and the OS's reason.
+        #[source]
+        source: SpawnError,
+    },
+    /// A helper executable (`gpfarmd`) was not found.
+    #[error(transparent)]
+    Locate(#[from] LocateError),
     /// Shared memory failed.
     #[error(transparent)]
     Segment(#[from] gpfarm_protocol::SegmentError),
-    /// Anything else the OS refused (spawning, temporary files).
+    /// A file or directory the compiler needs could not be written or made.
+    #[error("{}: {source}", path.display())]
+    File {
+        /// The file or directory.
+        path: PathBuf,
+        /// The OS's reason.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The toolchain lacks nvcc, which the `nvcc` baseline needs.
+    #[error("the toolchain in {} has no nvcc; {}", lib_dir.display(), gpfarm_toolchain::INSTALL_HINT)]
+    NoNvcc {
+        /// The toolchain's library directory.
+        lib_dir: PathBuf,
+    },
+    /// Anything else the OS refused (the in-process compiler's thread).
     #[error("{0}")]
     Io(String),
 }

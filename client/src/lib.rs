@@ -9,25 +9,33 @@
 //!
 //! All four take the same units and options and return one [`UnitResult`] per unit, in input
 //! order. This crate knows nothing of genetic programming.
+//!
+//! Every child process it starts (the daemons, and the GPU evaluation worker of [`GpuWorker`])
+//! goes through one [`supervisor`]: parent-death signal, bounded liveness checks, kill, restart.
 
 pub mod cache;
 mod compiler;
 pub mod cubin;
 mod farm;
+pub mod gpu_worker;
 mod inprocess;
 mod nvcc;
 pub mod partition;
 mod queue;
+pub mod supervisor;
 
 pub use cache::{CacheKey, DiskCache};
 pub use compiler::{Batch, BatchStats, Compiler, CompilerError, WorkerStats};
 pub use farm::{
-    DEFAULT_UNIT_DEADLINE, Farm, FarmConfig, FarmStatus, daemon_executable, farm_status, stop_farm,
+    DEFAULT_UNIT_DEADLINE, DaemonStatus, Farm, FarmConfig, FarmStatus, daemon_executable, farm_status,
+    stop_farm,
 };
+pub use gpfarm_protocol::worker::{CompiledUnit, GpuGeneration, ProblemRef};
 pub use gpfarm_protocol::{
     CompileMode, CompileOptions, DaemonInfo, Failure, FailureKind, SmArch, Unit, UnitOutcome, UnitResult,
     UnitTimings,
 };
+pub use gpu_worker::{GpuWorker, WorkerError, gpu_worker_executable};
 pub use inprocess::{InProcess, Threads};
 pub use nvcc::Nvcc;
 pub use queue::{Finished, Job, Submitter, Worklist, job_queue};

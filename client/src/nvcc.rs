@@ -8,7 +8,7 @@ use std::time::Instant;
 use gpfarm_protocol::{
     CompileMode, CompileOptions, Failure, FailureKind, Unit, UnitOutcome, UnitResult, UnitTimings,
 };
-use gpfarm_toolchain::{INSTALL_HINT, Toolchain};
+use gpfarm_toolchain::Toolchain;
 
 use crate::compiler::{Batch, BatchStats, Compiler, CompilerError, WorkerStats};
 
@@ -24,12 +24,10 @@ pub struct Nvcc {
 impl Nvcc {
     /// Uses the toolchain's nvcc.
     pub fn new(toolchain: &Toolchain) -> Result<Self, CompilerError> {
-        let nvcc = toolchain.nvcc.clone().ok_or_else(|| {
-            CompilerError::Io(format!(
-                "the toolchain in {} has no nvcc; {INSTALL_HINT}",
-                toolchain.lib_dir.display()
-            ))
-        })?;
+        let nvcc = toolchain
+            .nvcc
+            .clone()
+            .ok_or_else(|| CompilerError::NoNvcc { lib_dir: toolchain.lib_dir.clone() })?;
         Ok(Nvcc { nvcc })
     }
 }
@@ -48,7 +46,7 @@ impl Compiler for Nvcc {
         let dir = tempfile::Builder::new()
             .prefix("gpfarm-nvcc-")
             .tempdir()
-            .map_err(|e| CompilerError::Io(format!("temporary directory: {e}")))?;
+            .map_err(|source| CompilerError::File { path: std::env::temp_dir(), source })?;
         let mut results = Vec::with_capacity(units.len());
         for (i, unit) in units.iter().enumerate() {
             if options.mode == CompileMode::PtxJit {
@@ -58,7 +56,7 @@ impl Compiler for Nvcc {
             let src = dir.path().join(format!("unit{i}.cu"));
             let out = dir.path().join(format!("unit{i}.cubin"));
             std::fs::write(&src, &unit.source)
-                .map_err(|e| CompilerError::Io(format!("{}: {e}", src.display())))?;
+                .map_err(|source| CompilerError::File { path: src.clone(), source })?;
             let t = Instant::now();
             let mut cmd = Command::new(&self.nvcc);
             cmd.arg("-cubin").arg(options.arch.cubin_option());

@@ -37,7 +37,7 @@ pub struct Args {
     pub farm: FarmName,
     /// This daemon's id within the farm.
     #[arg(long)]
-    pub id: u16,
+    pub id: DaemonId,
     /// CUDA toolkit or wheel directory to take NVRTC from (default: discover).
     #[arg(long)]
     pub cuda: Option<PathBuf>,
@@ -61,7 +61,7 @@ pub struct Args {
 /// Runs a daemon until it is told to stop; the error says why it could not start.
 pub fn run(args: Args) -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
-    let name = SegmentName::new(&args.farm, DaemonId(args.id));
+    let name = SegmentName::new(&args.farm, args.id);
     {
         let stop = Arc::clone(&stop);
         let name = name.clone();
@@ -118,7 +118,7 @@ pub fn run(args: Args) -> Result<()> {
         gpu: jit.as_ref().map(|j| j.gpu.clone()),
         warmup_us: started.elapsed().as_micros() as u64,
     };
-    tracing::info!(id = args.id, ?info, "available");
+    tracing::info!(id = %args.id, ?info, "available");
     // Read "go" before announcing availability: a client may signal the moment it sees the new
     // state, and that signal must count as new.
     let seen = seg.go().load(Ordering::Acquire);
@@ -163,18 +163,18 @@ fn serve(
 ) -> Result<()> {
     loop {
         if stop.load(Ordering::SeqCst) {
-            tracing::info!(id = info.id, "signalled; exiting");
+            tracing::info!(id = %info.id, "signalled; exiting");
             return Ok(());
         }
         if parent.is_some_and(|p| !process_alive(p)) {
-            tracing::info!(id = info.id, "parent gone; exiting");
+            tracing::info!(id = %info.id, "parent gone; exiting");
             return Ok(());
         }
         match event::wait(seg.go(), seen, POLL) {
             Wake::TimedOut => {
                 // A resident daemon outlives its clients: free it when one dies holding it.
                 if let Some(pid) = seg.release_dead_client() {
-                    tracing::info!(id = info.id, pid, "client died; available again");
+                    tracing::info!(id = %info.id, pid, "client died; available again");
                 }
                 continue;
             }

@@ -5,10 +5,10 @@
 
 use std::num::NonZeroUsize;
 
-use gpfarm_client::{Compiler, DiskCache, UnitOutcome, cache::DEFAULT_CACHE_LIMIT};
+use gpfarm_client::{Compiler, DiskCache, GpuWorker, ProblemRef, UnitOutcome, cache::DEFAULT_CACHE_LIMIT};
 use gpfarm_gp::{Pipeline, Problem};
 use gpfarm_kernels::gpu;
-use gpfarm_kernels::worker::{GpuWorker, ProblemRef};
+use gpfarm_kernels::worker::LoadProblem;
 use gpfarm_protocol::{CompileMode, CompileOptions, SmArch, Unit};
 
 use crate::driver::{Driver, Evaluator, Settings};
@@ -183,11 +183,10 @@ impl Engine {
                 return Err(EvolveError::FitnessKernel { failure, log: result.log });
             }
         };
-        let exe = match &self.options.gpu_worker {
-            Some(exe) => exe.clone(),
-            None => std::env::current_exe().map_err(|e| EvolveError::NoGpu(e.to_string()))?,
-        };
-        Ok(GpuWorker::spawn(&exe, source, cubin)?)
+        Ok(match &self.options.gpu_worker {
+            Some(exe) => GpuWorker::spawn(exe, source, cubin)?,
+            None => GpuWorker::spawn_located(source, cubin)?,
+        })
     }
 }
 

@@ -20,9 +20,12 @@ pub enum EvolveError {
     /// `EvalMode::Gpu` without a GPU, or without a compiler to put individuals onto it.
     #[error("evaluating on the GPU: {0}")]
     NoGpu(String),
-    /// The GPU evaluator failed outside any individual's kernel.
+    /// The problem cannot be evaluated on the GPU as declared.
     #[error("evaluating on the GPU")]
     Gpu(#[from] GpuError),
+    /// The GPU worker process failed outside any individual's kernel.
+    #[error("the GPU worker")]
+    Worker(#[from] gpfarm_client::WorkerError),
     /// The compiler itself failed (not a unit: a unit that fails gives its individuals the worst
     /// fitness).
     #[error("compiling")]

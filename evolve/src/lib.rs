@@ -67,7 +67,7 @@ pub mod record;
 
 pub use engine::{CallbackError, Engine};
 pub use error::EvolveError;
-pub use gpfarm_kernels::worker::ProblemRef;
+pub use gpfarm_client::ProblemRef;
 pub use options::{EvalMode, Options};
 pub use record::{
     CompileFigures, CriticalPath, EvalSplit, EvaluatorKind, GenerationRecord, Individuals, Summary, Totals,

@@ -46,7 +46,7 @@ pub struct Options {
     pub disk_cache: Option<PathBuf>,
     /// Write one JSON line per compiled unit to this file.
     pub trace_units: Option<PathBuf>,
-    /// The GPU worker executable (default: found beside this executable).
+    /// The GPU worker executable (default: [`gpfarm_client::gpu_worker_executable`]).
     pub gpu_worker: Option<PathBuf>,
 }
 

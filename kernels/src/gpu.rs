@@ -13,7 +13,7 @@
 //! process. `gpfarm evolve` continues on the CPU evaluator.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaView, DriverError, LaunchConfig,
@@ -23,6 +23,10 @@ use cudarc::nvrtc::Ptx;
 use gpfarm_gp::problem::{Column, InputColumn, ScalarType};
 use gpfarm_gp::{FitnessKind, ParamRole, Problem};
 use thiserror::Error;
+
+// Defined with the worker's wire, so that the GPU worker's parent (in `gpfarm-client`) speaks the
+// same types as this evaluator.
+pub use gpfarm_protocol::worker::{CompiledUnit, GpuGeneration};
 
 /// Threads per block for individuals' kernels and for the fitness reduction.
 const BLOCK: u32 = 256;
@@ -41,6 +45,9 @@ pub enum GpuError {
     /// The problem cannot be evaluated on the GPU as declared.
     #[error("{0}")]
     Problem(String),
+    /// The pipe to the parent failed (worker side).
+    #[error("GPU worker pipe: {0}")]
+    Pipe(#[from] gpfarm_protocol::worker::FrameError),
     /// A kernel faulted while running; this process can no longer use the GPU.
     #[error("a kernel faulted on the GPU ({0}); the CUDA context of this process is unusable")]
     Fault(String),
@@ -171,32 +178,6 @@ struct Device {
     capacity: usize,
     fitness: CudaSlice<f64>,
     reduce: CudaFunction,
-}
-
-/// Timings and outcome of one generation on the GPU.
-#[derive(Debug, Clone, Default)]
-pub struct GpuGeneration {
-    /// Per individual: its raw fitness value, or `None` (no CUBIN, or its kernel faulted).
-    pub fitness: Vec<Option<f64>>,
-    /// Individuals whose launch the driver refused, with its error.
-    pub faults: Vec<(usize, String)>,
-    /// Loading modules and looking up kernels.
-    pub load: Duration,
-    /// Launching every individual and the reduction, until the device finished.
-    pub launch: Duration,
-    /// Copying fitness back.
-    pub readback: Duration,
-}
-
-/// One compiled unit of a generation.
-#[derive(Debug, Clone, Copy)]
-pub struct CompiledUnit<'a> {
-    /// Its CUBIN.
-    pub cubin: &'a [u8],
-    /// Kernel names, one per member.
-    pub kernels: &'a [String],
-    /// Index of each member among the generation's individuals.
-    pub members: &'a [usize],
 }
 
 /// Evaluates compiled individuals of one problem on GPU 0.

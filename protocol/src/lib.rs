@@ -2,17 +2,23 @@
 //!
 //! Everything that crosses the process boundary is defined here and nowhere else: the layout of a
 //! daemon's shared-memory segment ([`segment`]), the futex-based "go" and "done" events
-//! ([`event`]), the names segments are found by ([`names`]), and the request/response messages
-//! ([`message`]) with the value types they carry ([`types`]).
+//! ([`event`]), the names segments are found by ([`names`]), the request/response messages
+//! ([`message`]) with the value types they carry ([`types`]), the GPU worker's frames
+//! ([`worker`]), and the sizes all of them agree on ([`limits`]).
+//!
+//! Dependencies inside the crate point one way: `segment` → `message` → `types`, `names`;
+//! every module takes its bounds from `limits`, which needs nothing.
 //!
 //! This crate never trusts the other side: every length, offset and capacity read from shared
 //! memory is validated before use, and decoding arbitrary bytes returns an error, never panics.
 
 pub mod event;
+pub mod limits;
 pub mod message;
 pub mod names;
 pub mod segment;
 pub mod types;
+pub mod worker;
 
 pub use message::{CompileRef, DaemonInfo, Request, Response, decode_request, decode_response};
 pub use names::{DaemonId, FarmName, SegmentName};

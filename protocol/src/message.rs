@@ -7,10 +7,10 @@ use bincode::config::{self, Configuration, Limit, LittleEndian, Varint};
 use bincode::{Decode, Encode};
 use thiserror::Error;
 
+use crate::names::DaemonId;
 use crate::types::{CompileOptions, Unit, UnitResult};
 
-/// Upper bound on what one decoded message may allocate.
-pub const DECODE_LIMIT: usize = crate::segment::MAX_CAPACITY;
+pub use crate::limits::DECODE_LIMIT;
 
 type Config = Configuration<LittleEndian, Varint, Limit<DECODE_LIMIT>>;
 
@@ -55,7 +55,7 @@ impl Encode for CompileRef<'_> {
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
 pub struct DaemonInfo {
     /// Its id within the farm.
-    pub id: u16,
+    pub id: DaemonId,
     /// Its process id.
     pub pid: u32,
     /// NVRTC version it loaded, (major, minor).

@@ -26,12 +26,32 @@ pub enum NameError {
 }
 
 /// Index of a daemon within its farm.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    bincode::Encode,
+    bincode::Decode,
+    serde::Serialize,
+)]
 pub struct DaemonId(pub u16);
+
+impl FromStr for DaemonId {
+    type Err = std::num::ParseIntError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.parse().map(DaemonId)
+    }
+}
 
 impl fmt::Display for DaemonId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
+        // Through the number's own formatting, so that widths and alignment apply.
+        fmt::Display::fmt(&self.0, f)
     }
 }
 

@@ -23,14 +23,9 @@ use thiserror::Error;
 
 use crate::PROTOCOL_VERSION;
 use crate::message::{self, MessageError, Request, Response};
-use crate::names::{FarmName, NameError, SEGMENT_PREFIX, SegmentName, current_uid};
+use crate::names::{DaemonId, FarmName, NameError, SEGMENT_PREFIX, SegmentName, current_uid};
 
-/// Bytes before the data region (one page).
-pub const HEADER_LEN: usize = 4096;
-/// Data region of a new segment. The file is sparse: untouched pages cost nothing.
-pub const INITIAL_CAPACITY: usize = 4 << 20;
-/// Largest data region a segment may grow to; a larger message is refused.
-pub const MAX_CAPACITY: usize = 1 << 30;
+pub use crate::limits::{HEADER_LEN, INITIAL_CAPACITY, MAX_CAPACITY};
 const MAGIC: u64 = u64::from_le_bytes(*b"GPFARMsg");
 
 #[repr(C)]
@@ -149,7 +144,7 @@ fn shm_cstring(name: &SegmentName) -> CString {
 
 impl Segment {
     /// Creates the segment of a daemon (mode 0600, failing if it exists) in state `Starting`.
-    pub fn create(name: &SegmentName, daemon_id: u16) -> Result<Segment, SegmentError> {
+    pub fn create(name: &SegmentName, daemon_id: DaemonId) -> Result<Segment, SegmentError> {
         let path = shm_cstring(name);
         // SAFETY: `path` is a valid NUL-terminated string; the flags and mode are plain ints.
         let fd = unsafe { libc::shm_open(path.as_ptr(), libc::O_CREAT | libc::O_EXCL | libc::O_RDWR, 0o600) };
@@ -181,7 +176,7 @@ impl Segment {
         h.capacity.store(INITIAL_CAPACITY as u64, Ordering::Relaxed);
         h.state.store(DaemonState::Starting as u32, Ordering::Relaxed);
         h.daemon_pid.store(std::process::id(), Ordering::Relaxed);
-        h.daemon_id.store(daemon_id as u32, Ordering::Relaxed);
+        h.daemon_id.store(u32::from(daemon_id.0), Ordering::Relaxed);
         // The magic goes last: an opener that sees it sees a complete header.
         h.magic.store(MAGIC, Ordering::Release);
         Ok(seg)
@@ -564,7 +559,7 @@ mod tests {
     #[test]
     fn a_created_segment_opens_with_its_header_and_is_removed_on_drop() {
         let name = fresh_name();
-        let seg = Segment::create(&name, 3).unwrap();
+        let seg = Segment::create(&name, DaemonId(3)).unwrap();
         let mode = std::fs::metadata(format!("/dev/shm/{name}")).unwrap();
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(mode.permissions().mode() & 0o777, 0o600);
@@ -580,14 +575,14 @@ mod tests {
     #[test]
     fn creating_an_existing_segment_fails() {
         let name = fresh_name();
-        let _seg = Segment::create(&name, 0).unwrap();
-        assert!(matches!(Segment::create(&name, 0), Err(SegmentError::Exists(_))));
+        let _seg = Segment::create(&name, DaemonId(0)).unwrap();
+        assert!(matches!(Segment::create(&name, DaemonId(0)), Err(SegmentError::Exists(_))));
     }
 
     #[test]
     fn a_request_larger_than_the_segment_grows_it_for_both_sides() {
         let name = fresh_name();
-        let mut daemon = Segment::create(&name, 0).unwrap();
+        let mut daemon = Segment::create(&name, DaemonId(0)).unwrap();
         let mut client = Segment::open(&name).unwrap();
         let big = "x".repeat(INITIAL_CAPACITY * 3);
         let req = Request::Compile {
@@ -604,7 +599,7 @@ mod tests {
     #[test]
     fn a_corrupt_length_is_an_error_not_a_crash() {
         let name = fresh_name();
-        let daemon = Segment::create(&name, 0).unwrap();
+        let daemon = Segment::create(&name, DaemonId(0)).unwrap();
         let mut client = Segment::open(&name).unwrap();
         daemon.header().request_len.store(u64::MAX, Ordering::Release);
         let mut daemon = daemon;
@@ -616,7 +611,7 @@ mod tests {
     #[test]
     fn a_second_live_client_is_refused_the_lock() {
         let name = fresh_name();
-        let seg = Segment::create(&name, 0).unwrap();
+        let seg = Segment::create(&name, DaemonId(0)).unwrap();
         let me = std::process::id();
         assert_eq!(seg.lock_client(me), Ok(()));
         // pid 1 is always alive.
@@ -628,7 +623,7 @@ mod tests {
     #[test]
     fn a_lock_left_by_a_dead_client_is_taken_over() {
         let name = fresh_name();
-        let seg = Segment::create(&name, 0).unwrap();
+        let seg = Segment::create(&name, DaemonId(0)).unwrap();
         let dead = {
             let mut child = std::process::Command::new("true").spawn().unwrap();
             let pid = child.id();
@@ -642,7 +637,7 @@ mod tests {
     #[test]
     fn segments_of_dead_daemons_are_found_stale_and_removed() {
         let name = fresh_name();
-        let seg = Segment::create(&name, 0).unwrap();
+        let seg = Segment::create(&name, DaemonId(0)).unwrap();
         // This test process is not a gpfarmd, so its segment looks abandoned.
         std::mem::forget(seg);
         let removed = remove_stale_segments(Some(&name.farm));

@@ -38,30 +38,6 @@ enum Command {
     /// Start, inspect and stop resident daemons shared by later runs.
     #[command(subcommand)]
     Daemons(daemons::DaemonsCommand),
-    /// Internal: the GPU evaluation worker `evolve` drives over stdin/stdout.
-    #[command(hide = true)]
-    GpuWorker(GpuWorkerArgs),
-}
-
-/// Which problem a GPU worker evaluates.
-#[derive(Debug, clap::Args)]
-pub struct GpuWorkerArgs {
-    /// A built-in problem.
-    #[arg(long, conflicts_with = "problem_dir")]
-    problem: Option<String>,
-    /// A problem directory.
-    #[arg(long)]
-    problem_dir: Option<PathBuf>,
-}
-
-fn gpu_worker(args: GpuWorkerArgs) -> Result<()> {
-    use gpfarm_kernels::worker::{ProblemRef, serve};
-    let problem = match (args.problem, args.problem_dir) {
-        (_, Some(dir)) => ProblemRef::Dir(dir),
-        (Some(name), None) => ProblemRef::Builtin(name),
-        (None, None) => anyhow::bail!("gpu-worker: give --problem or --problem-dir"),
-    };
-    Ok(serve(&problem.load()?)?)
 }
 
 /// Runs the parsed command line.
@@ -71,6 +47,5 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Daemons(cmd) => daemons::run(cmd, cli.cuda.as_deref()),
         Command::Evolve(args) => evolve::run(args, cli.cuda.as_deref()),
         Command::Bench(args) => bench::run(args, cli.cuda.as_deref()),
-        Command::GpuWorker(args) => gpu_worker(args),
     }
 }

@@ -5,9 +5,8 @@
 
 use std::time::Instant;
 
+use gpfarm_client::{CompiledUnit, GpuWorker, WorkerError};
 use gpfarm_gp::{Fitness, Phenotype, evaluate_all};
-use gpfarm_kernels::gpu::{CompiledUnit, GpuError};
-use gpfarm_kernels::worker::GpuWorker;
 
 use super::{Driver, Member, Ready};
 use crate::account::Chain;
@@ -90,7 +89,7 @@ impl Driver<'_> {
                     .collect();
                 (values, faulted, Some((out.load, out.launch, out.readback)))
             }
-            Some(Err(GpuError::Fault(why))) => {
+            Some(Err(WorkerError::Fault(why))) => {
                 tracing::warn!(
                     "the GPU faulted and the fault could not be pinned on one individual ({why}); \
                      falling back to the CPU evaluator for the rest of the run"

@@ -1,0 +1,136 @@
+//! Meeting a daemon: waiting until its segment exists and it has loaded and warmed NVRTC, taking
+//! its client lock, the `Hello` round, and checking that every daemon of a farm runs the same
+//! NVRTC.
+//!
+//! Must never wait without a bound: a daemon that exits or stays silent during start-up is an
+//! error naming it, not a hang.
+
+use std::time::{Duration, Instant};
+
+use gpfarm_protocol::event::{self, Wake};
+use gpfarm_protocol::{
+    DaemonId, DaemonInfo, DaemonState, Request, Response, Segment, SegmentError, SegmentName,
+};
+
+use super::FarmConfig;
+use super::daemon::{Daemon, POLL};
+use crate::compiler::CompilerError;
+use crate::supervisor::{Liveness, Supervised};
+
+/// Waits for a daemon's segment to appear and its state to leave `Starting`.
+pub(super) fn await_available(
+    name: &SegmentName,
+    mut child: Option<&mut Supervised>,
+    timeout: Duration,
+) -> Result<Segment, CompilerError> {
+    let id = name.id;
+    let deadline = Instant::now() + timeout;
+    let check_child = |child: &mut Option<&mut Supervised>| -> Result<(), CompilerError> {
+        if let Some(c) = child.as_deref_mut()
+            && let Liveness::Ended { status, .. } = c.liveness()
+        {
+            return Err(CompilerError::Daemon {
+                id,
+                message: format!("exited during start-up ({status}); its message is above"),
+            });
+        }
+        if Instant::now() > deadline {
+            return Err(CompilerError::Daemon { id, message: format!("not available after {timeout:?}") });
+        }
+        Ok(())
+    };
+    let mut seg = loop {
+        match Segment::open(name) {
+            Ok(seg) => break seg,
+            Err(SegmentError::Missing(_)) | Err(SegmentError::Invalid { .. }) => {
+                check_child(&mut child)?;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
+    let mut seen = 0;
+    loop {
+        match seg.state()? {
+            DaemonState::Available => return Ok(seg),
+            DaemonState::Failed => {
+                let why = match seg.read_response() {
+                    Ok(Response::Error(m)) => m,
+                    _ => "failed to start".into(),
+                };
+                event::signal(seg.go());
+                return Err(CompilerError::Daemon { id, message: why });
+            }
+            DaemonState::Stopped => {
+                return Err(CompilerError::Daemon { id, message: "stopped during start-up".into() });
+            }
+            DaemonState::Starting | DaemonState::Processing => {
+                check_child(&mut child)?;
+                if let Wake::Signalled(v) = event::wait(seg.done(), seen, POLL) {
+                    seen = v;
+                }
+            }
+        }
+    }
+}
+
+pub(super) fn hello(
+    seg: Segment,
+    child: Option<Supervised>,
+    config: &FarmConfig,
+) -> Result<Daemon, CompilerError> {
+    let id = seg.name().id;
+    let pid = seg.daemon_pid();
+    let me = std::process::id();
+    if let Err(holder) = seg.lock_client(me) {
+        return Err(CompilerError::Daemon {
+            id,
+            message: format!(
+                "in use by process {holder}; one client at a time (start another farm with `gpfarm daemons start`)"
+            ),
+        });
+    }
+    let mut d = Daemon { id, seg, child, pid, info: DaemonInfo::default_for(id, pid) };
+    let err = match d.round_trip(&Request::Hello, config.start_timeout) {
+        Ok(Response::Hello(info)) => {
+            d.info = info;
+            return Ok(d);
+        }
+        Ok(other) => CompilerError::Daemon { id, message: format!("unexpected handshake answer {other:?}") },
+        Err(e) => e,
+    };
+    d.seg.unlock_client(me);
+    // Dropping the daemon kills and reaps a process this farm spawned.
+    drop(d);
+    Err(err)
+}
+
+trait DefaultInfo {
+    fn default_for(id: DaemonId, pid: u32) -> DaemonInfo;
+}
+
+impl DefaultInfo for DaemonInfo {
+    fn default_for(id: DaemonId, pid: u32) -> DaemonInfo {
+        DaemonInfo { id, pid, nvrtc_version: (0, 0), nvrtc_path: String::new(), gpu: None, warmup_us: 0 }
+    }
+}
+
+pub(super) fn check_versions(daemons: &[Daemon]) -> Result<(), CompilerError> {
+    let Some(first) = daemons.first() else { return Ok(()) };
+    for d in daemons {
+        if d.info.nvrtc_version != first.info.nvrtc_version {
+            return Err(CompilerError::Daemon {
+                id: d.id,
+                message: format!(
+                    "runs NVRTC {:?} from {}, but daemon {} runs {:?} from {}: one farm, one NVRTC",
+                    d.info.nvrtc_version,
+                    d.info.nvrtc_path,
+                    first.id,
+                    first.info.nvrtc_version,
+                    first.info.nvrtc_path
+                ),
+            });
+        }
+    }
+    Ok(())
+}

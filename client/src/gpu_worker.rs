@@ -1,0 +1,213 @@
+//! The GPU evaluation worker seen from its parent: a GPU evaluator in a child process that
+//! survives faulting kernels.
+//!
+//! A kernel that faults poisons every CUDA context of its process, so evaluation runs in the
+//! `gpfarm-gpu-worker` binary (its serving side is `gpfarm_kernels::worker::serve`), started and
+//! restarted through [`crate::supervisor`]. When a generation faults, the worker is replaced and
+//! the generation run again in careful mode, one kernel at a time, which names the culprit; the
+//! culprit gets no fitness (the caller gives it the worst) with the driver's error as the reason,
+//! the worker is replaced once more, and the rest is evaluated.
+//!
+//! Must never start the CLI binary, and never leave a worker process behind: it dies with the
+//! thread that spawned it and is killed and reaped when this handle drops.
+
+use std::io::{BufReader, BufWriter};
+use std::path::{Path, PathBuf};
+use std::process::{ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Duration;
+
+use gpfarm_protocol::worker::{
+    CompiledUnit, FrameError, GpuGeneration, ProblemRef, Reply, Request, WireUnit, read_frame, write_frame,
+};
+use thiserror::Error;
+
+use crate::supervisor::{Liveness, LocateError, ParentDeath, SpawnError, Supervised, locate_executable};
+
+/// File name of the worker binary.
+pub const GPU_WORKER_EXE: &str = "gpfarm-gpu-worker";
+/// Environment variable that names the worker binary, overriding the search.
+pub const GPU_WORKER_ENV: &str = "GPFARM_GPU_WORKER";
+
+/// The GPU worker failed.
+#[derive(Debug, Error)]
+pub enum WorkerError {
+    /// The worker binary was not found.
+    #[error(transparent)]
+    Locate(#[from] LocateError),
+    /// The OS refused to start it.
+    #[error("the GPU worker could not start: {0}")]
+    Spawn(#[from] SpawnError),
+    /// It started but refused to serve (no GPU, an unknown problem, a fitness kernel that does
+    /// not load), with its reason.
+    #[error("the GPU worker could not start: {0}")]
+    Refused(String),
+    /// It ended or broke the pipe before it was ready.
+    #[error("the GPU worker could not start ({status}): {source}")]
+    Died {
+        /// How it ended, as far as known.
+        status: String,
+        /// What the pipe said.
+        #[source]
+        source: FrameError,
+    },
+    /// It could not serve a request, with its reason.
+    #[error("the GPU worker: {0}")]
+    Remote(String),
+    /// It answered out of turn.
+    #[error("unexpected reply from the GPU worker")]
+    Unexpected,
+    /// The GPU faulted and the fault could not be pinned on one individual.
+    #[error("a kernel faulted on the GPU ({0}); the GPU worker cannot evaluate this generation")]
+    Fault(String),
+}
+
+/// Finds `gpfarm-gpu-worker`: `GPFARM_GPU_WORKER`, then beside the current executable (and one
+/// level up, where test binaries live), then on `PATH`.
+pub fn gpu_worker_executable() -> Result<PathBuf, LocateError> {
+    locate_executable(GPU_WORKER_EXE, GPU_WORKER_ENV)
+}
+
+/// The parent's side: a GPU evaluator in a child process that survives faulting kernels.
+pub struct GpuWorker {
+    exe: PathBuf,
+    problem: ProblemRef,
+    fitness_cubin: Vec<u8>,
+    child: Supervised,
+    stdin: BufWriter<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+    /// GPU name.
+    pub name: String,
+    /// Workers started after the first, over the whole run.
+    pub restarts: usize,
+}
+
+impl GpuWorker {
+    /// Starts the worker binary `exe` (see [`gpu_worker_executable`]) for `problem`; it creates
+    /// its context, uploads the cases and loads the fitness kernel. Its parent-death signal
+    /// fires when the calling *thread* ends, so call this on the thread that owns the worker.
+    pub fn spawn(exe: &Path, problem: ProblemRef, fitness_cubin: Vec<u8>) -> Result<GpuWorker, WorkerError> {
+        let mut child = Supervised::spawn(worker_command(exe, &problem), ParentDeath::Signal(libc::SIGKILL))?;
+        let (stdin, stdout, name) = handshake(&mut child, &fitness_cubin)?;
+        Ok(GpuWorker {
+            exe: exe.to_path_buf(),
+            problem,
+            fitness_cubin,
+            child,
+            stdin,
+            stdout,
+            name,
+            restarts: 0,
+        })
+    }
+
+    /// As [`GpuWorker::spawn`], with the worker binary found by [`gpu_worker_executable`].
+    pub fn spawn_located(problem: ProblemRef, fitness_cubin: Vec<u8>) -> Result<GpuWorker, WorkerError> {
+        GpuWorker::spawn(&gpu_worker_executable()?, problem, fitness_cubin)
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.pid()
+    }
+
+    /// Replaces the worker with a fresh one.
+    fn restart(&mut self) -> Result<(), WorkerError> {
+        self.child.restart(worker_command(&self.exe, &self.problem))?;
+        let (stdin, stdout, _) = handshake(&mut self.child, &self.fitness_cubin)?;
+        (self.stdin, self.stdout) = (stdin, stdout);
+        self.restarts += 1;
+        Ok(())
+    }
+
+    fn ask(&mut self, request: &Request) -> Result<Reply, String> {
+        write_frame(&mut self.stdin, request).map_err(|e| death(&mut self.child, &e))?;
+        read_frame(&mut self.stdout).map_err(|e| death(&mut self.child, &e))
+    }
+
+    /// Evaluates a generation like `GpuEvaluator::evaluate`. A kernel that faults is found
+    /// (careful mode in a fresh worker), reported in `faults` with no fitness, and the rest of
+    /// the generation is evaluated; the timings are those of the final, complete pass.
+    pub fn evaluate(&mut self, units: &[CompiledUnit<'_>], n: usize) -> Result<GpuGeneration, WorkerError> {
+        let wire: Vec<WireUnit> = units.iter().map(WireUnit::from).collect();
+        let (mut careful, mut skip) = (false, Vec::new());
+        let mut culprits: Vec<(usize, String)> = Vec::new();
+        let mut request = Request::Evaluate { units: wire, n: n as u64, careful, skip: skip.clone() };
+        // Each pass either finishes, names a new culprit, or switches to careful mode.
+        for _ in 0..n + 2 {
+            match self.ask(&request) {
+                Ok(Reply::Done { fitness, faults, load_us, launch_us, readback_us }) => {
+                    let mut faults: Vec<(usize, String)> =
+                        faults.into_iter().map(|(i, w)| (i as usize, w)).collect();
+                    faults.extend(culprits);
+                    return Ok(GpuGeneration {
+                        fitness,
+                        faults,
+                        load: Duration::from_micros(load_us),
+                        launch: Duration::from_micros(launch_us),
+                        readback: Duration::from_micros(readback_us),
+                    });
+                }
+                Ok(Reply::Fault { culprit: Some(i), why }) => {
+                    skip.push(i);
+                    culprits.push((i as usize, format!("kernel faulted: {why}")));
+                }
+                Ok(Reply::Fault { culprit: None, why }) | Err(why) => {
+                    if careful {
+                        return Err(WorkerError::Fault(format!("{why}, even one kernel at a time")));
+                    }
+                    careful = true;
+                }
+                Ok(Reply::Error(e)) => return Err(WorkerError::Remote(e)),
+                Ok(Reply::Ready { .. }) => return Err(WorkerError::Unexpected),
+            }
+            if let Request::Evaluate { careful: c, skip: s, .. } = &mut request {
+                (*c, *s) = (careful, skip.clone());
+            }
+            self.restart()?;
+        }
+        Err(WorkerError::Fault("the GPU worker kept faulting".into()))
+    }
+}
+
+fn worker_command(exe: &Path, problem: &ProblemRef) -> Command {
+    let mut cmd = Command::new(exe);
+    cmd.args(problem.args()).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+    cmd
+}
+
+/// Why the worker stopped answering: how it ended if it did, else the pipe's error.
+fn death(child: &mut Supervised, e: &FrameError) -> String {
+    child.wait_exit(Duration::from_millis(10));
+    match child.liveness() {
+        Liveness::Ended { status, .. } => format!("the GPU worker ended ({status})"),
+        Liveness::Alive => format!("the GPU worker stopped answering: {e}"),
+    }
+}
+
+type Pipes = (BufWriter<ChildStdin>, BufReader<ChildStdout>, String);
+
+/// Takes a fresh worker's pipes and waits until it has made its context and loaded the fitness
+/// kernel; a worker that refuses is killed and reaped.
+fn handshake(child: &mut Supervised, fitness_cubin: &[u8]) -> Result<Pipes, WorkerError> {
+    let (Some(stdin), Some(stdout)) = child.take_pipes() else {
+        unreachable!("both pipes are requested in worker_command");
+    };
+    let (mut stdin, mut stdout) = (BufWriter::new(stdin), BufReader::new(stdout));
+    let init = Request::Init { fitness_cubin: fitness_cubin.to_vec() };
+    let reply = write_frame(&mut stdin, &init).and_then(|()| read_frame::<Reply>(&mut stdout));
+    let err = match reply {
+        Ok(Reply::Ready { name }) => return Ok((stdin, stdout, name)),
+        Ok(Reply::Error(e)) => WorkerError::Refused(e),
+        Ok(_) => WorkerError::Unexpected,
+        Err(source) => {
+            child.wait_exit(Duration::from_millis(100));
+            let status = match child.liveness() {
+                Liveness::Ended { status, .. } => status.to_string(),
+                Liveness::Alive => "still running".into(),
+            };
+            WorkerError::Died { status, source }
+        }
+    };
+    child.kill();
+    Err(err)
+}

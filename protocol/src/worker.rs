@@ -1,0 +1,260 @@
+//! The GPU evaluation worker's wire: what its parent asks, what it answers, and the frames both
+//! are carried in over the worker's stdin and stdout.
+//!
+//! A frame is a little-endian u64 length and a bincode message. Reading never trusts the peer:
+//! a frame longer than [`MAX_WORKER_FRAME`] is refused before anything is allocated, decoding is
+//! bounded the same way, and malformed bytes are an error, never a panic. This module knows no
+//! process and no GPU; it is shared by the worker (`gpfarm-kernels`) and its parent
+//! (`gpfarm-client`).
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bincode::config::{self, Configuration, Limit, LittleEndian, Varint};
+use bincode::{Decode, Encode};
+use thiserror::Error;
+
+use crate::message::MessageError;
+
+pub use crate::limits::MAX_WORKER_FRAME;
+
+type Config = Configuration<LittleEndian, Varint, Limit<{ MAX_WORKER_FRAME as usize }>>;
+
+fn config() -> Config {
+    config::standard().with_limit::<{ MAX_WORKER_FRAME as usize }>()
+}
+
+/// Which problem a worker evaluates: one of the built-in ones, or a problem directory. It
+/// travels on the worker's command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProblemRef {
+    /// A built-in problem, by name.
+    Builtin(String),
+    /// A problem directory.
+    Dir(PathBuf),
+}
+
+impl ProblemRef {
+    /// The worker's command-line arguments naming this problem (`--problem NAME` or
+    /// `--problem-dir DIR`).
+    pub fn args(&self) -> Vec<OsString> {
+        match self {
+            ProblemRef::Builtin(name) => vec!["--problem".into(), name.into()],
+            ProblemRef::Dir(dir) => vec!["--problem-dir".into(), dir.into()],
+        }
+    }
+}
+
+/// What the parent asks of the worker.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub enum Request {
+    /// Make the CUDA context, upload the cases and load the fitness kernel.
+    Init {
+        /// CUBIN of the problem's fitness reduction.
+        fitness_cubin: Vec<u8>,
+    },
+    /// Evaluate one generation.
+    Evaluate {
+        /// Its compiled units.
+        units: Vec<WireUnit>,
+        /// Number of individuals in the generation.
+        n: u64,
+        /// One kernel at a time, synchronising after each, so that a fault names its culprit.
+        careful: bool,
+        /// Individuals not to launch (culprits found earlier).
+        skip: Vec<u64>,
+    },
+}
+
+/// One compiled unit as it crosses the pipe.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct WireUnit {
+    /// Its CUBIN.
+    pub cubin: Vec<u8>,
+    /// Kernel names, one per member.
+    pub kernels: Vec<String>,
+    /// Index of each member among the generation's individuals.
+    pub members: Vec<u64>,
+}
+
+impl From<&CompiledUnit<'_>> for WireUnit {
+    fn from(u: &CompiledUnit<'_>) -> Self {
+        WireUnit {
+            cubin: u.cubin.to_vec(),
+            kernels: u.kernels.to_vec(),
+            members: u.members.iter().map(|&m| m as u64).collect(),
+        }
+    }
+}
+
+/// What the worker answers.
+#[derive(Debug, Clone, PartialEq, Encode, Decode)]
+pub enum Reply {
+    /// Answer to [`Request::Init`]: the GPU's name.
+    Ready {
+        /// The GPU's name.
+        name: String,
+    },
+    /// The generation was evaluated.
+    Done {
+        /// Per individual: its raw fitness, or `None`.
+        fitness: Vec<Option<f64>>,
+        /// Individuals whose launch the driver refused, with its error.
+        faults: Vec<(u64, String)>,
+        /// Loading modules, microseconds.
+        load_us: u64,
+        /// Launching until the device finished, microseconds.
+        launch_us: u64,
+        /// Copying fitness back, microseconds.
+        readback_us: u64,
+    },
+    /// The generation faulted; `culprit` in careful mode. The worker's GPU is now unusable.
+    Fault {
+        /// The individual whose kernel faulted, when known.
+        culprit: Option<u64>,
+        /// The driver's error.
+        why: String,
+    },
+    /// The request could not be served (no GPU, evaluate before init, ...).
+    Error(String),
+}
+
+/// One compiled unit of a generation, borrowed from the caller.
+#[derive(Debug, Clone, Copy)]
+pub struct CompiledUnit<'a> {
+    /// Its CUBIN.
+    pub cubin: &'a [u8],
+    /// Kernel names, one per member.
+    pub kernels: &'a [String],
+    /// Index of each member among the generation's individuals.
+    pub members: &'a [usize],
+}
+
+/// Timings and outcome of one generation on the GPU.
+#[derive(Debug, Clone, Default)]
+pub struct GpuGeneration {
+    /// Per individual: its raw fitness value, or `None` (no CUBIN, or its kernel faulted).
+    pub fitness: Vec<Option<f64>>,
+    /// Individuals whose launch the driver refused (or whose kernel faulted), with the reason.
+    pub faults: Vec<(usize, String)>,
+    /// Loading modules and looking up kernels.
+    pub load: Duration,
+    /// Launching every individual and the reduction, until the device finished.
+    pub launch: Duration,
+    /// Copying fitness back.
+    pub readback: Duration,
+}
+
+/// A frame that could not be written or read.
+#[derive(Debug, Error)]
+pub enum FrameError {
+    /// The peer closed the pipe before a new frame began: a clean end.
+    #[error("the pipe was closed")]
+    Closed,
+    /// The pipe failed mid-frame.
+    #[error("pipe: {0}")]
+    Io(#[from] std::io::Error),
+    /// The length prefix claims more than any frame may hold.
+    #[error("frame of {0} bytes is larger than the {MAX_WORKER_FRAME}-byte limit")]
+    TooLarge(u64),
+    /// The frame's bytes are not a valid message.
+    #[error(transparent)]
+    Message(#[from] MessageError),
+}
+
+/// Writes one frame and flushes it.
+pub fn write_frame<T: Encode>(w: &mut impl Write, msg: &T) -> Result<(), FrameError> {
+    let bytes = bincode::encode_to_vec(msg, config()).map_err(MessageError::from)?;
+    w.write_all(&(bytes.len() as u64).to_le_bytes())?;
+    w.write_all(&bytes)?;
+    w.flush()?;
+    Ok(())
+}
+
+/// Reads one frame; [`FrameError::Closed`] when the pipe ended cleanly before it.
+pub fn read_frame<T: Decode<()>>(r: &mut impl Read) -> Result<T, FrameError> {
+    let mut len = [0u8; 8];
+    let mut got = 0;
+    while got < len.len() {
+        match r.read(&mut len[got..]) {
+            Ok(0) if got == 0 => return Err(FrameError::Closed),
+            Ok(0) => return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into()),
+            Ok(k) => got += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let len = u64::from_le_bytes(len);
+    if len > MAX_WORKER_FRAME {
+        return Err(FrameError::TooLarge(len));
+    }
+    let mut bytes = Vec::new();
+    r.take(len).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 != len {
+        return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+    }
+    let (msg, used) = bincode::decode_from_slice(&bytes, config()).map_err(MessageError::from)?;
+    if used != bytes.len() {
+        return Err(MessageError::Trailing(bytes.len() - used).into());
+    }
+    Ok(msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sample() -> Request {
+        Request::Evaluate {
+            units: vec![WireUnit { cubin: vec![0x7f, b'E'], kernels: vec!["k0".into()], members: vec![3] }],
+            n: 4,
+            careful: true,
+            skip: vec![1],
+        }
+    }
+
+    #[test]
+    fn frames_round_trip() {
+        let mut pipe = Vec::new();
+        write_frame(&mut pipe, &sample()).unwrap();
+        let reply = Reply::Fault { culprit: Some(2), why: "illegal address".into() };
+        write_frame(&mut pipe, &reply).unwrap();
+        let mut r = pipe.as_slice();
+        assert_eq!(read_frame::<Request>(&mut r).unwrap(), sample());
+        assert_eq!(read_frame::<Reply>(&mut r).unwrap(), reply);
+        assert!(matches!(read_frame::<Reply>(&mut r), Err(FrameError::Closed)));
+    }
+
+    #[test]
+    fn a_frame_cut_short_is_an_error_not_a_clean_end() {
+        let mut pipe = Vec::new();
+        write_frame(&mut pipe, &sample()).unwrap();
+        for cut in 1..pipe.len() {
+            let got = read_frame::<Request>(&mut &pipe[..cut]);
+            assert!(matches!(got, Err(FrameError::Io(_))), "prefix of {cut}: {got:?}");
+        }
+    }
+
+    #[test]
+    fn an_oversized_length_is_refused_before_allocating() {
+        let bytes = u64::MAX.to_le_bytes();
+        assert!(matches!(read_frame::<Reply>(&mut &bytes[..]), Err(FrameError::TooLarge(_))));
+    }
+
+    #[test]
+    fn problems_name_themselves_on_the_command_line() {
+        assert_eq!(ProblemRef::Builtin("keijzer6".into()).args(), ["--problem", "keijzer6"]);
+        assert_eq!(ProblemRef::Dir("/p".into()).args(), ["--problem-dir", "/p"]);
+    }
+
+    proptest! {
+        #[test]
+        fn reading_arbitrary_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = read_frame::<Request>(&mut bytes.as_slice());
+            let _ = read_frame::<Reply>(&mut bytes.as_slice());
+        }
+    }
+}
