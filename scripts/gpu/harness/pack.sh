@@ -7,6 +7,7 @@ cargo build --release --bins
 rm -rf .carry && mkdir -p .carry/tests
 strip -o .carry/gpfarm target/release/gpfarm
 strip -o .carry/gpfarmd target/release/gpfarmd
+strip -o .carry/gpfarm-gpu-worker target/release/gpfarm-gpu-worker
 echo "$PWD/target/release" > .carry/target_dir
 # An empty libcuda.so.1, for experiments/no-cache-probe.py to show NVRTC a driver that is not
 # there.
