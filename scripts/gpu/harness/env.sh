@@ -1,7 +1,6 @@
 # Sourced by the scripts run on the GPU host: puts the carried binaries where the carried test
 # executables expect them, sets $r (results folder), $bin (gpfarm), GPFARMD and GPFARM_GPU_WORKER,
-# and describes the
-# machine in $r/machine.txt.
+# and describes the machine in $r/machine.txt.
 # shellcheck shell=bash disable=SC2034
 out=${OUT:-out}; mkdir -p "$out/r"; r="$out/r"
 carry=.carry
