@@ -1,14 +1,14 @@
 //! NVRTC in the calling process: one unit after another ([`InProcess`]), or from k threads
 //! ([`Threads`]). These are the baselines the farm is measured against.
+//!
+//! Both compile through the toolchain's one compile layer ([`WarmNvrtc`]), exactly as a daemon
+//! does; this file only schedules units onto threads and must never map NVRTC's outcome itself.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpfarm_protocol::{
-    CompileMode, CompileOptions, Failure, FailureKind, Unit, UnitOutcome, UnitResult, UnitTimings,
-};
-use gpfarm_toolchain::nvrtc::WARMUP_SOURCE;
-use gpfarm_toolchain::{Nvrtc, Output, Toolchain};
+use gpfarm_protocol::{CompileMode, CompileOptions, FailureKind, Unit, UnitResult};
+use gpfarm_toolchain::{Allocator, StartError, Toolchain, WarmNvrtc};
 
 use crate::compiler::{Batch, BatchStats, Compiler, CompilerError, WorkerStats};
 use crate::partition::balanced;
@@ -17,40 +17,34 @@ fn us(d: Duration) -> u64 {
     d.as_micros().min(u64::MAX as u128) as u64
 }
 
-fn load_warm(toolchain: &Toolchain, options: &CompileOptions) -> Result<Arc<Nvrtc>, CompilerError> {
-    let nvrtc = Nvrtc::load(toolchain)?;
-    // Pay NVRTC's first-compile cost now, as a warm daemon has, so no measured call includes it.
-    let _ = nvrtc.compile(
-        "gpfarm_warmup.cu",
-        WARMUP_SOURCE.as_bytes(),
-        &[options.arch.cubin_option()],
-        Output::Cubin,
-    );
-    Ok(Arc::new(nvrtc))
+/// Tunes the allocator, loads NVRTC and pays its first-compile cost now, as a warm daemon has,
+/// so no measured call includes it.
+fn start(toolchain: &Toolchain, options: &CompileOptions) -> Result<Arc<WarmNvrtc>, CompilerError> {
+    match WarmNvrtc::start(toolchain, options.arch, Allocator::Tuned) {
+        Ok(nvrtc) => Ok(Arc::new(nvrtc)),
+        Err(StartError::Load(e)) => Err(CompilerError::Load(e)),
+        // CompilerError has no variant yet that keeps a StartError as its source.
+        Err(StartError::Warmup { arch, failure }) => {
+            Err(CompilerError::Io(format!("NVRTC's warm-up compile for {arch} failed: {failure}")))
+        }
+    }
 }
 
-/// Compiles one unit in this process.
-pub(crate) fn compile_one(nvrtc: &Nvrtc, unit: &Unit, options: &CompileOptions) -> UnitResult {
+/// Compiles one unit in this process: CUBIN only, for a ptx-jit unit needs a CUDA context's
+/// linker, which only a daemon holds.
+fn compile_one(nvrtc: &WarmNvrtc, unit: &Unit, options: &CompileOptions) -> UnitResult {
     if options.mode == CompileMode::PtxJit {
         return UnitResult::failed(
             FailureKind::Jit,
             "ptx-jit mode is served by the farm's daemons only; use --compiler farm",
         );
     }
-    let mut opts = vec![options.arch.cubin_option()];
-    opts.extend(options.flags.iter().cloned());
-    match nvrtc.compile(&unit.name, &unit.source, &opts, Output::Cubin) {
-        Ok(c) => UnitResult {
-            outcome: UnitOutcome::Cubin(c.code),
-            log: c.log,
-            timings: UnitTimings { compile_us: us(c.compile), extract_us: us(c.extract), jit_us: 0 },
-        },
-        Err(f) => UnitResult {
-            outcome: UnitOutcome::Failed(Failure { kind: f.kind, message: f.message }),
-            log: f.log,
-            timings: UnitTimings { compile_us: us(f.compile), ..Default::default() },
-        },
-    }
+    nvrtc.compile_unit(unit, options, None)
+}
+
+fn identity(nvrtc: &WarmNvrtc) -> String {
+    let nvrtc = nvrtc.nvrtc();
+    crate::cache::toolchain_identity(&crate::cache::nvrtc_name(nvrtc.version()), nvrtc.path())
 }
 
 /// NVRTC in the calling process, one unit after another.
@@ -61,13 +55,13 @@ pub(crate) fn compile_one(nvrtc: &Nvrtc, unit: &Unit, options: &CompileOptions) 
 /// units), an effect of the main thread's allocator heap, not of NVRTC. A worker thread gets an
 /// allocator arena of its own, as a daemon does.
 pub struct InProcess {
-    nvrtc: Arc<Nvrtc>,
+    nvrtc: Arc<WarmNvrtc>,
 }
 
 impl InProcess {
-    /// Loads and warms NVRTC from `toolchain`.
+    /// Tunes the allocator, then loads and warms NVRTC from `toolchain` for `options.arch`.
     pub fn new(toolchain: &Toolchain, options: &CompileOptions) -> Result<Self, CompilerError> {
-        Ok(InProcess { nvrtc: load_warm(toolchain, options)? })
+        Ok(InProcess { nvrtc: start(toolchain, options)? })
     }
 }
 
@@ -77,7 +71,7 @@ impl Compiler for InProcess {
     }
 
     fn toolchain(&self) -> String {
-        crate::cache::toolchain_identity(&crate::cache::nvrtc_name(self.nvrtc.version()), self.nvrtc.path())
+        identity(&self.nvrtc)
     }
 
     fn compile(&mut self, units: &[Unit], options: &CompileOptions) -> Result<Batch, CompilerError> {
@@ -103,18 +97,18 @@ impl Compiler for InProcess {
 
 /// NVRTC from `k` threads of the calling process, each compiling a balanced contiguous part.
 pub struct Threads {
-    nvrtc: Arc<Nvrtc>,
+    nvrtc: Arc<WarmNvrtc>,
     threads: usize,
 }
 
 impl Threads {
-    /// Loads and warms NVRTC; calls will use `threads` threads.
+    /// Tunes the allocator, then loads and warms NVRTC; calls will use `threads` threads.
     pub fn new(
         toolchain: &Toolchain,
         options: &CompileOptions,
         threads: usize,
     ) -> Result<Self, CompilerError> {
-        Ok(Threads { nvrtc: load_warm(toolchain, options)?, threads: threads.max(1) })
+        Ok(Threads { nvrtc: start(toolchain, options)?, threads: threads.max(1) })
     }
 }
 
@@ -128,7 +122,7 @@ impl Compiler for Threads {
     }
 
     fn toolchain(&self) -> String {
-        crate::cache::toolchain_identity(&crate::cache::nvrtc_name(self.nvrtc.version()), self.nvrtc.path())
+        identity(&self.nvrtc)
     }
 
     fn compile(&mut self, units: &[Unit], options: &CompileOptions) -> Result<Batch, CompilerError> {

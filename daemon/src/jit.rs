@@ -1,9 +1,35 @@
 //! The paper's second stage: PTX to CUBIN by the CUDA driver's linker, in the daemon's own
-//! context. Present only where a GPU and its driver are.
+//! context. Present only where a GPU and its driver are; it is the daemon's [`PtxLinker`] for
+//! the toolchain's compile layer. It must never be used from a thread other than the one that
+//! opened it (the context is current there only).
 
 use std::ffi::{CStr, c_char, c_uint, c_void};
 
 use cudarc::driver::sys;
+use gpfarm_toolchain::{LinkError, Linked, PtxLinker};
+use thiserror::Error;
+
+/// Why the driver could not give a context or a link.
+#[derive(Debug, Error)]
+pub enum JitError {
+    /// `libcuda.so` is not on this machine.
+    #[error("no CUDA driver (libcuda.so) on this machine")]
+    NoDriver,
+    /// The driver is there but sees no device.
+    #[error("the CUDA driver sees no GPU")]
+    NoGpu,
+    /// A driver call returned an error.
+    #[error("{call} failed: {result:?}")]
+    Driver {
+        /// The driver function.
+        call: &'static str,
+        /// What it returned.
+        result: sys::CUresult,
+    },
+    /// The linker reported success but handed back no CUBIN.
+    #[error("cuLinkComplete returned no CUBIN")]
+    NoCubin,
+}
 
 /// A CUDA context on device 0, held for the daemon's lifetime.
 pub struct Jit {
@@ -12,16 +38,16 @@ pub struct Jit {
     pub gpu: String,
 }
 
-fn check(r: sys::CUresult, what: &str) -> Result<(), String> {
-    if r == sys::CUresult::CUDA_SUCCESS { Ok(()) } else { Err(format!("{what} failed: {r:?}")) }
+fn check(result: sys::CUresult, call: &'static str) -> Result<(), JitError> {
+    if result == sys::CUresult::CUDA_SUCCESS { Ok(()) } else { Err(JitError::Driver { call, result }) }
 }
 
 impl Jit {
     /// Creates the context if a driver and a device are present.
-    pub fn open() -> Result<Jit, String> {
+    pub fn open() -> Result<Jit, JitError> {
         // SAFETY: probing for the driver library only dlopens it.
         if !unsafe { sys::is_culib_present() } {
-            return Err("no CUDA driver (libcuda.so) on this machine".into());
+            return Err(JitError::NoDriver);
         }
         // SAFETY: plain driver API calls with valid out-pointers, on this thread only.
         unsafe {
@@ -29,7 +55,7 @@ impl Jit {
             let mut count = 0;
             check(sys::cuDeviceGetCount(&mut count), "cuDeviceGetCount")?;
             if count < 1 {
-                return Err("the CUDA driver sees no GPU".into());
+                return Err(JitError::NoGpu);
             }
             let mut dev = 0;
             check(sys::cuDeviceGet(&mut dev, 0), "cuDeviceGet")?;
@@ -43,8 +69,8 @@ impl Jit {
         }
     }
 
-    /// Links PTX into a CUBIN for the context's device; returns the CUBIN and the linker's log.
-    pub fn link(&self, ptx: &[u8]) -> Result<(Vec<u8>, String), (String, String)> {
+    /// Links PTX into a CUBIN for the context's device; the log comes back either way.
+    fn link_ptx(&self, ptx: &[u8]) -> (Result<Vec<u8>, JitError>, String) {
         let mut ptx = ptx.to_vec();
         ptx.push(0);
         let mut log = vec![0u8; 16 * 1024];
@@ -53,44 +79,51 @@ impl Jit {
             sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
         ];
         let mut vals = [log.as_mut_ptr() as *mut c_void, log.len() as *mut c_void];
-        let log_text = |log: &[u8]| {
-            let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-            String::from_utf8_lossy(&log[..end]).into_owned()
-        };
         // SAFETY: the context is current on this (the daemon's only) thread; option arrays and
         // the log buffer outlive the link state, which is destroyed before returning; the CUBIN
         // the linker owns is copied out before cuLinkDestroy.
-        unsafe {
+        let cubin = unsafe {
             let mut state = std::ptr::null_mut();
             let r =
                 sys::cuLinkCreate_v2(opts.len() as c_uint, opts.as_mut_ptr(), vals.as_mut_ptr(), &mut state);
-            check(r, "cuLinkCreate").map_err(|e| (e, String::new()))?;
-            let r = sys::cuLinkAddData_v2(
-                state,
-                sys::CUjitInputType::CU_JIT_INPUT_PTX,
-                ptx.as_mut_ptr().cast(),
-                ptx.len(),
-                c"unit.ptx".as_ptr(),
-                0,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
+            if let Err(e) = check(r, "cuLinkCreate") {
+                return (Err(e), String::new());
+            }
+            let added = check(
+                sys::cuLinkAddData_v2(
+                    state,
+                    sys::CUjitInputType::CU_JIT_INPUT_PTX,
+                    ptx.as_mut_ptr().cast(),
+                    ptx.len(),
+                    c"unit.ptx".as_ptr(),
+                    0,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                ),
+                "cuLinkAddData",
             );
-            let mut out = Err((String::new(), String::new()));
-            if r == sys::CUresult::CUDA_SUCCESS {
+            let cubin = added.and_then(|()| {
                 let mut cubin = std::ptr::null_mut();
                 let mut size = 0usize;
-                let r = sys::cuLinkComplete(state, &mut cubin, &mut size);
-                if r == sys::CUresult::CUDA_SUCCESS && !cubin.is_null() {
-                    out = Ok(std::slice::from_raw_parts(cubin as *const u8, size).to_vec());
-                } else {
-                    out = Err((format!("cuLinkComplete failed: {r:?}"), String::new()));
+                check(sys::cuLinkComplete(state, &mut cubin, &mut size), "cuLinkComplete")?;
+                if cubin.is_null() {
+                    return Err(JitError::NoCubin);
                 }
-            } else {
-                out = out.or(Err((format!("cuLinkAddData failed: {r:?}"), String::new())));
-            }
+                Ok(std::slice::from_raw_parts(cubin as *const u8, size).to_vec())
+            });
             sys::cuLinkDestroy(state);
-            let text = log_text(&log);
-            out.map(|c| (c, text.clone())).map_err(|(e, _)| (e, text))
+            cubin
+        };
+        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+        (cubin, String::from_utf8_lossy(&log[..end]).into_owned())
+    }
+}
+
+impl PtxLinker for Jit {
+    fn link(&self, ptx: &[u8]) -> Result<Linked, LinkError> {
+        match self.link_ptx(ptx) {
+            (Ok(cubin), log) => Ok(Linked { cubin, log }),
+            (Err(e), log) => Err(LinkError { cause: Box::new(e), log }),
         }
     }
 }

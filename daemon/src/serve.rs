@@ -11,11 +11,10 @@ use clap::Parser;
 use gpfarm_protocol::event::{self, Wake};
 use gpfarm_protocol::segment::{self, process_alive};
 use gpfarm_protocol::{
-    CompileOptions, DaemonId, DaemonInfo, DaemonState, FarmName, Request, Response, Segment, SegmentError,
-    SegmentName, SmArch, Unit,
+    DaemonId, DaemonInfo, DaemonState, FarmName, Request, Response, Segment, SegmentError, SegmentName,
+    SmArch,
 };
-use gpfarm_toolchain::nvrtc::WARMUP_SOURCE;
-use gpfarm_toolchain::{Nvrtc, Toolchain};
+use gpfarm_toolchain::{Allocator, Toolchain, WarmNvrtc};
 
 use crate::compile::compile_units;
 use crate::jit::Jit;
@@ -85,9 +84,6 @@ pub fn run(args: Args) -> Result<()> {
             bail!("parent process {parent} is already gone");
         }
     }
-    if args.malloc == "tuned" {
-        gpfarm_toolchain::tune_allocator();
-    }
     let mut seg = match Segment::create(&name, args.id) {
         Err(SegmentError::Exists(_)) => {
             segment::remove_stale_segments(Some(&args.farm));
@@ -113,8 +109,8 @@ pub fn run(args: Args) -> Result<()> {
     let info = DaemonInfo {
         id: args.id,
         pid: std::process::id(),
-        nvrtc_version: nvrtc.version(),
-        nvrtc_path: nvrtc.path().display().to_string(),
+        nvrtc_version: nvrtc.nvrtc().version(),
+        nvrtc_path: nvrtc.nvrtc().path().display().to_string(),
         gpu: jit.as_ref().map(|j| j.gpu.clone()),
         warmup_us: started.elapsed().as_micros() as u64,
     };
@@ -130,16 +126,10 @@ pub fn run(args: Args) -> Result<()> {
     served
 }
 
-fn load_and_warm(args: &Args) -> Result<Nvrtc> {
+fn load_and_warm(args: &Args) -> Result<WarmNvrtc> {
     let toolchain = Toolchain::discover(args.cuda.as_deref())?;
-    let nvrtc = Nvrtc::load(&toolchain)?;
-    let warm = CompileOptions::cubin(args.warmup_arch);
-    let unit = Unit::new("gpfarm_warmup.cu", WARMUP_SOURCE);
-    let result = compile_units(&nvrtc, None, &warm, std::slice::from_ref(&unit), |_| {});
-    if let Some(r) = result.first().filter(|r| r.cubin().is_none()) {
-        bail!("warm-up compile failed: {:?}\n{}", r.outcome, r.log);
-    }
-    Ok(nvrtc)
+    let allocator = if args.malloc == "tuned" { Allocator::Tuned } else { Allocator::Default };
+    Ok(WarmNvrtc::start(&toolchain, args.warmup_arch, allocator)?)
 }
 
 fn linger_failed(seg: &Segment, stop: &AtomicBool, parent: Option<u32>) {
@@ -154,7 +144,7 @@ fn linger_failed(seg: &Segment, stop: &AtomicBool, parent: Option<u32>) {
 
 fn serve(
     seg: &mut Segment,
-    nvrtc: &Nvrtc,
+    nvrtc: &WarmNvrtc,
     jit: Option<&Jit>,
     info: &DaemonInfo,
     stop: &AtomicBool,

@@ -6,12 +6,17 @@
 //! PyPI wheels pinned to one 13.0 release. [`nvrtc::Nvrtc`] loads the library found there by
 //! absolute path, with its builtins library first, so no `LD_LIBRARY_PATH` is needed and a
 //! missing or mismatched library is an error that says what to install, never a panic.
+//! [`compile::WarmNvrtc`] is the one compile layer above it: allocator tuned, NVRTC warmed, and
+//! [`WarmNvrtc::compile_unit`] turning a unit into the wire's `UnitResult` for the daemon and the
+//! in-process compilers alike.
 
+pub mod compile;
 pub mod locate;
 pub mod nvrtc;
 
+pub use compile::{Allocator, LinkError, Linked, PtxLinker, StartError, WarmNvrtc, nvrtc_options};
 pub use locate::{Origin, Toolchain, ToolchainError};
-pub use nvrtc::{Compiled, Nvrtc, NvrtcFailure, Output};
+pub use nvrtc::{Compiled, LoadError, Nvrtc, NvrtcFailure, Output};
 
 /// NVRTC major version this build speaks (the pinned wheels are 13.0.88).
 pub const NVRTC_MAJOR: u32 = 13;

@@ -45,12 +45,13 @@ struct Fns {
 #[derive(Debug, Error)]
 pub enum LoadError {
     /// `dlopen` or `dlsym` failed.
-    #[error("cannot load {path}: {reason}; {INSTALL_HINT}")]
+    #[error("cannot load {path}; {INSTALL_HINT}")]
     Library {
         /// The library.
         path: PathBuf,
-        /// The loader's message.
-        reason: String,
+        /// The loader's error.
+        #[source]
+        source: libloading::Error,
     },
     /// The library is not NVRTC 13.
     #[error("{path} is NVRTC {major}.{minor}, but gpfarm needs NVRTC {NVRTC_MAJOR}.x; {INSTALL_HINT}")]
@@ -115,7 +116,7 @@ fn open(path: &Path) -> Result<Library, LoadError> {
     // SAFETY: loading NVIDIA's NVRTC libraries runs only their ELF initialisers, which have no
     // preconditions.
     unsafe { Library::open(Some(path), RTLD_NOW | RTLD_GLOBAL) }
-        .map_err(|e| LoadError::Library { path: path.to_path_buf(), reason: e.to_string() })
+        .map_err(|source| LoadError::Library { path: path.to_path_buf(), source })
 }
 
 impl Nvrtc {
@@ -129,7 +130,7 @@ impl Nvrtc {
                 // SAFETY: the symbol is NVRTC's C function of the signature declared in `Fns`
                 // (from nvrtc.h, stable across NVRTC 11-13).
                 *unsafe { lib.get(concat!($name, "\0").as_bytes()) }
-                    .map_err(|e| LoadError::Library { path: path.clone(), reason: e.to_string() })?
+                    .map_err(|source| LoadError::Library { path: path.clone(), source })?
             };
         }
         let fns = Fns {
@@ -314,8 +315,3 @@ impl Drop for ProgramGuard {
         unsafe { (self.destroy)(&mut self.prog) };
     }
 }
-
-/// A tiny kernel with a transcendental call, compiled once at start-up so that no real batch
-/// pays NVRTC's first-compile cost.
-pub const WARMUP_SOURCE: &str = "extern \"C\" __global__ void gpfarm_warmup(float* o)\n\
-     { o[threadIdx.x] = sinf((float)threadIdx.x) + expf(o[threadIdx.x]); }\n";
