@@ -10,12 +10,13 @@ pub mod plot;
 pub mod report;
 pub mod sample;
 
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use gpfarm_client::{CompileOptions, Compiler};
-use gpfarm_protocol::{CompileMode, SmArch};
+use gpfarm_client::{BuildConfig, CompileOptions, Compiler, Workers};
+use gpfarm_protocol::SmArch;
 use serde::Serialize;
 
 pub use method::Method;
@@ -58,9 +59,9 @@ impl BenchConfig {
             generations: 1,
             methods: vec![
                 Method::InProcess,
-                Method::Threads(2),
-                Method::Farm(1),
-                Method::Farm(2),
+                Method::Threads(Workers::Exactly(TWO)),
+                Method::Farm(Workers::Exactly(NonZeroUsize::MIN)),
+                Method::Farm(Workers::Exactly(TWO)),
                 Method::Nvcc,
             ],
             per_unit: 10,
@@ -74,7 +75,12 @@ impl BenchConfig {
 
     /// The full comparison on a machine with `cores` cores.
     pub fn full(out: PathBuf, cores: usize) -> Self {
-        let ks: Vec<usize> = [1, 2, 4, 8, 16].into_iter().filter(|&k| k <= cores).collect();
+        let ks: Vec<Workers> = [1, 2, 4, 8, 16]
+            .into_iter()
+            .filter(|&k| k <= cores)
+            .filter_map(NonZeroUsize::new)
+            .map(Workers::Exactly)
+            .collect();
         let mut methods = vec![Method::InProcess];
         methods.extend(ks.iter().map(|&k| Method::Threads(k)));
         methods.extend(ks.iter().map(|&k| Method::Farm(k)));
@@ -91,6 +97,8 @@ impl BenchConfig {
         }
     }
 }
+
+const TWO: NonZeroUsize = NonZeroUsize::MIN.saturating_add(1);
 
 /// One measured compile of one sample by one method.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -142,14 +150,13 @@ pub fn run(config: &BenchConfig, mut progress: impl FnMut(&str)) -> Result<Vec<R
         samples.iter().map(|s| s.units.len()).sum::<usize>()
     ));
     let mut rows = Vec::new();
+    let build = BuildConfig { cuda: config.cuda.clone(), ..BuildConfig::default() };
     for method in &config.methods {
-        let mode =
-            if matches!(method, Method::FarmJit(_)) { CompileMode::PtxJit } else { CompileMode::Cubin };
-        let options = CompileOptions { arch: config.arch, mode, flags: config.flags.clone() };
-        let mut compiler = match method.build(config, &options) {
+        let options = CompileOptions { arch: config.arch, mode: method.mode(), flags: config.flags.clone() };
+        let mut compiler = match method.build(&options, &build) {
             Ok(c) => c,
             Err(e) => {
-                progress(&format!("{method}: skipped ({e:#})"));
+                progress(&format!("{method}: skipped ({:#})", anyhow::Error::new(e)));
                 continue;
             }
         };

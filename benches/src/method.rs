@@ -1,109 +1,53 @@
-//! The methods compared: nvcc, in-process NVRTC, threads, the farm, and the paper's PTX + JIT path.
+//! The methods compared are compiler specs ([`CompilerSpec`]: nvcc, in-process NVRTC, threads,
+//! the farm, and the paper's PTX + JIT path), always with an explicit worker count, so that a
+//! row's method name means the same on every machine. Building one is the client's
+//! [`CompilerSpec::build`]; this file must never build a compiler itself.
 
-use std::fmt;
-use std::path::Path;
-use std::str::FromStr;
+use gpfarm_client::{CompilerSpec, SpecError, Workers};
+use thiserror::Error;
 
-use anyhow::{Result, bail};
-use gpfarm_client::{CompileOptions, Compiler, Farm, FarmConfig, InProcess, Nvcc, Threads};
-use gpfarm_toolchain::Toolchain;
+/// One way of compiling, as a benchmark row names it.
+pub type Method = CompilerSpec;
 
-use crate::BenchConfig;
-
-/// One way of compiling.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Method {
-    /// `nvcc -cubin`, one process per unit.
-    Nvcc,
-    /// NVRTC in this process.
-    InProcess,
-    /// NVRTC from k threads.
-    Threads(usize),
-    /// k daemons, NVRTC to CUBIN.
-    Farm(usize),
-    /// k daemons, NVRTC to PTX then the driver's JIT (needs a GPU).
-    FarmJit(usize),
+/// A method name that does not parse, or leaves its worker count open.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum MethodError {
+    /// Not a compiler spec.
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    /// `farm` or `threads` without `:K`.
+    #[error("{0:?}: give the worker count ({0}:K), so the results say what was measured")]
+    OpenCount(String),
 }
 
-impl fmt::Display for Method {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Method::Nvcc => write!(f, "nvcc"),
-            Method::InProcess => write!(f, "inprocess"),
-            Method::Threads(k) => write!(f, "threads:{k}"),
-            Method::Farm(k) => write!(f, "farm:{k}"),
-            Method::FarmJit(k) => write!(f, "farm-jit:{k}"),
-        }
+/// Parses a method: a compiler spec whose threads and farms say how many workers they have.
+pub fn parse(s: &str) -> Result<Method, MethodError> {
+    let spec: CompilerSpec = s.parse()?;
+    if spec.workers() == Some(Workers::PerCore) {
+        return Err(MethodError::OpenCount(s.to_owned()));
     }
-}
-
-impl FromStr for Method {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (name, k) = match s.split_once(':') {
-            Some((n, k)) => (n, Some(k.parse::<usize>().map_err(|_| format!("bad worker count in {s:?}"))?)),
-            None => (s, None),
-        };
-        match (name, k) {
-            ("nvcc", None) => Ok(Method::Nvcc),
-            ("inprocess", None) => Ok(Method::InProcess),
-            ("threads", Some(k)) if k > 0 => Ok(Method::Threads(k)),
-            ("farm", Some(k)) if k > 0 => Ok(Method::Farm(k)),
-            ("farm-jit", Some(k)) if k > 0 => Ok(Method::FarmJit(k)),
-            _ => Err(format!("unknown method {s:?}: use nvcc, inprocess, threads:K, farm:K or farm-jit:K")),
-        }
-    }
-}
-
-impl Method {
-    /// Workers it uses (1 for nvcc and in-process).
-    pub fn workers(&self) -> usize {
-        match self {
-            Method::Nvcc | Method::InProcess => 1,
-            Method::Threads(k) | Method::Farm(k) | Method::FarmJit(k) => *k,
-        }
-    }
-
-    /// Builds the compiler, warm.
-    pub fn build(&self, config: &BenchConfig, options: &CompileOptions) -> Result<Box<dyn Compiler>> {
-        let toolchain = || Toolchain::discover(config.cuda.as_deref());
-        Ok(match self {
-            Method::Nvcc => Box::new(Nvcc::new(&toolchain()?)?),
-            Method::InProcess => {
-                gpfarm_toolchain::tune_allocator();
-                Box::new(InProcess::new(&toolchain()?, options)?)
-            }
-            Method::Threads(k) => {
-                gpfarm_toolchain::tune_allocator();
-                Box::new(Threads::new(&toolchain()?, options, *k)?)
-            }
-            Method::Farm(k) | Method::FarmJit(k) => {
-                if matches!(self, Method::FarmJit(_)) && gpfarm_kernels::gpu::probe().is_err() {
-                    bail!("the PTX + JIT path needs a GPU");
-                }
-                let farm = Farm::spawn(FarmConfig {
-                    daemons: *k,
-                    cuda: config.cuda.as_deref().map(Path::to_path_buf),
-                    warmup_arch: options.arch,
-                    gpu_context: matches!(self, Method::FarmJit(_)),
-                    ..FarmConfig::default()
-                })?;
-                Box::new(farm)
-            }
-        })
-    }
+    Ok(spec)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::num::NonZeroUsize;
+
     use super::*;
 
     #[test]
     fn method_names_round_trip() {
-        for m in [Method::Nvcc, Method::InProcess, Method::Threads(4), Method::Farm(16), Method::FarmJit(8)] {
-            assert_eq!(m.to_string().parse::<Method>(), Ok(m));
+        let k = |n| Workers::Exactly(NonZeroUsize::new(n).expect("n > 0"));
+        for m in [
+            Method::Nvcc,
+            Method::InProcess,
+            Method::Threads(k(4)),
+            Method::Farm(k(16)),
+            Method::FarmJit(k(8)),
+        ] {
+            assert_eq!(parse(&m.to_string()), Ok(m));
         }
-        assert!("farm:0".parse::<Method>().is_err());
-        assert!("farm".parse::<Method>().is_err());
+        assert!(parse("farm:0").is_err());
+        assert!(parse("farm").is_err());
     }
 }

@@ -8,7 +8,8 @@
 //! - [`Nvcc`]: the command-line compiler on a temporary file per unit (the paper's baseline).
 //!
 //! All four take the same units and options and return one [`UnitResult`] per unit, in input
-//! order. This crate knows nothing of genetic programming.
+//! order. [`CompilerSpec`] names one (`farm:16`, `threads:8`, ...) and builds it. This crate knows
+//! nothing of genetic programming.
 //!
 //! Every child process it starts (the daemons, and the GPU evaluation worker of [`GpuWorker`])
 //! goes through one [`supervisor`]: parent-death signal, bounded liveness checks, kill, restart.
@@ -22,6 +23,7 @@ mod inprocess;
 mod nvcc;
 pub mod partition;
 mod queue;
+mod spec;
 pub mod supervisor;
 
 pub use cache::{CacheKey, DiskCache};
@@ -39,3 +41,4 @@ pub use gpu_worker::{GpuWorker, WorkerError, gpu_worker_executable};
 pub use inprocess::{InProcess, Threads};
 pub use nvcc::Nvcc;
 pub use queue::{Finished, Job, Submitter, Worklist, job_queue};
+pub use spec::{BuildConfig, BuildError, CompilerSpec, SpecError, Workers};

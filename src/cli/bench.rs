@@ -27,7 +27,7 @@ pub struct BenchArgs {
     generations: Option<usize>,
     /// Methods, comma separated: nvcc, inprocess, threads:K, farm:K, farm-jit:K (default: all,
     /// K in 1, 2, 4, 8, 16 up to the cores present).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = gpfarm_bench::method::parse)]
     methods: Option<Vec<Method>>,
     /// Individuals per translation unit, the same for every method.
     #[arg(long)]
@@ -107,7 +107,7 @@ pub fn run(args: BenchArgs, cuda: Option<&Path>) -> Result<()> {
         BenchConfig::full(args.out.clone(), cores)
     };
     if args.quick {
-        config.methods.retain(|m| m.workers() <= cores);
+        config.methods.retain(|m| m.worker_count().get() <= cores);
     }
     if let Some(p) = args.problems {
         config.problems = p;

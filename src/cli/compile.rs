@@ -3,21 +3,39 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use clap::Args;
-use gpfarm_client::cubin;
+use clap::{Args, ValueEnum};
+use gpfarm_client::{CompilerSpec, Workers, cubin};
 use gpfarm_protocol::{CompileMode, CompileOptions, FarmName, SmArch, Unit, UnitOutcome};
 use serde_json::json;
 
-use super::compilers::{self, FarmSource, Kind};
+use super::compilers::{self, FarmSource};
 use super::random;
+
+/// What NVRTC produces, as `--mode` spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Mode {
+    /// NVRTC straight to CUBIN.
+    Cubin,
+    /// NVRTC to PTX, then the driver's linker to CUBIN (needs a GPU; the farm's daemons only).
+    PtxJit,
+}
+
+impl From<Mode> for CompileMode {
+    fn from(mode: Mode) -> Self {
+        match mode {
+            Mode::Cubin => CompileMode::Cubin,
+            Mode::PtxJit => CompileMode::PtxJit,
+        }
+    }
+}
 
 /// Arguments of `gpfarm compile`.
 #[derive(Debug, Args)]
 pub struct CompileArgs {
-    /// Compiler: farm, inprocess, threads or nvcc.
+    /// Compiler: farm[:K], farm-jit[:K], threads[:K], inprocess or nvcc.
     #[arg(long, default_value = "farm")]
-    compiler: Kind,
-    /// Daemons (farm) or threads (threads); default: one per core.
+    compiler: CompilerSpec,
+    /// Daemons (farm) or threads (threads) when --compiler gives no K; default: one per core.
     #[arg(long, short = 'n', alias = "threads")]
     daemons: Option<usize>,
     /// Attach to daemons started by `gpfarm daemons start` instead of spawning new ones.
@@ -41,9 +59,10 @@ pub struct CompileArgs {
     /// Target architecture (CUBIN needs a real sm_XX).
     #[arg(long, default_value = "sm_90")]
     arch: SmArch,
-    /// cubin (NVRTC straight to CUBIN) or ptx-jit (NVRTC to PTX, driver to CUBIN; needs a GPU).
-    #[arg(long, default_value = "cubin")]
-    mode: CompileMode,
+    /// What NVRTC produces (default: ptx-jit for farm-jit, else cubin); ptx-jit with farm means
+    /// farm-jit.
+    #[arg(long, value_enum)]
+    mode: Option<Mode>,
     /// Extra NVRTC option (repeatable), e.g. --flag=--use_fast_math --flag=-default-device.
     #[arg(long = "flag", allow_hyphen_values = true)]
     flags: Vec<String>,
@@ -59,8 +78,27 @@ pub struct CompileArgs {
     deadline: u64,
 }
 
-fn default_workers() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+/// The compiler and mode `--compiler`, `-n` and `--mode` ask for together: ptx-jit on a farm is
+/// farm-jit, and a worker count given twice must agree.
+fn resolve(
+    spec: CompilerSpec,
+    daemons: Option<usize>,
+    mode: Option<Mode>,
+) -> Result<(CompilerSpec, CompileMode)> {
+    let spec = match (spec, mode) {
+        (CompilerSpec::Farm(w), Some(Mode::PtxJit)) => CompilerSpec::FarmJit(w),
+        (CompilerSpec::FarmJit(_), Some(Mode::Cubin)) => {
+            bail!("--compiler farm-jit compiles through PTX: drop --mode cubin, or use --compiler farm")
+        }
+        (spec, _) => spec,
+    };
+    if let (Some(n), Some(Workers::Exactly(k))) = (daemons, spec.workers())
+        && n != k.get()
+    {
+        bail!("--compiler {spec} and -n {n} ask for different worker counts: give the count once");
+    }
+    let mode = mode.map_or(spec.mode(), CompileMode::from);
+    Ok((spec, mode))
 }
 
 /// Runs `gpfarm compile`.
@@ -81,11 +119,11 @@ pub fn run(args: CompileArgs, cuda: Option<&Path>) -> Result<()> {
     } else {
         bail!("nothing to compile: give --random N or --source FILE...");
     };
-    let options = CompileOptions { arch: args.arch, mode: args.mode, flags: args.flags.clone() };
-    let workers = args.daemons.unwrap_or_else(default_workers);
+    let (spec, mode) = resolve(args.compiler, args.daemons, args.mode)?;
+    let options = CompileOptions { arch: args.arch, mode, flags: args.flags.clone() };
     let source =
         FarmSource { attach: args.attach.then(|| args.farm.clone()), deadline_s: Some(args.deadline) };
-    let mut compiler = compilers::build(args.compiler, workers, cuda, &options, &source)?;
+    let mut compiler = compilers::build(spec, args.daemons.unwrap_or(0), cuda, &options, &source)?;
     let batch = compiler.compile(&units, &options)?;
 
     if let Some(dir) = &args.out_dir {
@@ -136,7 +174,7 @@ pub fn run(args: CompileArgs, cuda: Option<&Path>) -> Result<()> {
         let doc = json!({
             "compiler": compiler.name(),
             "arch": args.arch.to_string(),
-            "mode": args.mode.to_string(),
+            "mode": mode.to_string(),
             "flags": args.flags,
             "units": per_unit,
             "individuals": kernels_total,
@@ -155,7 +193,7 @@ pub fn run(args: CompileArgs, cuda: Option<&Path>) -> Result<()> {
             units.len(),
             kernels_total,
             args.arch,
-            args.mode,
+            mode,
             ok,
             units.len() - ok
         );
@@ -181,4 +219,38 @@ pub fn run(args: CompileArgs, cuda: Option<&Path>) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(s: &str) -> CompilerSpec {
+        s.parse().expect("a valid spec")
+    }
+
+    #[test]
+    fn ptx_jit_on_a_farm_is_farm_jit_and_farm_jit_defaults_to_ptx_jit() {
+        let (s, mode) = resolve(spec("farm:2"), None, Some(Mode::PtxJit)).unwrap();
+        assert_eq!((s, mode), (spec("farm-jit:2"), CompileMode::PtxJit));
+        let (s, mode) = resolve(spec("farm-jit"), None, None).unwrap();
+        assert_eq!((s, mode), (spec("farm-jit"), CompileMode::PtxJit));
+        let (s, mode) = resolve(spec("threads"), Some(3), None).unwrap();
+        assert_eq!((s, mode), (spec("threads"), CompileMode::Cubin));
+    }
+
+    #[test]
+    fn contradictions_are_errors() {
+        assert!(resolve(spec("farm-jit:2"), None, Some(Mode::Cubin)).is_err());
+        assert!(resolve(spec("farm:4"), Some(8), None).is_err());
+        assert!(resolve(spec("farm:4"), Some(4), None).is_ok());
+    }
+
+    #[test]
+    fn mode_flags_read_as_the_protocol_names_them() {
+        for mode in Mode::value_variants() {
+            let name = mode.to_possible_value().expect("no variant is skipped");
+            assert_eq!(CompileMode::from(*mode).to_string(), name.get_name());
+        }
+    }
 }

@@ -1,38 +1,18 @@
-//! Building the compiler a command asked for: `farm`, `inprocess`, `threads`, `nvcc`.
+//! Building the compiler a command asked for: its `--compiler` spec ([`CompilerSpec`]: `farm`,
+//! `farm:K`, `farm-jit[:K]`, `threads[:K]`, `inprocess`, `nvcc`) plus the command's `-n` and
+//! farm settings, through the one builder in the client library ([`CompilerSpec::build`]). This
+//! file only translates the command line's settings; it must never construct a compiler itself.
 
+use std::num::NonZeroUsize;
 use std::path::Path;
-use std::str::FromStr;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
-use gpfarm_client::{Compiler, Farm, FarmConfig, InProcess, Nvcc, Threads};
+use gpfarm_client::{BuildConfig, Compiler, CompilerSpec};
 use gpfarm_protocol::{CompileOptions, FarmName};
-use gpfarm_toolchain::Toolchain;
 
-/// Which implementation compiles.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// Resident daemons.
-    Farm,
-    /// NVRTC in this process.
-    InProcess,
-    /// NVRTC from threads of this process.
-    Threads,
-    /// nvcc on the command line.
-    Nvcc,
-}
-
-impl FromStr for Kind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "farm" => Ok(Kind::Farm),
-            "inprocess" => Ok(Kind::InProcess),
-            "threads" => Ok(Kind::Threads),
-            "nvcc" => Ok(Kind::Nvcc),
-            _ => Err(format!("unknown compiler {s:?}: use farm, inprocess, threads or nvcc")),
-        }
-    }
-}
+/// The name `evolve` still uses for [`CompilerSpec`]; remove once it names the spec itself.
+pub type Kind = CompilerSpec;
 
 /// Where a farm's daemons come from, and how long a request may take.
 #[derive(Debug, Clone, Default)]
@@ -43,40 +23,24 @@ pub struct FarmSource {
     pub deadline_s: Option<u64>,
 }
 
-/// Builds the compiler; `workers` is the number of daemons or threads.
+/// Builds the compiler `spec` names, warm; `workers` (daemons or threads) fills a spec that left
+/// its count open (`farm`, `threads`; 0 leaves one per core), and an explicit count (`farm:4`)
+/// stays.
 pub fn build(
-    kind: Kind,
+    spec: CompilerSpec,
     workers: usize,
     cuda: Option<&Path>,
     options: &CompileOptions,
     source: &FarmSource,
 ) -> Result<Box<dyn Compiler + Send>> {
-    Ok(match kind {
-        Kind::Farm => {
-            let config = FarmConfig {
-                daemons: workers,
-                cuda: cuda.map(Path::to_path_buf),
-                warmup_arch: options.arch,
-                gpu_context: options.mode == gpfarm_protocol::CompileMode::PtxJit,
-                request_timeout: source
-                    .deadline_s
-                    .map_or(gpfarm_client::DEFAULT_UNIT_DEADLINE, std::time::Duration::from_secs),
-                ..FarmConfig::default()
-            };
-            let farm = match &source.attach {
-                Some(name) => Farm::attach(name.as_ref(), config).context("attaching to running daemons")?,
-                None => Farm::spawn(config).context("starting the compile daemons")?,
-            };
-            Box::new(farm)
-        }
-        Kind::InProcess => {
-            gpfarm_toolchain::tune_allocator();
-            Box::new(InProcess::new(&Toolchain::discover(cuda)?, options)?)
-        }
-        Kind::Threads => {
-            gpfarm_toolchain::tune_allocator();
-            Box::new(Threads::new(&Toolchain::discover(cuda)?, options, workers)?)
-        }
-        Kind::Nvcc => Box::new(Nvcc::new(&Toolchain::discover(cuda)?)?),
-    })
+    let spec = NonZeroUsize::new(workers).map_or(spec, |n| spec.or_workers(n));
+    let config = BuildConfig {
+        cuda: cuda.map(Path::to_path_buf),
+        attach: source.attach.clone(),
+        unit_deadline: source.deadline_s.map_or(gpfarm_client::DEFAULT_UNIT_DEADLINE, Duration::from_secs),
+    };
+    let attaching =
+        config.attach.is_some() && matches!(spec, CompilerSpec::Farm(_) | CompilerSpec::FarmJit(_));
+    let what = if attaching { "attaching to running daemons".to_owned() } else { format!("starting {spec}") };
+    spec.build(options, &config).context(what)
 }
