@@ -17,7 +17,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use gpfarm_client::{BuildConfig, CompileOptions, Compiler, Workers};
 use gpfarm_protocol::SmArch;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use method::Method;
 pub use sample::Sample;
@@ -100,8 +100,9 @@ impl BenchConfig {
 
 const TWO: NonZeroUsize = NonZeroUsize::MIN.saturating_add(1);
 
-/// One measured compile of one sample by one method.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// One measured compile of one sample by one method: one line of `bench.csv`, whose columns are
+/// these fields, in this order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Row {
     /// Problem name.
     pub problem: String,
@@ -122,22 +123,42 @@ pub struct Row {
     /// Units that produced a CUBIN.
     pub ok_units: usize,
     /// Wall time of the call.
+    #[serde(serialize_with = "ms3")]
     pub wall_ms: f64,
     /// Wall time per individual.
+    #[serde(serialize_with = "ms4")]
     pub ms_per_individual: f64,
     /// NVRTC (or nvcc process) time summed over units.
+    #[serde(serialize_with = "ms3")]
     pub compile_ms: f64,
     /// Driver JIT time summed over units.
+    #[serde(serialize_with = "ms3")]
     pub jit_ms: f64,
     /// The busiest worker's time.
+    #[serde(serialize_with = "ms3")]
     pub busiest_ms: f64,
     /// Wall time not spent by the busiest worker compiling: partitioning, shared-memory copies,
     /// signalling, waiting, decoding (farm), thread start-up (threads).
+    #[serde(serialize_with = "ms3")]
     pub overhead_ms: f64,
     /// Farm: writing requests; reading responses.
+    #[serde(serialize_with = "ms3")]
     pub write_ms: f64,
     /// Farm: reading responses.
+    #[serde(serialize_with = "ms3")]
     pub read_ms: f64,
+}
+
+/// Milliseconds to three places, as `bench.csv` has always held them: timings are taken in
+/// microseconds, so further digits are noise. (`n / 1000` of an integer `n` is the double nearest
+/// the decimal, which prints as exactly that decimal.)
+fn ms3<S: serde::Serializer>(ms: &f64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64((ms * 1e3).round() / 1e3)
+}
+
+/// Milliseconds to four places, for a time per individual.
+fn ms4<S: serde::Serializer>(ms: &f64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64((ms * 1e4).round() / 1e4)
 }
 
 /// Runs every method over every sample; `progress` hears one line per method.

@@ -1,4 +1,4 @@
-//! Turning rows into the raw CSV, medians with spread, the paper-shaped tables with the paper's
+//! Turning rows into the raw CSV (through `csv` and serde), medians with spread, the paper-shaped tables with the paper's
 //! own numbers beside ours, and a fit of each method's cost as fixed per call plus per individual.
 
 use std::collections::BTreeMap;
@@ -41,84 +41,46 @@ pub fn paper_table(problem: &str) -> &'static [(&'static str, f64, f64)] {
     }
 }
 
-/// Writes every row as CSV.
+/// The columns of `bench.csv`, in order: [`Row`]'s fields, as serde names them (a test holds the
+/// two together, and the committed results to both).
+pub const COLUMNS: [&str; 17] = [
+    "problem",
+    "size",
+    "run",
+    "generation",
+    "method",
+    "flags",
+    "individuals",
+    "units",
+    "ok_units",
+    "wall_ms",
+    "ms_per_individual",
+    "compile_ms",
+    "jit_ms",
+    "busiest_ms",
+    "overhead_ms",
+    "write_ms",
+    "read_ms",
+];
+
+/// Writes every row as CSV, header first (also when there are no rows).
 pub fn write_csv(rows: &[Row], path: &Path) -> Result<()> {
-    let mut out = String::from(
-        "problem,size,run,generation,method,flags,individuals,units,ok_units,wall_ms,ms_per_individual,compile_ms,jit_ms,busiest_ms,overhead_ms,write_ms,read_ms\n",
-    );
-    for r in rows {
-        writeln!(
-            out,
-            "{},{},{},{},{},\"{}\",{},{},{},{:.3},{:.4},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3}",
-            r.problem,
-            r.size,
-            r.run,
-            r.generation,
-            r.method,
-            r.flags,
-            r.individuals,
-            r.units,
-            r.ok_units,
-            r.wall_ms,
-            r.ms_per_individual,
-            r.compile_ms,
-            r.jit_ms,
-            r.busiest_ms,
-            r.overhead_ms,
-            r.write_ms,
-            r.read_ms
-        )?;
-    }
-    std::fs::write(path, out).with_context(|| format!("writing {}", path.display()))
-}
-
-fn split_csv(line: &str) -> Vec<String> {
-    let (mut fields, mut cur, mut quoted) = (Vec::new(), String::new(), false);
-    for ch in line.chars() {
-        match ch {
-            '"' => quoted = !quoted,
-            ',' if !quoted => fields.push(std::mem::take(&mut cur)),
-            c => cur.push(c),
+    let write = || -> Result<(), csv::Error> {
+        let mut out = csv::WriterBuilder::new().has_headers(false).from_path(path)?;
+        out.write_record(COLUMNS)?;
+        for r in rows {
+            out.serialize(r)?;
         }
-    }
-    fields.push(cur);
-    fields
+        out.flush()?;
+        Ok(())
+    };
+    write().with_context(|| format!("writing {}", path.display()))
 }
 
-/// Reads rows written by [`write_csv`].
+/// Reads rows written by [`write_csv`]; columns are matched by name.
 pub fn read_csv(path: &Path) -> Result<Vec<Row>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let mut rows = Vec::new();
-    for (n, line) in text.lines().enumerate().skip(1) {
-        let f = split_csv(line);
-        if f.len() != 17 {
-            anyhow::bail!("{}:{}: expected 17 fields, found {}", path.display(), n + 1, f.len());
-        }
-        let num = |i: usize| -> Result<f64> {
-            f[i].parse::<f64>()
-                .with_context(|| format!("{}:{}: field {} is not a number", path.display(), n + 1, i + 1))
-        };
-        rows.push(Row {
-            problem: f[0].clone(),
-            size: num(1)? as usize,
-            run: num(2)? as usize,
-            generation: num(3)? as usize,
-            method: f[4].clone(),
-            flags: f[5].clone(),
-            individuals: num(6)? as usize,
-            units: num(7)? as usize,
-            ok_units: num(8)? as usize,
-            wall_ms: num(9)?,
-            ms_per_individual: num(10)?,
-            compile_ms: num(11)?,
-            jit_ms: num(12)?,
-            busiest_ms: num(13)?,
-            overhead_ms: num(14)?,
-            write_ms: num(15)?,
-            read_ms: num(16)?,
-        });
-    }
-    Ok(rows)
+    let read = || -> Result<Vec<Row>, csv::Error> { csv::Reader::from_path(path)?.deserialize().collect() };
+    read().with_context(|| format!("reading {}", path.display()))
 }
 
 /// Median and quartiles of some values.
@@ -341,6 +303,81 @@ mod tests {
         let back = read_csv(&path).unwrap();
         std::fs::remove_file(&path).unwrap();
         assert_eq!(back, vec![row]);
+    }
+
+    #[test]
+    fn the_columns_are_the_rows_fields_in_order() {
+        let mut out = csv::Writer::from_writer(Vec::new());
+        out.serialize(Row {
+            problem: String::new(),
+            size: 0,
+            run: 0,
+            generation: 0,
+            method: String::new(),
+            flags: String::new(),
+            individuals: 0,
+            units: 0,
+            ok_units: 0,
+            wall_ms: 0.0,
+            ms_per_individual: 0.0,
+            compile_ms: 0.0,
+            jit_ms: 0.0,
+            busiest_ms: 0.0,
+            overhead_ms: 0.0,
+            write_ms: 0.0,
+            read_ms: 0.0,
+        })
+        .unwrap();
+        let text = String::from_utf8(out.into_inner().unwrap()).unwrap();
+        assert_eq!(text.lines().next(), Some(COLUMNS.join(",").as_str()));
+    }
+
+    #[test]
+    fn committed_results_read_back() {
+        let results = Path::new(env!("CARGO_MANIFEST_DIR")).join("results/2026-11-22-h100");
+        let rows = read_csv(&results.join("exact/bench.csv")).unwrap();
+        assert_eq!(rows.len(), 588);
+        assert_eq!(
+            rows[0],
+            Row {
+                problem: "search".into(),
+                size: 20,
+                run: 1,
+                generation: 0,
+                method: "nvcc".into(),
+                flags: String::new(),
+                individuals: 19,
+                units: 2,
+                ok_units: 2,
+                wall_ms: 1372.584,
+                ms_per_individual: 72.2413,
+                compile_ms: 1372.282,
+                jit_ms: 0.0,
+                busiest_ms: 1372.584,
+                overhead_ms: 0.0,
+                write_ms: 0.0,
+                read_ms: 0.0,
+            }
+        );
+        let fast = read_csv(&results.join("fast/bench.csv")).unwrap();
+        assert_eq!(fast.len(), 72);
+        assert_eq!(fast[0].flags, "--use_fast_math", "quoted flags lose their quotes");
+        for dir in ["ofast", "exact/inprocess-after-nvcc.csv", "driver-cache/bench/exact"] {
+            let path = results.join(dir);
+            let path = if path.is_dir() { path.join("bench.csv") } else { path };
+            assert!(!read_csv(&path).unwrap().is_empty(), "{}", path.display());
+        }
+    }
+
+    #[test]
+    fn an_empty_result_still_has_its_header() {
+        let path = std::env::temp_dir().join(format!("gpfarm-bench-empty-{}.csv", std::process::id()));
+        write_csv(&[], &path).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let back = read_csv(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(text, format!("{}\n", COLUMNS.join(",")));
+        assert_eq!(back, Vec::<Row>::new());
     }
 
     #[test]
