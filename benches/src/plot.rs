@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use anyhow::{Result, anyhow};
+use anyhow::Result;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -52,32 +52,22 @@ where
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(55)
-        .build_cartesian_2d(0.0..max_x * 1.05, (min_y..max_y.max(min_y) * 2.0).log_scale())
-        .map_err(|e| anyhow!("{e:?}"))?;
-    chart
-        .configure_mesh()
-        .x_desc("population size")
-        .y_desc("ms per individual (median)")
-        .draw()
-        .map_err(|e| anyhow!("{e:?}"))?;
+        .build_cartesian_2d(0.0..max_x * 1.05, (min_y..max_y.max(min_y) * 2.0).log_scale())?;
+    chart.configure_mesh().x_desc("population size").y_desc("ms per individual (median)").draw()?;
     for (i, (m, pts)) in data.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
         chart
-            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
-            .map_err(|e| anyhow!("{e:?}"))?
+            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
             .label(m.clone())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
-        chart
-            .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
-            .map_err(|e| anyhow!("{e:?}"))?;
+        chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
     }
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::UpperRight)
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
-        .draw()
-        .map_err(|e| anyhow!("{e:?}"))?;
+        .draw()?;
     Ok(())
 }
 
@@ -114,36 +104,21 @@ where
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(45)
-        .build_cartesian_2d(0.0..max_k * 1.05, 0.0..max_s.max(max_k) * 1.05)
-        .map_err(|e| anyhow!("{e:?}"))?;
+        .build_cartesian_2d(0.0..max_k * 1.05, 0.0..max_s.max(max_k) * 1.05)?;
+    chart.configure_mesh().x_desc("daemons or threads").y_desc("speedup").draw()?;
     chart
-        .configure_mesh()
-        .x_desc("daemons or threads")
-        .y_desc("speedup")
-        .draw()
-        .map_err(|e| anyhow!("{e:?}"))?;
-    chart
-        .draw_series(LineSeries::new(vec![(0.0, 0.0), (max_k, max_k)], BLACK.mix(0.3)))
-        .map_err(|e| anyhow!("{e:?}"))?
+        .draw_series(LineSeries::new(vec![(0.0, 0.0), (max_k, max_k)], BLACK.mix(0.3)))?
         .label("linear")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLACK.mix(0.3)));
     for (i, (kind, pts)) in lines.iter().enumerate() {
         let color = Palette99::pick(i + 1).to_rgba();
         chart
-            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
-            .map_err(|e| anyhow!("{e:?}"))?
+            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
             .label(*kind)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
-        chart
-            .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
-            .map_err(|e| anyhow!("{e:?}"))?;
+        chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| anyhow!("{e:?}"))?;
+    chart.configure_series_labels().position(SeriesLabelPosition::UpperLeft).border_style(BLACK).draw()?;
     Ok(())
 }
 
@@ -191,17 +166,17 @@ pub fn draw_all(rows: &[Row], dir: &Path) -> Result<Vec<String>> {
         let svg = dir.join(format!("{name}.svg"));
         {
             let root = SVGBackend::new(&svg, (640 * n, 480)).into_drawing_area();
-            root.fill(&WHITE).map_err(|e| anyhow!("{e:?}"))?;
+            root.fill(&WHITE)?;
             for (area, p) in root.split_evenly((1, n as usize)).iter().zip(&problems) {
                 draw_one(area, p)?;
             }
-            root.present().map_err(|e| anyhow!("{e:?}"))?;
+            root.present()?;
         }
         written.push(svg.display().to_string());
         let png = dir.join(format!("{name}.png"));
         {
             let root = BitMapBackend::new(&png, (640 * n, 480)).into_drawing_area();
-            root.fill(&WHITE).map_err(|e| anyhow!("{e:?}"))?;
+            root.fill(&WHITE)?;
             for (area, p) in root.split_evenly((1, n as usize)).iter().zip(&problems) {
                 if name == "per_individual" {
                     per_individual(area, rows, p)?;
@@ -209,7 +184,7 @@ pub fn draw_all(rows: &[Row], dir: &Path) -> Result<Vec<String>> {
                     speedup(area, rows, p)?;
                 }
             }
-            root.present().map_err(|e| anyhow!("{e:?}"))?;
+            root.present()?;
         }
         written.push(png.display().to_string());
     }
