@@ -370,6 +370,38 @@ mod tests {
     }
 
     #[test]
+    fn timings_are_written_to_the_microsecond() {
+        let row = Row {
+            problem: "search".into(),
+            size: 20,
+            run: 1,
+            generation: 0,
+            method: "threads:2".into(),
+            flags: "--flag=\"a,b\"".into(),
+            individuals: 3,
+            units: 1,
+            ok_units: 1,
+            wall_ms: 10.0 / 3.0,
+            ms_per_individual: 10.0 / 9.0,
+            compile_ms: 1.0005,
+            jit_ms: 0.0,
+            busiest_ms: 2.0 / 3.0,
+            overhead_ms: 0.0,
+            write_ms: 0.0,
+            read_ms: 0.0,
+        };
+        let path = std::env::temp_dir().join(format!("gpfarm-bench-round-{}.csv", std::process::id()));
+        write_csv(std::slice::from_ref(&row), &path).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let back = read_csv(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let line = text.lines().nth(1).unwrap();
+        assert!(line.contains(",3.333,1.1111,1.001,0.0,0.667,"), "{line}");
+        assert_eq!(back[0].flags, row.flags, "a flag with a quote and a comma survives");
+        assert_eq!(back[0].wall_ms, 3.333);
+    }
+
+    #[test]
     fn an_empty_result_still_has_its_header() {
         let path = std::env::temp_dir().join(format!("gpfarm-bench-empty-{}.csv", std::process::id()));
         write_csv(&[], &path).unwrap();
