@@ -37,7 +37,13 @@ pub fn populations(config: &BenchConfig) -> Result<Vec<Sample>> {
                 let seed = (run as u64) * 1_000_003 + size as u64;
                 let mut evo = Evolution::new(
                     &problem,
-                    EvolutionConfig { population: size, seed, ..Default::default() },
+                    // Breeding stops at the configured last generation: allow every sampled one.
+                    EvolutionConfig {
+                        population: size,
+                        generations: config.generations,
+                        seed,
+                        ..Default::default()
+                    },
                 )?;
                 for generation in 0..config.generations {
                     let phenotypes: Vec<Phenotype> =

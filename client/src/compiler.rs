@@ -185,7 +185,13 @@ pub enum CompilerError {
         /// The toolchain's library directory.
         lib_dir: PathBuf,
     },
-    /// Anything else the OS refused (the in-process compiler's thread).
-    #[error("{0}")]
-    Io(String),
+    /// NVRTC loaded but its warm-up compile failed: it cannot compile here.
+    #[error(transparent)]
+    Warmup(gpfarm_toolchain::StartError),
+    /// The in-process compiler's worker thread could not be started.
+    #[error("cannot start the compile thread")]
+    Thread(#[source] std::io::Error),
+    /// The in-process compiler's worker thread panicked (inside NVRTC).
+    #[error("the compile thread panicked")]
+    ThreadPanicked,
 }

@@ -23,10 +23,7 @@ fn start(toolchain: &Toolchain, options: &CompileOptions) -> Result<Arc<WarmNvrt
     match WarmNvrtc::start(toolchain, options.arch, Allocator::Tuned) {
         Ok(nvrtc) => Ok(Arc::new(nvrtc)),
         Err(StartError::Load(e)) => Err(CompilerError::Load(e)),
-        // CompilerError has no variant yet that keeps a StartError as its source.
-        Err(StartError::Warmup { arch, failure }) => {
-            Err(CompilerError::Io(format!("NVRTC's warm-up compile for {arch} failed: {failure}")))
-        }
+        Err(e @ StartError::Warmup { .. }) => Err(CompilerError::Warmup(e)),
     }
 }
 
@@ -82,9 +79,9 @@ impl Compiler for InProcess {
                 .spawn_scoped(scope, || {
                     units.iter().map(|u| compile_one(nvrtc, u, options)).collect::<Vec<_>>()
                 })
-                .map_err(|e| CompilerError::Io(format!("cannot start the compile thread: {e}")))?
+                .map_err(CompilerError::Thread)?
                 .join()
-                .map_err(|_| CompilerError::Io("the compile thread panicked".into()))
+                .map_err(|_| CompilerError::ThreadPanicked)
         })?;
         let wall_us = us(start.elapsed());
         let worker = WorkerStats { units: units.len(), busy_us: wall_us, ..Default::default() };

@@ -11,9 +11,6 @@ use anyhow::{Context, Result};
 use gpfarm_client::{BuildConfig, Compiler, CompilerSpec};
 use gpfarm_protocol::{CompileOptions, FarmName};
 
-/// The name `evolve` still uses for [`CompilerSpec`]; remove once it names the spec itself.
-pub type Kind = CompilerSpec;
-
 /// Where a farm's daemons come from, and how long a request may take.
 #[derive(Debug, Clone, Default)]
 pub struct FarmSource {

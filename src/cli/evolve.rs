@@ -12,7 +12,9 @@ use gpfarm_gp::EvolutionConfig;
 use gpfarm_protocol::SmArch;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::compilers::{self, FarmSource, Kind};
+use gpfarm_client::CompilerSpec;
+
+use super::compilers::{self, FarmSource};
 
 /// Arguments of `gpfarm evolve`.
 #[derive(Debug, Args)]
@@ -32,9 +34,10 @@ pub struct EvolveArgs {
     /// Compile daemons (or threads); default: one per core.
     #[arg(long, short = 'n')]
     daemons: Option<usize>,
-    /// Compiler: farm, inprocess, threads or nvcc.
+    /// Compiler: farm[:K], threads[:K], inprocess or nvcc (K daemons or threads; default: -n,
+    /// else one per core).
     #[arg(long, default_value = "farm")]
-    compiler: Kind,
+    compiler: CompilerSpec,
     /// Skip compilation (CPU evaluation only; for quick experiments with the GP engine).
     #[arg(long)]
     no_compile: bool,
@@ -150,7 +153,10 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
         eprintln!("note: {notice}");
     }
     let options = engine.compile_options();
-    let workers = args.daemons.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    if matches!(args.compiler, CompilerSpec::FarmJit(_)) {
+        anyhow::bail!("evolve compiles CUBIN: use --compiler farm (farm-jit is for `compile` and `bench`)");
+    }
+    let workers = args.daemons.unwrap_or(0);
     let mut compiler = if args.no_compile {
         None
     } else {
