@@ -37,15 +37,17 @@
 //! there is one:
 //!
 //! ```no_run
-//! use gpfarm_client::{Farm, FarmConfig};
+//! use gpfarm_client::CompilerSpec;
 //! use gpfarm_evolve::{Engine, Options, ProblemRef};
 //!
 //! let engine = Engine::new(ProblemRef::Builtin("multiplier5".into()), Options::default())?;
 //! if let Some(notice) = engine.notice() {
 //!     eprintln!("note: {notice}");
 //! }
-//! let mut farm = Farm::spawn(FarmConfig { warmup_arch: engine.compile_options().arch, ..Default::default() })?;
-//! let summary = engine.run(&mut farm, |record| {
+//! // Any compiler: "farm:16", "threads:8", "inprocess", "nvcc"; "farm" is one daemon per core.
+//! let spec: CompilerSpec = "farm".parse()?;
+//! let mut compiler = spec.build(&engine.compile_options(), &Default::default())?;
+//! let summary = engine.run(compiler.as_mut(), |record| {
 //!     println!("{}", serde_json::to_string(record)?);
 //!     Ok(())
 //! })?;
