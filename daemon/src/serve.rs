@@ -47,14 +47,32 @@ pub struct Args {
     #[arg(long, default_value = "sm_90")]
     pub warmup_arch: SmArch,
     /// Hold a CUDA context for ptx-jit mode: auto (if a GPU is present) or off.
-    #[arg(long, default_value = "auto", value_parser = ["auto", "off"])]
-    pub gpu_context: String,
+    #[arg(long, value_enum, default_value_t = GpuContext::Auto)]
+    pub gpu_context: GpuContext,
     /// Allocator for NVRTC: tuned (keep freed memory, no page faults per compile) or default.
-    #[arg(long, default_value = "tuned", value_parser = ["tuned", "default"])]
-    pub malloc: String,
+    #[arg(long, value_enum, default_value_t = Malloc::Tuned)]
+    pub malloc: Malloc,
     /// More logging on stderr (-v: info, -vv: debug).
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
+}
+
+/// Whether a daemon holds a CUDA context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum GpuContext {
+    /// If a GPU is present.
+    Auto,
+    /// Never (CUBIN needs none).
+    Off,
+}
+
+/// The allocator settings NVRTC runs under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Malloc {
+    /// Keep freed memory ([`gpfarm_toolchain::tune_allocator`]).
+    Tuned,
+    /// glibc's defaults.
+    Default,
 }
 
 /// Runs a daemon until it is told to stop; the error says why it could not start.
@@ -105,7 +123,7 @@ pub fn run(args: Args) -> Result<()> {
             bail!(msg);
         }
     };
-    let jit = if args.gpu_context == "auto" { Jit::open().ok() } else { None };
+    let jit = if args.gpu_context == GpuContext::Auto { Jit::open().ok() } else { None };
     let info = DaemonInfo {
         id: args.id,
         pid: std::process::id(),
@@ -128,7 +146,10 @@ pub fn run(args: Args) -> Result<()> {
 
 fn load_and_warm(args: &Args) -> Result<WarmNvrtc> {
     let toolchain = Toolchain::discover(args.cuda.as_deref())?;
-    let allocator = if args.malloc == "tuned" { Allocator::Tuned } else { Allocator::Default };
+    let allocator = match args.malloc {
+        Malloc::Tuned => Allocator::Tuned,
+        Malloc::Default => Allocator::Default,
+    };
     Ok(WarmNvrtc::start(&toolchain, args.warmup_arch, allocator)?)
 }
 
