@@ -122,6 +122,18 @@ pub struct Fit {
     pub r2: f64,
 }
 
+/// Population sizes a cost fit needs at least: the individuals of one size vary only by the
+/// invalid ones, and a line through that spread is noise (a `--sizes 300` run fitted a negative
+/// cost per individual with R² 0.001).
+pub const MIN_FIT_SIZES: usize = 3;
+
+/// The population sizes measured for `problem`, ascending.
+fn distinct_sizes(rows: &[Row], problem: &str) -> Vec<usize> {
+    let sizes: std::collections::BTreeSet<usize> =
+        rows.iter().filter(|r| r.problem == problem).map(|r| r.size).collect();
+    sizes.into_iter().collect()
+}
+
 /// Fits a line through (x, y); `None` with fewer than two distinct x.
 pub fn fit(points: &[(f64, f64)]) -> Option<Fit> {
     let n = points.len() as f64;
@@ -240,6 +252,18 @@ pub fn tables(rows: &[Row], heading: &str) -> String {
                 );
             }
         }
+        let sizes = distinct_sizes(rows, problem);
+        if sizes.len() < MIN_FIT_SIZES {
+            let _ = writeln!(
+                md,
+                "\nNo cost fit: a line fixed + per individual x n needs at least {MIN_FIT_SIZES} population \
+                 sizes, and this run has {} ({}).",
+                sizes.len(),
+                sizes.iter().map(usize::to_string).collect::<Vec<_>>().join(", ")
+            );
+            md.push('\n');
+            continue;
+        }
         let _ = writeln!(md, "\nCost fit over all sizes, wall ms = fixed + per individual x n:\n");
         let _ = writeln!(md, "| method | fixed ms per call | ms per individual | R² | samples |");
         let _ = writeln!(md, "| --- | ---: | ---: | ---: | ---: |");
@@ -275,6 +299,41 @@ mod tests {
         let f = fit(&pts).unwrap();
         assert!((f.fixed_ms - 40.0).abs() < 1e-9 && (f.per_individual_ms - 0.5).abs() < 1e-9);
         assert!((f.r2 - 1.0).abs() < 1e-12);
+    }
+
+    fn row(size: usize, individuals: usize, wall_ms: f64) -> Row {
+        Row {
+            problem: "keijzer6".into(),
+            size,
+            run: 1,
+            generation: 0,
+            method: "farm:2".into(),
+            flags: String::new(),
+            individuals,
+            units: 1,
+            ok_units: 1,
+            wall_ms,
+            ms_per_individual: wall_ms / individuals as f64,
+            compile_ms: wall_ms,
+            jit_ms: 0.0,
+            busiest_ms: wall_ms,
+            overhead_ms: 0.0,
+            write_ms: 0.0,
+            read_ms: 0.0,
+        }
+    }
+
+    #[test]
+    fn one_population_size_gets_no_cost_fit_and_says_why() {
+        // Individuals of one size differ only by the invalid ones: a line through them is noise.
+        let rows = vec![row(300, 291, 640.0), row(300, 296, 610.0), row(300, 288, 655.0)];
+        let md = tables(&rows, "quick");
+        assert!(!md.contains("Cost fit over all sizes"), "{md}");
+        assert!(md.contains("No cost fit") && md.contains("this run has 1 (300)"), "{md}");
+        // Three sizes are enough.
+        let rows = vec![row(20, 20, 60.0), row(100, 98, 100.0), row(300, 291, 200.0)];
+        let md = tables(&rows, "sizes");
+        assert!(md.contains("Cost fit over all sizes") && md.contains("| farm:2 |"), "{md}");
     }
 
     #[test]
