@@ -145,6 +145,12 @@ fn json_lines_are_the_engines_typed_records_and_match_a_library_run() {
     assert!(summary.summary);
     assert_eq!(records.len(), 5);
     assert!(records.iter().all(|r| r.evaluator == gpfarm_evolve::EvaluatorKind::Cpu));
+    // Bit errors are small whole numbers: the median is one of them, never an overflow.
+    assert!(
+        records
+            .iter()
+            .all(|r| r.median.is_some_and(|m| m >= r.best && m.fract() * 2.0 == (m.fract() * 2.0).round()))
+    );
     let options = gpfarm_evolve::Options {
         evolution: gpfarm_gp::EvolutionConfig {
             population: 40,

@@ -121,8 +121,11 @@ pub struct GenerationRecord {
     pub generation: usize,
     /// Best fitness in the generation.
     pub best: f64,
-    /// Mean over individuals with a finite fitness (`None` if there are none).
+    /// Mean over individuals with a finite fitness (`None` if there are none); a few
+    /// overflowing programs dominate it.
     pub mean: Option<f64>,
+    /// Median over individuals with a finite fitness (`None` if there are none).
+    pub median: Option<f64>,
     /// Individuals without a finite fitness.
     pub invalid: usize,
     /// Distinct phenotypes in the population.
@@ -167,6 +170,7 @@ impl GenerationRecord {
             generation: stats.generation,
             best: stats.best.value(),
             mean: stats.mean,
+            median: stats.median,
             invalid: stats.invalid,
             unique: stats.unique_phenotypes,
             individuals: Individuals {

@@ -51,8 +51,13 @@ pub struct GenerationStats {
     pub generation: usize,
     /// Best fitness in the generation.
     pub best: Fitness,
-    /// Mean over individuals with a finite fitness; `None` if there are none.
+    /// Mean over individuals with a finite fitness; `None` if there are none. A few huge
+    /// errors (overflowing programs) dominate it.
     pub mean: Option<f64>,
+    /// Median over individuals with a finite fitness (the mean of the middle two for an even
+    /// count); `None` if there are none. Robust to those huge errors.
+    #[serde(default)]
+    pub median: Option<f64>,
     /// Individuals without a finite fitness: mapping failed, the program failed, or its
     /// error was infinite or NaN.
     pub invalid: usize,
@@ -418,6 +423,7 @@ fn generation_stats(
         generation,
         best: best.map_or(Fitness::worst(direction), |i| fitness[i]),
         mean: (!finite.is_empty()).then(|| finite.iter().sum::<f64>() / finite.len() as f64),
+        median: median(finite.clone()),
         invalid: fitness.len() - finite.len(),
         unique_phenotypes: individuals.iter().filter_map(Individual::phenotype).collect::<HashSet<_>>().len(),
         mean_genome_len: individuals.iter().map(|i| i.genome.len() as f64).sum::<f64>() / n,
@@ -425,7 +431,32 @@ fn generation_stats(
     }
 }
 
+/// The median of `values` (the mean of the middle two for an even count); `None` if empty.
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(values[n / 2]),
+        // Halved first: the middle two may be near the largest finite values.
+        _ => Some(values[n / 2 - 1] / 2.0 + values[n / 2] / 2.0),
+    }
+}
+
 /// Index of the best fitness (the first one, on ties).
 pub(crate) fn best_index(f: &[Fitness]) -> Option<usize> {
     (0..f.len()).reduce(|best, i| if f[i].is_better_than(&f[best]) { i } else { best })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_median_ignores_a_few_huge_values() {
+        assert_eq!(median(vec![]), None);
+        assert_eq!(median(vec![3.0, 1.0, 7.5e34]), Some(3.0));
+        assert_eq!(median(vec![4.0, 1.0, 2.0, f64::MAX]), Some(3.0));
+        assert_eq!(median(vec![f64::MAX, f64::MAX]), Some(f64::MAX));
+    }
 }

@@ -149,9 +149,6 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
         ProblemRef::Dir(dir) => anyhow::Error::new(e).context(format!("loading problem {}", dir.display())),
         ProblemRef::Builtin(_) => e.into(),
     })?;
-    if let Some(notice) = engine.notice() {
-        eprintln!("note: {notice}");
-    }
     let options = engine.compile_options();
     if matches!(args.compiler, CompilerSpec::FarmJit(_)) {
         anyhow::bail!("evolve compiles CUBIN: use --compiler farm (farm-jit is for `compile` and `bench`)");
@@ -163,6 +160,10 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
         let source = FarmSource { attach: None, deadline_s: Some(args.deadline) };
         Some(compilers::build(args.compiler, workers, cuda, &options, &source)?)
     };
+    // After the compiler is built: a configuration error is what a person should see first.
+    if let Some(notice) = engine.notice() {
+        eprintln!("note: {notice}");
+    }
     let bar = if args.json {
         ProgressBar::hidden()
     } else {
@@ -196,9 +197,13 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
 
 fn header(args: &EvolveArgs, engine: &Engine, compiler: &str) {
     let options = engine.options();
-    let arch = engine.compile_options().arch;
+    let target = if args.no_compile {
+        String::new()
+    } else {
+        format!(", compiling for {}", engine.compile_options().arch)
+    };
     println!(
-        "{} on {compiler}: population {}, {} generations, seed {}, evaluator {}, {arch}{}{}{}",
+        "{} on {compiler}: population {}, {} generations, seed {}, evaluator {}{target}{}{}{}",
         engine.problem().name(),
         args.population,
         args.generations,
@@ -210,7 +215,17 @@ fn header(args: &EvolveArgs, engine: &Engine, compiler: &str) {
     );
     println!(
         "{:>4} {:>12} {:>12} {:>7} {:>6} {:>6} {:>6} {:>9} {:>10} {:>9} {:>8}",
-        "gen", "best", "mean", "invalid", "uniq", "new", "hits", "gen ms", "compile s", "crit ms", "eval ms"
+        "gen",
+        "best",
+        "median",
+        "invalid",
+        "uniq",
+        "new",
+        "hits",
+        "gen ms",
+        "compile s",
+        "crit ms",
+        "eval ms"
     );
 }
 
@@ -220,7 +235,7 @@ fn row(r: &GenerationRecord) {
         "{:>4} {:>12} {:>12} {:>7} {:>6} {:>6} {:>6} {:>9.1} {:>10.2} {:>9.1} {:>8.1}",
         r.generation,
         number(r.best),
-        r.mean.map_or("-".into(), number),
+        r.median.map_or("-".into(), number),
         r.invalid,
         r.unique,
         i.compiled,
