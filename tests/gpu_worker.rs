@@ -8,10 +8,9 @@ use gpfarm_client::{GpuWorker, ProblemRef};
 use gpfarm_kernels::gpu::{self, CompiledUnit};
 
 #[test]
+#[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
 fn in_a_worker_process_a_faulting_kernel_costs_only_its_individual() {
-    let Some((options, mut farm, _, fitness_cubin)) = common::keijzer6_on_gpu("worker_fault") else {
-        return;
-    };
+    let (options, mut farm, _, fitness_cubin) = common::keijzer6_on_gpu("worker_fault");
     // Six individuals in one unit; the third traps, the fifth reads far out of bounds.
     let body = |k: usize| match k {
         2 => "out_y[c] = in_x[c]; __trap();".to_string(),
