@@ -3,9 +3,11 @@
 
 mod common;
 
+use std::process::Command;
+
 use gpfarm_client::{Compiler, Unit};
 use gpfarm_client::{GpuWorker, ProblemRef};
-use gpfarm_kernels::gpu::{self, CompiledUnit};
+use gpfarm_kernels::gpu::CompiledUnit;
 
 #[test]
 #[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
@@ -66,12 +68,29 @@ fn a_worker_that_cannot_start_says_why() {
     let err = GpuWorker::spawn(exe, ProblemRef::Builtin("no-such-problem".into()), Vec::new()).err();
     let err = err.expect("a worker for an unknown problem started").to_string();
     assert!(err.contains("could not start"), "{err}");
-    if gpu::probe().is_err() {
-        let err = GpuWorker::spawn(exe, ProblemRef::Builtin("keijzer6".into()), Vec::new()).err();
-        let err = err.expect("a GPU worker started without a GPU").to_string();
-        assert!(err.contains("no GPU"), "{err}");
-        eprintln!("without a GPU: {err}");
-    }
+}
+
+/// `CUDA_VISIBLE_DEVICES=` hides every GPU from the worker, so this runs alike on machines with
+/// and without one.
+#[test]
+fn a_worker_that_sees_no_gpu_says_no_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let hiding = dir.path().join("gpfarm-gpu-worker-without-gpus");
+    // A child process writes the wrapper: a write descriptor held by this process could leak into
+    // another test's fork and make running the wrapper fail with "text file busy".
+    let written = Command::new("sh")
+        .arg("-c")
+        .arg(r#"printf '#!/bin/sh\nCUDA_VISIBLE_DEVICES= exec "%s" "$@"\n' "$1" > "$2" && chmod +x "$2""#)
+        .arg("sh")
+        .arg(env!("CARGO_BIN_EXE_gpfarm-gpu-worker"))
+        .arg(&hiding)
+        .status()
+        .unwrap();
+    assert!(written.success());
+    let err = GpuWorker::spawn(&hiding, ProblemRef::Builtin("keijzer6".into()), Vec::new()).err();
+    let err = err.expect("a GPU worker started without a GPU").to_string();
+    assert!(err.contains("no GPU"), "{err}");
+    eprintln!("without a GPU: {err}");
 }
 
 #[test]
