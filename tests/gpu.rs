@@ -1,12 +1,12 @@
-//! GPU evaluation against the CPU reference evaluator. Every test checks for a GPU at run time
-//! and skips, saying why, when there is none.
+//! GPU evaluation against the CPU reference evaluator. Every test needs a GPU, so each is ignored
+//! unless asked for with `--include-ignored`, and then fails, saying why, when there is none.
 
 mod common;
 
 use std::num::NonZeroUsize;
 use std::process::Command;
 
-use common::{config, gpu_or_skip};
+use common::{config, require_gpu};
 use gpfarm_client::partition::per_unit;
 use gpfarm_client::{CompileOptions, Compiler, FailureKind, Farm, SmArch, Unit, UnitOutcome};
 use gpfarm_gp::{Evolution, EvolutionConfig, Phenotype, Problem, evaluate_all};
@@ -60,9 +60,10 @@ fn random_phenotypes(problem: &Problem, seed: u64) -> Vec<Phenotype> {
 }
 
 /// Compares GPU and CPU fitness of 1000 random individuals; returns how many of the compiled
-/// individuals differ by more than `tolerance` (relative), after printing each.
-fn compare(problem_name: &str, tolerance: f64) -> Option<(usize, usize)> {
-    let arch = gpu_or_skip(problem_name)?;
+/// individuals differ by more than `tolerance` (relative), after printing each, and how many were
+/// compiled.
+fn compare(problem_name: &str, tolerance: f64) -> (usize, usize) {
+    let arch = require_gpu(problem_name);
     let problem = Problem::builtin(problem_name).unwrap();
     let phenotypes = random_phenotypes(&problem, 7);
     let mut farm = Farm::spawn(config(cores())).unwrap();
@@ -101,21 +102,21 @@ fn compare(problem_name: &str, tolerance: f64) -> Option<(usize, usize)> {
         phenotypes.len(),
         compiled.len()
     );
-    Some((differ, compiled.len()))
+    (differ, compiled.len())
 }
 
 #[test]
+#[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
 fn search_fitness_on_the_gpu_equals_the_cpu_evaluator_exactly() {
-    if let Some((differ, _)) = compare("search", 0.0) {
-        assert_eq!(differ, 0);
-    }
+    let (differ, _) = compare("search", 0.0);
+    assert_eq!(differ, 0);
 }
 
 #[test]
+#[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
 fn multiplier5_fitness_on_the_gpu_equals_the_cpu_evaluator_exactly() {
-    if let Some((differ, _)) = compare("multiplier5", 0.0) {
-        assert_eq!(differ, 0);
-    }
+    let (differ, _) = compare("multiplier5", 0.0);
+    assert_eq!(differ, 0);
 }
 
 /// Keijzer-6 is float arithmetic with sinf/expf/tanhf/logf/sqrtf: CUDA's versions are within
@@ -128,17 +129,16 @@ fn multiplier5_fitness_on_the_gpu_equals_the_cpu_evaluator_exactly() {
 /// different, equally rounded answers. Those are reported one by one, and must stay under 1% of
 /// the individuals.
 #[test]
+#[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
 fn keijzer6_fitness_on_the_gpu_matches_the_cpu_evaluator_within_1e_4() {
-    if let Some((differ, compiled)) = compare("keijzer6", 1e-4) {
-        assert!(differ * 100 <= compiled, "{differ} of {compiled} differ beyond 1e-4");
-    }
+    let (differ, compiled) = compare("keijzer6", 1e-4);
+    assert!(differ * 100 <= compiled, "{differ} of {compiled} differ beyond 1e-4");
 }
 
 #[test]
+#[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
 fn a_kernel_that_faults_on_the_gpu_does_not_end_an_evolve_run() {
-    if gpu_or_skip("faulting_run").is_none() {
-        return;
-    }
+    require_gpu("faulting_run");
     // Keijzer-6 as a user problem whose kernel traps whenever an output exceeds 1000: random
     // populations have such individuals (expf of x up to 64) in generation 0.
     let src = gpfarm_gp::problem::builtin::sources("keijzer6").unwrap();
@@ -184,8 +184,9 @@ fn a_kernel_that_faults_on_the_gpu_does_not_end_an_evolve_run() {
 }
 
 #[test]
+#[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
 fn device_memory_does_not_grow_over_many_generations() {
-    let Some(arch) = gpu_or_skip("memory_growth") else { return };
+    let arch = require_gpu("memory_growth");
     let problem = Problem::builtin("keijzer6").unwrap();
     let mut farm = Farm::spawn(config(cores())).unwrap();
     let phenotypes = random_phenotypes(&problem, 3);
@@ -203,10 +204,9 @@ fn device_memory_does_not_grow_over_many_generations() {
 }
 
 #[test]
+#[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
 fn twenty_generations_of_each_problem_run_on_the_gpu() {
-    if gpu_or_skip("evolve_on_gpu").is_none() {
-        return;
-    }
+    require_gpu("evolve_on_gpu");
     for problem in ["search", "keijzer6", "multiplier5"] {
         let out = Command::new(env!("CARGO_BIN_EXE_gpfarm"))
             .args([

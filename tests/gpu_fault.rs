@@ -7,10 +7,9 @@ use gpfarm_client::{Compiler, Unit};
 use gpfarm_kernels::gpu::{CompiledUnit, GpuError, GpuEvaluator};
 
 #[test]
+#[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
 fn a_faulting_kernel_is_reported_and_the_evaluator_refuses_further_work() {
-    let Some((options, mut farm, problem, fitness_cubin)) = common::keijzer6_on_gpu("faulting_kernel") else {
-        return;
-    };
+    let (options, mut farm, problem, fitness_cubin) = common::keijzer6_on_gpu("faulting_kernel");
     let mut gpu = GpuEvaluator::new(&problem, fitness_cubin).unwrap();
     // Same signature as an individual, but it traps.
     let src = "extern \"C\" __global__ void bad(const float* in_x, float* out_y, int NCASES)\n\
