@@ -172,7 +172,7 @@ mod tests {
     /// Rewrites the shipped cases from the generators:
     /// `cargo test -p gpfarm-gp regenerate_builtin_cases -- --ignored`.
     #[test]
-    #[ignore]
+    #[ignore = "rewrites the shipped cases: run by hand after changing a generator"]
     fn regenerate_builtin_cases() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("problems");
         let write = |name: &str, text: String| {
