@@ -17,10 +17,10 @@ fn main() -> std::process::ExitCode {
     let level = ["warn", "info", "debug"][usize::from(args.verbose.min(2))];
     stderr::init_logging(level);
     match cli::run(args) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(()) => cli::Exit::Success.into(),
         Err(e) => {
             eprintln!("gpfarm: {}", stderr::one_line(&e));
-            std::process::ExitCode::FAILURE
+            cli::Exit::of(&e).into()
         }
     }
 }
