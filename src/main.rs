@@ -2,6 +2,7 @@
 //! grammatical GP, and measure it all.
 
 mod cli;
+mod stderr;
 
 use clap::Parser;
 
@@ -14,17 +15,12 @@ fn main() -> std::process::ExitCode {
     unsafe { gpfarm_toolchain::disable_driver_cache() };
     let args = cli::Cli::parse();
     let level = ["warn", "info", "debug"][usize::from(args.verbose.min(2))];
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    stderr::init_logging(level);
     match cli::run(args) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(()) => cli::Exit::Success.into(),
         Err(e) => {
-            eprintln!("gpfarm: {e:#}");
-            std::process::ExitCode::FAILURE
+            eprintln!("gpfarm: {}", stderr::one_line(&e));
+            cli::Exit::of(&e).into()
         }
     }
 }

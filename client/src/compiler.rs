@@ -156,7 +156,7 @@ pub enum CompilerError {
         message: String,
     },
     /// The OS refused to start a daemon's process.
-    #[error("daemon {id}: {source}")]
+    #[error("daemon {id}")]
     Spawn {
         /// Which daemon.
         id: DaemonId,
@@ -171,7 +171,7 @@ pub enum CompilerError {
     #[error(transparent)]
     Segment(#[from] gpfarm_protocol::SegmentError),
     /// A file or directory the compiler needs could not be written or made.
-    #[error("{}: {source}", path.display())]
+    #[error("cannot write {}", path.display())]
     File {
         /// The file or directory.
         path: PathBuf,

@@ -51,16 +51,17 @@ pub struct Problem {
 #[derive(Debug, thiserror::Error)]
 pub enum ProblemError {
     /// A file could not be read.
-    #[error("{file}: cannot read it: {source}")]
+    #[error("{file}: cannot read it")]
     Read { file: String, source: std::io::Error },
-    /// `problem.toml` is not valid TOML or has unknown or missing fields.
-    #[error("{file}: {source}")]
-    Toml { file: String, source: Box<toml::de::Error> },
+    /// `problem.toml` is not valid TOML or has unknown or missing fields. The TOML parser's
+    /// diagnostic is kept as where and what, on one line (its own rendering spans several).
+    #[error("{file}: line {line}, column {column}: {message}")]
+    Toml { file: String, line: usize, column: usize, message: String },
     /// A field of `problem.toml` breaks a rule.
     #[error("{file}: field `{field}`: {message}")]
     Field { file: String, field: String, message: String },
     /// `grammar.bnf` does not parse.
-    #[error("{file}: {source}")]
+    #[error("{file}: not a valid grammar")]
     Grammar { file: String, source: GrammarError },
     /// `grammar.bnf` parses, but its start rule has no finite derivation.
     #[error(
@@ -118,8 +119,8 @@ impl Problem {
     /// error messages (a directory path, or `builtin:<name>`).
     pub fn from_sources(origin: &str, src: &ProblemSources<'_>) -> Result<Problem, ProblemError> {
         let file = |name: &str| format!("{origin}/{name}");
-        let spec: ProblemSpec = toml::from_str(src.toml)
-            .map_err(|e| ProblemError::Toml { file: file("problem.toml"), source: Box::new(e) })?;
+        let spec: ProblemSpec =
+            toml::from_str(src.toml).map_err(|e| toml_error(file("problem.toml"), src.toml, &e))?;
         spec.validate().map_err(|i| ProblemError::Field {
             file: file("problem.toml"),
             field: i.field,
@@ -223,6 +224,17 @@ impl Problem {
     }
 }
 
+/// The TOML parser's `error` in `text` as a one-line [`ProblemError::Toml`] (1-based line and
+/// column; the start of the file when the parser gives no position).
+fn toml_error(file: String, text: &str, error: &toml::de::Error) -> ProblemError {
+    let at = error.span().map_or(0, |span| span.start.min(text.len()));
+    let before = text.get(..at).unwrap_or_default();
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    let message = error.message().trim().lines().map(str::trim).collect::<Vec<_>>().join("; ");
+    ProblemError::Toml { file, line, column, message }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -263,6 +275,26 @@ type = "float"
         let msg = err.to_string();
         assert!(msg.starts_with("dir/problem.toml"), "{msg}");
         assert!(msg.contains("bogus"), "{msg}");
+    }
+
+    #[test]
+    fn a_toml_error_is_one_line_that_says_where() {
+        let err = load("name = \"t\"\nkind = = 1\n", GRAMMAR, CASES, TEMPLATE).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.starts_with("dir/problem.toml: line 2, column "), "{msg}");
+        assert!(!msg.contains('\n'), "{msg}");
+    }
+
+    #[test]
+    fn an_error_never_repeats_its_source_in_its_own_message() {
+        use std::error::Error;
+        let read = Problem::load(Path::new("/nonexistent-gpfarm-problem")).unwrap_err();
+        let grammar = load(TOML, "<e> ::= <f>", CASES, TEMPLATE).unwrap_err();
+        assert!(matches!(grammar, ProblemError::Grammar { .. }), "{grammar}");
+        for err in [read, grammar] {
+            let source = err.source().expect("the cause is kept as a source").to_string();
+            assert!(!err.to_string().contains(&source), "{err} repeats {source}");
+        }
     }
 
     #[test]

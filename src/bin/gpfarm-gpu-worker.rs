@@ -9,6 +9,9 @@ use clap::Parser;
 use gpfarm_kernels::worker::{LoadProblem, serve};
 use gpfarm_protocol::worker::ProblemRef;
 
+#[path = "../stderr.rs"]
+mod stderr;
+
 /// Command line of gpfarm-gpu-worker.
 #[derive(Debug, Parser)]
 #[command(name = "gpfarm-gpu-worker", version, about = "gpfarm's GPU evaluation worker (started by gpfarm)")]
@@ -34,16 +37,11 @@ fn run(args: Args) -> Result<()> {
 fn main() -> std::process::ExitCode {
     // As in gpfarm: no CUDA driver cache of earlier runs. SAFETY: no other thread has started.
     unsafe { gpfarm_toolchain::disable_driver_cache() };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    stderr::init_logging("warn");
     match run(Args::parse()) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("gpfarm-gpu-worker: {e:#}");
+            eprintln!("gpfarm-gpu-worker: {}", stderr::one_line(&e));
             std::process::ExitCode::FAILURE
         }
     }

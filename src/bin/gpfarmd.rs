@@ -2,23 +2,21 @@
 
 use clap::Parser;
 
+#[path = "../stderr.rs"]
+mod stderr;
+
 fn main() -> std::process::ExitCode {
     // A daemon started by hand compiles for real too (gpfarm sets this for the daemons it starts).
     // SAFETY: no other thread has started yet.
     unsafe { gpfarm_toolchain::disable_driver_cache() };
     let args = gpfarm_daemon::Args::parse();
     let level = ["warn", "info", "debug"][usize::from(args.verbose.min(2))];
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    stderr::init_logging(level);
     match gpfarm_daemon::run(args) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("gpfarmd: {e:#}");
-            std::process::ExitCode::from(3)
+            eprintln!("gpfarmd: {}", stderr::one_line(&e));
+            std::process::ExitCode::FAILURE
         }
     }
 }

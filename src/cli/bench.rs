@@ -10,7 +10,8 @@ use gpfarm_protocol::SmArch;
 /// Arguments of `gpfarm bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// A small run for CI (two sizes, one sample each, up to 2 workers): about a minute on 2 cores.
+    /// A small run for CI (two sizes, one sample each, up to 2 workers): under a minute on 2 cores,
+    /// about 15 s with a release build on idle ones.
     #[arg(long)]
     quick: bool,
     /// Problems, comma separated.

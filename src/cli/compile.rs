@@ -2,14 +2,14 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use gpfarm_client::{CompilerSpec, Workers, cubin};
 use gpfarm_protocol::{CompileMode, CompileOptions, FarmName, SmArch, Unit, UnitOutcome};
 use serde_json::json;
 
 use super::compilers::{self, FarmSource};
-use super::random;
+use super::{PartialFailure, UsageError, random};
 
 /// What NVRTC produces, as `--mode` spells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -88,14 +88,20 @@ fn resolve(
     let spec = match (spec, mode) {
         (CompilerSpec::Farm(w), Some(Mode::PtxJit)) => CompilerSpec::FarmJit(w),
         (CompilerSpec::FarmJit(_), Some(Mode::Cubin)) => {
-            bail!("--compiler farm-jit compiles through PTX: drop --mode cubin, or use --compiler farm")
+            return Err(UsageError(
+                "--compiler farm-jit compiles through PTX: drop --mode cubin, or use --compiler farm".into(),
+            )
+            .into());
         }
         (spec, _) => spec,
     };
     if let (Some(n), Some(Workers::Exactly(k))) = (daemons, spec.workers())
         && n != k.get()
     {
-        bail!("--compiler {spec} and -n {n} ask for different worker counts: give the count once");
+        return Err(UsageError(format!(
+            "--compiler {spec} and -n {n} ask for different worker counts: give the count once"
+        ))
+        .into());
     }
     let mode = mode.map_or(spec.mode(), CompileMode::from);
     Ok((spec, mode))
@@ -117,9 +123,15 @@ pub fn run(args: CompileArgs, cuda: Option<&Path>) -> Result<()> {
         let n = units.len();
         (units, vec![None; n])
     } else {
-        bail!("nothing to compile: give --random N or --source FILE...");
+        return Err(UsageError("nothing to compile: give --random N or --source FILE...".into()).into());
     };
     let (spec, mode) = resolve(args.compiler, args.daemons, args.mode)?;
+    let attaching = args.attach && matches!(spec, CompilerSpec::Farm(_) | CompilerSpec::FarmJit(_));
+    if !attaching {
+        // Before any daemon or thread starts: a wrong --cuda is reported as what it is, at once,
+        // not as a daemon that failed to start.
+        gpfarm_toolchain::Toolchain::discover(cuda).context("finding the CUDA toolchain")?;
+    }
     let options = CompileOptions { arch: args.arch, mode, flags: args.flags.clone() };
     let source =
         FarmSource { attach: args.attach.then(|| args.farm.clone()), deadline_s: Some(args.deadline) };
@@ -133,7 +145,8 @@ pub fn run(args: CompileArgs, cuda: Option<&Path>) -> Result<()> {
                 let file = Path::new(&unit.name)
                     .file_stem()
                     .map_or_else(|| "unit".into(), |s| s.to_string_lossy().into_owned());
-                std::fs::write(dir.join(format!("{file}.cubin")), c)?;
+                let path = dir.join(format!("{file}.cubin"));
+                std::fs::write(&path, c).with_context(|| format!("writing {}", path.display()))?;
             }
         }
     }
@@ -218,6 +231,11 @@ pub fn run(args: CompileArgs, cuda: Option<&Path>) -> Result<()> {
             }
         }
     }
+    if ok < units.len() {
+        return Err(
+            PartialFailure(format!("{} of {} units did not compile", units.len() - ok, units.len())).into()
+        );
+    }
     Ok(())
 }
 
@@ -240,9 +258,13 @@ mod tests {
     }
 
     #[test]
-    fn contradictions_are_errors() {
-        assert!(resolve(spec("farm-jit:2"), None, Some(Mode::Cubin)).is_err());
-        assert!(resolve(spec("farm:4"), Some(8), None).is_err());
+    fn contradictions_are_usage_errors() {
+        for err in [
+            resolve(spec("farm-jit:2"), None, Some(Mode::Cubin)).unwrap_err(),
+            resolve(spec("farm:4"), Some(8), None).unwrap_err(),
+        ] {
+            assert_eq!(crate::cli::Exit::of(&err), crate::cli::Exit::Usage, "{err}");
+        }
         assert!(resolve(spec("farm:4"), Some(4), None).is_ok());
     }
 

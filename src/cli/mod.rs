@@ -7,14 +7,24 @@ mod daemons;
 mod evolve;
 mod random;
 
+use std::fmt;
 use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+/// The exit statuses, as `--help` lists them; [`Exit`] is the same list in code.
+const EXIT_STATUS_HELP: &str = "\
+Exit status:
+  0  done, including when there was nothing to do (e.g. no farm to stop)
+  1  error: the command could not do its job; the last line on stderr says why
+  2  usage: the command line is wrong or contradicts itself
+  3  partly failed: the command ran to the end, but some of its work failed (e.g. units that did
+     not compile); its output says which";
+
 /// gpfarm: compiled genetic programming on GPUs, with a farm of resident NVRTC daemons.
 #[derive(Debug, Parser)]
-#[command(name = "gpfarm", version, about)]
+#[command(name = "gpfarm", version, about, after_help = EXIT_STATUS_HELP)]
 pub struct Cli {
     /// CUDA toolkit or wheel directory to take NVRTC and nvcc from (default: GPFARM_CUDA,
     /// CUDA_HOME, /usr/local/cuda, then the checkout's .toolchain/).
@@ -47,5 +57,92 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Daemons(cmd) => daemons::run(cmd, cli.cuda.as_deref()),
         Command::Evolve(args) => evolve::run(args, cli.cuda.as_deref()),
         Command::Bench(args) => bench::run(args, cli.cuda.as_deref()),
+    }
+}
+
+/// How `gpfarm` ends: its exit status (listed in `--help`). A subcommand chooses one other than
+/// [`Exit::Error`] by returning a [`UsageError`] or a [`PartialFailure`] somewhere in its error's
+/// chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// 0: done, including when there was nothing to do.
+    Success = 0,
+    /// 1: the command could not do its job.
+    Error = 1,
+    /// 2: the command line is wrong (clap's own errors exit 2 as well).
+    Usage = 2,
+    /// 3: the command ran to the end, but some of its work failed; its output says which.
+    PartlyFailed = 3,
+}
+
+impl Exit {
+    /// The status a command that failed with `error` exits with.
+    pub fn of(error: &anyhow::Error) -> Exit {
+        for cause in error.chain() {
+            if cause.is::<UsageError>() {
+                return Exit::Usage;
+            }
+            if cause.is::<PartialFailure>() {
+                return Exit::PartlyFailed;
+            }
+        }
+        Exit::Error
+    }
+}
+
+impl From<Exit> for std::process::ExitCode {
+    fn from(exit: Exit) -> Self {
+        std::process::ExitCode::from(exit as u8)
+    }
+}
+
+/// A command line that parses but asks for something impossible or contradictory; exits 2.
+/// The message says what to give instead.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// A command that ran to the end with some of its work failed; exits 3. The message sums it up
+/// (e.g. "2 of 5 units did not compile"); the command's output has the details.
+#[derive(Debug)]
+pub struct PartialFailure(pub String);
+
+impl fmt::Display for PartialFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for PartialFailure {}
+
+#[cfg(test)]
+mod tests {
+    use anyhow::Context;
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn the_exit_status_is_found_under_any_context() {
+        let usage = Err::<(), _>(UsageError("give --random N".into())).context("compiling");
+        assert_eq!(Exit::of(&usage.unwrap_err()), Exit::Usage);
+        let partial = anyhow::Error::new(PartialFailure("1 of 2 units did not compile".into()));
+        assert_eq!(Exit::of(&partial), Exit::PartlyFailed);
+        assert_eq!(Exit::of(&anyhow::anyhow!("no NVRTC")), Exit::Error);
+    }
+
+    #[test]
+    fn help_lists_every_exit_status() {
+        let help = Cli::command().render_long_help().to_string();
+        for exit in [Exit::Success, Exit::Error, Exit::Usage, Exit::PartlyFailed] {
+            assert!(help.contains(&format!("\n  {}  ", exit as u8)), "{help}");
+        }
     }
 }

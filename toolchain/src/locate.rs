@@ -39,7 +39,13 @@ pub enum ToolchainError {
         /// The places searched, in order.
         looked: String,
     },
-    /// An explicit setting points at something that is not a CUDA 13 toolchain.
+    /// An explicit setting points at something that does not exist.
+    #[error("{path} does not exist; {INSTALL_HINT}")]
+    ExplicitMissing {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// An explicit setting points at a directory that is not a CUDA 13 toolchain.
     #[error("{path} has no libnvrtc.so.13 (in lib64/ or lib/); {INSTALL_HINT}")]
     BadExplicit {
         /// The path given.
@@ -53,6 +59,9 @@ impl Toolchain {
     /// Finds a toolchain, trying `explicit` first, then the environment and the usual places.
     pub fn discover(explicit: Option<&Path>) -> Result<Toolchain, ToolchainError> {
         if let Some(path) = explicit.map(Path::to_path_buf).or_else(|| env_path("GPFARM_CUDA")) {
+            if !path.exists() {
+                return Err(ToolchainError::ExplicitMissing { path });
+            }
             return Toolchain::at(&path, Origin::Explicit)
                 .or_else(|| Toolchain::at(&path.join(WHEEL_SUBDIR), Origin::Explicit))
                 .ok_or(ToolchainError::BadExplicit { path });
@@ -133,10 +142,22 @@ mod tests {
 
     #[test]
     fn an_explicit_path_without_nvrtc_is_a_clear_error() {
-        let dir = std::env::temp_dir().join("gpfarm-no-cuda-here");
+        let dir = std::env::temp_dir().join(format!("gpfarm-no-cuda-here-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
         let err = Toolchain::discover(Some(&dir)).unwrap_err();
+        std::fs::remove_dir_all(&dir).unwrap();
         let msg = err.to_string();
         assert!(msg.contains("libnvrtc.so.13") && msg.contains("install-toolchain"), "{msg}");
+    }
+
+    #[test]
+    fn an_explicit_path_that_does_not_exist_is_called_that() {
+        let dir = std::env::temp_dir().join("gpfarm-no-such-cuda-dir");
+        let err = Toolchain::discover(Some(&dir)).unwrap_err();
+        assert!(matches!(err, ToolchainError::ExplicitMissing { .. }), "{err}");
+        let msg = err.to_string();
+        assert!(msg.starts_with(&format!("{} does not exist", dir.display())), "{msg}");
+        assert!(msg.contains("install-toolchain") && !msg.contains("libnvrtc.so.13"), "{msg}");
     }
 
     #[test]

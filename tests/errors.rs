@@ -1,0 +1,170 @@
+//! How `gpfarm` fails, run as a user would: one line on stderr that gives each cause once, plain
+//! text when stderr is not a terminal, and the exit status `gpfarm --help` documents.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::nvrtc_or_skip;
+
+fn gpfarm() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_gpfarm"))
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Asserts that `stderr` is one line starting with `gpfarm: ` in which `cause` appears once.
+fn assert_one_line_with_cause_once(stderr: &str, cause: &str) {
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("gpfarm: "), "{stderr}");
+    assert_eq!(stderr.matches(cause).count(), 1, "{cause:?} in {stderr}");
+}
+
+/// A copy of the built-in keijzer6 problem in a fresh directory, with `file` replaced by `text`.
+fn problem_with(file: &str, text: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let original = Path::new(env!("CARGO_MANIFEST_DIR")).join("gp/problems/keijzer6");
+    for name in ["problem.toml", "grammar.bnf", "cases.json", "template.cu"] {
+        std::fs::copy(original.join(name), dir.path().join(name)).unwrap();
+    }
+    std::fs::write(dir.path().join(file), text).unwrap();
+    dir
+}
+
+#[test]
+fn a_missing_problem_directory_gives_its_cause_once() {
+    let out = gpfarm()
+        .args(["evolve", "--problem-dir", "/nonexistent-gpfarm-problem", "--no-compile"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert_one_line_with_cause_once(&err, "No such file or directory");
+    assert!(err.contains("/nonexistent-gpfarm-problem/problem.toml: cannot read it"), "{err}");
+}
+
+#[test]
+fn a_grammar_error_is_one_line_that_gives_its_cause_once() {
+    let dir = problem_with("grammar.bnf", "<e> ::= <nope>\n");
+    let out = gpfarm().args(["evolve", "--no-compile", "--problem-dir"]).arg(dir.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert_one_line_with_cause_once(&err, "`<nope>` is used but never defined");
+    assert!(err.contains("grammar.bnf: not a valid grammar: line 1: "), "{err}");
+}
+
+#[test]
+fn a_toml_error_is_one_line_that_says_where() {
+    let toml = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("gp/problems/keijzer6/problem.toml"),
+    )
+    .unwrap();
+    let dir = problem_with("problem.toml", &format!("bogus = = 1\n{toml}"));
+    let out = gpfarm().args(["evolve", "--no-compile", "--problem-dir"]).arg(dir.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("problem.toml: line 1, column "), "{err}");
+}
+
+#[test]
+fn a_cuda_directory_that_does_not_exist_is_called_that_before_any_daemon_starts() {
+    let missing = PathBuf::from("/nonexistent-gpfarm-cuda");
+    let out = gpfarm()
+        .args(["compile", "--random", "2", "--daemons", "1", "--cuda"])
+        .arg(&missing)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert_one_line_with_cause_once(&err, &format!("{} does not exist", missing.display()));
+    assert!(!err.contains("libnvrtc.so.13") && !err.contains("daemon"), "{err}");
+}
+
+#[test]
+fn usage_errors_exit_2_whether_clap_or_the_command_finds_them() {
+    let clap = gpfarm().args(["compile", "--no-such-flag"]).output().unwrap();
+    assert_eq!(clap.status.code(), Some(2), "{}", stderr(&clap));
+    let nothing = gpfarm().args(["compile"]).output().unwrap();
+    assert_eq!(nothing.status.code(), Some(2), "{}", stderr(&nothing));
+    let contradiction =
+        gpfarm().args(["compile", "--random", "1", "--compiler", "farm:2", "-n", "3"]).output().unwrap();
+    assert_eq!(contradiction.status.code(), Some(2), "{}", stderr(&contradiction));
+}
+
+#[test]
+fn help_lists_the_exit_statuses() {
+    let out = gpfarm().arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("Exit status:"), "{help}");
+    for line in ["  0  done", "  1  error", "  2  usage", "  3  partly failed"] {
+        assert!(help.contains(line), "{line:?} missing from {help}");
+    }
+}
+
+#[test]
+fn bench_help_promises_no_duration_it_cannot_keep() {
+    let out = gpfarm().args(["bench", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("--quick"), "{help}");
+    assert!(!help.contains("about a minute"), "{help}");
+}
+
+#[test]
+fn a_source_that_does_not_compile_exits_3_and_one_that_does_exits_0() {
+    if !nvrtc_or_skip("compile_source_exit") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.cu");
+    let good = dir.path().join("good.cu");
+    std::fs::write(&bad, "extern \"C\" __global__ void k() { nope; }\n").unwrap();
+    std::fs::write(&good, "extern \"C\" __global__ void k(float* y) { y[0] = 1.0f; }\n").unwrap();
+
+    let out = gpfarm()
+        .args(["compile", "--compiler", "inprocess", "--source"])
+        .arg(&bad)
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("FAILED"));
+    assert_eq!(stderr(&out).trim_end(), "gpfarm: 1 of 2 units did not compile");
+
+    let out = gpfarm().args(["compile", "--compiler", "inprocess", "--source"]).arg(&good).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
+fn logs_written_to_a_pipe_carry_no_colour_codes() {
+    if !nvrtc_or_skip("logs_without_colour") {
+        return;
+    }
+    // gpfarm's own log: a unit trace that cannot be written is a warning.
+    let out = gpfarm()
+        .args(["evolve", "--population", "10", "--generations", "0", "--compiler", "inprocess"])
+        .args(["--eval", "cpu", "--trace-units", "/dev/full"])
+        .env_remove("NO_COLOR")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("WARN") && err.contains("/dev/full"), "{err}");
+    assert!(!err.contains("\x1b["), "{err:?}");
+
+    // gpfarmd's log, on the stderr it shares with gpfarm.
+    let out = gpfarm()
+        .args(["compile", "--random", "2", "--daemons", "1"])
+        .env("RUST_LOG", "info")
+        .env_remove("NO_COLOR")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("INFO") && err.contains("available"), "{err}");
+    assert!(!err.contains("\x1b["), "{err:?}");
+}
