@@ -35,14 +35,14 @@ pub enum WorkerError {
     #[error(transparent)]
     Locate(#[from] LocateError),
     /// The OS refused to start it.
-    #[error("the GPU worker could not start: {0}")]
+    #[error("the GPU worker could not start")]
     Spawn(#[from] SpawnError),
     /// It started but refused to serve (no GPU, an unknown problem, a fitness kernel that does
     /// not load), with its reason.
     #[error("the GPU worker could not start: {0}")]
     Refused(String),
     /// It ended or broke the pipe before it was ready.
-    #[error("the GPU worker could not start ({status}): {source}")]
+    #[error("the GPU worker could not start ({status})")]
     Died {
         /// How it ended, as far as known.
         status: String,

@@ -32,7 +32,7 @@ pub enum ParentDeath {
 
 /// A child could not be started.
 #[derive(Debug, Error)]
-#[error("cannot start {}: {source}", program.display())]
+#[error("cannot start {}", program.display())]
 pub struct SpawnError {
     /// The executable.
     pub program: PathBuf,
@@ -45,7 +45,7 @@ pub struct SpawnError {
 #[derive(Debug, Error)]
 pub enum LocateError {
     /// Where this process's own executable is could not be read.
-    #[error("locating this executable: {0}")]
+    #[error("locating this executable")]
     CurrentExe(#[source] io::Error),
     /// It is nowhere it is looked for.
     #[error(

@@ -207,12 +207,13 @@ fn serve(
                 (Response::Compiled { results, daemon_us, decode_us }, false)
             }
             Ok(Request::Shutdown) => (Response::Bye, true),
-            Err(e) => (Response::Error(format!("bad request: {e}")), false),
+            Err(e) => (Response::Error(format!("bad request: {}", gpfarm_protocol::error_chain(&e))), false),
         };
         BUSY.store(false, Ordering::SeqCst);
         if let Err(e) = seg.write_response(&response) {
             // Too large even for the largest segment: say so in a response that fits.
-            let _ = seg.write_response(&Response::Error(format!("response not written: {e}")));
+            let why = gpfarm_protocol::error_chain(&e);
+            let _ = seg.write_response(&Response::Error(format!("response not written: {why}")));
         }
         if quit {
             return Ok(());

@@ -46,7 +46,7 @@ pub enum GpuError {
     #[error("{0}")]
     Problem(String),
     /// The pipe to the parent failed (worker side).
-    #[error("GPU worker pipe: {0}")]
+    #[error("GPU worker pipe")]
     Pipe(#[from] gpfarm_protocol::worker::FrameError),
     /// A kernel faulted while running; this process can no longer use the GPU.
     #[error("a kernel faulted on the GPU ({0}); the CUDA context of this process is unusable")]

@@ -53,7 +53,7 @@ pub fn serve(problem: &Problem) -> Result<(), GpuError> {
                     evaluator = Some(g);
                     Reply::Ready { name }
                 }
-                Err(e) => Reply::Error(e.to_string()),
+                Err(e) => Reply::Error(gpfarm_protocol::error_chain(&e)),
             },
             Request::Evaluate { units, n, careful, skip } => match &mut evaluator {
                 None => Reply::Error("evaluate before init".into()),
@@ -78,7 +78,7 @@ pub fn serve(problem: &Problem) -> Result<(), GpuError> {
                             Reply::Fault { culprit: Some(individual as u64), why }
                         }
                         Err(GpuError::Fault(why)) => Reply::Fault { culprit: None, why },
-                        Err(e) => Reply::Error(e.to_string()),
+                        Err(e) => Reply::Error(gpfarm_protocol::error_chain(&e)),
                     }
                 }
             },

@@ -29,3 +29,16 @@ pub use types::{
 
 /// Version of the segment layout and message set; both sides must agree exactly.
 pub const PROTOCOL_VERSION: u32 = 2;
+
+/// An error and its causes on one line, joined with ": ", for sending to another process as
+/// text (the receiver cannot walk the chain).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}

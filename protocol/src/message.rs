@@ -92,10 +92,10 @@ pub enum Response {
 #[derive(Debug, Error)]
 pub enum MessageError {
     /// The bytes are not a valid message of this protocol version.
-    #[error("malformed message: {0}")]
+    #[error("malformed message")]
     Decode(#[from] bincode::error::DecodeError),
     /// The message did not fit where it was written.
-    #[error("message does not fit: {0}")]
+    #[error("message does not fit")]
     Encode(#[from] bincode::error::EncodeError),
     /// The bytes decoded but left bytes over, which a well-formed peer never sends.
     #[error("malformed message: {0} trailing bytes")]

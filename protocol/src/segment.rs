@@ -80,7 +80,7 @@ impl DaemonState {
 #[derive(Debug, Error)]
 pub enum SegmentError {
     /// An OS call failed.
-    #[error("{what} {name}: {source}")]
+    #[error("{what} {name}")]
     Os {
         /// The call.
         what: &'static str,

@@ -154,7 +154,7 @@ pub enum FrameError {
     #[error("the pipe was closed")]
     Closed,
     /// The pipe failed mid-frame.
-    #[error("pipe: {0}")]
+    #[error("the pipe failed")]
     Io(#[from] std::io::Error),
     /// The length prefix claims more than any frame may hold.
     #[error("frame of {0} bytes is larger than the {MAX_WORKER_FRAME}-byte limit")]

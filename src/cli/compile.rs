@@ -126,12 +126,6 @@ pub fn run(args: CompileArgs, cuda: Option<&Path>) -> Result<()> {
         return Err(UsageError("nothing to compile: give --random N or --source FILE...".into()).into());
     };
     let (spec, mode) = resolve(args.compiler, args.daemons, args.mode)?;
-    let attaching = args.attach && matches!(spec, CompilerSpec::Farm(_) | CompilerSpec::FarmJit(_));
-    if !attaching {
-        // Before any daemon or thread starts: a wrong --cuda is reported as what it is, at once,
-        // not as a daemon that failed to start.
-        gpfarm_toolchain::Toolchain::discover(cuda).context("finding the CUDA toolchain")?;
-    }
     let options = CompileOptions { arch: args.arch, mode, flags: args.flags.clone() };
     let source =
         FarmSource { attach: args.attach.then(|| args.farm.clone()), deadline_s: Some(args.deadline) };

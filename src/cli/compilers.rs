@@ -38,6 +38,11 @@ pub fn build(
     };
     let attaching =
         config.attach.is_some() && matches!(spec, CompilerSpec::Farm(_) | CompilerSpec::FarmJit(_));
+    if !attaching {
+        // Before any daemon or thread starts: a wrong --cuda is reported as what it is, at once,
+        // not as a daemon that failed to start.
+        gpfarm_toolchain::Toolchain::discover(cuda).context("finding the CUDA toolchain")?;
+    }
     let what = if attaching { "attaching to running daemons".to_owned() } else { format!("starting {spec}") };
     spec.build(options, &config).context(what)
 }

@@ -151,7 +151,8 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
     })?;
     let options = engine.compile_options();
     if matches!(args.compiler, CompilerSpec::FarmJit(_)) {
-        anyhow::bail!("evolve compiles CUBIN: use --compiler farm (farm-jit is for `compile` and `bench`)");
+        let why = "evolve compiles CUBIN: use --compiler farm (farm-jit is for `compile` and `bench`)";
+        return Err(super::UsageError(why.into()).into());
     }
     let workers = args.daemons.unwrap_or(0);
     let mut compiler = if args.no_compile {

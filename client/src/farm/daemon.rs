@@ -61,7 +61,7 @@ impl Daemon {
                     return match self.seg.state() {
                         Ok(DaemonState::Available) => Ok(()),
                         Ok(state) => Err(Lost::Died(format!("stopped while working ({state:?})"), false)),
-                        Err(e) => Err(Lost::Protocol(e.to_string())),
+                        Err(e) => Err(Lost::Protocol(gpfarm_protocol::error_chain(&e))),
                     };
                 }
                 Wake::TimedOut => {

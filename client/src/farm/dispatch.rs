@@ -84,7 +84,7 @@ pub(super) fn daemon_loop(
         let write_us = t.elapsed().as_micros() as u64;
         let (mut read_us, mut request_bytes) = (0, 0);
         let outcome = match written {
-            Err(e) => Outcome::NotSent(format!("request not sent: {e}")),
+            Err(e) => Outcome::NotSent(format!("request not sent: {}", gpfarm_protocol::error_chain(&e))),
             Ok(bytes) => {
                 request_bytes = bytes as u64;
                 d.seg.set_progress(0);
@@ -92,8 +92,9 @@ pub(super) fn daemon_loop(
                 event::signal(d.seg.go());
                 let waited = d.await_done(seen, timeout);
                 let t = Instant::now();
-                let response =
-                    waited.and_then(|()| d.seg.read_response().map_err(|e| Lost::Protocol(e.to_string())));
+                let response = waited.and_then(|()| {
+                    d.seg.read_response().map_err(|e| Lost::Protocol(gpfarm_protocol::error_chain(&e)))
+                });
                 read_us = t.elapsed().as_micros() as u64;
                 let lost = |reason: String, culpable: bool| Outcome::Lost {
                     reason,

@@ -59,13 +59,20 @@ pub fn farm_status() -> Vec<FarmStatus> {
                     Ok(seg) => DaemonStatus {
                         id,
                         pid: seg.daemon_pid(),
-                        state: seg
-                            .state()
-                            .map_or_else(|e| e.to_string(), |s| format!("{s:?}").to_lowercase()),
+                        state: seg.state().map_or_else(
+                            |e| gpfarm_protocol::error_chain(&e),
+                            |s| format!("{s:?}").to_lowercase(),
+                        ),
                         client_pid: seg.client_pid(),
                         capacity: seg.capacity(),
                     },
-                    Err(e) => DaemonStatus { id, pid: 0, state: e.to_string(), client_pid: 0, capacity: 0 },
+                    Err(e) => DaemonStatus {
+                        id,
+                        pid: 0,
+                        state: gpfarm_protocol::error_chain(&e),
+                        client_pid: 0,
+                        capacity: 0,
+                    },
                 })
                 .collect(),
         })
