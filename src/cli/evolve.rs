@@ -156,12 +156,11 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
     if matches!(args.compiler, CompilerSpec::FarmJit(_)) {
         anyhow::bail!("evolve compiles CUBIN: use --compiler farm (farm-jit is for `compile` and `bench`)");
     }
-    let workers = args.daemons.unwrap_or(0);
     let mut compiler = if args.no_compile {
         None
     } else {
         let source = FarmSource { attach: None, deadline_s: Some(args.deadline) };
-        Some(compilers::build(args.compiler, workers, cuda, &options, &source)?)
+        Some(compilers::build(args.compiler, args.daemons, cuda, &options, &source)?)
     };
     let bar = if args.json {
         ProgressBar::hidden()

@@ -1,8 +1,9 @@
 //! Starting, restarting and ending a farm's daemons, all through [`crate::supervisor`].
 //!
-//! Spawned daemons get a parent-death signal (or, detached, a process group of their own) and
-//! `--parent-pid`; a lost one is killed, reaped and replaced under the same id, on the farm's own
-//! thread, since a parent-death signal fires when the *thread* that spawned the child ends.
+//! How many daemons may start is checked before the first one does ([`super::size`]). Spawned
+//! daemons get a parent-death signal (or, detached, a process group of their own) and
+//! `--parent-pid`. A lost daemon is killed, reaped and replaced under the same id, on the farm's
+//! own thread, since a parent-death signal fires when the *thread* that spawned the child ends.
 //! Must never leave a spawned daemon running or its segment behind when the farm is dropped.
 
 use std::path::{Path, PathBuf};
@@ -16,6 +17,7 @@ use gpfarm_protocol::{DaemonId, DaemonState, FarmName, Request, SegmentName};
 use super::daemon::Daemon;
 use super::handshake::{await_available, check_versions, hello};
 use super::ops::group_by_farm;
+use super::size::Room;
 use super::{Farm, FarmConfig};
 use crate::compiler::CompilerError;
 use crate::supervisor::{ParentDeath, Supervised, kill_pid, locate_executable};
@@ -70,13 +72,24 @@ fn spawn_daemon(
 
 impl Farm {
     /// Spawns `config.daemons` daemons and waits until every one is warm and has shaken hands.
-    /// Stale segments of this user's crashed runs are removed first.
+    /// A count this machine cannot hold (0, or more than its memory and `/dev/shm` take) is
+    /// refused before any daemon starts; more than one per core is only warned about. Stale
+    /// segments of this user's crashed runs are removed first.
     pub fn spawn(config: FarmConfig) -> Result<Farm, CompilerError> {
         Farm::spawn_named(FarmName::random(), config)
     }
 
     /// As [`Farm::spawn`], with a chosen farm name.
     pub fn spawn_named(name: FarmName, config: FarmConfig) -> Result<Farm, CompilerError> {
+        let room = Room::here();
+        room.check(config.daemons)?;
+        if config.daemons > room.cores {
+            tracing::warn!(
+                "{} daemons on {} cores: more than one per core adds start-up time and memory, not speed",
+                config.daemons,
+                room.cores
+            );
+        }
         let removed = remove_stale_segments(None);
         if !removed.is_empty() {
             tracing::info!(count = removed.len(), "removed stale segments");
@@ -85,6 +98,7 @@ impl Farm {
             Some(p) => p.clone(),
             None => daemon_executable()?,
         };
+        // `check` bounds the count to 1..=u16::MAX.
         let n = config.daemons.clamp(1, u16::MAX as usize) as u16;
         let mut farm =
             Farm { name: name.clone(), daemons: Vec::new(), config: config.clone(), owns_daemons: true };

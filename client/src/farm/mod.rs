@@ -15,8 +15,9 @@
 //! [`crate::supervisor`]); [`handshake`] waits for a new daemon and checks what it runs;
 //! [`daemon`] is one daemon's request/answer round with bounded, liveness-checked waits;
 //! [`dispatch`] is the thread that feeds one daemon; [`schedule`] hands out jobs and decides what
-//! a lost daemon costs each unit; [`ops`] is what `gpfarm daemons status|stop` needs. This file
-//! holds the farm itself and its [`Compiler`] face.
+//! a lost daemon costs each unit; [`ops`] is what `gpfarm daemons status|stop` needs; [`size`]
+//! says how many daemons this machine can hold. This file holds the farm itself and its
+//! [`Compiler`] face.
 //!
 //! Must never leave a daemon it spawned running, or its segment behind, once it is dropped.
 
@@ -26,6 +27,7 @@ mod handshake;
 mod lifecycle;
 mod ops;
 mod schedule;
+mod size;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -41,6 +43,7 @@ use dispatch::too_large;
 
 pub use lifecycle::daemon_executable;
 pub use ops::{DaemonStatus, FarmStatus, farm_status, stop_farm};
+pub use size::{DAEMON_RSS, FarmSizeError, Room, SEGMENT_BYTES};
 
 /// How a farm is started.
 #[derive(Debug, Clone)]
