@@ -227,3 +227,53 @@ fn stopping_an_unknown_farm_fails_and_names_the_farms_that_run() {
     assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new());
     assert!(segments_of(&name).is_empty());
 }
+
+#[test]
+fn more_daemons_than_cores_run_with_one_warning_line() {
+    if !nvrtc_or_skip("more_than_cores") {
+        return;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cores > 8 {
+        eprintln!("SKIPPED more_than_cores: {cores} cores; one daemon more each would be slow to start");
+        return;
+    }
+    let _turn = one_at_a_time();
+    let n = (cores + 1).to_string();
+    let out = run(&["compile", "--daemons", &n, "--random", "4", "--json"]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let warnings: Vec<&str> =
+        err.lines().filter(|l| l.contains(&format!("daemons on {cores} cores"))).collect();
+    assert_eq!(warnings.len(), 1, "{err}");
+    assert!(warnings[0].contains(&format!("{n} daemons")), "{err}");
+}
+
+#[test]
+fn a_farm_started_in_the_foreground_is_resident_too() {
+    if !nvrtc_or_skip("foreground_resident") {
+        return;
+    }
+    let _turn = one_at_a_time();
+    let name = unique("fg");
+    let mut child = gpfarm()
+        .args(["daemons", "start", "-n", "1", "--name", name.as_str()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _stop = StopOnDrop(name.clone());
+    // Kept open to the end: the starter prints more, and a closed pipe would fail it.
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut ready = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut ready).unwrap();
+    assert!(ready.contains("1 daemons ready"), "{ready}");
+    let kind = kind_of(&name);
+    let pids = daemons_named(&name);
+
+    // SAFETY: kill(2) of our own child with SIGINT, as Ctrl-C would.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    assert!(child.wait().unwrap().success());
+    assert_eq!(kind, Some(FarmKind::Resident));
+    assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new());
+    assert!(segments_of(&name).is_empty());
+}
