@@ -164,6 +164,9 @@ pub enum CompilerError {
         #[source]
         source: SpawnError,
     },
+    /// A farm of that many daemons cannot run on this machine.
+    #[error(transparent)]
+    FarmSize(#[from] crate::farm::FarmSizeError),
     /// A helper executable (`gpfarmd`) was not found.
     #[error(transparent)]
     Locate(#[from] LocateError),

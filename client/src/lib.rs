@@ -29,8 +29,8 @@ pub mod supervisor;
 pub use cache::{CacheKey, DiskCache};
 pub use compiler::{Batch, BatchStats, Compiler, CompilerError, WorkerStats};
 pub use farm::{
-    DEFAULT_UNIT_DEADLINE, DaemonStatus, Farm, FarmConfig, FarmStatus, daemon_executable, farm_status,
-    stop_farm,
+    DAEMON_RSS, DEFAULT_UNIT_DEADLINE, DaemonStatus, Farm, FarmConfig, FarmKind, FarmSizeError, FarmStatus,
+    Room, SEGMENT_BYTES, StopError, daemon_executable, farm_status, farms_to_stop, stop_farm,
 };
 pub use gpfarm_protocol::worker::{CompiledUnit, GpuGeneration, ProblemRef};
 pub use gpfarm_protocol::{

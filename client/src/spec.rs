@@ -32,6 +32,12 @@ pub enum Workers {
 }
 
 impl Workers {
+    /// Exactly `n` workers, as a command line's `-n` gives them; 0 is refused rather than read
+    /// as "one per core" or "one".
+    pub fn exactly(n: usize) -> Result<Workers, SpecError> {
+        NonZeroUsize::new(n).map(Workers::Exactly).ok_or(SpecError::NoWorkers)
+    }
+
     /// The number this machine gets.
     pub fn count(self) -> NonZeroUsize {
         match self {
@@ -72,6 +78,9 @@ pub enum SpecError {
         #[source]
         source: ParseIntError,
     },
+    /// A worker count of 0.
+    #[error("0 daemons or threads asked for: give at least 1, or leave the count out for one per core")]
+    NoWorkers,
     /// A count given to a compiler that has exactly one worker.
     #[error("{0:?}: nvcc and inprocess compile one unit at a time and take no worker count")]
     CountNotTaken(String),
@@ -282,6 +291,12 @@ mod tests {
         assert_eq!(parse("nvcc:4"), Err(SpecError::CountNotTaken("nvcc:4".into())));
         let e = parse("farm:0").unwrap_err();
         assert!(std::error::Error::source(&e).is_some(), "the integer error is kept as the source");
+    }
+
+    #[test]
+    fn a_zero_count_is_refused_not_read_as_one_per_core() {
+        assert_eq!(Workers::exactly(0), Err(SpecError::NoWorkers));
+        assert_eq!(Workers::exactly(3), Ok(k(3)));
     }
 
     #[test]

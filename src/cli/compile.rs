@@ -129,7 +129,7 @@ pub fn run(args: CompileArgs, cuda: Option<&Path>) -> Result<()> {
     let options = CompileOptions { arch: args.arch, mode, flags: args.flags.clone() };
     let source =
         FarmSource { attach: args.attach.then(|| args.farm.clone()), deadline_s: Some(args.deadline) };
-    let mut compiler = compilers::build(spec, args.daemons.unwrap_or(0), cuda, &options, &source)?;
+    let mut compiler = compilers::build(spec, args.daemons, cuda, &options, &source)?;
     let batch = compiler.compile(&units, &options)?;
 
     if let Some(dir) = &args.out_dir {

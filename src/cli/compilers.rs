@@ -3,12 +3,11 @@
 //! farm settings, through the one builder in the client library ([`CompilerSpec::build`]). This
 //! file only translates the command line's settings; it must never construct a compiler itself.
 
-use std::num::NonZeroUsize;
 use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use gpfarm_client::{BuildConfig, Compiler, CompilerSpec};
+use gpfarm_client::{BuildConfig, Compiler, CompilerSpec, Workers};
 use gpfarm_protocol::{CompileOptions, FarmName};
 
 /// Where a farm's daemons come from, and how long a request may take.
@@ -20,17 +19,20 @@ pub struct FarmSource {
     pub deadline_s: Option<u64>,
 }
 
-/// Builds the compiler `spec` names, warm; `workers` (daemons or threads) fills a spec that left
-/// its count open (`farm`, `threads`; 0 leaves one per core), and an explicit count (`farm:4`)
-/// stays.
+/// Builds the compiler `spec` names, warm; `workers` (daemons or threads, the command's `-n`)
+/// fills a spec that left its count open (`farm`, `threads`; none leaves one per core), and an
+/// explicit count (`farm:4`) stays. A count of 0 is an error.
 pub fn build(
     spec: CompilerSpec,
-    workers: usize,
+    workers: Option<usize>,
     cuda: Option<&Path>,
     options: &CompileOptions,
     source: &FarmSource,
 ) -> Result<Box<dyn Compiler + Send>> {
-    let spec = NonZeroUsize::new(workers).map_or(spec, |n| spec.or_workers(n));
+    let spec = match workers {
+        Some(n) => spec.or_workers(Workers::exactly(n)?.count()),
+        None => spec,
+    };
     let config = BuildConfig {
         cuda: cuda.map(Path::to_path_buf),
         attach: source.attach.clone(),

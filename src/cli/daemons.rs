@@ -1,13 +1,17 @@
 //! `gpfarm daemons start|status|stop|clean`: resident daemons shared by later runs.
+//!
+//! `status` lists every farm of this user, resident or the temporary farm of a running `evolve`
+//! or `compile` (marked with its owner); `stop` ends resident farms only, unless `--all`, since
+//! stopping a job's own daemons fails the job.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::Subcommand;
-use gpfarm_client::{Farm, FarmConfig, farm_status, stop_farm};
+use gpfarm_client::{Farm, FarmConfig, FarmKind, farm_status, farms_to_stop, stop_farm};
 use gpfarm_protocol::segment::remove_stale_segments;
 use gpfarm_protocol::{FarmName, SmArch};
 
@@ -32,16 +36,21 @@ pub enum DaemonsCommand {
         #[arg(long)]
         gpu_context: bool,
     },
-    /// Show running farms and their daemons.
+    /// Show running farms (resident, and the temporary ones of running jobs) and their daemons.
     Status {
         /// Print JSON.
         #[arg(long)]
         json: bool,
     },
-    /// Stop a farm's daemons (all farms if none is named) and remove their segments.
+    /// Stop a resident farm's daemons (every resident farm if none is named) and remove their
+    /// segments.
     Stop {
         /// The farm.
         name: Option<FarmName>,
+        /// Also stop temporary farms, those of running `evolve` or `compile` jobs (which then
+        /// fail).
+        #[arg(long)]
+        all: bool,
     },
     /// Remove segments left by daemons that were killed.
     Clean,
@@ -57,6 +66,7 @@ pub fn run(cmd: DaemonsCommand, cuda: Option<&Path>) -> Result<()> {
                 cuda: cuda.map(Path::to_path_buf),
                 warmup_arch: arch,
                 detached: detach,
+                resident: true,
                 gpu_context,
                 ..FarmConfig::default()
             };
@@ -73,7 +83,10 @@ pub fn run(cmd: DaemonsCommand, cuda: Option<&Path>) -> Result<()> {
                 .map(|i| format!("NVRTC {}.{} ({})", i.nvrtc_version.0, i.nvrtc_version.1, i.nvrtc_path))
                 .unwrap_or_default();
             println!("farm {}: {} daemons ready, {nvrtc}", farm.name(), farm.len());
-            println!("attach with: gpfarm compile --attach --farm {} ...", farm.name());
+            println!(
+                "attach with: gpfarm compile --attach --farm {0} ... or gpfarm evolve --attach --farm {0} ...",
+                farm.name()
+            );
             if detach {
                 farm.detach();
                 return Ok(());
@@ -95,7 +108,7 @@ pub fn run(cmd: DaemonsCommand, cuda: Option<&Path>) -> Result<()> {
                 println!("no farms running");
             } else {
                 for f in farms {
-                    println!("farm {} ({} daemons)", f.name, f.daemons.len());
+                    println!("farm {} ({} daemons, {})", f.name, f.daemons.len(), f.kind);
                     for d in f.daemons {
                         let client = if d.client_pid == 0 {
                             "free".to_string()
@@ -108,17 +121,27 @@ pub fn run(cmd: DaemonsCommand, cuda: Option<&Path>) -> Result<()> {
             }
             Ok(())
         }
-        DaemonsCommand::Stop { name } => {
-            let farms: Vec<FarmName> = match name {
-                Some(n) => vec![n],
-                None => farm_status().into_iter().filter_map(|f| f.name.parse().ok()).collect(),
-            };
-            if farms.is_empty() {
-                bail!("no farms running");
+        DaemonsCommand::Stop { name, all } => {
+            let farms = farm_status();
+            let chosen = farms_to_stop(&farms, name.as_ref(), all)?;
+            if chosen.is_empty() {
+                let what = if all { "no farm running" } else { "no resident farm running" };
+                let temporary = farms.iter().filter(|f| f.kind != FarmKind::Resident).count();
+                if temporary > 0 && !all {
+                    let farms = if temporary == 1 { "farm" } else { "farms" };
+                    println!(
+                        "{what}; left alone: {temporary} temporary {farms} of running jobs (--all stops them)"
+                    );
+                } else {
+                    println!("{what}");
+                }
+                return Ok(());
             }
-            for f in farms {
-                let n = stop_farm(&f, Duration::from_secs(5));
-                println!("farm {f}: stopped {n} daemons");
+            for f in chosen {
+                // Names listed by `farm_status` were parsed from segment names, so they parse.
+                let Ok(name) = f.name.parse::<FarmName>() else { continue };
+                let n = stop_farm(&name, Duration::from_secs(5));
+                println!("farm {name}: stopped {n} daemons");
             }
             Ok(())
         }

@@ -9,7 +9,7 @@ use clap::Args;
 use gpfarm_client::DiskCache;
 use gpfarm_evolve::{Engine, EvalMode, GenerationRecord, Options, ProblemRef, Summary};
 use gpfarm_gp::EvolutionConfig;
-use gpfarm_protocol::SmArch;
+use gpfarm_protocol::{FarmName, SmArch};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use gpfarm_client::CompilerSpec;
@@ -38,6 +38,13 @@ pub struct EvolveArgs {
     /// else one per core).
     #[arg(long, default_value = "farm")]
     compiler: CompilerSpec,
+    /// Compile on daemons started by `gpfarm daemons start` instead of spawning new ones (they
+    /// stay up, warm, for the next run).
+    #[arg(long, conflicts_with = "no_compile")]
+    attach: bool,
+    /// With --attach: the farm's name (default: the only resident farm).
+    #[arg(long, requires = "attach")]
+    farm: Option<FarmName>,
     /// Skip compilation (CPU evaluation only; for quick experiments with the GP engine).
     #[arg(long)]
     no_compile: bool,
@@ -154,12 +161,15 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
         let why = "evolve compiles CUBIN: use --compiler farm (farm-jit is for `compile` and `bench`)";
         return Err(super::UsageError(why.into()).into());
     }
-    let workers = args.daemons.unwrap_or(0);
+    if args.attach && !matches!(args.compiler, CompilerSpec::Farm(_)) {
+        anyhow::bail!("--attach compiles on running daemons: use it with --compiler farm");
+    }
     let mut compiler = if args.no_compile {
         None
     } else {
-        let source = FarmSource { attach: None, deadline_s: Some(args.deadline) };
-        Some(compilers::build(args.compiler, workers, cuda, &options, &source)?)
+        let source =
+            FarmSource { attach: args.attach.then(|| args.farm.clone()), deadline_s: Some(args.deadline) };
+        Some(compilers::build(args.compiler, args.daemons, cuda, &options, &source)?)
     };
     // After the compiler is built: a configuration error is what a person should see first.
     if let Some(notice) = engine.notice() {

@@ -1,10 +1,14 @@
 //! Starting, restarting and ending a farm's daemons, all through [`crate::supervisor`].
 //!
-//! Spawned daemons get a parent-death signal (or, detached, a process group of their own) and
-//! `--parent-pid`; a lost one is killed, reaped and replaced under the same id, on the farm's own
-//! thread, since a parent-death signal fires when the *thread* that spawned the child ends.
+//! How many daemons may start is checked before the first one does ([`super::size`]). Spawned
+//! daemons get a parent-death signal (unless detached) and `--parent-pid`; a resident farm's
+//! daemons lead process groups of their own, which is how [`super::ops`] tells them from a
+//! running job's temporary farm. A lost daemon is killed, reaped and replaced under the same id,
+//! on the farm's own thread, since a parent-death signal fires when the *thread* that spawned
+//! the child ends.
 //! Must never leave a spawned daemon running or its segment behind when the farm is dropped.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -15,7 +19,8 @@ use gpfarm_protocol::{DaemonId, DaemonState, FarmName, Request, SegmentName};
 
 use super::daemon::Daemon;
 use super::handshake::{await_available, check_versions, hello};
-use super::ops::group_by_farm;
+use super::ops::{FarmKind, group_by_farm};
+use super::size::Room;
 use super::{Farm, FarmConfig};
 use crate::compiler::CompilerError;
 use crate::supervisor::{ParentDeath, Supervised, kill_pid, locate_executable};
@@ -42,6 +47,11 @@ fn daemon_command(exe: &Path, farm: &FarmName, id: DaemonId, config: &FarmConfig
     }
     if !config.detached {
         cmd.arg("--parent-pid").arg(std::process::id().to_string());
+    }
+    if config.resident || config.detached {
+        // The mark of a resident farm (see `ops`); the farm ends on its starter's Ctrl-C through
+        // the starter's shutdown, not through the terminal's signal.
+        cmd.process_group(0);
     }
     cmd.envs(config.env.iter().map(|(k, v)| (k, v)));
     // A detached daemon must not hold its starter's terminal or pipes open: `$(gpfarm daemons
@@ -70,13 +80,24 @@ fn spawn_daemon(
 
 impl Farm {
     /// Spawns `config.daemons` daemons and waits until every one is warm and has shaken hands.
-    /// Stale segments of this user's crashed runs are removed first.
+    /// A count this machine cannot hold (0, or more than its memory and `/dev/shm` take) is
+    /// refused before any daemon starts; more than one per core is only warned about. Stale
+    /// segments of this user's crashed runs are removed first.
     pub fn spawn(config: FarmConfig) -> Result<Farm, CompilerError> {
         Farm::spawn_named(FarmName::random(), config)
     }
 
     /// As [`Farm::spawn`], with a chosen farm name.
     pub fn spawn_named(name: FarmName, config: FarmConfig) -> Result<Farm, CompilerError> {
+        let room = Room::here();
+        room.check(config.daemons)?;
+        if config.daemons > room.cores {
+            tracing::warn!(
+                "{} daemons on {} cores: more than one per core adds start-up time and memory, not speed",
+                config.daemons,
+                room.cores
+            );
+        }
         let removed = remove_stale_segments(None);
         if !removed.is_empty() {
             tracing::info!(count = removed.len(), "removed stale segments");
@@ -85,6 +106,7 @@ impl Farm {
             Some(p) => p.clone(),
             None => daemon_executable()?,
         };
+        // `check` bounds the count to 1..=u16::MAX.
         let n = config.daemons.clamp(1, u16::MAX as usize) as u16;
         let mut farm =
             Farm { name: name.clone(), daemons: Vec::new(), config: config.clone(), owns_daemons: true };
@@ -111,10 +133,19 @@ impl Farm {
     }
 
     /// Attaches to the daemons of a farm started by `gpfarm daemons start`: the named farm, or
-    /// the only farm of this user if no name is given.
+    /// the only resident farm of this user if no name is given (running jobs' temporary farms
+    /// are not for sharing).
     pub fn attach(name: Option<&FarmName>, config: FarmConfig) -> Result<Farm, CompilerError> {
         remove_stale_segments(None);
-        let farms = group_by_farm(list_segments());
+        let mut farms = group_by_farm(list_segments());
+        if name.is_none() {
+            farms.retain(|farm, ids| {
+                let pids = ids.iter().filter_map(|&id| {
+                    gpfarm_protocol::Segment::open(&SegmentName::new(farm, id)).ok().map(|s| s.daemon_pid())
+                });
+                FarmKind::of_daemons(pids) == FarmKind::Resident
+            });
+        }
         let (farm_name, ids) = match name {
             Some(n) => farms.into_iter().find(|(f, _)| f == n).ok_or_else(|| CompilerError::Daemon {
                 id: DaemonId(0),
@@ -127,14 +158,16 @@ impl Farm {
                     (None, _) => {
                         return Err(CompilerError::Daemon {
                             id: DaemonId(0),
-                            message: "no running farm; start one with `gpfarm daemons start -n N`".into(),
+                            message: "no resident farm running; start one with `gpfarm daemons start -n N`"
+                                .into(),
                         });
                     }
                     (Some(_), Some(_)) => {
                         return Err(CompilerError::Daemon {
                             id: DaemonId(0),
-                            message: "several farms are running; name one (see `gpfarm daemons status`)"
-                                .into(),
+                            message:
+                                "several resident farms are running; name one (see `gpfarm daemons status`)"
+                                    .into(),
                         });
                     }
                 }

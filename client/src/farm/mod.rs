@@ -15,8 +15,9 @@
 //! [`crate::supervisor`]); [`handshake`] waits for a new daemon and checks what it runs;
 //! [`daemon`] is one daemon's request/answer round with bounded, liveness-checked waits;
 //! [`dispatch`] is the thread that feeds one daemon; [`schedule`] hands out jobs and decides what
-//! a lost daemon costs each unit; [`ops`] is what `gpfarm daemons status|stop` needs. This file
-//! holds the farm itself and its [`Compiler`] face.
+//! a lost daemon costs each unit; [`ops`] is what `gpfarm daemons status|stop` needs; [`size`]
+//! says how many daemons this machine can hold. This file holds the farm itself and its
+//! [`Compiler`] face.
 //!
 //! Must never leave a daemon it spawned running, or its segment behind, once it is dropped.
 
@@ -26,6 +27,7 @@ mod handshake;
 mod lifecycle;
 mod ops;
 mod schedule;
+mod size;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -40,7 +42,8 @@ use daemon::Daemon;
 use dispatch::too_large;
 
 pub use lifecycle::daemon_executable;
-pub use ops::{DaemonStatus, FarmStatus, farm_status, stop_farm};
+pub use ops::{DaemonStatus, FarmKind, FarmStatus, StopError, farm_status, farms_to_stop, stop_farm};
+pub use size::{DAEMON_RSS, FarmSizeError, Room, SEGMENT_BYTES};
 
 /// How a farm is started.
 #[derive(Debug, Clone)]
@@ -61,7 +64,11 @@ pub struct FarmConfig {
     /// How long a daemon may work on one unit before it is declared hung, killed and replaced.
     pub request_timeout: Duration,
     /// Detach spawned daemons from this process (they outlive it; for `gpfarm daemons start`).
+    /// Implies `resident`.
     pub detached: bool,
+    /// A farm for any client (`gpfarm daemons start`), not this process's own: `gpfarm daemons
+    /// status|stop` list and stop it, and `--attach` without a name finds it.
+    pub resident: bool,
     /// Let daemons keep NVRTC's freed memory ([`gpfarm_toolchain::tune_allocator`]).
     pub tuned_allocator: bool,
     /// Extra environment variables for the daemons.
@@ -79,6 +86,7 @@ impl Default for FarmConfig {
             start_timeout: Duration::from_secs(120),
             request_timeout: DEFAULT_UNIT_DEADLINE,
             detached: false,
+            resident: false,
             tuned_allocator: true,
             env: Vec::new(),
         }
