@@ -162,7 +162,8 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
         return Err(super::UsageError(why.into()).into());
     }
     if args.attach && !matches!(args.compiler, CompilerSpec::Farm(_)) {
-        anyhow::bail!("--attach compiles on running daemons: use it with --compiler farm");
+        let why = "--attach compiles on running daemons: use it with --compiler farm";
+        return Err(super::UsageError(why.into()).into());
     }
     let mut compiler = if args.no_compile {
         None
