@@ -85,3 +85,133 @@ fn an_evolve_run_whose_individual_crashes_nvrtc_in_process_names_it_before_dying
         .unwrap_or_else(|| panic!("no crash line in\n{stderr}"));
     assert!(line.contains("of generation 0)") && line.contains("--compiler farm"), "{line}");
 }
+
+/// A farm of this build's daemons.
+fn farm(daemons: usize) -> gpfarm_client::Farm {
+    gpfarm_client::Farm::spawn(common::config(daemons)).expect("a farm starts")
+}
+
+#[test]
+fn the_crash_retry_flags_compile_the_reproducer_for_every_architecture_it_crashes() {
+    if !nvrtc_crashes("crash_retry_flags") {
+        return;
+    }
+    use gpfarm_client::{CompileOptions, Compiler, FailureKind, SmArch, Unit, UnitOutcome};
+    let unit = Unit::new("crash.cu", include_str!("data/nvrtc13_crash.cu"));
+    let mut farm = farm(1);
+    for arch in [SmArch(75), SmArch(80), SmArch::SM_90] {
+        let plain = CompileOptions::cubin(arch);
+        let crashed = farm.compile(std::slice::from_ref(&unit), &plain).unwrap();
+        assert!(
+            matches!(&crashed.results[0].outcome, UnitOutcome::Failed(f) if f.kind == FailureKind::Lost),
+            "{arch}: {:?}",
+            crashed.results[0].outcome
+        );
+        let flags = gpfarm_evolve::CRASH_RETRY_FLAGS.iter().map(|f| f.to_string()).collect();
+        let retried = farm.compile(std::slice::from_ref(&unit), &CompileOptions { flags, ..plain }).unwrap();
+        assert!(retried.results[0].cubin().is_some(), "{arch}: {:?}", retried.results[0].outcome);
+    }
+}
+
+/// Best and mean of every generation, and the records' individual counts.
+type Run = (Vec<(f64, Option<f64>)>, Vec<gpfarm_evolve::Individuals>);
+
+fn evolve_search(
+    population: usize,
+    generations: usize,
+    seed: u64,
+    compile: Option<(&mut gpfarm_client::Farm, &Path, bool)>,
+) -> Run {
+    use gpfarm_evolve::{Engine, EvalMode, Options, ProblemRef};
+    let mut options = Options {
+        evolution: gpfarm_gp::EvolutionConfig { population, generations, seed, ..Default::default() },
+        eval: EvalMode::Cpu,
+        ..Options::default()
+    };
+    let (mut trajectory, mut individuals) = (Vec::new(), Vec::new());
+    let mut on_record = |r: &gpfarm_evolve::GenerationRecord| {
+        trajectory.push((r.best, r.mean));
+        individuals.push(r.individuals.clone());
+        Ok(())
+    };
+    match compile {
+        Some((farm, crash_dir, retry)) => {
+            options.crash_dir = Some(crash_dir.to_path_buf());
+            if !retry {
+                options.crash_retry_flags.clear();
+            }
+            let engine = Engine::new(ProblemRef::Builtin("search".into()), options).unwrap();
+            engine.run(farm, &mut on_record).unwrap();
+        }
+        None => {
+            let engine = Engine::new(ProblemRef::Builtin("search".into()), options).unwrap();
+            engine.run_without_compiling(&mut on_record).unwrap();
+        }
+    }
+    (trajectory, individuals)
+}
+
+fn total(
+    individuals: &[gpfarm_evolve::Individuals],
+    f: impl Fn(&gpfarm_evolve::Individuals) -> usize,
+) -> usize {
+    individuals.iter().map(f).sum()
+}
+
+#[test]
+fn an_individual_that_crashes_nvrtc_is_compiled_again_and_the_run_evolves_as_without_the_crash() {
+    if !nvrtc_crashes("crash_retry_run") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut farm = farm(2);
+    // Seed 3's generation 0 holds an individual that crashes NVRTC (individual 36).
+    let (with_retry, counts) = evolve_search(50, 5, 3, Some((&mut farm, dir.path(), true)));
+    let reference = evolve_search(50, 5, 3, None).0;
+    assert!(total(&counts, |i| i.crash_retried) >= 1, "{counts:?}");
+    assert_eq!(total(&counts, |i| i.crash_retry_used), total(&counts, |i| i.crash_retried));
+    assert_eq!(total(&counts, |i| i.failed), 0);
+    assert_eq!(with_retry, reference, "the CPU's fitness of a retried individual is its own");
+
+    // Without the retry the same individual gets the worst fitness and is counted as failed.
+    let (_, counts) = evolve_search(50, 5, 3, Some((&mut farm, dir.path(), false)));
+    assert!(total(&counts, |i| i.failed) >= 1, "{counts:?}");
+    assert_eq!(total(&counts, |i| i.crash_retried), 0);
+}
+
+#[test]
+fn the_unit_of_an_individual_that_crashed_nvrtc_is_saved_and_reproduces_the_crash() {
+    if !nvrtc_crashes("crash_saved") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gpfarm"))
+        .args(["evolve", "--problem", "search", "--population", "50", "--generations", "1", "--seed", "3"])
+        .args(["--eval", "cpu", "--compiler", "farm", "-n", "2"])
+        .env("GPFARMD", env!("CARGO_BIN_EXE_gpfarmd"))
+        .env("CUDA_CACHE_DISABLE", "1")
+        .env("TMPDIR", tmp.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let warning = stderr
+        .lines()
+        .find(|l| l.contains("individual 36 of generation 0 did not compile: Lost"))
+        .unwrap_or_else(|| panic!("no crash warning in\n{stderr}"));
+    assert!(warning.contains("SIGSEGV") && warning.contains("phenotype: for(i=0;"), "{warning}");
+    assert!(warning.contains("its fitness is used"), "{warning}");
+    // The warning says where the unit is; it is in this process's crash directory and stays.
+    let path = warning
+        .split("its unit is in ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap_or_else(|| panic!("no path in {warning}"));
+    assert!(path.starts_with(&tmp.path().join("gpfarm-crashes-").display().to_string()), "{path}");
+    let source = std::fs::read_to_string(path).unwrap();
+    assert!(source.contains("__global__ void g0_i36("), "{source}");
+    // It reproduces the crash as the warning says.
+    let again = gpfarm(&["compile", "--source", path, "--compiler", "farm", "-n", "1"]);
+    let stdout = String::from_utf8_lossy(&again.stdout);
+    assert!(stdout.contains("Lost") && stdout.contains("SIGSEGV"), "{stdout}");
+}
