@@ -91,25 +91,45 @@ fn farm(daemons: usize) -> gpfarm_client::Farm {
     gpfarm_client::Farm::spawn(common::config(daemons)).expect("a farm starts")
 }
 
+/// Every program NVRTC 13.0.88 is known to crash on: the reproducer and the individuals that
+/// random Search runs saved (`tests/data/nvrtc13_crashes/`).
+fn known_crashes() -> Vec<gpfarm_client::Unit> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/nvrtc13_crashes");
+    let mut paths: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    paths.sort();
+    paths.insert(0, CRASH.into());
+    paths
+        .iter()
+        .map(|p| gpfarm_client::Unit::new(p.display().to_string(), std::fs::read_to_string(p).unwrap()))
+        .collect()
+}
+
 #[test]
-fn the_crash_retry_flags_compile_the_reproducer_for_every_architecture_it_crashes() {
+fn the_crash_retry_flags_compile_every_known_crash_for_every_architecture_it_crashes() {
     if !nvrtc_crashes("crash_retry_flags") {
         return;
     }
-    use gpfarm_client::{CompileOptions, Compiler, FailureKind, SmArch, Unit, UnitOutcome};
-    let unit = Unit::new("crash.cu", include_str!("data/nvrtc13_crash.cu"));
+    use gpfarm_client::{CompileOptions, Compiler, FailureKind, SmArch, UnitOutcome};
     let mut farm = farm(1);
-    for arch in [SmArch(75), SmArch(80), SmArch::SM_90] {
+    for (unit, arch) in
+        known_crashes().iter().flat_map(|u| [SmArch(75), SmArch(80), SmArch::SM_90].map(|a| (u, a)))
+    {
         let plain = CompileOptions::cubin(arch);
-        let crashed = farm.compile(std::slice::from_ref(&unit), &plain).unwrap();
+        let crashed = farm.compile(std::slice::from_ref(unit), &plain).unwrap();
         assert!(
             matches!(&crashed.results[0].outcome, UnitOutcome::Failed(f) if f.kind == FailureKind::Lost),
-            "{arch}: {:?}",
+            "{} {arch}: {:?}",
+            unit.name,
             crashed.results[0].outcome
         );
         let flags = gpfarm_evolve::CRASH_RETRY_FLAGS.iter().map(|f| f.to_string()).collect();
-        let retried = farm.compile(std::slice::from_ref(&unit), &CompileOptions { flags, ..plain }).unwrap();
-        assert!(retried.results[0].cubin().is_some(), "{arch}: {:?}", retried.results[0].outcome);
+        let retried = farm.compile(std::slice::from_ref(unit), &CompileOptions { flags, ..plain }).unwrap();
+        assert!(
+            retried.results[0].cubin().is_some(),
+            "{} {arch}: {:?}",
+            unit.name,
+            retried.results[0].outcome
+        );
     }
 }
 
