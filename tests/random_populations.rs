@@ -38,12 +38,23 @@ fn compiles_all(problem_name: &str, population: usize) {
     let wire: Vec<Unit> = singles.iter().map(|u| Unit::new(u.name.clone(), u.source.clone())).collect();
     let again = farm.compile(&wire, &options).unwrap();
     let mut crashes = 0;
+    let mut crashed = Vec::new();
     for (u, r) in singles.iter().zip(&again.results) {
         match &r.outcome {
             UnitOutcome::Cubin(_) => {}
-            UnitOutcome::Failed(f) if f.kind == FailureKind::Lost => crashes += 1,
+            UnitOutcome::Failed(f) if f.kind == FailureKind::Lost => {
+                crashes += 1;
+                crashed.push(Unit::new(u.name.clone(), u.source.clone()));
+            }
             UnitOutcome::Failed(f) => panic!("{}: {f}\n{}", u.name, r.log),
         }
+    }
+    // The engine compiles such an individual once more with its crash retry flags: they must
+    // compile every one.
+    let flags = gpfarm_evolve::CRASH_RETRY_FLAGS.iter().map(|f| f.to_string()).collect();
+    let retried = farm.compile(&crashed, &CompileOptions { flags, ..options.clone() }).unwrap();
+    for (u, r) in crashed.iter().zip(&retried.results) {
+        assert!(r.cubin().is_some(), "{} with the crash retry flags: {:?}\n{}", u.name, r.outcome, r.log);
     }
     eprintln!(
         "{problem_name}: {} distinct individuals in {} units; {} units lost to compiler crashes, {crashes} individuals crash NVRTC",

@@ -3,6 +3,11 @@
 //!
 //! Both compile through the toolchain's one compile layer ([`WarmNvrtc`]), exactly as a daemon
 //! does; this file only schedules units onto threads and must never map NVRTC's outcome itself.
+//!
+//! NVRTC 13 crashes (SIGSEGV) on about 1 in 900 valid random Search programs, and here that kills
+//! the calling process. It must never die silently: each compile thread notes which unit it is
+//! compiling, and a crash handler ([`crash`]) prints that note as a one-line error, naming the
+//! unit and its individuals and pointing to the farm, before the process dies of the signal.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,8 +23,10 @@ fn us(d: Duration) -> u64 {
 }
 
 /// Tunes the allocator, loads NVRTC and pays its first-compile cost now, as a warm daemon has,
-/// so no measured call includes it.
+/// so no measured call includes it; from now on a crash inside NVRTC is reported before the
+/// process dies of it.
 fn start(toolchain: &Toolchain, options: &CompileOptions) -> Result<Arc<WarmNvrtc>, CompilerError> {
+    crash::install_handler();
     match WarmNvrtc::start(toolchain, options.arch, Allocator::Tuned) {
         Ok(nvrtc) => Ok(Arc::new(nvrtc)),
         Err(StartError::Load(e)) => Err(CompilerError::Load(e)),
@@ -36,6 +43,7 @@ fn compile_one(nvrtc: &WarmNvrtc, unit: &Unit, options: &CompileOptions) -> Unit
             "ptx-jit mode is served by the farm's daemons only; use --compiler farm",
         );
     }
+    let _noted = crash::Noting::new(&crash::describe(unit));
     nvrtc.compile_unit(unit, options, None)
 }
 
@@ -77,6 +85,7 @@ impl Compiler for InProcess {
         let results: Vec<UnitResult> = std::thread::scope(|scope| {
             compile_thread()
                 .spawn_scoped(scope, || {
+                    let _stack = crash::AltStack::new();
                     units.iter().map(|u| compile_one(nvrtc, u, options)).collect::<Vec<_>>()
                 })
                 .map_err(CompilerError::Thread)?
@@ -135,6 +144,7 @@ impl Compiler for Threads {
                 let tx = tx.clone();
                 let nvrtc = &self.nvrtc;
                 let spawned = compile_thread().spawn_scoped(scope, move || {
+                    let _stack = crash::AltStack::new();
                     let t = Instant::now();
                     let got: Vec<UnitResult> =
                         units[range.clone()].iter().map(|u| compile_one(nvrtc, u, options)).collect();
@@ -172,3 +182,250 @@ fn compile_thread() -> std::thread::Builder {
 
 /// Stack of a compile thread.
 const COMPILE_STACK: usize = 1 << 30;
+
+/// Reporting a crash inside NVRTC before the process dies of it.
+///
+/// A compile thread notes what it compiles ([`Noting`]) in a fixed buffer of its own; the handler
+/// of SIGSEGV, SIGBUS, SIGABRT, SIGILL and SIGFPE runs on that thread (the signal is the
+/// thread's own fault), on an alternate stack ([`AltStack`]), and only reads the buffer,
+/// write(2)s one line to stderr, restores the default action and re-raises: no allocation, no
+/// locks, nothing that is not async-signal-safe. A thread with no note (a crash outside NVRTC)
+/// gets the action that was there before, unchanged.
+pub(crate) mod crash {
+    use std::cell::Cell;
+    use std::sync::{Once, OnceLock};
+
+    /// The most a note holds; a longer one is cut, keeping its end (what to do about it).
+    const NOTE_CAP: usize = 1024;
+    /// Room for the handler's own stack frame and the message it assembles there.
+    const ALT_STACK: usize = 64 * 1024;
+    /// The signals a crash inside NVRTC ends in, with their names.
+    const SIGNALS: [(libc::c_int, &str); 5] = [
+        (libc::SIGSEGV, "SIGSEGV"),
+        (libc::SIGBUS, "SIGBUS"),
+        (libc::SIGABRT, "SIGABRT"),
+        (libc::SIGILL, "SIGILL"),
+        (libc::SIGFPE, "SIGFPE"),
+    ];
+    /// What the handler prints before the signal's name and the note.
+    const PREFIX: &[u8] = b"error: NVRTC crashed (";
+
+    thread_local! {
+        // Const-initialised and without a destructor: a plain TLS slot, read from the handler
+        // with no lazy initialisation (which could allocate).
+        static NOTE_LEN: Cell<usize> = const { Cell::new(0) };
+        static NOTE: Cell<[u8; NOTE_CAP]> = const { Cell::new([0; NOTE_CAP]) };
+    }
+
+    /// The actions that were installed before ours, in [`SIGNALS`]' order.
+    static PREVIOUS: OnceLock<[libc::sigaction; SIGNALS.len()]> = OnceLock::new();
+
+    /// What the handler prints after the signal's name when `unit` crashes NVRTC: the unit, its
+    /// individuals (kernels the engine names `g<generation>_i<individual>`), and what to do.
+    pub(crate) fn describe(unit: &gpfarm_protocol::Unit) -> String {
+        let kernels = kernel_names(&unit.source);
+        let individuals: Option<Vec<(usize, usize)>> = kernels.iter().map(|k| individual_of(k)).collect();
+        let what = match individuals {
+            Some(ids) if !ids.is_empty() && ids.iter().all(|(g, _)| *g == ids[0].0) => {
+                let list: Vec<String> = ids.iter().map(|(_, i)| i.to_string()).collect();
+                let noun = if ids.len() == 1 { "individual" } else { "individuals" };
+                format!("{noun} {} of generation {}", shortened(&list), ids[0].0)
+            }
+            _ if kernels.is_empty() => "no kernel found".to_owned(),
+            _ => format!("kernels {}", shortened(&kernels)),
+        };
+        format!(
+            ") compiling {} ({what}); the in-process compilers die with NVRTC, \
+             the farm (--compiler farm) runs it in daemons and isolates such crashes\n",
+            unit.name
+        )
+    }
+
+    /// At most eight items, then how many more.
+    fn shortened(items: &[String]) -> String {
+        const SHOWN: usize = 8;
+        let mut s = items.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", ");
+        if items.len() > SHOWN {
+            s.push_str(&format!(" and {} more", items.len() - SHOWN));
+        }
+        s
+    }
+
+    /// Names of the `__global__` functions in `source`, in order.
+    fn kernel_names(source: &[u8]) -> Vec<String> {
+        let text = String::from_utf8_lossy(source);
+        let mut names = Vec::new();
+        for part in text.split("__global__").skip(1) {
+            let head = part.split('(').next().unwrap_or("");
+            if let Some(name) = head.split_whitespace().last() {
+                names.push(name.trim_start_matches('*').to_owned());
+            }
+        }
+        names
+    }
+
+    /// `(generation, individual)` of a kernel named `g<generation>_i<individual>`.
+    fn individual_of(kernel: &str) -> Option<(usize, usize)> {
+        let (g, i) = kernel.strip_prefix('g')?.split_once("_i")?;
+        Some((g.parse().ok()?, i.parse().ok()?))
+    }
+
+    /// This thread's note, set while it lives: what the handler prints if NVRTC crashes meanwhile.
+    pub(crate) struct Noting(());
+
+    impl Noting {
+        /// Notes `text` (cut to the buffer, ending in a newline) for this thread.
+        pub(crate) fn new(text: &str) -> Noting {
+            let mut buf = [0u8; NOTE_CAP];
+            let bytes = text.as_bytes();
+            let n = bytes.len().min(NOTE_CAP);
+            buf[..n].copy_from_slice(&bytes[bytes.len() - n..]);
+            NOTE.with(|b| b.set(buf));
+            NOTE_LEN.with(|l| l.set(n));
+            Noting(())
+        }
+    }
+
+    impl Drop for Noting {
+        fn drop(&mut self) {
+            NOTE_LEN.with(|l| l.set(0));
+        }
+    }
+
+    /// An alternate signal stack for this thread while it lives, so the handler runs even when
+    /// NVRTC's fault is a blown stack. The one it replaces (Rust's own, if any) comes back on
+    /// drop, before the thread's exit frees that one.
+    pub(crate) struct AltStack {
+        _stack: Box<[u8]>,
+        previous: Option<libc::stack_t>,
+    }
+
+    impl AltStack {
+        /// Installs a fresh alternate stack; without one (sigaltstack failed) the handler runs
+        /// on the thread's stack, which NVRTC's usual faults leave usable.
+        pub(crate) fn new() -> AltStack {
+            let mut stack = vec![0u8; ALT_STACK].into_boxed_slice();
+            let new = libc::stack_t { ss_sp: stack.as_mut_ptr().cast(), ss_flags: 0, ss_size: stack.len() };
+            let mut old = libc::stack_t { ss_sp: std::ptr::null_mut(), ss_flags: 0, ss_size: 0 };
+            // SAFETY: `new` describes memory owned by the returned value, which restores `old`
+            // before that memory is freed; `old` is a valid out-pointer.
+            let ok = unsafe { libc::sigaltstack(&new, &mut old) } == 0;
+            AltStack { _stack: stack, previous: ok.then_some(old) }
+        }
+    }
+
+    impl Drop for AltStack {
+        fn drop(&mut self) {
+            if let Some(old) = self.previous {
+                // SAFETY: `old` is the stack that was installed before ours (or a disabled one);
+                // ours stays allocated until after this call.
+                unsafe { libc::sigaltstack(&old, std::ptr::null_mut()) };
+            }
+        }
+    }
+
+    /// Installs the crash handler once per process.
+    pub(crate) fn install_handler() {
+        static ONCE: Once = Once::new();
+        ONCE.call_once(|| {
+            let mut previous = [empty_action(); SIGNALS.len()];
+            for (slot, (sig, _)) in previous.iter_mut().zip(SIGNALS) {
+                // SAFETY: a null new action only reads the current one into a valid out-pointer.
+                unsafe { libc::sigaction(sig, std::ptr::null(), slot) };
+            }
+            if PREVIOUS.set(previous).is_err() {
+                return;
+            }
+            let mut action = empty_action();
+            action.sa_sigaction = on_crash
+                as extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void)
+                as libc::sighandler_t;
+            action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+            for (sig, _) in SIGNALS {
+                // SAFETY: `on_crash` is async-signal-safe (see the module documentation) and the
+                // previous actions it falls back to were stored above.
+                unsafe { libc::sigaction(sig, &action, std::ptr::null_mut()) };
+            }
+        });
+    }
+
+    fn empty_action() -> libc::sigaction {
+        // SAFETY: sigaction is plain data for which all zeroes is a valid value (SIG_DFL, an
+        // empty mask, no flags).
+        unsafe { std::mem::zeroed() }
+    }
+
+    extern "C" fn on_crash(sig: libc::c_int, info: *mut libc::siginfo_t, context: *mut libc::c_void) {
+        let len = NOTE_LEN.try_with(Cell::get).unwrap_or(0);
+        let index = SIGNALS.iter().position(|(s, _)| *s == sig);
+        if len == 0 || index.is_none() {
+            return fall_back(sig, index, info, context);
+        }
+        let note = NOTE.try_with(Cell::get).unwrap_or([0; NOTE_CAP]);
+        let name = index.map_or("signal", |i| SIGNALS[i].1).as_bytes();
+        let mut line = [0u8; PREFIX.len() + 16 + NOTE_CAP];
+        let mut at = 0;
+        for part in [PREFIX, name, &note[..len.min(NOTE_CAP)]] {
+            line[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        }
+        // SAFETY: write(2), sigaction(2) and raise(3) are async-signal-safe; `line` and `dfl`
+        // are valid for the calls. The signal is blocked while this handler runs, so the raised
+        // one is delivered, with the default action, as soon as it returns.
+        unsafe {
+            libc::write(libc::STDERR_FILENO, line.as_ptr().cast(), at);
+            let dfl = empty_action();
+            libc::sigaction(sig, &dfl, std::ptr::null_mut());
+            libc::raise(sig);
+        }
+    }
+
+    /// A crash outside NVRTC: what was there before ours handles it.
+    fn fall_back(
+        sig: libc::c_int,
+        index: Option<usize>,
+        info: *mut libc::siginfo_t,
+        context: *mut libc::c_void,
+    ) {
+        let previous = index.and_then(|i| PREVIOUS.get().map(|p| p[i])).unwrap_or_else(empty_action);
+        let handler = previous.sa_sigaction;
+        if handler != libc::SIG_DFL && handler != libc::SIG_IGN {
+            if previous.sa_flags & libc::SA_SIGINFO != 0 {
+                // SAFETY: the previous handler was installed with SA_SIGINFO, so it has this
+                // signature; it gets the same arguments the kernel gave us.
+                let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                    unsafe { std::mem::transmute(handler) };
+                return f(sig, info, context);
+            }
+            // SAFETY: without SA_SIGINFO the previous handler takes only the signal number.
+            let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(handler) };
+            return f(sig);
+        }
+        // SAFETY: sigaction(2) and raise(3) are async-signal-safe; `previous` is a valid action.
+        unsafe {
+            libc::sigaction(sig, &previous, std::ptr::null_mut());
+            libc::raise(sig);
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn a_note_names_the_unit_and_the_individuals_its_kernels_belong_to() {
+            let source = "extern \"C\" __global__ void g3_i14(int* o) {}\n\
+                          extern \"C\" __global__ void g3_i7(int* o) {}\n";
+            let note = describe(&gpfarm_protocol::Unit::new("g3_j12.cu", source));
+            assert!(note.starts_with(") compiling g3_j12.cu (individuals 14, 7 of generation 3);"), "{note}");
+            assert!(note.contains("--compiler farm") && note.ends_with('\n') && note.lines().count() == 1);
+        }
+
+        #[test]
+        fn a_note_lists_other_kernels_by_name_and_says_how_many_it_left_out() {
+            let source: String = (0..10).map(|k| format!("__global__ void k{k}(float* y) {{}}\n")).collect();
+            let note = describe(&gpfarm_protocol::Unit::new("mine.cu", source));
+            assert!(note.contains("(kernels k0, k1, k2, k3, k4, k5, k6, k7 and 2 more)"), "{note}");
+        }
+    }
+}

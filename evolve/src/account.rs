@@ -42,6 +42,10 @@ pub(crate) struct Account {
     pub compiled: usize,
     /// Got the worst fitness because they did not compile.
     pub failed: usize,
+    /// Crashed NVRTC and were compiled again with the retry flags.
+    pub crash_retried: usize,
+    /// Of which the retry's fitness was used.
+    pub crash_retry_used: usize,
     /// Got the worst fitness because their kernel faulted on the GPU.
     pub faults: usize,
     /// Units compiled.

@@ -11,9 +11,9 @@ use gpfarm_kernels::gpu;
 use gpfarm_kernels::worker::LoadProblem;
 use gpfarm_protocol::{CompileMode, CompileOptions, SmArch, Unit};
 
-use crate::driver::{Driver, Evaluator, Settings};
+use crate::driver::{CrashSettings, Driver, Evaluator, Settings};
 use crate::error::EvolveError;
-use crate::options::{EvalMode, Options};
+use crate::options::{EvalMode, Options, default_crash_dir};
 use crate::record::{EvaluatorKind, GenerationRecord, Summary};
 
 /// What a per-generation callback may fail with; the run stops and returns it as
@@ -133,6 +133,11 @@ impl Engine {
             overlap: o.overlap,
             per_unit: o.per_unit,
             workers: compiler.as_ref().map_or(1, |c| c.workers()),
+            crash: CrashSettings {
+                retry_flags: o.crash_retry_flags.clone(),
+                retry_on_gpu: o.crash_retry_on_gpu,
+                dir: o.crash_dir.clone().unwrap_or_else(default_crash_dir),
+            },
         };
         let toolchain = compiler.as_ref().map_or_else(|| "none".into(), |c| c.toolchain());
         let mut driver =

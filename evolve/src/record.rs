@@ -69,6 +69,13 @@ pub struct Individuals {
     pub compiled: usize,
     /// Did not compile (worst fitness).
     pub failed: usize,
+    /// Crashed NVRTC and were compiled again with [`crate::Options::crash_retry_flags`].
+    #[serde(default)]
+    pub crash_retried: usize,
+    /// Of which the retry compiled and its fitness was used (always on the CPU; on the GPU only
+    /// with [`crate::Options::crash_retry_on_gpu`]); the rest count as `failed`.
+    #[serde(default)]
+    pub crash_retry_used: usize,
     /// Share of `evaluated` that needed no compile.
     pub hit_rate: f64,
 }
@@ -180,6 +187,8 @@ impl GenerationRecord {
                 disk_hits: a.disk_hits,
                 compiled: a.compiled,
                 failed: a.failed,
+                crash_retried: a.crash_retried,
+                crash_retry_used: a.crash_retry_used,
                 hit_rate: if a.born == 0 { 0.0 } else { hits as f64 / a.born as f64 },
             },
             compile: CompileFigures {

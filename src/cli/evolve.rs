@@ -140,6 +140,7 @@ impl EvolveArgs {
             disk_cache,
             trace_units: self.trace_units.clone(),
             gpu_worker: None,
+            ..Options::default()
         })
     }
 }

@@ -58,6 +58,7 @@ impl Driver<'_> {
                 self.account(member.generation).disk_hits += 1;
                 self.totals.disk_hits += 1;
                 let ready = from_disk.entry(hit.object).or_insert_with(|| Ready {
+                    retried: false,
                     cubin: hit.cubin,
                     kernels: Vec::new(),
                     members: Vec::new(),

@@ -47,6 +47,20 @@ pub(crate) struct Settings {
     pub per_unit: Option<usize>,
     /// Workers (daemons or threads) the compiler has.
     pub workers: usize,
+    /// What happens to an individual that crashes NVRTC or does not compile.
+    pub crash: CrashSettings,
+}
+
+/// What happens to an individual that crashes NVRTC or does not compile (see
+/// [`crate::Options::crash_retry_flags`] and the fields after it).
+#[derive(Debug, Clone)]
+pub(crate) struct CrashSettings {
+    /// NVRTC options of the one retry of an individual that crashed NVRTC; empty: none.
+    pub retry_flags: Vec<String>,
+    /// Whether the GPU evaluates the retry's code.
+    pub retry_on_gpu: bool,
+    /// Where the units of individuals that did not compile are written.
+    pub dir: PathBuf,
 }
 
 /// What [`Driver::run`] calls with each generation's record.
@@ -72,6 +86,8 @@ struct JobInfo {
 
 /// Code ready to evaluate: compiled, or found on disk.
 struct Ready {
+    /// Compiled with the crash retry's flags, not the run's: kept out of the disk cache.
+    retried: bool,
     cubin: Vec<u8>,
     kernels: Vec<String>,
     members: Vec<Member>,
@@ -98,6 +114,8 @@ pub(crate) struct Driver<'a> {
     pools: BTreeMap<usize, Vec<Member>>,
     jobs: HashMap<u64, JobInfo>,
     next_job: u64,
+    /// The compiler of crash retries, started at the first crash.
+    retry: units::Retry,
     /// Without overlap: code of a generation waiting for the rest of it.
     held: BTreeMap<usize, Vec<Ready>>,
     accounts: BTreeMap<usize, Account>,
@@ -135,6 +153,7 @@ impl<'a> Driver<'a> {
             pools: BTreeMap::new(),
             jobs: HashMap::new(),
             next_job: 0,
+            retry: units::Retry::NotStarted,
             held: BTreeMap::new(),
             accounts: BTreeMap::new(),
             trace: None,

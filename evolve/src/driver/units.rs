@@ -5,13 +5,17 @@
 //! Must never send an individual in two units at once, nor lose one whose unit failed.
 
 use std::io::Write;
+use std::num::NonZeroUsize;
 use std::time::{Duration, Instant};
 
-use gpfarm_client::{CacheKey, FailureKind, Finished, Job, Submitter, Unit, UnitOutcome};
+use gpfarm_client::{
+    BuildConfig, CacheKey, CompileOptions, Compiler, CompilerSpec, FailureKind, Finished, Job, Submitter,
+    Unit, UnitOutcome, Workers,
+};
 use gpfarm_gp::Fitness;
 use gpfarm_kernels::{UNIT_WEIGHT, compile_weight, kernel_name, render_unit};
 
-use super::{Driver, JobInfo, Member, Ready};
+use super::{Driver, Evaluator, JobInfo, Member, Ready};
 use crate::account::Chain;
 use crate::chunks::guided;
 use crate::error::EvolveError;
@@ -24,7 +28,138 @@ const CHUNK_FLOOR: f64 = 4.0 * UNIT_WEIGHT;
 /// 1 s), and one such unit holds up its whole generation.
 const CHUNK_CAP: f64 = 8.0 * UNIT_WEIGHT;
 
+/// The compiler of crash retries: one daemon of its own, so that a retry that crashes too costs
+/// nothing but that daemon. Started at the first crash of a run, which most runs never see.
+pub(super) enum Retry {
+    /// No crash yet.
+    NotStarted,
+    /// Started, compiling with the run's flags and the retry's.
+    Running(Box<dyn Compiler + Send>, CompileOptions),
+    /// Could not be started, or compiles with another NVRTC than the run's: no retries.
+    Unavailable,
+}
+
+/// What became of an individual's crash retry.
+enum Retried {
+    /// Not a crash, or no retry flags.
+    NotTried,
+    /// The retry compiler could not be started.
+    Unavailable,
+    /// Compiled; its code is evaluated.
+    Used(Ready),
+    /// Compiled, but the GPU would evaluate code compiled with other flags than the run's.
+    NotUsedOnGpu,
+    /// Failed again.
+    Failed(String),
+}
+
+impl Retried {
+    /// The end of the individual's warning.
+    fn says(&self, flags: &[String]) -> String {
+        let flags = flags.join(" ");
+        match self {
+            Retried::NotTried => "it gets the worst fitness".into(),
+            Retried::Unavailable => {
+                "no daemon could be started to compile it again; it gets the worst fitness".into()
+            }
+            Retried::Used(_) => format!("compiled again with {flags}: its fitness is used"),
+            Retried::NotUsedOnGpu => format!(
+                "compiled again with {flags}, but the GPU evaluates only code compiled with the run's \
+                 flags unless crash retries are allowed on it; it gets the worst fitness"
+            ),
+            Retried::Failed(why) => {
+                format!("compiled again with {flags}, it failed too ({why}); it gets the worst fitness")
+            }
+        }
+    }
+}
+
 impl Driver<'_> {
+    /// Writes the unit of `m` alone into the crash directory; says where, or why not.
+    fn save_failed(&self, m: &Member) -> String {
+        let dir = &self.settings.crash.dir;
+        let path = dir.join(format!("{}.cu", kernel_name(m.generation, m.slot).as_str()));
+        let (source, _) = self.render(std::slice::from_ref(m));
+        match std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, source)) {
+            Ok(()) => format!(
+                "its unit is in {} (reproduce: gpfarm compile --source {} --compiler farm -n 1)",
+                path.display(),
+                path.display()
+            ),
+            Err(e) => format!("its unit could not be written to {}: {e}", path.display()),
+        }
+    }
+
+    /// Compiles an individual that crashed NVRTC once more, with the retry flags, in a daemon of
+    /// its own (this thread waits for it: crashes are rare).
+    fn retry_crashed(&mut self, m: &Member, queued: Instant, started: Instant) -> Retried {
+        let crash = &self.settings.crash;
+        if crash.retry_flags.is_empty() {
+            return Retried::NotTried;
+        }
+        if matches!(self.retry, Retry::NotStarted) {
+            self.retry = self.start_retry();
+        }
+        let (source, kernels) = self.render(std::slice::from_ref(m));
+        let Retry::Running(compiler, options) = &mut self.retry else { return Retried::Unavailable };
+        let unit = Unit::new(format!("g{}_i{}_retry.cu", m.generation, m.slot), source);
+        let retry_started = Instant::now();
+        let result = match compiler.compile(&[unit], options) {
+            Ok(batch) => batch.results.into_iter().next(),
+            Err(e) => return Retried::Failed(e.to_string()),
+        };
+        let busy = retry_started.elapsed();
+        self.totals.compile_busy_s += busy.as_secs_f64();
+        let a = self.account(m.generation);
+        a.busy += busy;
+        a.crash_retried += 1;
+        let cubin = match result.map(|r| r.outcome) {
+            Some(UnitOutcome::Cubin(cubin)) => cubin,
+            Some(UnitOutcome::Failed(f)) => return Retried::Failed(f.to_string()),
+            None => return Retried::Failed("no result".into()),
+        };
+        if matches!(self.evaluator, Evaluator::Gpu(_)) && !self.settings.crash.retry_on_gpu {
+            return Retried::NotUsedOnGpu;
+        }
+        self.account(m.generation).crash_retry_used += 1;
+        Retried::Used(Ready {
+            retried: true,
+            cubin,
+            kernels,
+            members: vec![m.clone()],
+            queued,
+            started,
+            ended: Instant::now(),
+        })
+    }
+
+    /// Starts the retry compiler: one daemon of the run's NVRTC, warm for the run's target.
+    fn start_retry(&self) -> Retry {
+        let options = CompileOptions {
+            flags: self.options.flags.iter().chain(&self.settings.crash.retry_flags).cloned().collect(),
+            ..self.options.clone()
+        };
+        let spec = CompilerSpec::Farm(Workers::Exactly(NonZeroUsize::MIN));
+        match spec.build(&options, &BuildConfig::default()) {
+            Ok(compiler) if compiler.toolchain() == self.toolchain => Retry::Running(compiler, options),
+            Ok(compiler) => {
+                tracing::warn!(
+                    "individuals that crash NVRTC are not compiled again: a daemon would compile them with {}, \
+                     the run compiles with {}",
+                    compiler.toolchain(),
+                    self.toolchain
+                );
+                Retry::Unavailable
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "individuals that crash NVRTC are not compiled again: no daemon started ({e})"
+                );
+                Retry::Unavailable
+            }
+        }
+    }
+
     /// Puts pooled individuals into units and onto the queue: the oldest incomplete generation's
     /// at once; a later one's only while some worker has nothing to do.
     pub(super) fn dispatch(&mut self, submitter: &Submitter) -> Result<(), EvolveError> {
@@ -58,6 +193,14 @@ impl Driver<'_> {
         Ok(())
     }
 
+    /// The unit of `members`, one kernel each, and the kernels' names.
+    fn render(&self, members: &[Member]) -> (String, Vec<String>) {
+        let named: Vec<_> =
+            members.iter().map(|m| (kernel_name(m.generation, m.slot), &m.phenotype)).collect();
+        let source = render_unit(self.problem.template(), &named);
+        (source, named.iter().map(|(k, _)| k.as_str().to_owned()).collect())
+    }
+
     fn submit(
         &mut self,
         submitter: &Submitter,
@@ -65,10 +208,7 @@ impl Driver<'_> {
         members: Vec<Member>,
         isolation: bool,
     ) -> Result<(), EvolveError> {
-        let named: Vec<_> =
-            members.iter().map(|m| (kernel_name(m.generation, m.slot), &m.phenotype)).collect();
-        let source = render_unit(self.problem.template(), &named);
-        let kernels = named.iter().map(|(k, _)| k.as_str().to_owned()).collect();
+        let (source, kernels) = self.render(&members);
         let id = self.next_job;
         self.next_job += 1;
         let unit = Unit::new(format!("g{generation}_j{id}.cu"), source);
@@ -105,6 +245,7 @@ impl Driver<'_> {
             self.account(info.generation).nvrtc += Duration::from_micros(r.timings.compile_us);
             match r.outcome {
                 UnitOutcome::Cubin(cubin) => ready.push(Ready {
+                    retried: false,
                     cubin,
                     kernels: info.kernels.clone(),
                     members: info.members.clone(),
@@ -129,21 +270,35 @@ impl Driver<'_> {
                         evaluated: finished.ended,
                     };
                     for m in &info.members {
+                        let saved = self.save_failed(m);
+                        let retried = match (f.kind, &info.members[..]) {
+                            (FailureKind::Lost, [_]) => {
+                                self.retry_crashed(m, finished.queued, finished.started)
+                            }
+                            _ => Retried::NotTried,
+                        };
+                        let log = if r.log.is_empty() { String::new() } else { format!("\n{}", r.log) };
                         tracing::warn!(
-                            "individual {} of generation {} did not compile: {f}\n{}",
+                            "individual {} of generation {} did not compile: {f}; phenotype: {}; {saved}; {}{log}",
                             m.slot,
                             m.generation,
-                            r.log
+                            m.phenotype.as_str(),
+                            retried.says(&self.settings.crash.retry_flags),
                         );
-                        self.account(m.generation).failed += 1;
-                        let worst = Fitness::worst(self.problem.direction());
-                        self.resolve(m, worst, false, chain(m))?;
+                        match retried {
+                            Retried::Used(r) => ready.push(r),
+                            _ => {
+                                self.account(m.generation).failed += 1;
+                                let worst = Fitness::worst(self.problem.direction());
+                                self.resolve(m, worst, false, chain(m))?;
+                            }
+                        }
                     }
                 }
             }
         }
         if let Some(disk) = &self.disk {
-            for r in &ready {
+            for r in ready.iter().filter(|r| !r.retried) {
                 let entries: Vec<(CacheKey, &str)> = r
                     .members
                     .iter()

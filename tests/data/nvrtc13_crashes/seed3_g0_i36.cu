@@ -1,0 +1,37 @@
+// A valid Search individual that NVRTC 13.0.88 crashes on (SIGSEGV), found by
+// `gpfarm evolve --problem search --population 50 --generations 5 --seed 3 --compiler farm`
+// and saved by its crash warning; --Ofast-compile=min compiles it.
+// Search (Listing 2 of the paper, corrected): each case's list, length and searched
+// value arrive as kernel parameters indexed by the global thread id; the locals start
+// at zero; reading INPUT can never leave the list.
+
+// INPUT[k] reads element k wrapped into [0, len): C's % truncates toward zero, so
+// `INPUT[e % LENINPUT]` would otherwise read before the list when e is negative. The CPU
+// evaluator applies the same rule.
+struct gp_wrapped_ints {
+    const int* data;
+    int len;
+    __device__ int operator[](int k) const {
+        if (len <= 0) return 0;
+        int m = k % len;
+        if (m < 0) m += len;
+        return data[m];
+    }
+};
+extern "C" __global__ void g0_i36(const int* __restrict__ in_INPUT,
+                                      const int* __restrict__ in_LENINPUT,
+                                      const int* __restrict__ in_SEARCH,
+                                      int* __restrict__ out_OUTPUT,
+                                      int NCASES)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= NCASES) return;
+    const int LENINPUT = in_LENINPUT[c];
+    const gp_wrapped_ints INPUT = { in_INPUT + c * 20, LENINPUT };
+    const int SEARCH = in_SEARCH[c];
+    int i = 0;
+    int tmp = 0;
+    int OUTPUT = 0;
+    for(i=0;i < LENINPUT;i++){OUTPUT = 2;if (i == SEARCH) {OUTPUT = 1 - INPUT[SEARCH % LENINPUT];}}
+    out_OUTPUT[c] = OUTPUT;
+}
