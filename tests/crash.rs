@@ -142,10 +142,21 @@ fn evolve_search(
     seed: u64,
     compile: Option<(&mut gpfarm_client::Farm, &Path, bool)>,
 ) -> Run {
-    use gpfarm_evolve::{Engine, EvalMode, Options, ProblemRef};
+    evolve_search_on(gpfarm_evolve::EvalMode::Cpu, population, generations, seed, compile)
+}
+
+fn evolve_search_on(
+    eval: gpfarm_evolve::EvalMode,
+    population: usize,
+    generations: usize,
+    seed: u64,
+    compile: Option<(&mut gpfarm_client::Farm, &Path, bool)>,
+) -> Run {
+    use gpfarm_evolve::{Engine, Options, ProblemRef};
     let mut options = Options {
         evolution: gpfarm_gp::EvolutionConfig { population, generations, seed, ..Default::default() },
-        eval: EvalMode::Cpu,
+        eval,
+        gpu_worker: Some(env!("CARGO_BIN_EXE_gpfarm-gpu-worker").into()),
         ..Options::default()
     };
     let (mut trajectory, mut individuals) = (Vec::new(), Vec::new());
@@ -199,6 +210,27 @@ fn an_individual_that_crashes_nvrtc_is_compiled_again_and_the_run_evolves_as_wit
     assert_eq!(total(&counts, |i| i.crash_retried), 0);
 }
 
+/// On the GPU (`crash_retry_on_gpu` is on by default), the retried individual's kernel is evaluated: Search's
+/// GPU fitness equals the CPU evaluator's exactly (tests/gpu.rs), so the run must evolve exactly
+/// as the CPU-only run does.
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
+fn a_retried_individual_s_kernel_gives_the_cpu_s_fitness_on_the_gpu() {
+    common::require_gpu("crash_retry_gpu");
+    if !nvrtc_crashes("crash_retry_gpu") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut farm = farm(4);
+    let (on_gpu, counts) =
+        evolve_search_on(gpfarm_evolve::EvalMode::Gpu, 50, 5, 3, Some((&mut farm, dir.path(), true)));
+    let reference = evolve_search(50, 5, 3, None).0;
+    eprintln!("crash retry on the GPU: {counts:?}");
+    assert!(total(&counts, |i| i.crash_retry_used) >= 1, "{counts:?}");
+    assert_eq!(total(&counts, |i| i.failed), 0);
+    assert_eq!(on_gpu, reference);
+}
+
 #[test]
 fn the_unit_of_an_individual_that_crashed_nvrtc_is_saved_and_reproduces_the_crash() {
     if !nvrtc_crashes("crash_saved") {
@@ -234,4 +266,44 @@ fn the_unit_of_an_individual_that_crashed_nvrtc_is_saved_and_reproduces_the_cras
     let again = gpfarm(&["compile", "--source", path, "--compiler", "farm", "-n", "1"]);
     let stdout = String::from_utf8_lossy(&again.stdout);
     assert!(stdout.contains("Lost") && stdout.contains("SIGSEGV"), "{stdout}");
+}
+
+#[test]
+fn without_the_crash_retry_the_individual_fails_and_its_unit_goes_where_asked() {
+    if !nvrtc_crashes("crash_no_retry") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let crash_dir = dir.path().join("units");
+    let out = gpfarm(&[
+        "evolve",
+        "--problem",
+        "search",
+        "--population",
+        "50",
+        "--generations",
+        "0",
+        "--seed",
+        "3",
+        "--eval",
+        "cpu",
+        "-n",
+        "2",
+        "--no-crash-retry",
+        "--crash-dir",
+        crash_dir.to_str().unwrap(),
+    ]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("individual 36 of generation 0 did not compile")
+            && stderr.contains("it gets the worst fitness"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("1 failed to compile (worst fitness); 0 crashed NVRTC"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("units that did not compile are in {}", crash_dir.display())),
+        "{stdout}"
+    );
+    assert!(crash_dir.join("g0_i36.cu").is_file());
 }

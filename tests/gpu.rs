@@ -22,9 +22,18 @@ struct Built {
 }
 
 fn compile(farm: &mut Farm, problem: &Problem, phenotypes: &[Phenotype], arch: SmArch) -> Built {
+    compile_with(farm, problem, phenotypes, &CompileOptions::cubin(arch))
+}
+
+fn compile_with(
+    farm: &mut Farm,
+    problem: &Problem,
+    phenotypes: &[Phenotype],
+    options: &CompileOptions,
+) -> Built {
     let units = render_units(problem.template(), phenotypes, 0, &per_unit(phenotypes.len(), 32));
     let wire: Vec<Unit> = units.iter().map(|u| Unit::new(u.name.clone(), u.source.clone())).collect();
-    let batch = farm.compile(&wire, &CompileOptions::cubin(arch)).unwrap();
+    let batch = farm.compile(&wire, options).unwrap();
     let mut cubins = Vec::new();
     for (u, r) in units.into_iter().zip(batch.results) {
         match r.outcome {
@@ -133,6 +142,43 @@ fn multiplier5_fitness_on_the_gpu_equals_the_cpu_evaluator_exactly() {
 fn keijzer6_fitness_on_the_gpu_matches_the_cpu_evaluator_within_1e_4() {
     let (differ, compiled) = compare("keijzer6", 1e-4);
     assert!(differ * 100 <= compiled, "{differ} of {compiled} differ beyond 1e-4");
+}
+
+/// The engine may evaluate an individual compiled with its crash retry flags on the GPU only if
+/// those flags give the same fitness as the default ones: every random individual of each
+/// problem, compiled both ways, must get bit-identical fitness on the GPU.
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
+fn the_crash_retry_flags_give_bit_identical_fitness_on_the_gpu() {
+    let arch = require_gpu("crash_retry_flags_gpu");
+    let mut farm = Farm::spawn(config(cores())).unwrap();
+    let retry = CompileOptions {
+        flags: gpfarm_evolve::CRASH_RETRY_FLAGS.iter().map(|f| f.to_string()).collect(),
+        ..CompileOptions::cubin(arch)
+    };
+    let mut differ = 0;
+    for problem_name in ["search", "keijzer6", "multiplier5"] {
+        let problem = Problem::builtin(problem_name).unwrap();
+        let mut gpu = evaluator(&mut farm, &problem, arch);
+        for seed in [7, 8] {
+            let phenotypes = random_phenotypes(&problem, seed);
+            let plain = compile(&mut farm, &problem, &phenotypes, arch);
+            let retried = compile_with(&mut farm, &problem, &phenotypes, &retry);
+            let a = gpu.evaluate(&views(&plain), phenotypes.len()).unwrap();
+            let b = gpu.evaluate(&views(&retried), phenotypes.len()).unwrap();
+            let mut compared = 0;
+            for (i, (x, y)) in a.fitness.iter().zip(&b.fitness).enumerate() {
+                let (Some(x), Some(y)) = (x, y) else { continue };
+                compared += 1;
+                if x.to_bits() != y.to_bits() {
+                    differ += 1;
+                    eprintln!("{problem_name} seed {seed} #{i}: {x:e} vs {y:e}: {}", phenotypes[i].as_str());
+                }
+            }
+            eprintln!("crash retry flags, {problem_name} seed {seed}: {compared} individuals compared");
+        }
+    }
+    assert_eq!(differ, 0, "fitness differs with {:?}", retry.flags);
 }
 
 #[test]

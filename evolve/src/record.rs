@@ -72,8 +72,8 @@ pub struct Individuals {
     /// Crashed NVRTC and were compiled again with [`crate::Options::crash_retry_flags`].
     #[serde(default)]
     pub crash_retried: usize,
-    /// Of which the retry compiled and its fitness was used (always on the CPU; on the GPU only
-    /// with [`crate::Options::crash_retry_on_gpu`]); the rest count as `failed`.
+    /// Of which the retry compiled and its fitness was used (always on the CPU; on the GPU unless
+    /// [`crate::Options::crash_retry_on_gpu`] is off); the rest count as `failed`.
     #[serde(default)]
     pub crash_retry_used: usize,
     /// Share of `evaluated` that needed no compile.
@@ -233,6 +233,18 @@ pub struct Totals {
     pub disk_hits: usize,
     /// Of which compiled.
     pub compiled: usize,
+    /// Of which did not compile (worst fitness).
+    #[serde(default)]
+    pub failed: usize,
+    /// Crashed NVRTC and were compiled again with [`crate::Options::crash_retry_flags`].
+    #[serde(default)]
+    pub crash_retried: usize,
+    /// Of which the retry's fitness was used.
+    #[serde(default)]
+    pub crash_retry_used: usize,
+    /// Where the units of individuals that did not compile were written (`None`: none were).
+    #[serde(default)]
+    pub failed_units_dir: Option<std::path::PathBuf>,
     /// Units compiled (isolation units included).
     pub units: usize,
     /// Worker time spent compiling, summed over workers.

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use clap::Args;
 use gpfarm_client::DiskCache;
-use gpfarm_evolve::{Engine, EvalMode, GenerationRecord, Options, ProblemRef, Summary};
+use gpfarm_evolve::{Engine, EvalMode, Options, ProblemRef};
 use gpfarm_gp::EvolutionConfig;
 use gpfarm_protocol::{FarmName, SmArch};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -15,6 +15,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use gpfarm_client::CompilerSpec;
 
 use super::compilers::{self, FarmSource};
+use table::{footer, header, row};
+
+mod table;
 
 /// Arguments of `gpfarm evolve`.
 #[derive(Debug, Args)]
@@ -96,6 +99,22 @@ pub struct EvolveArgs {
     /// Print one JSON record per generation (and a final summary record) instead of a table.
     #[arg(long)]
     json: bool,
+    /// Where the unit of each individual that does not compile is written, for reproducing it
+    /// with `gpfarm compile --source FILE` (default: gpfarm-crashes-PID in the temporary
+    /// directory; kept after the run).
+    #[arg(long)]
+    crash_dir: Option<PathBuf>,
+    /// NVRTC option an individual that crashes NVRTC is compiled again with, once, in a daemon of
+    /// its own (repeatable; default: --Ofast-compile=min).
+    #[arg(long = "crash-retry-flag", allow_hyphen_values = true, conflicts_with = "no_crash_retry")]
+    crash_retry_flags: Vec<String>,
+    /// Do not compile individuals that crash NVRTC again: they get the worst fitness.
+    #[arg(long)]
+    no_crash_retry: bool,
+    /// Give an individual that crashes NVRTC the worst fitness on the GPU even when its retry
+    /// compiles (the default retry flag gives bit-identical fitness there; other flags may not).
+    #[arg(long)]
+    no_crash_retry_on_gpu: bool,
     /// Seconds a daemon may spend on one unit before it is killed and replaced, and the unit
     /// retried once (farm only).
     #[arg(long, default_value_t = gpfarm_client::DEFAULT_UNIT_DEADLINE.as_secs())]
@@ -140,14 +159,15 @@ impl EvolveArgs {
             disk_cache,
             trace_units: self.trace_units.clone(),
             gpu_worker: None,
-            ..Options::default()
+            crash_retry_flags: match (self.no_crash_retry, self.crash_retry_flags.is_empty()) {
+                (true, _) => Vec::new(),
+                (false, true) => Options::default().crash_retry_flags,
+                (false, false) => self.crash_retry_flags.clone(),
+            },
+            crash_retry_on_gpu: !self.no_crash_retry_on_gpu,
+            crash_dir: self.crash_dir.clone(),
         })
     }
-}
-
-/// A fitness value for a table column: fixed point when readable, scientific otherwise.
-fn number(v: f64) -> String {
-    if v != 0.0 && (v.abs() >= 1e6 || v.abs() < 1e-4) { format!("{v:.4e}") } else { format!("{v:.6}") }
 }
 
 /// Runs `gpfarm evolve`.
@@ -206,77 +226,4 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
         footer(&summary);
     }
     Ok(())
-}
-
-fn header(args: &EvolveArgs, engine: &Engine, compiler: &str) {
-    let options = engine.options();
-    let target = if args.no_compile {
-        String::new()
-    } else {
-        format!(", compiling for {}", engine.compile_options().arch)
-    };
-    println!(
-        "{} on {compiler}: population {}, {} generations, seed {}, evaluator {}{target}{}{}{}",
-        engine.problem().name(),
-        args.population,
-        args.generations,
-        args.seed,
-        engine.gpu_name().map_or("cpu".to_string(), |g| format!("gpu ({g})")),
-        if args.no_cache { ", no cache" } else { "" },
-        if args.no_overlap { ", no overlap" } else { "" },
-        options.disk_cache.as_ref().map_or(String::new(), |d| format!(", disk cache {}", d.display())),
-    );
-    println!(
-        "{:>4} {:>12} {:>12} {:>7} {:>6} {:>6} {:>6} {:>9} {:>10} {:>9} {:>8}",
-        "gen",
-        "best",
-        "median",
-        "invalid",
-        "uniq",
-        "new",
-        "hits",
-        "gen ms",
-        "compile s",
-        "crit ms",
-        "eval ms"
-    );
-}
-
-fn row(r: &GenerationRecord) {
-    let i = &r.individuals;
-    println!(
-        "{:>4} {:>12} {:>12} {:>7} {:>6} {:>6} {:>6} {:>9.1} {:>10.2} {:>9.1} {:>8.1}",
-        r.generation,
-        number(r.best),
-        r.median.map_or("-".into(), number),
-        r.invalid,
-        r.unique,
-        i.compiled,
-        i.reused + i.duplicates + i.disk_hits,
-        r.generation_ms,
-        r.compile.busy_ms / 1000.0,
-        r.critical_path.compile_ms,
-        r.eval_ms
-    );
-}
-
-fn footer(s: &Summary) {
-    let t = &s.totals;
-    let generations = s.generations + 1;
-    println!(
-        "best fitness {} after {} generations: {:.1} s, {:.0} ms per generation; {} of {} individuals \
-         compiled ({} reused, {} merged, {} from disk), {:.1} s of compile time, {:.2} s evaluating",
-        s.best_fitness,
-        s.generations,
-        t.wall_s,
-        t.wall_s * 1000.0 / generations as f64,
-        t.compiled,
-        t.individuals_evaluated,
-        t.reused,
-        t.duplicates,
-        t.disk_hits,
-        t.compile_busy_s,
-        t.eval_s,
-    );
-    println!("best individual:\n{}", s.best_phenotype.as_deref().unwrap_or("<invalid>"));
 }

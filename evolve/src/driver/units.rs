@@ -64,8 +64,8 @@ impl Retried {
             }
             Retried::Used(_) => format!("compiled again with {flags}: its fitness is used"),
             Retried::NotUsedOnGpu => format!(
-                "compiled again with {flags}, but the GPU evaluates only code compiled with the run's \
-                 flags unless crash retries are allowed on it; it gets the worst fitness"
+                "compiled again with {flags}, but crash retries are not evaluated on the GPU in this run \
+                 (--no-crash-retry-on-gpu); it gets the worst fitness"
             ),
             Retried::Failed(why) => {
                 format!("compiled again with {flags}, it failed too ({why}); it gets the worst fitness")
@@ -76,16 +76,19 @@ impl Retried {
 
 impl Driver<'_> {
     /// Writes the unit of `m` alone into the crash directory; says where, or why not.
-    fn save_failed(&self, m: &Member) -> String {
+    fn save_failed(&mut self, m: &Member) -> String {
         let dir = &self.settings.crash.dir;
         let path = dir.join(format!("{}.cu", kernel_name(m.generation, m.slot).as_str()));
         let (source, _) = self.render(std::slice::from_ref(m));
         match std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, source)) {
-            Ok(()) => format!(
-                "its unit is in {} (reproduce: gpfarm compile --source {} --compiler farm -n 1)",
-                path.display(),
-                path.display()
-            ),
+            Ok(()) => {
+                self.totals.failed_units_dir = Some(dir.clone());
+                format!(
+                    "its unit is in {} (reproduce: gpfarm compile --source {} --compiler farm -n 1)",
+                    path.display(),
+                    path.display()
+                )
+            }
             Err(e) => format!("its unit could not be written to {}: {e}", path.display()),
         }
     }
@@ -113,6 +116,7 @@ impl Driver<'_> {
         let a = self.account(m.generation);
         a.busy += busy;
         a.crash_retried += 1;
+        self.totals.crash_retried += 1;
         let cubin = match result.map(|r| r.outcome) {
             Some(UnitOutcome::Cubin(cubin)) => cubin,
             Some(UnitOutcome::Failed(f)) => return Retried::Failed(f.to_string()),
@@ -122,6 +126,7 @@ impl Driver<'_> {
             return Retried::NotUsedOnGpu;
         }
         self.account(m.generation).crash_retry_used += 1;
+        self.totals.crash_retry_used += 1;
         Retried::Used(Ready {
             retried: true,
             cubin,
@@ -289,6 +294,7 @@ impl Driver<'_> {
                             Retried::Used(r) => ready.push(r),
                             _ => {
                                 self.account(m.generation).failed += 1;
+                                self.totals.failed += 1;
                                 let worst = Fitness::worst(self.problem.direction());
                                 self.resolve(m, worst, false, chain(m))?;
                             }

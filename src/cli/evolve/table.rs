@@ -1,0 +1,99 @@
+//! The table `gpfarm evolve` prints without `--json`: a header, a row per generation, a footer.
+
+use gpfarm_evolve::{Engine, GenerationRecord, Summary};
+
+use super::EvolveArgs;
+
+/// A fitness value for a table column: fixed point when readable, scientific otherwise.
+fn number(v: f64) -> String {
+    if v != 0.0 && (v.abs() >= 1e6 || v.abs() < 1e-4) { format!("{v:.4e}") } else { format!("{v:.6}") }
+}
+
+pub(super) fn header(args: &EvolveArgs, engine: &Engine, compiler: &str) {
+    let options = engine.options();
+    let target = if args.no_compile {
+        String::new()
+    } else {
+        format!(", compiling for {}", engine.compile_options().arch)
+    };
+    println!(
+        "{} on {compiler}: population {}, {} generations, seed {}, evaluator {}{target}{}{}{}",
+        engine.problem().name(),
+        args.population,
+        args.generations,
+        args.seed,
+        engine.gpu_name().map_or("cpu".to_string(), |g| format!("gpu ({g})")),
+        if args.no_cache { ", no cache" } else { "" },
+        if args.no_overlap { ", no overlap" } else { "" },
+        options.disk_cache.as_ref().map_or(String::new(), |d| format!(", disk cache {}", d.display())),
+    );
+    println!(
+        "{:>4} {:>12} {:>12} {:>7} {:>6} {:>6} {:>6} {:>9} {:>10} {:>9} {:>8}",
+        "gen",
+        "best",
+        "median",
+        "invalid",
+        "uniq",
+        "new",
+        "hits",
+        "gen ms",
+        "compile s",
+        "crit ms",
+        "eval ms"
+    );
+}
+
+pub(super) fn row(r: &GenerationRecord) {
+    let i = &r.individuals;
+    println!(
+        "{:>4} {:>12} {:>12} {:>7} {:>6} {:>6} {:>6} {:>9.1} {:>10.2} {:>9.1} {:>8.1}",
+        r.generation,
+        number(r.best),
+        r.median.map_or("-".into(), number),
+        r.invalid,
+        r.unique,
+        i.compiled,
+        i.reused + i.duplicates + i.disk_hits,
+        r.generation_ms,
+        r.compile.busy_ms / 1000.0,
+        r.critical_path.compile_ms,
+        r.eval_ms
+    );
+    if i.failed + i.crash_retried > 0 {
+        println!(
+            "     {} failed to compile (worst fitness); {} crashed NVRTC and were compiled again ({} used)",
+            i.failed, i.crash_retried, i.crash_retry_used
+        );
+    }
+}
+
+pub(super) fn footer(s: &Summary) {
+    let t = &s.totals;
+    let generations = s.generations + 1;
+    println!(
+        "best fitness {} after {} generations: {:.1} s, {:.0} ms per generation; {} of {} individuals \
+         compiled ({} reused, {} merged, {} from disk), {:.1} s of compile time, {:.2} s evaluating",
+        s.best_fitness,
+        s.generations,
+        t.wall_s,
+        t.wall_s * 1000.0 / generations as f64,
+        t.compiled,
+        t.individuals_evaluated,
+        t.reused,
+        t.duplicates,
+        t.disk_hits,
+        t.compile_busy_s,
+        t.eval_s,
+    );
+    if t.failed + t.crash_retried > 0 {
+        println!(
+            "{} individuals failed to compile (worst fitness); {} crashed NVRTC and were compiled again \
+             ({} used)",
+            t.failed, t.crash_retried, t.crash_retry_used
+        );
+    }
+    if let Some(dir) = &t.failed_units_dir {
+        println!("units that did not compile are in {}", dir.display());
+    }
+    println!("best individual:\n{}", s.best_phenotype.as_deref().unwrap_or("<invalid>"));
+}
