@@ -151,12 +151,19 @@ fn hostile_units_each_get_a_clear_error_and_the_farm_keeps_working() {
             Unit::new("inc.cu", "#include \"/etc/hostname\"\n__global__ void k() {}\n"),
         ),
         ("#error", Unit::new("err.cu", "#error stop here\n")),
-        ("invalid UTF-8", Unit { name: "utf.cu".into(), source: invalid_utf8 }),
+        ("invalid UTF-8", Unit { name: "utf.cu".into(), source: invalid_utf8, route: Default::default() }),
         (
             "undefined identifier",
             Unit::new("undef.cu", "extern \"C\" __global__ void k(float* y) { y[0] = nope; }\n"),
         ),
-        ("NUL byte", Unit { name: "nul.cu".into(), source: b"__global__ void k() {}\0 junk".to_vec() }),
+        (
+            "NUL byte",
+            Unit {
+                name: "nul.cu".into(),
+                source: b"__global__ void k() {}\0 junk".to_vec(),
+                route: Default::default(),
+            },
+        ),
         ("1 MB expression", Unit::new("huge.cu", huge)),
         ("template recursion past the compiler's depth limit", Unit::new("tmpl.cu", TEMPLATE_DEPTH)),
     ];
@@ -166,7 +173,11 @@ fn hostile_units_each_get_a_clear_error_and_the_farm_keeps_working() {
     // one only has to come back, compiled or with a reason, without harm to the farm.
     input.push(Unit::new("deep.cu", deep));
     // Zeroed pages that are never touched: a request larger than any segment costs no memory.
-    input.push(Unit { name: "giant.cu".into(), source: vec![0; gpfarm_protocol::segment::MAX_CAPACITY + 1] });
+    input.push(Unit {
+        name: "giant.cu".into(),
+        source: vec![0; gpfarm_protocol::segment::MAX_CAPACITY + 1],
+        route: Default::default(),
+    });
     let started = Instant::now();
     let batch = farm.compile(&input, &options()).unwrap();
     let giant = batch.results.last().unwrap();

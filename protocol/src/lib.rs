@@ -16,6 +16,7 @@ pub mod event;
 pub mod limits;
 pub mod message;
 pub mod names;
+pub mod ptx_math;
 pub mod segment;
 pub mod types;
 pub mod worker;
@@ -24,11 +25,12 @@ pub use message::{CompileRef, DaemonInfo, Request, Response, decode_request, dec
 pub use names::{DaemonId, FarmName, SegmentName};
 pub use segment::{DaemonState, Segment, SegmentError};
 pub use types::{
-    CompileMode, CompileOptions, Failure, FailureKind, SmArch, Unit, UnitOutcome, UnitResult, UnitTimings,
+    CompileMode, CompileOptions, Failure, FailureKind, Route, SmArch, Unit, UnitOutcome, UnitResult,
+    UnitTimings,
 };
 
 /// Version of the segment layout and message set; both sides must agree exactly.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// An error and its causes on one line, joined with ": ", for sending to another process as
 /// text (the receiver cannot walk the chain).

@@ -97,20 +97,66 @@ impl CompileOptions {
     }
 }
 
-/// One CUDA C translation unit to compile.
+/// How a unit's source becomes CUBIN.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Encode, Decode, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Route {
+    /// CUDA C compiled by NVRTC (the paper's route; any CUDA C).
+    #[default]
+    Nvrtc,
+    /// PTX emitted straight from the phenotype, assembled and linked with the math library
+    /// ([`crate::ptx_math`]) by nvJitLink.
+    Ptx,
+}
+
+impl Route {
+    /// The name used on the command line and in records.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Route::Nvrtc => "nvrtc",
+            Route::Ptx => "ptx",
+        }
+    }
+}
+
+impl FromStr for Route {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "nvrtc" => Ok(Route::Nvrtc),
+            "ptx" => Ok(Route::Ptx),
+            _ => Err(format!("unknown route {s:?}: use nvrtc or ptx")),
+        }
+    }
+}
+
+impl fmt::Display for Route {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One translation unit to compile: CUDA C for NVRTC, or PTX for nvJitLink.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Encode, Decode)]
 pub struct Unit {
-    /// Name shown in NVRTC's messages and logs (e.g. `gen3_chunk7.cu`).
+    /// Name shown in the compiler's messages and logs (e.g. `gen3_chunk7.cu`).
     pub name: String,
-    /// The CUDA C source. Bytes, not text: invalid UTF-8 reaches the compiler and is reported
-    /// per unit instead of failing the whole call.
+    /// The source. Bytes, not text: invalid UTF-8 reaches the compiler and is reported per unit
+    /// instead of failing the whole call.
     pub source: Vec<u8>,
+    /// What the source is and how it becomes CUBIN.
+    pub route: Route,
 }
 
 impl Unit {
-    /// A unit from a name and its source text.
+    /// A CUDA C unit from a name and its source text.
     pub fn new(name: impl Into<String>, source: impl Into<String>) -> Self {
-        Unit { name: name.into(), source: source.into().into_bytes() }
+        Unit { name: name.into(), source: source.into().into_bytes(), route: Route::Nvrtc }
+    }
+
+    /// A PTX unit from a name and its PTX text.
+    pub fn ptx(name: impl Into<String>, ptx: impl Into<String>) -> Self {
+        Unit { name: name.into(), source: ptx.into().into_bytes(), route: Route::Ptx }
     }
 }
 

@@ -118,7 +118,11 @@ pub fn run(args: CompileArgs, cuda: Option<&Path>) -> Result<()> {
         let mut units = Vec::new();
         for path in &args.source {
             let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-            units.push(Unit { name: path.display().to_string(), source: bytes });
+            units.push(Unit {
+                name: path.display().to_string(),
+                source: bytes,
+                route: gpfarm_protocol::Route::Nvrtc,
+            });
         }
         let n = units.len();
         (units, vec![None; n])
