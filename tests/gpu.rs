@@ -72,11 +72,19 @@ fn random_phenotypes(problem: &Problem, seed: u64) -> Vec<Phenotype> {
 /// individuals differ by more than `tolerance` (relative), after printing each, and how many were
 /// compiled.
 fn compare(problem_name: &str, tolerance: f64) -> (usize, usize) {
+    compare_with(problem_name, tolerance, &[])
+}
+
+fn compare_with(problem_name: &str, tolerance: f64, flags: &[&str]) -> (usize, usize) {
     let arch = require_gpu(problem_name);
     let problem = Problem::builtin(problem_name).unwrap();
     let phenotypes = random_phenotypes(&problem, 7);
     let mut farm = Farm::spawn(config(cores())).unwrap();
-    let built = compile(&mut farm, &problem, &phenotypes, arch);
+    let options = CompileOptions {
+        flags: flags.iter().map(|f| f.to_string()).collect(),
+        ..CompileOptions::cubin(arch)
+    };
+    let built = compile_with(&mut farm, &problem, &phenotypes, &options);
     let mut gpu = evaluator(&mut farm, &problem, arch);
     let on_gpu = gpu.evaluate(&views(&built), phenotypes.len()).unwrap();
     assert!(on_gpu.faults.is_empty(), "{:?}", on_gpu.faults);
@@ -106,7 +114,7 @@ fn compare(problem_name: &str, tolerance: f64) -> (usize, usize) {
         }
     }
     eprintln!(
-        "{problem_name}: {} distinct individuals, {} compiled, {both_bad} invalid on both, {differ} beyond {tolerance:e}, \
+        "{problem_name} {flags:?}: {} distinct individuals, {} compiled, {both_bad} invalid on both, {differ} beyond {tolerance:e}, \
          largest difference within it {worst_rel:e}",
         phenotypes.len(),
         compiled.len()
@@ -152,17 +160,17 @@ fn keijzer6_fitness_on_the_gpu_matches_the_cpu_evaluator_within_1e_4() {
 fn the_crash_retry_flags_give_bit_identical_fitness_on_the_gpu() {
     let arch = require_gpu("crash_retry_flags_gpu");
     let mut farm = Farm::spawn(config(cores())).unwrap();
-    let retry = CompileOptions {
-        flags: gpfarm_evolve::CRASH_RETRY_FLAGS.iter().map(|f| f.to_string()).collect(),
-        ..CompileOptions::cubin(arch)
-    };
+    // As the engine compiles: without contraction, then with the retry flags added.
+    let base = CompileOptions { flags: vec![gpfarm_evolve::NO_FMAD.into()], ..CompileOptions::cubin(arch) };
+    let mut retry = base.clone();
+    retry.flags.extend(gpfarm_evolve::CRASH_RETRY_FLAGS.iter().map(|f| f.to_string()));
     let mut differ = 0;
     for problem_name in ["search", "keijzer6", "multiplier5"] {
         let problem = Problem::builtin(problem_name).unwrap();
         let mut gpu = evaluator(&mut farm, &problem, arch);
         for seed in [7, 8] {
             let phenotypes = random_phenotypes(&problem, seed);
-            let plain = compile(&mut farm, &problem, &phenotypes, arch);
+            let plain = compile_with(&mut farm, &problem, &phenotypes, &base);
             let retried = compile_with(&mut farm, &problem, &phenotypes, &retry);
             let a = gpu.evaluate(&views(&plain), phenotypes.len()).unwrap();
             let b = gpu.evaluate(&views(&retried), phenotypes.len()).unwrap();
@@ -179,6 +187,15 @@ fn the_crash_retry_flags_give_bit_identical_fitness_on_the_gpu() {
         }
     }
     assert_eq!(differ, 0, "fitness differs with {:?}", retry.flags);
+}
+
+/// Without contraction (the engine's default), only the transcendental functions' last bits can
+/// tell the GPU from the CPU.
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
+fn keijzer6_fitness_without_contraction_matches_the_cpu_evaluator_within_1e_4() {
+    let (differ, compiled) = compare_with("keijzer6", 1e-4, &[gpfarm_evolve::NO_FMAD]);
+    assert!(differ * 100 <= compiled, "{differ} of {compiled} differ beyond 1e-4");
 }
 
 #[test]

@@ -13,7 +13,7 @@ use gpfarm_protocol::{CompileMode, CompileOptions, SmArch, Unit};
 
 use crate::driver::{CrashSettings, Driver, Evaluator, Settings};
 use crate::error::EvolveError;
-use crate::options::{EvalMode, Options, default_crash_dir};
+use crate::options::{EvalMode, NO_FMAD, Options, default_crash_dir};
 use crate::record::{EvaluatorKind, GenerationRecord, Summary};
 
 /// What a per-generation callback may fail with; the run stops and returns it as
@@ -66,9 +66,12 @@ impl Engine {
         &self.options
     }
 
-    /// What the compiler must be built for: the GPU's architecture when it evaluates.
+    /// What the compiler must be built for: the GPU's architecture when it evaluates, and
+    /// `--fmad=false` unless [`Options::fmad`] is set, before the run's own flags.
     pub fn compile_options(&self) -> CompileOptions {
-        CompileOptions { arch: self.arch, mode: CompileMode::Cubin, flags: self.options.flags.clone() }
+        let contraction = (!self.options.fmad).then(|| NO_FMAD.to_owned());
+        let flags = contraction.into_iter().chain(self.options.flags.iter().cloned()).collect();
+        CompileOptions { arch: self.arch, mode: CompileMode::Cubin, flags }
     }
 
     /// Who will compute fitness when the run is given a compiler.

@@ -35,6 +35,10 @@ pub struct Options {
     pub arch: Option<SmArch>,
     /// Extra NVRTC options.
     pub flags: Vec<String>,
+    /// Let NVRTC contract `a * b + c` into one fused multiply-add (`--fmad=true`, NVRTC's own
+    /// default). Off by default: every floating-point operation is rounded on its own, as C and
+    /// the CPU evaluator round it, and as the PTX route does, so both routes give the same bits.
+    pub fmad: bool,
     /// Reuse fitness known from earlier generations and merge identical individuals.
     pub cache: bool,
     /// Evaluate each unit as soon as it is compiled, and breed the next generation's pairs as
@@ -71,6 +75,9 @@ pub struct Options {
 /// problems compared (`benches/results/2026-11-23-h100/engine-check/`).
 pub const CRASH_RETRY_FLAGS: &[&str] = &["--Ofast-compile=min"];
 
+/// The NVRTC option that keeps `a * b + c` two roundings (see [`Options::fmad`]).
+pub const NO_FMAD: &str = "--fmad=false";
+
 /// The directory failed units go to when [`Options::crash_dir`] is not set: one per process
 /// under the system's temporary directory, `gpfarm-crashes-<pid>`.
 pub fn default_crash_dir() -> PathBuf {
@@ -85,6 +92,7 @@ impl Default for Options {
             compile: true,
             arch: None,
             flags: Vec::new(),
+            fmad: false,
             cache: true,
             overlap: true,
             per_unit: None,

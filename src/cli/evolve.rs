@@ -65,6 +65,10 @@ pub struct EvolveArgs {
     /// Extra NVRTC option (repeatable).
     #[arg(long = "flag", allow_hyphen_values = true)]
     flags: Vec<String>,
+    /// Let NVRTC fuse `a * b + c` into one multiply-add (its own default). Without it every
+    /// floating-point operation is rounded on its own, as C and the CPU evaluator do.
+    #[arg(long)]
+    fmad: bool,
     /// Seed: the same seed gives the same run.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -153,6 +157,7 @@ impl EvolveArgs {
             compile: !self.no_compile,
             arch: self.arch,
             flags: self.flags.clone(),
+            fmad: self.fmad,
             cache: !self.no_cache,
             overlap: !self.no_overlap,
             per_unit: self.per_unit,
