@@ -68,7 +68,12 @@ impl Engine {
 
     /// What the compiler must be built for: the GPU's architecture when it evaluates.
     pub fn compile_options(&self) -> CompileOptions {
-        CompileOptions { arch: self.arch, mode: CompileMode::Cubin, flags: self.options.flags.clone() }
+        CompileOptions {
+            arch: self.arch,
+            mode: CompileMode::Cubin,
+            flags: self.options.flags.clone(),
+            link_flags: Vec::new(),
+        }
     }
 
     /// Who will compute fitness when the run is given a compiler.
