@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs NVRTC and nvcc from NVIDIA's PyPI wheels into .toolchain/ of this checkout.
+# Installs NVRTC, nvJitLink and nvcc from NVIDIA's PyPI wheels into .toolchain/ of this checkout.
 #
 # Every wheel is pinned to the same 13.0 release: left unpinned, pip pulls a newer nvvm whose
 # ptxas rejects the older PTX version ("Unsupported .version"). Needs only python3 with pip; no
@@ -9,7 +9,9 @@ set -euo pipefail
 version=13.0.88
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 dest="$root/.toolchain"
-marker="$dest/site/.gpfarm-cuda-$version"
+# The marker names the set: a new wheel in the set gets a new marker, so that an install made
+# before it (which lacks the wheel) is redone.
+marker="$dest/site/.gpfarm-cuda-$version-nvjitlink"
 
 if [[ -f "$marker" ]]; then
     exit 0
@@ -22,7 +24,7 @@ for dir in "${GPFARM_CUDA:-}" "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda;
     fi
 done
 
-echo "installing NVRTC and nvcc $version wheels into $dest (about 190 MB download)" >&2
+echo "installing NVRTC, nvJitLink and nvcc $version wheels into $dest (about 230 MB download, 41 MB of it nvJitLink)" >&2
 rm -rf "$dest/site.partial"
 python3 -m pip install --quiet --disable-pip-version-check --no-deps --no-compile \
     --target "$dest/site.partial" \
@@ -30,13 +32,16 @@ python3 -m pip install --quiet --disable-pip-version-check --no-deps --no-compil
     "nvidia-cuda-nvcc==$version" \
     "nvidia-nvvm==$version" \
     "nvidia-cuda-crt==$version" \
-    "nvidia-cuda-runtime==$version"
+    "nvidia-cuda-runtime==$version" \
+    "nvidia-nvjitlink==$version"
 lib="$dest/site.partial/nvidia/cu13/lib"
-if [[ ! -f "$lib/libnvrtc.so.13" ]]; then
-    echo "error: the wheels did not provide $lib/libnvrtc.so.13" >&2
-    exit 1
-fi
+for want in libnvrtc.so.13 libnvJitLink.so.13; do
+    if [[ ! -f "$lib/$want" ]]; then
+        echo "error: the wheels did not provide $lib/$want" >&2
+        exit 1
+    fi
+done
 rm -rf "$dest/site"
 mv "$dest/site.partial" "$dest/site"
 touch "$marker"
-echo "installed: $dest/site/nvidia/cu13 (lib/libnvrtc.so.13, bin/nvcc)" >&2
+echo "installed: $dest/site/nvidia/cu13 (lib/libnvrtc.so.13, lib/libnvJitLink.so.13, bin/nvcc)" >&2

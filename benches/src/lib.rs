@@ -173,7 +173,12 @@ pub fn run(config: &BenchConfig, mut progress: impl FnMut(&str)) -> Result<Vec<R
     let mut rows = Vec::new();
     let build = BuildConfig { cuda: config.cuda.clone(), ..BuildConfig::default() };
     for method in &config.methods {
-        let options = CompileOptions { arch: config.arch, mode: method.mode(), flags: config.flags.clone() };
+        let options = CompileOptions {
+            arch: config.arch,
+            mode: method.mode(),
+            flags: config.flags.clone(),
+            link_flags: Vec::new(),
+        };
         let mut compiler = match method.build(&options, &build) {
             Ok(c) => c,
             Err(e) => {

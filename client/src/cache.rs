@@ -48,6 +48,14 @@ impl CacheKey {
         for flag in &options.flags {
             field(flag.as_bytes());
         }
+        // Only when set, so that every key made before nvJitLink options existed stays valid.
+        if !options.link_flags.is_empty() {
+            field(b"link flags");
+            field(&(options.link_flags.len() as u64).to_le_bytes());
+            for flag in &options.link_flags {
+                field(flag.as_bytes());
+            }
+        }
         field(source);
         CacheKey(*h.finalize().as_bytes())
     }
@@ -289,6 +297,9 @@ mod tests {
         let split = CompileOptions { flags: vec!["-a".into(), "b".into()], ..o.clone() };
         let joined = CompileOptions { flags: vec!["-ab".into()], ..o };
         assert_ne!(CacheKey::new(b"x", &split, "t"), CacheKey::new(b"x", &joined, "t"));
+        let linked =
+            CompileOptions { link_flags: vec!["-O0".into()], ..CompileOptions::cubin(SmArch::SM_90) };
+        assert_ne!(base, CacheKey::new(b"a", &linked, "nvrtc 13.0"));
     }
 
     #[test]

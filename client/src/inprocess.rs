@@ -35,7 +35,7 @@ fn start(toolchain: &Toolchain, options: &CompileOptions) -> Result<Arc<WarmNvrt
 }
 
 /// Compiles one unit in this process: CUBIN only, for a ptx-jit unit needs a CUDA context's
-/// linker, which only a daemon holds.
+/// linker, which only a daemon holds. A PTX unit goes to nvJitLink, as in a daemon.
 fn compile_one(nvrtc: &WarmNvrtc, unit: &Unit, options: &CompileOptions) -> UnitResult {
     if options.mode == CompileMode::PtxJit {
         return UnitResult::failed(
@@ -251,11 +251,13 @@ pub(crate) mod crash {
         s
     }
 
-    /// Names of the `__global__` functions in `source`, in order.
+    /// Names of the kernels in `source`, in order: its `__global__` functions (CUDA C) or its
+    /// `.entry` functions (PTX).
     fn kernel_names(source: &[u8]) -> Vec<String> {
         let text = String::from_utf8_lossy(source);
+        let marker = if text.contains("__global__") { "__global__" } else { ".entry" };
         let mut names = Vec::new();
-        for part in text.split("__global__").skip(1) {
+        for part in text.split(marker).skip(1) {
             let head = part.split('(').next().unwrap_or("");
             if let Some(name) = head.split_whitespace().last() {
                 names.push(name.trim_start_matches('*').to_owned());
@@ -419,6 +421,14 @@ pub(crate) mod crash {
             let note = describe(&gpfarm_protocol::Unit::new("g3_j12.cu", source));
             assert!(note.starts_with(") compiling g3_j12.cu (individuals 14, 7 of generation 3);"), "{note}");
             assert!(note.contains("--compiler farm") && note.ends_with('\n') && note.lines().count() == 1);
+        }
+
+        #[test]
+        fn a_note_names_the_entries_of_a_ptx_unit() {
+            let source = ".version 9.0\n.target sm_90\n.address_size 64\n\
+                          .visible .entry g2_i5(.param .u64 o)\n{ ret; }\n.visible .entry g2_i9(.param .u64 o)\n{ ret; }\n";
+            let note = describe(&gpfarm_protocol::Unit::ptx("g2_j0.ptx", source));
+            assert!(note.starts_with(") compiling g2_j0.ptx (individuals 5, 9 of generation 2);"), "{note}");
         }
 
         #[test]

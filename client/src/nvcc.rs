@@ -6,7 +6,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use gpfarm_protocol::{
-    CompileMode, CompileOptions, Failure, FailureKind, Unit, UnitOutcome, UnitResult, UnitTimings,
+    CompileMode, CompileOptions, Failure, FailureKind, Route, Unit, UnitOutcome, UnitResult, UnitTimings,
 };
 use gpfarm_toolchain::Toolchain;
 
@@ -15,6 +15,10 @@ use crate::compiler::{Batch, BatchStats, Compiler, CompilerError, WorkerStats};
 /// NVRTC options nvcc does not accept; they are left out of nvcc's command line.
 const NVRTC_ONLY: &[&str] =
     &["-default-device", "--device-as-default-execution-space", "-minimal", "--minimal"];
+
+/// What a PTX unit gets from the nvcc baseline.
+const PTX_REFUSED: &str = "the nvcc baseline compiles CUDA C only; a PTX unit is linked with the math \
+     library by nvJitLink in the farm, threads and inprocess compilers";
 
 /// `nvcc -cubin`, one process per unit.
 pub struct Nvcc {
@@ -49,6 +53,10 @@ impl Compiler for Nvcc {
             .map_err(|source| CompilerError::File { path: std::env::temp_dir(), source })?;
         let mut results = Vec::with_capacity(units.len());
         for (i, unit) in units.iter().enumerate() {
+            if unit.route == Route::Ptx {
+                results.push(UnitResult::failed(FailureKind::InvalidSource, PTX_REFUSED));
+                continue;
+            }
             if options.mode == CompileMode::PtxJit {
                 results.push(UnitResult::failed(FailureKind::Jit, "nvcc baseline compiles to CUBIN only"));
                 continue;

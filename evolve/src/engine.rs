@@ -71,7 +71,7 @@ impl Engine {
     pub fn compile_options(&self) -> CompileOptions {
         let contraction = (!self.options.fmad).then(|| NO_FMAD.to_owned());
         let flags = contraction.into_iter().chain(self.options.flags.iter().cloned()).collect();
-        CompileOptions { arch: self.arch, mode: CompileMode::Cubin, flags }
+        CompileOptions { arch: self.arch, mode: CompileMode::Cubin, flags, link_flags: self.options.link_flags.clone() }
     }
 
     /// Who will compute fitness when the run is given a compiler.

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use gpfarm_gp::EvolutionConfig;
-use gpfarm_protocol::SmArch;
+use gpfarm_protocol::{Route, SmArch};
 
 /// Where fitness is computed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -39,6 +39,10 @@ pub struct Options {
     /// default). Off by default: every floating-point operation is rounded on its own, as C and
     /// the CPU evaluator round it, and as the PTX route does, so both routes give the same bits.
     pub fmad: bool,
+    /// How individuals become CUBIN: NVRTC from CUDA C, or PTX emitted from the phenotype.
+    pub route: Route,
+    /// nvJitLink options for the PTX route (e.g. `-O1`).
+    pub link_flags: Vec<String>,
     /// Reuse fitness known from earlier generations and merge identical individuals.
     pub cache: bool,
     /// Evaluate each unit as soon as it is compiled, and breed the next generation's pairs as
@@ -93,6 +97,8 @@ impl Default for Options {
             arch: None,
             flags: Vec::new(),
             fmad: false,
+            route: Route::Nvrtc,
+            link_flags: Vec::new(),
             cache: true,
             overlap: true,
             per_unit: None,

@@ -142,6 +142,7 @@ mod tests {
                 arch: SmArch(90),
                 mode: CompileMode::Cubin,
                 flags: vec!["-default-device".into()],
+                link_flags: vec!["-O0".into()],
             },
             units: vec![Unit::new("a.cu", "__global__ void k(){}"), Unit::new("b.cu", "")],
         }

@@ -1,7 +1,7 @@
 //! The math functions of the PTX route: CUDA's own implementations, compiled once per compiler
 //! (daemon or in-process) by NVRTC into a relocatable CUBIN that every PTX unit is linked with.
-//! A PTX unit declares the ones it calls (`.extern .func`) by the symbols listed here, so both
-//! sides of the link take their names and signatures from this one table.
+//! A PTX unit declares the ones it calls (`.extern .func`, [`MathFn::ptx_extern`]) by the symbols
+//! listed here, so both sides of the link take their names and signatures from this one table.
 //!
 //! `sqrtf`, `fabsf`, `fminf`, `fmaxf` and their double forms need no library: the emitter writes
 //! the single PTX instruction NVRTC writes for them (`sqrt.rn`, `abs`, `min`, `max`).
@@ -31,6 +31,17 @@ impl MathTy {
             MathTy::F64 => "f64",
         }
     }
+
+    /// The PTX type of a parameter or result of this type in a `.func` prototype (`b32`, `b64`)
+    /// without the dot: the untyped bits NVRTC declares the library's functions with. A unit that
+    /// declares them `.f32`/`.f64` still links, but nvJitLink prints "Prototype doesn't match"
+    /// on stderr for every such function, every time.
+    pub fn ptx_param(self) -> &'static str {
+        match self {
+            MathTy::F32 => "b32",
+            MathTy::F64 => "b64",
+        }
+    }
 }
 
 /// One library function: `symbol(args) = c_function(args)` in type `ty`.
@@ -44,6 +55,18 @@ pub struct MathFn {
     pub ty: MathTy,
     /// Number of arguments (1 or 2).
     pub arity: u8,
+}
+
+impl MathFn {
+    /// The declaration a PTX unit that calls this function carries, exactly as the library
+    /// defines it: `.extern .func (.param .b32 r) gpm_sinf (.param .b32 a);`. Loads and stores
+    /// of the parameters stay typed (`st.param.f32`).
+    pub fn ptx_extern(&self) -> String {
+        let p = self.ty.ptx_param();
+        let params =
+            if self.arity == 1 { format!(".param .{p} a") } else { format!(".param .{p} a, .param .{p} b") };
+        format!(".extern .func (.param .{p} r) {} ({params});", self.symbol)
+    }
 }
 
 const fn f(symbol: &'static str, c_function: &'static str, ty: MathTy, arity: u8) -> MathFn {
@@ -109,5 +132,13 @@ mod tests {
         assert!(source.contains(
             "extern \"C\" __device__ __noinline__ float gpm_powf(float a, float b) { return powf(a, b); }"
         ));
+        assert_eq!(
+            find("sinf").unwrap().ptx_extern(),
+            ".extern .func (.param .b32 r) gpm_sinf (.param .b32 a);"
+        );
+        assert_eq!(
+            find("pow").unwrap().ptx_extern(),
+            ".extern .func (.param .b64 r) gpm_pow (.param .b64 a, .param .b64 b);"
+        );
     }
 }

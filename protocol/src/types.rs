@@ -86,14 +86,18 @@ pub struct CompileOptions {
     pub arch: SmArch,
     /// CUBIN directly, or PTX then driver JIT.
     pub mode: CompileMode,
-    /// Extra NVRTC options, passed as given (e.g. `--use_fast_math`, `-default-device`).
+    /// Extra NVRTC options, passed as given (e.g. `--use_fast_math`, `-default-device`). CUDA C
+    /// units only.
     pub flags: Vec<String>,
+    /// Extra nvJitLink options for PTX units ([`Route::Ptx`]), passed as given after
+    /// `-arch=sm_XX` (e.g. `-O0`, `-Xptxas=-O1`). Empty by default.
+    pub link_flags: Vec<String>,
 }
 
 impl CompileOptions {
     /// CUBIN for `arch` with no extra options.
     pub fn cubin(arch: SmArch) -> Self {
-        CompileOptions { arch, mode: CompileMode::Cubin, flags: Vec::new() }
+        CompileOptions { arch, mode: CompileMode::Cubin, flags: Vec::new(), link_flags: Vec::new() }
     }
 }
 
@@ -161,6 +165,12 @@ impl Unit {
 }
 
 /// Time spent on one unit, in microseconds, by stage.
+///
+/// A PTX unit ([`Route::Ptx`]) has no NVRTC stage: `compile_us` holds nvJitLink's time
+/// (`nvJitLinkCreate` + `nvJitLinkAddData` + `nvJitLinkComplete`: assembling the PTX and linking
+/// it with the math library), plus, for the first PTX unit a compiler sees for an architecture,
+/// NVRTC's compile of that library; `extract_us` is fetching the linked CUBIN and the log;
+/// `jit_us` stays zero.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Encode, Decode, Serialize, Deserialize)]
 pub struct UnitTimings {
     /// `nvrtcCreateProgram` + `nvrtcCompileProgram` (the paper's `ptx` stage in JIT mode).

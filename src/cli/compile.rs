@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use gpfarm_client::{CompilerSpec, Workers, cubin};
-use gpfarm_protocol::{CompileMode, CompileOptions, FarmName, SmArch, Unit, UnitOutcome};
+use gpfarm_protocol::{CompileMode, CompileOptions, FarmName, Route, SmArch, Unit, UnitOutcome};
 use serde_json::json;
 
 use super::compilers::{self, FarmSource};
@@ -53,7 +53,8 @@ pub struct CompileArgs {
     /// Seed of the random population.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Compile these .cu files, one translation unit each.
+    /// Compile these files, one translation unit each: CUDA C through NVRTC, or, for a file
+    /// ending in .ptx, a PTX module linked with the math library by nvJitLink.
     #[arg(long, num_args = 1..)]
     source: Vec<PathBuf>,
     /// Target architecture (CUBIN needs a real sm_XX).
@@ -107,6 +108,11 @@ fn resolve(
     Ok((spec, mode))
 }
 
+/// The route of a `--source` file: PTX for `.ptx`, CUDA C for anything else.
+fn route_of(path: &Path) -> Route {
+    if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("ptx")) { Route::Ptx } else { Route::Nvrtc }
+}
+
 /// Runs `gpfarm compile`.
 pub fn run(args: CompileArgs, cuda: Option<&Path>) -> Result<()> {
     let (units, expected): (Vec<Unit>, Vec<Option<Vec<String>>>) = if let Some(count) = args.random {
@@ -118,11 +124,7 @@ pub fn run(args: CompileArgs, cuda: Option<&Path>) -> Result<()> {
         let mut units = Vec::new();
         for path in &args.source {
             let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-            units.push(Unit {
-                name: path.display().to_string(),
-                source: bytes,
-                route: gpfarm_protocol::Route::Nvrtc,
-            });
+            units.push(Unit { name: path.display().to_string(), source: bytes, route: route_of(path) });
         }
         let n = units.len();
         (units, vec![None; n])
@@ -130,7 +132,7 @@ pub fn run(args: CompileArgs, cuda: Option<&Path>) -> Result<()> {
         return Err(UsageError("nothing to compile: give --random N or --source FILE...".into()).into());
     };
     let (spec, mode) = resolve(args.compiler, args.daemons, args.mode)?;
-    let options = CompileOptions { arch: args.arch, mode, flags: args.flags.clone() };
+    let options = CompileOptions { arch: args.arch, mode, flags: args.flags.clone(), link_flags: Vec::new() };
     let source =
         FarmSource { attach: args.attach.then(|| args.farm.clone()), deadline_s: Some(args.deadline) };
     let mut compiler = compilers::build(spec, args.daemons, cuda, &options, &source)?;
@@ -253,6 +255,14 @@ mod tests {
         assert_eq!((s, mode), (spec("farm-jit"), CompileMode::PtxJit));
         let (s, mode) = resolve(spec("threads"), Some(3), None).unwrap();
         assert_eq!((s, mode), (spec("threads"), CompileMode::Cubin));
+    }
+
+    #[test]
+    fn a_ptx_file_is_a_ptx_unit_and_anything_else_cuda_c() {
+        assert_eq!(route_of(Path::new("dir/k.ptx")), Route::Ptx);
+        assert_eq!(route_of(Path::new("K.PTX")), Route::Ptx);
+        assert_eq!(route_of(Path::new("k.cu")), Route::Nvrtc);
+        assert_eq!(route_of(Path::new("ptx")), Route::Nvrtc);
     }
 
     #[test]

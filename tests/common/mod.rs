@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use gpfarm_client::{FarmConfig, SmArch, Unit};
-use gpfarm_protocol::FarmName;
 use gpfarm_protocol::segment::{list_segments, process_alive};
+use gpfarm_protocol::{FarmName, ptx_math};
 
 /// Whether NVRTC is available; prints why a test is skipped when it is not. With
 /// `GPFARM_REQUIRE_NVRTC=1` (set by the README's test command) a missing NVRTC fails instead.
@@ -22,6 +22,53 @@ pub fn nvrtc_or_skip(test: &str) -> bool {
             false
         }
     }
+}
+
+/// Whether the PTX route can run: NVRTC (for the math library) and nvJitLink beside it. Skips
+/// or, with `GPFARM_REQUIRE_NVRTC=1`, fails as [`nvrtc_or_skip`] does.
+pub fn nvjitlink_or_skip(test: &str) -> bool {
+    if !nvrtc_or_skip(test) {
+        return false;
+    }
+    let toolchain = gpfarm_toolchain::Toolchain::discover(None).expect("NVRTC was found a moment ago");
+    match gpfarm_toolchain::NvJitLink::load(&toolchain) {
+        Ok(_) => true,
+        Err(e) => {
+            if std::env::var_os("GPFARM_REQUIRE_NVRTC").is_some() {
+                panic!("{test}: nvJitLink is required here: {e}");
+            }
+            eprintln!("SKIPPED {test}: no nvJitLink ({e})");
+            false
+        }
+    }
+}
+
+/// A PTX module for sm_90 with one kernel `name` that calls the math library's `gpm_sinf` and
+/// `gpm_pow` (a double one); `k` (0-15) changes a constant, so each unit is distinct.
+pub fn ptx_kernel(name: &str, k: usize) -> String {
+    format!(
+        ".version 9.0\n.target sm_90\n.address_size 64\n\n{}\n{}\n\n\
+         .visible .entry {name}(.param .u64 out)\n{{\n\
+         .reg .b32 %r<2>;\n.reg .b64 %rd<4>;\n.reg .f32 %f<5>;\n.reg .f64 %fd<4>;\n\
+         ld.param.u64 %rd1, [out];\ncvta.to.global.u64 %rd1, %rd1;\n\
+         mov.u32 %r1, %tid.x;\ncvt.rn.f32.u32 %f1, %r1;\n\
+         {{\n.param .f32 a0;\n.param .f32 r0;\nst.param.f32 [a0], %f1;\n\
+         call.uni (r0), gpm_sinf, (a0);\nld.param.f32 %f2, [r0];\n}}\n\
+         cvt.f64.f32 %fd1, %f2;\nmov.f64 %fd2, 0d4000000000000000;\n\
+         {{\n.param .f64 a1;\n.param .f64 b1;\n.param .f64 r1;\n\
+         st.param.f64 [a1], %fd1;\nst.param.f64 [b1], %fd2;\n\
+         call.uni (r1), gpm_pow, (a1, b1);\nld.param.f64 %fd3, [r1];\n}}\n\
+         cvt.rn.f32.f64 %f3, %fd3;\nadd.rn.f32 %f4, %f3, 0f3F80000{k:X};\n\
+         mul.wide.u32 %rd2, %r1, 4;\nadd.s64 %rd3, %rd1, %rd2;\n\
+         st.global.f32 [%rd3], %f4;\nret;\n}}\n",
+        ptx_math::find("sinf").unwrap().ptx_extern(),
+        ptx_math::find("pow").unwrap().ptx_extern(),
+    )
+}
+
+/// `n` PTX units `p<i>.ptx` with one kernel `p_<i>` each.
+pub fn ptx_units(n: usize) -> Vec<Unit> {
+    (0..n).map(|i| Unit::ptx(format!("p{i}.ptx"), ptx_kernel(&format!("p_{i}"), i % 16))).collect()
 }
 
 /// A farm configuration that uses this build's gpfarmd.

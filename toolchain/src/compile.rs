@@ -5,19 +5,30 @@
 //! and call [`WarmNvrtc::compile_unit`] per unit. This is the only place NVRTC's outcome is
 //! mapped onto the wire's [`UnitResult`], so a unit fails the same way whoever compiles it.
 //!
-//! The PTX route's second stage (PTX to CUBIN) needs a CUDA context, which only a process that
-//! holds one can offer: it comes in through the [`PtxLinker`] trait (the daemon implements it
-//! with the driver's linker). This module must never create a CUDA context, start a process or
-//! panic on a unit's contents: a unit that fails is a failed [`UnitResult`], never an error.
+//! The ptx-jit mode's second stage (NVRTC's PTX to CUBIN) needs a CUDA context, which only a
+//! process that holds one can offer: it comes in through the [`PtxLinker`] trait (the daemon
+//! implements it with the driver's linker). This module must never create a CUDA context, start
+//! a process or panic on a unit's contents: a unit that fails is a failed [`UnitResult`], never
+//! an error.
+//!
+//! A PTX unit ([`Route::Ptx`]) skips NVRTC: nvJitLink ([`NvJitLink`], loaded on the first PTX
+//! unit from beside NVRTC) assembles its PTX and links it with the math library
+//! ([`gpfarm_protocol::ptx_math`]), which NVRTC compiles into a relocatable CUBIN once per
+//! architecture and which is kept for the life of the [`WarmNvrtc`].
 
+use std::collections::HashMap;
 use std::error::Error as StdError;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use gpfarm_protocol::{
-    CompileMode, CompileOptions, Failure, FailureKind, SmArch, Unit, UnitOutcome, UnitResult, UnitTimings,
+    CompileMode, CompileOptions, Failure, FailureKind, Route, SmArch, Unit, UnitOutcome, UnitResult,
+    UnitTimings, ptx_math,
 };
 use thiserror::Error;
 
+use crate::nvjitlink::{Input, NvJitLink};
 use crate::nvrtc::{LoadError, Nvrtc, NvrtcFailure, Output};
 use crate::{Toolchain, tune_allocator};
 
@@ -85,6 +96,54 @@ pub struct LinkError {
 pub const NO_LINKER: &str = "ptx-jit mode needs a GPU and its driver, and a daemon holding a CUDA context \
      (`gpfarm daemons start --gpu-context`); this process has none";
 
+/// What a PTX unit gets in ptx-jit mode.
+pub const PTX_IN_JIT_MODE: &str = "ptx-jit mode compiles CUDA C to PTX and hands it to the driver's linker; \
+     a PTX unit is assembled by nvJitLink in cubin mode (--mode cubin)";
+
+/// nvJitLink options for a PTX unit: `-arch=sm_XX`, then the caller's link flags.
+pub fn link_options(options: &CompileOptions) -> Vec<String> {
+    std::iter::once(options.arch.cubin_option()).chain(options.link_flags.iter().cloned()).collect()
+}
+
+/// NVRTC options of the PTX route's math library for `arch`: `--gpu-architecture=sm_XX` and
+/// [`ptx_math::LIBRARY_FLAGS`].
+pub fn library_options(arch: SmArch) -> Vec<String> {
+    std::iter::once(format!("--gpu-architecture=sm_{}", arch.0))
+        .chain(ptx_math::LIBRARY_FLAGS.iter().map(|f| f.to_string()))
+        .collect()
+}
+
+/// Compiles the PTX route's math library ([`ptx_math::library_source`]) for `arch` into a
+/// relocatable CUBIN.
+pub fn compile_math_library(nvrtc: &Nvrtc, arch: SmArch) -> Result<crate::Compiled, NvrtcFailure> {
+    nvrtc.compile(
+        "gpfarm_ptx_math.cu",
+        ptx_math::library_source().as_bytes(),
+        &library_options(arch),
+        Output::Cubin,
+    )
+}
+
+/// Why a PTX unit could not even be handed to nvJitLink: the library would not load, or the math
+/// library would not compile. Kept, so that every later unit fails the same way at no cost.
+#[derive(Debug, Clone)]
+struct Unavailable {
+    kind: FailureKind,
+    message: String,
+    log: String,
+}
+
+/// The math library's relocatable CUBIN for one architecture, or why there is none.
+type Library = Result<Arc<[u8]>, Unavailable>;
+
+/// The PTX route's state in a compiler: nvJitLink, loaded on first use, and the math library's
+/// CUBIN per architecture.
+struct PtxRoute {
+    path: PathBuf,
+    jitlink: OnceLock<Result<NvJitLink, Unavailable>>,
+    libraries: Mutex<HashMap<SmArch, Library>>,
+}
+
 /// NVRTC options for a compile: the architecture the mode needs first, then the caller's flags.
 pub fn nvrtc_options(options: &CompileOptions) -> Vec<String> {
     let arch = match options.mode {
@@ -102,6 +161,7 @@ fn us(d: Duration) -> u64 {
 pub struct WarmNvrtc {
     nvrtc: Nvrtc,
     warmup: Duration,
+    ptx: PtxRoute,
 }
 
 impl WarmNvrtc {
@@ -117,7 +177,58 @@ impl WarmNvrtc {
         nvrtc
             .compile("gpfarm_warmup.cu", WARMUP_SOURCE.as_bytes(), &[arch.cubin_option()], Output::Cubin)
             .map_err(|failure| StartError::Warmup { arch, failure })?;
-        Ok(WarmNvrtc { nvrtc, warmup: started.elapsed() })
+        let ptx = PtxRoute {
+            path: toolchain.libnvjitlink(),
+            jitlink: OnceLock::new(),
+            libraries: Mutex::new(HashMap::new()),
+        };
+        Ok(WarmNvrtc { nvrtc, warmup: started.elapsed(), ptx })
+    }
+
+    /// nvJitLink, loaded now if it is not yet; the error says what to install.
+    pub fn nvjitlink(&self) -> Result<&NvJitLink, String> {
+        self.jitlink().map_err(|u| u.message.clone())
+    }
+
+    fn jitlink(&self) -> Result<&NvJitLink, &Unavailable> {
+        self.ptx
+            .jitlink
+            .get_or_init(|| {
+                NvJitLink::load_from(&self.ptx.path).map_err(|e| Unavailable {
+                    kind: FailureKind::Internal,
+                    message: e.to_string(),
+                    log: String::new(),
+                })
+            })
+            .as_ref()
+    }
+
+    /// The math library's relocatable CUBIN for `arch`, compiled now if it is not yet, and the
+    /// time this call spent compiling it (zero when it was there). Threads asking for the same
+    /// library wait for one compile.
+    fn library(&self, arch: SmArch) -> (Library, Duration) {
+        let start = Instant::now();
+        let mut libraries = self.ptx.libraries.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(found) = libraries.get(&arch) {
+            return (found.clone(), Duration::ZERO);
+        }
+        let compiled =
+            compile_math_library(&self.nvrtc, arch).map(|c| Arc::from(c.code)).map_err(|f| Unavailable {
+                kind: FailureKind::Internal,
+                message: format!("the PTX route's math library does not compile for {arch}: {}", f.message),
+                log: f.log,
+            });
+        libraries.insert(arch, compiled.clone());
+        (compiled, start.elapsed())
+    }
+
+    /// Readies the PTX route for `arch` now rather than on its first unit: loads nvJitLink and
+    /// compiles the math library. Returns how long that took.
+    pub fn warm_ptx(&self, arch: SmArch) -> Result<Duration, String> {
+        let start = Instant::now();
+        self.nvjitlink()?;
+        self.library(arch).0.map_err(|u| u.message)?;
+        Ok(start.elapsed())
     }
 
     /// The loaded library (its version and path identify the compiler build).
@@ -130,10 +241,65 @@ impl WarmNvrtc {
         self.warmup
     }
 
-    /// Compiles one unit as `options` ask: CUBIN straight from NVRTC, or in ptx-jit mode PTX
-    /// from NVRTC then `linker`. Every failure is the unit's own, with NVRTC's or the linker's
-    /// log; without a linker a ptx-jit unit fails with [`NO_LINKER`].
+    /// Compiles one unit as its route and `options` ask. A CUDA C unit: CUBIN straight from
+    /// NVRTC, or in ptx-jit mode PTX from NVRTC then `linker`. A PTX unit: nvJitLink links its
+    /// PTX with the math library (cubin mode only). Every failure is the unit's own, with NVRTC's
+    /// or the linker's log; without a linker a ptx-jit unit fails with [`NO_LINKER`].
     pub fn compile_unit(
+        &self,
+        unit: &Unit,
+        options: &CompileOptions,
+        linker: Option<&dyn PtxLinker>,
+    ) -> UnitResult {
+        match unit.route {
+            Route::Nvrtc => self.compile_cuda(unit, options, linker),
+            Route::Ptx => self.compile_ptx(unit, options),
+        }
+    }
+
+    /// A PTX unit: its PTX and the math library for `options.arch`, linked by nvJitLink.
+    fn compile_ptx(&self, unit: &Unit, options: &CompileOptions) -> UnitResult {
+        if options.mode == CompileMode::PtxJit {
+            return UnitResult::failed(FailureKind::Jit, PTX_IN_JIT_MODE);
+        }
+        let unavailable = |u: &Unavailable, spent: Duration| UnitResult {
+            outcome: UnitOutcome::Failed(Failure { kind: u.kind, message: u.message.clone() }),
+            log: u.log.clone(),
+            timings: UnitTimings { compile_us: us(spent), ..Default::default() },
+        };
+        let jitlink = match self.jitlink() {
+            Ok(j) => j,
+            Err(u) => return unavailable(u, Duration::ZERO),
+        };
+        let (library, library_time) = self.library(options.arch);
+        let library = match library {
+            Ok(l) => l,
+            Err(u) => return unavailable(&u, library_time),
+        };
+        let inputs = [
+            (unit.name.as_str(), Input::Ptx, &unit.source[..]),
+            ("gpfarm_ptx_math.cubin", Input::Cubin, &library[..]),
+        ];
+        match jitlink.link(&link_options(options), &inputs) {
+            Ok(linked) => UnitResult {
+                outcome: UnitOutcome::Cubin(linked.cubin),
+                log: linked.log,
+                timings: UnitTimings {
+                    compile_us: us(library_time + linked.link),
+                    extract_us: us(linked.extract),
+                    jit_us: 0,
+                },
+            },
+            Err(f) => UnitResult {
+                outcome: UnitOutcome::Failed(Failure { kind: f.kind, message: f.message }),
+                log: f.log,
+                timings: UnitTimings { compile_us: us(library_time + f.link), ..Default::default() },
+            },
+        }
+    }
+
+    /// A CUDA C unit, through NVRTC.
+    fn compile_cuda(
         &self,
         unit: &Unit,
         options: &CompileOptions,
@@ -211,6 +377,121 @@ mod tests {
                 Err(why) => Err(LinkError { cause: why.into(), log: "link log\n".into() }),
             }
         }
+    }
+
+    /// A PTX module for `target` whose kernel `name` calls `gpm_sinf` and `gpm_pow`.
+    fn ptx(name: &str, target: &str) -> String {
+        format!(
+            "// a hand-written PTX unit\n.version 9.0\n.target {target}\n.address_size 64\n\n{}\n{}\n\n\
+             .visible .entry {name}(.param .u64 out)\n{{\n\
+             .reg .b32 %r<2>;\n.reg .b64 %rd<4>;\n.reg .f32 %f<4>;\n.reg .f64 %fd<4>;\n\
+             ld.param.u64 %rd1, [out];\ncvta.to.global.u64 %rd1, %rd1;\n\
+             mov.u32 %r1, %tid.x;\ncvt.rn.f32.u32 %f1, %r1;\n\
+             {{\n.param .f32 a0;\n.param .f32 r0;\nst.param.f32 [a0], %f1;\n\
+             call.uni (r0), gpm_sinf, (a0);\nld.param.f32 %f2, [r0];\n}}\n\
+             cvt.f64.f32 %fd1, %f2;\nmov.f64 %fd2, 0d4000000000000000;\n\
+             {{\n.param .f64 a1;\n.param .f64 b1;\n.param .f64 r1;\n\
+             st.param.f64 [a1], %fd1;\nst.param.f64 [b1], %fd2;\n\
+             call.uni (r1), gpm_pow, (a1, b1);\nld.param.f64 %fd3, [r1];\n}}\n\
+             cvt.rn.f32.f64 %f3, %fd3;\nmul.wide.u32 %rd2, %r1, 4;\nadd.s64 %rd3, %rd1, %rd2;\n\
+             st.global.f32 [%rd3], %f3;\nret;\n}}\n",
+            ptx_math::find("sinf").unwrap().ptx_extern(),
+            ptx_math::find("pow").unwrap().ptx_extern(),
+        )
+    }
+
+    fn contains(haystack: &[u8], needle: &str) -> bool {
+        haystack.windows(needle.len()).any(|w| w == needle.as_bytes())
+    }
+
+    #[test]
+    fn the_math_library_compiles_for_each_architecture_and_exports_every_function() {
+        let Some(nvrtc) = warm() else { return };
+        for arch in [SmArch(75), SmArch(80), SmArch(90)] {
+            let t = Instant::now();
+            let lib = compile_math_library(nvrtc.nvrtc(), arch)
+                .unwrap_or_else(|f| panic!("{arch}: {f}\n{}", f.log));
+            eprintln!("math library for {arch}: {} bytes in {:?}", lib.code.len(), t.elapsed());
+            assert_eq!(&lib.code[..4], b"\x7fELF");
+            for m in ptx_math::FUNCTIONS {
+                assert!(contains(&lib.code, m.symbol), "{arch}: {} missing", m.symbol);
+            }
+        }
+    }
+
+    #[test]
+    fn a_ptx_unit_is_linked_with_the_math_library_into_a_cubin() {
+        let Some(nvrtc) = warm() else { return };
+        let options = CompileOptions::cubin(SmArch::SM_90);
+        let first = nvrtc.compile_unit(&Unit::ptx("a.ptx", ptx("ptx_a", "sm_90")), &options, None);
+        let cubin = first.cubin().unwrap_or_else(|| panic!("{:?}\n{}", first.outcome, first.log));
+        assert_eq!(&cubin[..4], b"\x7fELF");
+        assert!(contains(cubin, "ptx_a"));
+        assert_eq!(first.timings.jit_us, 0);
+        // An older `.target` links for a newer architecture; the library is not compiled again.
+        for k in 0..3 {
+            let r =
+                nvrtc.compile_unit(&Unit::ptx("b.ptx", ptx(&format!("ptx_b{k}"), "sm_75")), &options, None);
+            assert!(
+                r.cubin().is_some_and(|c| contains(c, &format!("ptx_b{k}"))),
+                "{:?}\n{}",
+                r.outcome,
+                r.log
+            );
+            eprintln!(
+                "first PTX unit {} us (library included), next {} us",
+                first.timings.total_us(),
+                r.timings.total_us()
+            );
+            assert!(r.timings.compile_us < first.timings.compile_us);
+        }
+    }
+
+    #[test]
+    fn an_invalid_ptx_unit_fails_with_nvjitlinks_log() {
+        let Some(nvrtc) = warm() else { return };
+        let options = CompileOptions::cubin(SmArch::SM_90);
+        let broken = ptx("bad", "sm_90").replace("cvt.rn.f32.u32 %f1, %r1;", "cvt.rn.f32.u32 %f1, %nope;");
+        let r = nvrtc.compile_unit(&Unit::ptx("bad.ptx", broken), &options, None);
+        let UnitOutcome::Failed(f) = &r.outcome else { panic!("linked: {}", r.log) };
+        assert_eq!(f.kind, FailureKind::Compilation, "{f}");
+        assert!(f.message.contains("nvJitLink") && r.log.contains("nope"), "{f}\n{}", r.log);
+        let undefined = ptx("undef", "sm_90").replace("gpm_sinf", "gpm_nosuch");
+        let r = nvrtc.compile_unit(&Unit::ptx("undef.ptx", undefined), &options, None);
+        let UnitOutcome::Failed(f) = &r.outcome else { panic!("linked: {}", r.log) };
+        assert_eq!(f.kind, FailureKind::Compilation, "{f}");
+        assert!(r.log.contains("gpm_nosuch"), "{f}\n{}", r.log);
+        let nul = Unit { name: "nul.ptx".into(), source: b".version 9.0\0".to_vec(), route: Route::Ptx };
+        let r = nvrtc.compile_unit(&nul, &options, None);
+        assert!(
+            matches!(&r.outcome, UnitOutcome::Failed(f) if f.kind == FailureKind::InvalidSource),
+            "{:?}",
+            r.outcome
+        );
+    }
+
+    #[test]
+    fn link_flags_reach_nvjitlink_and_a_bad_one_fails_the_unit() {
+        let Some(nvrtc) = warm() else { return };
+        let unit = Unit::ptx("a.ptx", ptx("ptx_a", "sm_90"));
+        let o0 = CompileOptions { link_flags: vec!["-O0".into()], ..CompileOptions::cubin(SmArch::SM_90) };
+        let r = nvrtc.compile_unit(&unit, &o0, None);
+        assert!(r.cubin().is_some(), "{:?}\n{}", r.outcome, r.log);
+        let bad = CompileOptions { link_flags: vec!["-no-such-option".into()], ..o0 };
+        let r = nvrtc.compile_unit(&unit, &bad, None);
+        let UnitOutcome::Failed(f) = &r.outcome else { panic!("linked with a bad option") };
+        assert!(f.message.contains("UNRECOGNIZED_OPTION"), "{f}\n{}", r.log);
+    }
+
+    #[test]
+    fn a_ptx_unit_in_ptx_jit_mode_is_refused_on_its_own() {
+        let Some(nvrtc) = warm() else { return };
+        let options = CompileOptions { mode: CompileMode::PtxJit, ..CompileOptions::cubin(SmArch::SM_90) };
+        let r = nvrtc.compile_unit(&Unit::ptx("a.ptx", ptx("ptx_a", "sm_90")), &options, None);
+        assert_eq!(
+            r.outcome,
+            UnitOutcome::Failed(Failure { kind: FailureKind::Jit, message: PTX_IN_JIT_MODE.into() })
+        );
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Where NVRTC and nvcc come from, and compiling CUDA C with NVRTC.
+//! Where NVRTC, nvJitLink and nvcc come from, and compiling CUDA C with NVRTC and PTX with
+//! nvJitLink.
 //!
 //! [`Toolchain::discover`] looks, in order, at an explicit setting (a flag, or `GPFARM_CUDA`),
 //! a CUDA toolkit on the machine (`CUDA_HOME`, `CUDA_PATH`, `/usr/local/cuda`), and the
@@ -6,16 +7,22 @@
 //! PyPI wheels pinned to one 13.0 release. [`nvrtc::Nvrtc`] loads the library found there by
 //! absolute path, with its builtins library first, so no `LD_LIBRARY_PATH` is needed and a
 //! missing or mismatched library is an error that says what to install, never a panic.
-//! [`compile::WarmNvrtc`] is the one compile layer above it: allocator tuned, NVRTC warmed, and
+//! [`nvjitlink::NvJitLink`] is loaded the same way, from beside NVRTC, for the PTX route.
+//! [`compile::WarmNvrtc`] is the one compile layer above both: allocator tuned, NVRTC warmed, and
 //! [`WarmNvrtc::compile_unit`] turning a unit into the wire's `UnitResult` for the daemon and the
 //! in-process compilers alike.
 
 pub mod compile;
 pub mod locate;
+pub mod nvjitlink;
 pub mod nvrtc;
 
-pub use compile::{Allocator, LinkError, Linked, PtxLinker, StartError, WarmNvrtc, nvrtc_options};
+pub use compile::{
+    Allocator, LinkError, Linked, NO_LINKER, PTX_IN_JIT_MODE, PtxLinker, StartError, WarmNvrtc,
+    compile_math_library, library_options, link_options, nvrtc_options,
+};
 pub use locate::{Origin, Toolchain, ToolchainError};
+pub use nvjitlink::{Input, JitLinkFailure, JitLinkLoadError, JitLinked, NVJITLINK_HINT, NvJitLink};
 pub use nvrtc::{Compiled, LoadError, Nvrtc, NvrtcFailure, Output};
 
 /// NVRTC major version this build speaks (the pinned wheels are 13.0.88).

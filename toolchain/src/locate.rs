@@ -101,6 +101,13 @@ impl Toolchain {
         self.lib_dir.join("libnvrtc.so.13")
     }
 
+    /// Absolute path of `libnvJitLink.so.13` (the PTX route's assembler and linker), which a
+    /// CUDA 13 toolkit and the pinned wheels put beside NVRTC. It may be missing: only the PTX
+    /// route needs it, and it says so when it is not there.
+    pub fn libnvjitlink(&self) -> PathBuf {
+        self.lib_dir.join("libnvJitLink.so.13")
+    }
+
     /// Absolute path of NVRTC's builtins library (`libnvrtc-builtins.so.13.N`), if present.
     pub fn builtins(&self) -> Option<PathBuf> {
         let mut found: Vec<PathBuf> = std::fs::read_dir(&self.lib_dir)
