@@ -187,8 +187,8 @@ fn tokens(text: &str) -> Vec<Token> {
         } else if rest.starts_with("//") {
             i += rest.find('\n').unwrap_or(rest.len());
             continue;
-        } else if rest.starts_with("/*") {
-            let end = rest[2..].find("*/").map_or(rest.len(), |e| e + 4);
+        } else if let Some(comment) = rest.strip_prefix("/*") {
+            let end = comment.find("*/").map_or(rest.len(), |e| e + 4);
             line += rest[..end].matches('\n').count();
             i += end;
             continue;
