@@ -26,6 +26,18 @@ mod parse;
 mod run;
 mod value;
 
+/// The typed tree a phenotype compiles to ([`Program::compile`]), read-only, for code
+/// generators that must compute exactly what the evaluator computes. Every expression has
+/// a static type ([`Expr::ty`]) that is also the type of its value at run time; binary
+/// operands of a [`Expr::Chain`] take C's usual arithmetic conversions ([`Ty::usual`])
+/// before the operator applies, and every other implicit conversion is an explicit
+/// [`Expr::Convert`] node. The semantics are those stated at the top of [`crate::interp`].
+pub mod tree {
+    pub use super::parse::{ArithOp, Bin, CmpOp, Expr, Fn1, Fn2, IntOp, MAX_NESTING, Stmt};
+    pub use super::value::{Ty, Value};
+    pub use super::{Body, Source};
+}
+
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
 
@@ -98,8 +110,8 @@ pub enum Failure {
 
 /// Where a variable's value comes from in each case.
 #[derive(Clone, Debug, PartialEq)]
-enum Source {
-    /// Scalar input `index`.
+pub enum Source {
+    /// Scalar input `index` (into the problem's inputs).
     Input(usize),
     /// Length of `int[]` input `index`.
     Length(usize),
@@ -109,9 +121,12 @@ enum Source {
     Zero(Ty),
 }
 
+/// What a program does.
 #[derive(Clone, Debug, PartialEq)]
-enum Body {
+pub enum Body {
+    /// An expression problem: the value, converted to the output's type, is the output.
     Expression(Expr),
+    /// A statement problem: run the statements, then each output is its slot's value.
     Statements(Vec<Stmt>),
 }
 
@@ -122,6 +137,8 @@ pub struct Program {
     body: Body,
     /// Initial value source per slot.
     slots: Vec<Source>,
+    /// Type per slot.
+    slot_types: Vec<Ty>,
     /// Input index per array.
     arrays: Vec<usize>,
     /// For statement programs, the slot of each output.
@@ -144,11 +161,13 @@ impl Program {
         let spec = problem.spec();
         let mut names: HashMap<String, Binding> = HashMap::new();
         let mut slots = Vec::new();
+        let mut slot_types = Vec::new();
         let mut arrays = Vec::new();
         let mut bind =
             |names: &mut HashMap<String, Binding>, name: &str, src: Source, ty: Ty, writable: bool| {
                 names.insert(name.to_string(), Binding::Scalar { slot: slots.len(), ty, writable });
                 slots.push(src);
+                slot_types.push(ty);
                 slots.len() - 1
             };
         for (i, input) in spec.inputs.iter().enumerate() {
@@ -197,10 +216,50 @@ impl Program {
             problem: spec.name.clone(),
             body,
             slots,
+            slot_types,
             arrays,
             output_slots,
             output_types: spec.outputs.iter().map(|o| o.ty).collect(),
         })
+    }
+
+    /// The name of the problem it was compiled for.
+    pub fn problem(&self) -> &str {
+        &self.problem
+    }
+
+    /// What it computes.
+    pub fn body(&self) -> &Body {
+        &self.body
+    }
+
+    /// Where each variable slot's value comes from; [`tree::Expr::Var`] and
+    /// [`tree::Stmt::Assign`] name slots by their index here. Slots bound to inputs,
+    /// lengths and case bits are never assigned.
+    pub fn slots(&self) -> &[Source] {
+        &self.slots
+    }
+
+    /// The C type of each slot, in the order of [`Program::slots`].
+    pub fn slot_types(&self) -> &[Ty] {
+        &self.slot_types
+    }
+
+    /// The input index (into the problem's inputs) of each `int[]` array that
+    /// [`tree::Expr::Index`] names by its position here.
+    pub fn arrays(&self) -> &[usize] {
+        &self.arrays
+    }
+
+    /// For statement programs, the slot holding each output, in output order; empty for
+    /// expression programs.
+    pub fn output_slots(&self) -> &[usize] {
+        &self.output_slots
+    }
+
+    /// The type of each output, in output order.
+    pub fn output_types(&self) -> &[ScalarType] {
+        &self.output_types
     }
 
     /// Runs over every case of `problem`: one column per declared output.

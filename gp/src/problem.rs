@@ -8,6 +8,7 @@ pub mod builtin;
 pub mod cases;
 pub mod scoring;
 pub mod spec;
+pub mod standard;
 pub mod template;
 
 use std::path::Path;
@@ -21,6 +22,7 @@ pub use spec::{
     CaseBitSpec, InputSpec, InputType, Kind, MATH_FUNCTIONS, ProblemSpec, ScalarType, TargetSpec, VarSpec,
     is_math_function,
 };
+pub use standard::{TemplateDifference, compare_with_standard, standard_template};
 pub use template::{KernelName, KernelParam, ParamRole, Template};
 
 /// The four files of a problem, as text.

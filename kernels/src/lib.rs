@@ -5,9 +5,11 @@
 //! compiled: it hands out plain source text and takes back CUBIN bytes.
 
 pub mod gpu;
+pub mod ptx;
 pub mod render;
 pub mod worker;
 
+pub use ptx::{PtxUnits, PtxUnsupported, Refused, keyed_ptx, ptx_supported, render_ptx_units};
 pub use render::{
     RenderedUnit, UNIT_WEIGHT, compile_weight, kernel_name, keyed_source, render_unit, render_units,
 };

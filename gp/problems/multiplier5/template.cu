@@ -21,8 +21,25 @@ extern "C" __global__ void {{KERNEL}}(int* __restrict__ out_o0, int* __restrict_
     const int b2 = (c & 0x80) >> 7;
     const int b3 = (c & 0x100) >> 8;
     const int b4 = (c & 0x200) >> 9;
-    int o0 = 0, o1 = 0, o2 = 0, o3 = 0, o4 = 0, o5 = 0, o6 = 0, o7 = 0, o8 = 0, o9 = 0;
+    int o0 = 0;
+    int o1 = 0;
+    int o2 = 0;
+    int o3 = 0;
+    int o4 = 0;
+    int o5 = 0;
+    int o6 = 0;
+    int o7 = 0;
+    int o8 = 0;
+    int o9 = 0;
     {{PHENOTYPE}}
-    out_o0[c] = o0; out_o1[c] = o1; out_o2[c] = o2; out_o3[c] = o3; out_o4[c] = o4;
-    out_o5[c] = o5; out_o6[c] = o6; out_o7[c] = o7; out_o8[c] = o8; out_o9[c] = o9;
+    out_o0[c] = o0;
+    out_o1[c] = o1;
+    out_o2[c] = o2;
+    out_o3[c] = o3;
+    out_o4[c] = o4;
+    out_o5[c] = o5;
+    out_o6[c] = o6;
+    out_o7[c] = o7;
+    out_o8[c] = o8;
+    out_o9[c] = o9;
 }

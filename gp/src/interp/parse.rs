@@ -14,83 +14,179 @@ use crate::problem::is_math_function;
 /// rejected rather than risking the stack of whichever thread evaluates them. Grammar
 /// phenotypes stay below it: mapping caps derivation depth at 90 by default, and the
 /// built-in grammars open at most two levels of nesting per derivation level.
-pub(super) const MAX_NESTING: usize = 200;
+pub const MAX_NESTING: usize = 200;
 
+/// An arithmetic operator: operands take C's usual arithmetic conversions, the result
+/// has their common type. Int `/` truncates toward zero.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum ArithOp {
+pub enum ArithOp {
+    /// `+`
     Add,
+    /// `-`
     Sub,
+    /// `*`
     Mul,
+    /// `/`
     Div,
 }
 
+/// An operator on two ints giving an int.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum IntOp {
+pub enum IntOp {
+    /// `%`, the sign of the dividend.
     Rem,
+    /// `&`
     And,
+    /// `|`
     Or,
+    /// `^`
     Xor,
+    /// `<<`
     Shl,
+    /// `>>`, arithmetic (sign-filling).
     Shr,
 }
 
+/// A comparison, on operands after the usual arithmetic conversions, giving int 0 or 1.
+/// With a NaN operand every comparison is false except `!=`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum CmpOp {
+pub enum CmpOp {
+    /// `<`
     Lt,
+    /// `>`
     Gt,
+    /// `<=`
     Le,
+    /// `>=`
     Ge,
+    /// `==`
     Eq,
+    /// `!=`
     Ne,
 }
 
+/// A math function of one argument.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Fn1 {
+pub enum Fn1 {
+    /// `sin`
     Sin,
+    /// `cos`
     Cos,
+    /// `exp`
     Exp,
+    /// `log`, natural.
     Log,
+    /// `sqrt`
     Sqrt,
+    /// `fabs`
     Fabs,
+    /// `tanh`
     Tanh,
 }
 
+impl Fn1 {
+    /// The C name of the double form (`"sin"`); the float form appends `f`.
+    pub fn c_name(self) -> &'static str {
+        match self {
+            Fn1::Sin => "sin",
+            Fn1::Cos => "cos",
+            Fn1::Exp => "exp",
+            Fn1::Log => "log",
+            Fn1::Sqrt => "sqrt",
+            Fn1::Fabs => "fabs",
+            Fn1::Tanh => "tanh",
+        }
+    }
+}
+
+/// A math function of two arguments.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Fn2 {
+pub enum Fn2 {
+    /// `pow`
     Pow,
+    /// `fmin`: the other operand when one is NaN.
     Fmin,
+    /// `fmax`: the other operand when one is NaN.
     Fmax,
+}
+
+impl Fn2 {
+    /// The C name of the double form (`"pow"`); the float form appends `f`.
+    pub fn c_name(self) -> &'static str {
+        match self {
+            Fn2::Pow => "pow",
+            Fn2::Fmin => "fmin",
+            Fn2::Fmax => "fmax",
+        }
+    }
 }
 
 /// A typed expression; binary operands are promoted at run time by C's usual
 /// arithmetic conversions, which the static types here agree with. Its height is at
 /// most a small multiple of the parser's nesting bound.
 #[derive(Clone, Debug, PartialEq)]
-pub(super) enum Expr {
+pub enum Expr {
+    /// A literal (an int, a float with `f`, or a double).
     Const(Value),
+    /// The current value of a variable slot (see `Program::slots`).
     Var(usize),
-    /// Element of an int array, index wrapped into `[0, len)`.
+    /// Element of int array `.0` (see `Program::arrays`), index (an int expression)
+    /// wrapped into `[0, len)`; an empty array reads 0.
     Index(usize, Box<Expr>),
+    /// C conversion to the type (casts, and the implicit conversions of `?:`, calls and
+    /// array indices).
     Convert(Ty, Box<Expr>),
+    /// Unary `-` (wrapping for ints).
     Neg(Box<Expr>),
+    /// `~`, on an int.
     BitNot(Box<Expr>),
+    /// `!`: int 1 if the operand is zero, else 0 (NaN is nonzero).
     Not(Box<Expr>),
     /// `first op1 e1 op2 e2 ...` applied left to right (`&&`/`||` short-circuit).
     /// Flat, so that long sums cost no stack depth to evaluate or drop.
     Chain(Box<Expr>, Vec<(Bin, Expr)>),
+    /// `c ? a : b`; both arms already converted to their common type.
     Cond(Box<Expr>, Box<Expr>, Box<Expr>),
-    /// One-argument math function computed in `Ty` (argument converted to it).
+    /// One-argument math function computed in `Ty` (argument converted to it; `Ty` is
+    /// never `Int`).
     Call1(Fn1, Ty, Box<Expr>),
+    /// Two-argument math function computed in `Ty` (arguments converted to it).
     Call2(Fn2, Ty, Box<Expr>, Box<Expr>),
 }
 
+impl Expr {
+    /// The static C type of the expression, given the type of each variable slot (as
+    /// `Program::slot_types` gives them). It is also the type of its value at run time.
+    pub fn ty(&self, slot_types: &[Ty]) -> Ty {
+        match self {
+            Expr::Const(v) => v.ty(),
+            Expr::Var(slot) => slot_types[*slot],
+            Expr::Index(..) | Expr::BitNot(_) | Expr::Not(_) => Ty::Int,
+            Expr::Convert(ty, _) | Expr::Call1(_, ty, _) | Expr::Call2(_, ty, ..) => *ty,
+            Expr::Neg(a) => a.ty(slot_types),
+            Expr::Cond(_, a, _) => a.ty(slot_types),
+            Expr::Chain(first, rest) => {
+                let mut ty = first.ty(slot_types);
+                for (op, e) in rest {
+                    ty = op.result(ty, e.ty(slot_types));
+                }
+                ty
+            }
+        }
+    }
+}
+
+/// A statement.
 #[derive(Clone, Debug, PartialEq)]
-pub(super) enum Stmt {
-    /// `slot = (ty) expr`.
+pub enum Stmt {
+    /// `slot = (ty) expr`: the value converted to the slot's type `ty`. Compound
+    /// assignments and `++`/`--` are written out (`x += e` is `x = x + e`).
     Assign(usize, Ty, Expr),
+    /// `if (cond) then else els`; the condition is true when nonzero.
     If(Expr, Vec<Stmt>, Vec<Stmt>),
     /// `for`/`while` after hoisting the initialiser: test, body, step.
     Loop(Option<Expr>, Vec<Stmt>, Vec<Stmt>),
+    /// `{ ... }`, and a `for` with its initialiser hoisted in front of its loop.
     Block(Vec<Stmt>),
     /// An expression whose value is dropped (it has no side effects in this subset).
     Discard(Expr),
@@ -521,12 +617,27 @@ fn binary_type(op: Bin, lty: Ty, rty: Ty, at: usize) -> PResult<Ty> {
 
 /// A binary operator of an operator chain.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Bin {
+pub enum Bin {
+    /// `+ - * /`
     Arith(ArithOp),
+    /// `% & | ^ << >>`, on ints.
     Int(IntOp),
+    /// `< > <= >= == !=`
     Cmp(CmpOp),
+    /// `&&` (short-circuit; int 0 or 1).
     And,
+    /// `||` (short-circuit; int 0 or 1).
     Or,
+}
+
+impl Bin {
+    /// The type of `a op b` for operands of types `a` and `b` the parser accepted.
+    pub fn result(self, a: Ty, b: Ty) -> Ty {
+        match self {
+            Bin::Arith(_) => Ty::usual(a, b),
+            Bin::Int(_) | Bin::Cmp(_) | Bin::And | Bin::Or => Ty::Int,
+        }
+    }
 }
 
 /// C precedence, higher binds tighter.

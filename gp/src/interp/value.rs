@@ -5,15 +5,18 @@
 
 /// A C arithmetic type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Ty {
+pub enum Ty {
+    /// 32-bit signed `int`.
     Int,
+    /// `float`, f32.
     Float,
+    /// `double`, f64.
     Double,
 }
 
 impl Ty {
     /// C's usual arithmetic conversions for two operands.
-    pub(super) fn usual(a: Ty, b: Ty) -> Ty {
+    pub fn usual(a: Ty, b: Ty) -> Ty {
         if a == Ty::Double || b == Ty::Double {
             Ty::Double
         } else if a == Ty::Float || b == Ty::Float {
@@ -26,9 +29,12 @@ impl Ty {
 
 /// A runtime value.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(super) enum Value {
+pub enum Value {
+    /// An `int`.
     Int(i32),
+    /// A `float`.
     Float(f32),
+    /// A `double`.
     Double(f64),
 }
 
@@ -51,7 +57,7 @@ impl Value {
 
     /// C conversion to `ty`. Floating to int truncates toward zero; out-of-range values
     /// saturate and NaN becomes 0, which is what CUDA's `cvt.rzi.s32` does.
-    pub(super) fn to(self, ty: Ty) -> Value {
+    pub fn to(self, ty: Ty) -> Value {
         match (self, ty) {
             (Value::Int(_), Ty::Int) | (Value::Float(_), Ty::Float) | (Value::Double(_), Ty::Double) => self,
             (Value::Int(i), Ty::Float) => Value::Float(i as f32),
@@ -79,7 +85,8 @@ impl Value {
         }
     }
 
-    fn ty(self) -> Ty {
+    /// Its type.
+    pub fn ty(self) -> Ty {
         match self {
             Value::Int(_) => Ty::Int,
             Value::Float(_) => Ty::Float,

@@ -1,0 +1,642 @@
+//! One individual's kernel as PTX text, from its compiled [`Program`]. Must never emit an
+//! instruction whose result could differ from what NVRTC (with `--fmad=false`) makes of the same
+//! phenotype in the standard harness: every floating operation names its rounding, and nothing
+//! here is left to ptxas to contract or approximate.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use gpfarm_gp::interp::tree::{ArithOp, Bin, Body, CmpOp, Expr, Fn1, Fn2, IntOp, Source, Stmt, Ty, Value};
+use gpfarm_gp::problem::template::kernel_params;
+use gpfarm_gp::problem::{InputType, Kind, ParamRole, ScalarType};
+use gpfarm_gp::{Problem, Program};
+use gpfarm_protocol::ptx_math::{self, MathFn};
+
+/// Register classes, in the order of their `.reg` declarations.
+#[derive(Clone, Copy)]
+enum Class {
+    Pred,
+    B32,
+    B64,
+    F32,
+    F64,
+}
+
+const CLASSES: [(Class, &str, &str); 5] = [
+    (Class::Pred, ".pred", "%p"),
+    (Class::B32, ".b32", "%r"),
+    (Class::B64, ".b64", "%rd"),
+    (Class::F32, ".f32", "%f"),
+    (Class::F64, ".f64", "%fd"),
+];
+
+fn class(ty: Ty) -> Class {
+    match ty {
+        Ty::Int => Class::B32,
+        Ty::Float => Class::F32,
+        Ty::Double => Class::F64,
+    }
+}
+
+/// The PTX type suffix for moves, selects and parameter passing of `ty`.
+fn bits(ty: Ty) -> &'static str {
+    match ty {
+        Ty::Int => "b32",
+        Ty::Float => "f32",
+        Ty::Double => "f64",
+    }
+}
+
+/// The PTX type suffix for arithmetic and comparisons on `ty`.
+fn num(ty: Ty) -> &'static str {
+    match ty {
+        Ty::Int => "s32",
+        Ty::Float => "f32",
+        Ty::Double => "f64",
+    }
+}
+
+fn scalar_ty(t: ScalarType) -> Ty {
+    match t {
+        ScalarType::Int => Ty::Int,
+        ScalarType::Float => Ty::Float,
+    }
+}
+
+/// A value: a register, or a constant written as a PTX immediate.
+#[derive(Clone)]
+enum Opnd {
+    Reg(String),
+    Imm(Value),
+}
+
+#[derive(Clone)]
+struct Val {
+    op: Opnd,
+    ty: Ty,
+}
+
+/// A constant as a PTX immediate: floating values by their exact bits.
+fn immediate(v: Value) -> String {
+    match v {
+        Value::Int(i) => i.to_string(),
+        Value::Float(f) => format!("0f{:08X}", f.to_bits()),
+        Value::Double(d) => format!("0d{:016X}", d.to_bits()),
+    }
+}
+
+/// The state of one kernel's emission.
+struct Emitter<'a> {
+    body: String,
+    counts: [u32; 5],
+    labels: u32,
+    /// Register of each variable slot.
+    slots: Vec<String>,
+    slot_types: &'a [Ty],
+    /// Base address and length register of each array.
+    arrays: Vec<(String, String)>,
+    /// Library functions called (indices into [`ptx_math::FUNCTIONS`]).
+    calls: &'a mut BTreeSet<usize>,
+}
+
+macro_rules! ins {
+    ($e:expr, $($arg:tt)*) => {{
+        $e.body.push('\t');
+        let _ = write!($e.body, $($arg)*);
+        $e.body.push_str(";\n");
+    }};
+}
+
+impl Emitter<'_> {
+    fn fresh(&mut self, c: Class) -> String {
+        let k = c as usize;
+        self.counts[k] += 1;
+        format!("{}{}", CLASSES[k].2, self.counts[k])
+    }
+
+    fn label(&mut self) -> String {
+        self.labels += 1;
+        format!("$L__{}", self.labels)
+    }
+
+    fn place(&mut self, label: &str) {
+        let _ = writeln!(self.body, "{label}:");
+    }
+
+    /// The operand's text (an immediate stays one).
+    fn text(v: &Val) -> String {
+        match &v.op {
+            Opnd::Reg(r) => r.clone(),
+            Opnd::Imm(c) => immediate(*c),
+        }
+    }
+
+    /// The value in a register (constants are moved into a fresh one).
+    fn reg(&mut self, v: &Val) -> String {
+        match &v.op {
+            Opnd::Reg(r) => r.clone(),
+            Opnd::Imm(c) => {
+                let r = self.fresh(class(v.ty));
+                ins!(self, "mov.{} \t{r}, {}", bits(v.ty), immediate(*c));
+                r
+            }
+        }
+    }
+
+    fn new_val(&mut self, ty: Ty) -> (String, Val) {
+        let r = self.fresh(class(ty));
+        (r.clone(), Val { op: Opnd::Reg(r), ty })
+    }
+
+    /// C conversion to `to`. Constants are converted here with the same rounding as the
+    /// instruction (round to nearest even; toward zero and saturating, NaN to 0, for int).
+    fn convert(&mut self, v: Val, to: Ty) -> Val {
+        if v.ty == to {
+            return v;
+        }
+        if let Opnd::Imm(c) = v.op {
+            return Val { op: Opnd::Imm(c.to(to)), ty: to };
+        }
+        let op = match (v.ty, to) {
+            (Ty::Int, Ty::Float) => "cvt.rn.f32.s32",
+            (Ty::Int, Ty::Double) => "cvt.rn.f64.s32",
+            (Ty::Float, Ty::Int) => "cvt.rzi.s32.f32",
+            (Ty::Double, Ty::Int) => "cvt.rzi.s32.f64",
+            (Ty::Float, Ty::Double) => "cvt.f64.f32",
+            (Ty::Double, Ty::Float) => "cvt.rn.f32.f64",
+            _ => unreachable!("equal types return above"),
+        };
+        let a = Self::text(&v);
+        let (r, out) = self.new_val(to);
+        ins!(self, "{op} \t{r}, {a}");
+        out
+    }
+
+    /// A predicate true when `v` is nonzero (NaN is nonzero: `neu`).
+    fn truth(&mut self, v: Val) -> String {
+        let a = self.reg(&v);
+        let p = self.fresh(Class::Pred);
+        match v.ty {
+            Ty::Int => ins!(self, "setp.ne.s32 \t{p}, {a}, 0"),
+            Ty::Float => ins!(self, "setp.neu.f32 \t{p}, {a}, 0f00000000"),
+            Ty::Double => ins!(self, "setp.neu.f64 \t{p}, {a}, 0d0000000000000000"),
+        }
+        p
+    }
+
+    /// Int 1 where `p` holds, else 0.
+    fn int_of_pred(&mut self, p: &str) -> Val {
+        let (r, out) = self.new_val(Ty::Int);
+        ins!(self, "selp.s32 \t{r}, 1, 0, {p}");
+        out
+    }
+
+    fn expr(&mut self, e: &Expr) -> Val {
+        match e {
+            Expr::Const(v) => Val { op: Opnd::Imm(*v), ty: v.ty() },
+            Expr::Var(slot) => {
+                let ty = self.slot_ty(*slot);
+                Val { op: Opnd::Reg(self.slots[*slot].clone()), ty }
+            }
+            Expr::Index(array, i) => {
+                let k = self.expr(i);
+                let k = self.convert(k, Ty::Int);
+                self.index(*array, k)
+            }
+            Expr::Convert(ty, a) => {
+                let v = self.expr(a);
+                self.convert(v, *ty)
+            }
+            Expr::Neg(a) => {
+                let v = self.expr(a);
+                match v.op {
+                    Opnd::Imm(Value::Int(i)) => Val { op: Opnd::Imm(Value::Int(i.wrapping_neg())), ty: v.ty },
+                    Opnd::Imm(Value::Float(f)) => Val { op: Opnd::Imm(Value::Float(-f)), ty: v.ty },
+                    Opnd::Imm(Value::Double(d)) => Val { op: Opnd::Imm(Value::Double(-d)), ty: v.ty },
+                    Opnd::Reg(a) => {
+                        let (r, out) = self.new_val(v.ty);
+                        ins!(self, "neg.{} \t{r}, {a}", num(v.ty));
+                        out
+                    }
+                }
+            }
+            Expr::BitNot(a) => {
+                let v = self.expr(a);
+                let v = self.convert(v, Ty::Int);
+                let a = self.reg(&v);
+                let (r, out) = self.new_val(Ty::Int);
+                ins!(self, "not.b32 \t{r}, {a}");
+                out
+            }
+            Expr::Not(a) => {
+                let v = self.expr(a);
+                let p = self.truth(v);
+                let q = self.fresh(Class::Pred);
+                ins!(self, "not.pred \t{q}, {p}");
+                self.int_of_pred(&q)
+            }
+            Expr::Chain(first, rest) => {
+                let mut acc = self.expr(first);
+                for (op, e) in rest {
+                    let rhs = self.expr(e);
+                    acc = self.binary(*op, acc, rhs);
+                }
+                acc
+            }
+            Expr::Cond(c, a, b) => {
+                let cv = self.expr(c);
+                let p = self.truth(cv);
+                let a = self.expr(a);
+                let b = self.expr(b);
+                let ty = Ty::usual(a.ty, b.ty);
+                let a = self.convert(a, ty);
+                let b = self.convert(b, ty);
+                let (ta, tb) = (Self::text(&a), Self::text(&b));
+                let (r, out) = self.new_val(ty);
+                ins!(self, "selp.{} \t{r}, {ta}, {tb}, {p}", bits(ty));
+                out
+            }
+            Expr::Call1(f, ty, a) => {
+                let v = self.expr(a);
+                let ty = if *ty == Ty::Int { Ty::Double } else { *ty };
+                let v = self.convert(v, ty);
+                match f {
+                    Fn1::Sqrt | Fn1::Fabs => {
+                        let a = self.reg(&v);
+                        let op = if *f == Fn1::Sqrt { "sqrt.rn" } else { "abs" };
+                        let (r, out) = self.new_val(ty);
+                        ins!(self, "{op}.{} \t{r}, {a}", num(ty));
+                        out
+                    }
+                    _ => self.call(f.c_name(), ty, &[v]),
+                }
+            }
+            Expr::Call2(f, ty, a, b) => {
+                let ty = if *ty == Ty::Int { Ty::Double } else { *ty };
+                let a = self.expr(a);
+                let a = self.convert(a, ty);
+                let b = self.expr(b);
+                let b = self.convert(b, ty);
+                match f {
+                    Fn2::Fmin | Fn2::Fmax => {
+                        let ra = self.reg(&a);
+                        let tb = Self::text(&b);
+                        let op = if *f == Fn2::Fmin { "min" } else { "max" };
+                        let (r, out) = self.new_val(ty);
+                        ins!(self, "{op}.{} \t{r}, {ra}, {tb}", num(ty));
+                        out
+                    }
+                    Fn2::Pow => self.call(f.c_name(), ty, &[a, b]),
+                }
+            }
+        }
+    }
+
+    fn slot_ty(&self, slot: usize) -> Ty {
+        self.slot_types[slot]
+    }
+
+    /// `a op b` after C's usual arithmetic conversions.
+    fn binary(&mut self, op: Bin, a: Val, b: Val) -> Val {
+        match op {
+            Bin::Arith(o) => {
+                let ty = Ty::usual(a.ty, b.ty);
+                let a = self.convert(a, ty);
+                let b = self.convert(b, ty);
+                let name = match (o, ty) {
+                    (ArithOp::Add, Ty::Int) => "add.s32",
+                    (ArithOp::Sub, Ty::Int) => "sub.s32",
+                    (ArithOp::Mul, Ty::Int) => "mul.lo.s32",
+                    (ArithOp::Div, Ty::Int) => "div.s32",
+                    (ArithOp::Add, Ty::Float) => "add.rn.f32",
+                    (ArithOp::Sub, Ty::Float) => "sub.rn.f32",
+                    (ArithOp::Mul, Ty::Float) => "mul.rn.f32",
+                    (ArithOp::Div, Ty::Float) => "div.rn.f32",
+                    (ArithOp::Add, Ty::Double) => "add.rn.f64",
+                    (ArithOp::Sub, Ty::Double) => "sub.rn.f64",
+                    (ArithOp::Mul, Ty::Double) => "mul.rn.f64",
+                    (ArithOp::Div, Ty::Double) => "div.rn.f64",
+                };
+                self.op2(name, a, b, ty)
+            }
+            Bin::Int(o) => {
+                let a = self.convert(a, Ty::Int);
+                let b = self.convert(b, Ty::Int);
+                let name = match o {
+                    IntOp::Rem => "rem.s32",
+                    IntOp::And => "and.b32",
+                    IntOp::Or => "or.b32",
+                    IntOp::Xor => "xor.b32",
+                    IntOp::Shl => "shl.b32",
+                    IntOp::Shr => "shr.s32",
+                };
+                self.op2(name, a, b, Ty::Int)
+            }
+            Bin::Cmp(o) => {
+                let ty = Ty::usual(a.ty, b.ty);
+                let a = self.convert(a, ty);
+                let b = self.convert(b, ty);
+                let cmp = match (o, ty) {
+                    (CmpOp::Lt, _) => "lt",
+                    (CmpOp::Gt, _) => "gt",
+                    (CmpOp::Le, _) => "le",
+                    (CmpOp::Ge, _) => "ge",
+                    (CmpOp::Eq, _) => "eq",
+                    (CmpOp::Ne, Ty::Int) => "ne",
+                    // C's `!=` is true when either side is NaN: unordered or not equal.
+                    (CmpOp::Ne, _) => "neu",
+                };
+                let ra = self.reg(&a);
+                let tb = Self::text(&b);
+                let p = self.fresh(Class::Pred);
+                ins!(self, "setp.{cmp}.{} \t{p}, {ra}, {tb}", num(ty));
+                self.int_of_pred(&p)
+            }
+            Bin::And | Bin::Or => {
+                // Both sides are evaluated: no expression of the subset has side effects
+                // or can fault (array reads wrap, int division by zero does not trap).
+                let p = self.truth(a);
+                let q = self.truth(b);
+                let r = self.fresh(Class::Pred);
+                let name = if op == Bin::And { "and" } else { "or" };
+                ins!(self, "{name}.pred \t{r}, {p}, {q}");
+                self.int_of_pred(&r)
+            }
+        }
+    }
+
+    fn op2(&mut self, name: &str, a: Val, b: Val, ty: Ty) -> Val {
+        let ra = self.reg(&a);
+        let tb = Self::text(&b);
+        let (r, out) = self.new_val(ty);
+        ins!(self, "{name} \t{r}, {ra}, {tb}");
+        out
+    }
+
+    /// `array[k]` as the template's `gp_wrapped_ints::operator[]` reads it: 0 for an empty
+    /// array, else element `k % len`, moved into `[0, len)`.
+    fn index(&mut self, array: usize, k: Val) -> Val {
+        let (base, len) = self.arrays[array].clone();
+        let rk = self.reg(&k);
+        let empty = self.fresh(Class::Pred);
+        ins!(self, "setp.le.s32 \t{empty}, {len}, 0");
+        let m = self.fresh(Class::B32);
+        ins!(self, "rem.s32 \t{m}, {rk}, {len}");
+        let neg = self.fresh(Class::Pred);
+        ins!(self, "setp.lt.s32 \t{neg}, {m}, 0");
+        let up = self.fresh(Class::B32);
+        ins!(self, "add.s32 \t{up}, {m}, {len}");
+        let at = self.fresh(Class::B32);
+        ins!(self, "selp.b32 \t{at}, {up}, {m}, {neg}");
+        let off = self.fresh(Class::B64);
+        ins!(self, "mul.wide.s32 \t{off}, {at}, 4");
+        let addr = self.fresh(Class::B64);
+        ins!(self, "add.s64 \t{addr}, {base}, {off}");
+        let (r, out) = self.new_val(Ty::Int);
+        ins!(self, "mov.b32 \t{r}, 0");
+        ins!(self, "@!{empty} ld.global.nc.u32 \t{r}, [{addr}]");
+        out
+    }
+
+    /// A call to the math library's `c_function` in `ty` (the `f` form for float).
+    fn call(&mut self, c_function: &str, ty: Ty, args: &[Val]) -> Val {
+        let name = if ty == Ty::Float { format!("{c_function}f") } else { c_function.to_owned() };
+        let (index, m): (usize, &MathFn) = ptx_math::FUNCTIONS
+            .iter()
+            .enumerate()
+            .find(|(_, m)| m.c_function == name)
+            .expect("every transcendental function of the subset is in the math library");
+        self.calls.insert(index);
+        let width = if ty == Ty::Double { "b64" } else { "b32" };
+        let t = bits(ty);
+        self.body.push_str("\t{\n");
+        let mut params = Vec::new();
+        for (k, a) in args.iter().enumerate() {
+            let ta = Self::text(a);
+            ins!(self, ".param .{width} param{k}");
+            ins!(self, "st.param.{t} \t[param{k}+0], {ta}");
+            params.push(format!("param{k}"));
+        }
+        ins!(self, ".param .{width} retval0");
+        ins!(self, "call.uni (retval0), {}, ({})", m.symbol, params.join(", "));
+        let (r, out) = self.new_val(ty);
+        ins!(self, "ld.param.{t} \t{r}, [retval0+0]");
+        self.body.push_str("\t}\n");
+        out
+    }
+
+    fn stmts(&mut self, stmts: &[Stmt]) {
+        for s in stmts {
+            self.stmt(s);
+        }
+    }
+
+    fn stmt(&mut self, s: &Stmt) {
+        match s {
+            Stmt::Assign(slot, ty, e) => {
+                let v = self.expr(e);
+                let v = self.convert(v, *ty);
+                let t = Self::text(&v);
+                let dst = self.slots[*slot].clone();
+                ins!(self, "mov.{} \t{dst}, {t}", bits(*ty));
+            }
+            Stmt::If(c, then, els) => {
+                let cv = self.expr(c);
+                let p = self.truth(cv);
+                let (other, end) = (self.label(), self.label());
+                ins!(self, "@!{p} bra \t{other}");
+                self.stmts(then);
+                ins!(self, "bra \t{end}");
+                self.place(&other);
+                self.stmts(els);
+                self.place(&end);
+            }
+            Stmt::Loop(cond, body, step) => {
+                let (top, end) = (self.label(), self.label());
+                self.place(&top);
+                if let Some(c) = cond {
+                    let cv = self.expr(c);
+                    let p = self.truth(cv);
+                    ins!(self, "@!{p} bra \t{end}");
+                }
+                self.stmts(body);
+                self.stmts(step);
+                ins!(self, "bra \t{top}");
+                self.place(&end);
+            }
+            Stmt::Block(b) => self.stmts(b),
+            // No expression of the subset has side effects.
+            Stmt::Discard(_) => {}
+        }
+    }
+}
+
+/// The `.visible .entry` of `program` under `name`, with the parameters of the problem's kernel
+/// convention; adds the library functions it calls to `calls`.
+pub(super) fn kernel(
+    problem: &Problem,
+    program: &Program,
+    name: &str,
+    calls: &mut BTreeSet<usize>,
+) -> String {
+    let spec = problem.spec();
+    let params = kernel_params(spec);
+    let mut e = Emitter {
+        body: String::new(),
+        counts: [0; 5],
+        labels: 0,
+        slots: Vec::new(),
+        slot_types: program.slot_types(),
+        arrays: Vec::new(),
+        calls,
+    };
+    let done = e.label();
+
+    // Parameters, the case index, and the bounds check.
+    let param_regs: Vec<String> = params
+        .iter()
+        .enumerate()
+        .map(|(k, p)| {
+            if p.role == ParamRole::NumCases {
+                let r = e.fresh(Class::B32);
+                ins!(e, "ld.param.u32 \t{r}, [{name}_param_{k}]");
+                r
+            } else {
+                let r = e.fresh(Class::B64);
+                ins!(e, "ld.param.u64 \t{r}, [{name}_param_{k}]");
+                r
+            }
+        })
+        .collect();
+    let (ctaid, ntid, tid, c) =
+        (e.fresh(Class::B32), e.fresh(Class::B32), e.fresh(Class::B32), e.fresh(Class::B32));
+    ins!(e, "mov.u32 \t{ctaid}, %ctaid.x");
+    ins!(e, "mov.u32 \t{ntid}, %ntid.x");
+    ins!(e, "mov.u32 \t{tid}, %tid.x");
+    ins!(e, "mad.lo.s32 \t{c}, {ctaid}, {ntid}, {tid}");
+    let ncases = params.iter().position(|p| p.role == ParamRole::NumCases).map(|k| param_regs[k].clone());
+    let out_of_range = e.fresh(Class::Pred);
+    ins!(e, "setp.ge.s32 \t{out_of_range}, {c}, {}", ncases.unwrap_or_else(|| "0".into()));
+    ins!(e, "@{out_of_range} bra \t{done}");
+    let case_offset = e.fresh(Class::B64);
+    ins!(e, "mul.wide.s32 \t{case_offset}, {c}, 4");
+    let global = |e: &mut Emitter<'_>, role: ParamRole| -> String {
+        let k = params.iter().position(|p| p.role == role).expect("kernel_params has every role");
+        let g = e.fresh(Class::B64);
+        ins!(e, "cvta.to.global.u64 \t{g}, {}", param_regs[k]);
+        g
+    };
+    // The case's element of a per-case array parameter.
+    let element = |e: &mut Emitter<'_>, g: &str| -> String {
+        let a = e.fresh(Class::B64);
+        ins!(e, "add.s64 \t{a}, {g}, {case_offset}");
+        a
+    };
+
+    // Inputs, lengths and array bases, by the input they belong to.
+    let mut input_regs: Vec<Option<String>> = vec![None; spec.inputs.len()];
+    let mut length_regs: Vec<Option<String>> = vec![None; spec.inputs.len()];
+    let mut base_regs: Vec<Option<String>> = vec![None; spec.inputs.len()];
+    for (i, input) in spec.inputs.iter().enumerate() {
+        let g = global(&mut e, ParamRole::Input(i));
+        match input.ty {
+            InputType::Int | InputType::Float => {
+                let a = element(&mut e, &g);
+                let (cls, t) =
+                    if input.ty == InputType::Int { (Class::B32, "u32") } else { (Class::F32, "f32") };
+                let r = e.fresh(cls);
+                ins!(e, "ld.global.nc.{t} \t{r}, [{a}]");
+                input_regs[i] = Some(r);
+            }
+            InputType::IntArray => {
+                let lg = global(&mut e, ParamRole::Lengths(i));
+                let a = element(&mut e, &lg);
+                let len = e.fresh(Class::B32);
+                ins!(e, "ld.global.nc.u32 \t{len}, [{a}]");
+                let first = e.fresh(Class::B32);
+                ins!(e, "mul.lo.s32 \t{first}, {c}, {}", input.max_len.unwrap_or(0));
+                let off = e.fresh(Class::B64);
+                ins!(e, "mul.wide.s32 \t{off}, {first}, 4");
+                let base = e.fresh(Class::B64);
+                ins!(e, "add.s64 \t{base}, {g}, {off}");
+                length_regs[i] = Some(len);
+                base_regs[i] = Some(base);
+            }
+        }
+    }
+    for &i in program.arrays() {
+        let base = base_regs[i].clone().expect("arrays are int[] inputs");
+        let len = length_regs[i].clone().expect("arrays are int[] inputs");
+        e.arrays.push((base, len));
+    }
+
+    // Variable slots: inputs and case bits are read-only and keep their registers; locals
+    // and statement outputs start at zero.
+    for (slot, src) in program.slots().iter().enumerate() {
+        let ty = program.slot_types()[slot];
+        let r = match src {
+            Source::Input(i) => input_regs[*i].clone().expect("scalar input"),
+            Source::Length(i) => length_regs[*i].clone().expect("int[] input"),
+            Source::CaseBit(bit) => {
+                let shifted = e.fresh(Class::B32);
+                ins!(e, "shr.s32 \t{shifted}, {c}, {bit}");
+                let r = e.fresh(Class::B32);
+                ins!(e, "and.b32 \t{r}, {shifted}, 1");
+                r
+            }
+            Source::Zero(_) => {
+                let r = e.fresh(class(ty));
+                ins!(e, "mov.{} \t{r}, {}", bits(ty), immediate(Value::Int(0).to(ty)));
+                r
+            }
+        };
+        e.slots.push(r);
+    }
+
+    // The phenotype, then the stores.
+    let store = |e: &mut Emitter<'_>, o: usize, v: Val| {
+        let g = global(e, ParamRole::Output(o));
+        let a = element(e, &g);
+        let t = Emitter::text(&v);
+        let st = if v.ty == Ty::Int { "u32" } else { "f32" };
+        ins!(e, "st.global.{st} \t[{a}], {t}");
+    };
+    match program.body() {
+        Body::Expression(x) => {
+            let v = e.expr(x);
+            for (o, out) in spec.outputs.iter().enumerate() {
+                let v = e.convert(v.clone(), scalar_ty(out.ty));
+                store(&mut e, o, v);
+            }
+        }
+        Body::Statements(s) => {
+            e.stmts(s);
+            for (o, &slot) in program.output_slots().iter().enumerate() {
+                let ty = program.slot_types()[slot];
+                let v = Val { op: Opnd::Reg(e.slots[slot].clone()), ty };
+                store(&mut e, o, v);
+            }
+        }
+    }
+    e.place(&done);
+    ins!(e, "ret");
+    debug_assert!(spec.kind == Kind::Expression || program.output_slots().len() == spec.outputs.len());
+
+    let mut k = String::with_capacity(e.body.len() + 512);
+    let _ = writeln!(k, ".visible .entry {name}(");
+    for (i, p) in params.iter().enumerate() {
+        let t = if p.role == ParamRole::NumCases { "u32" } else { "u64" };
+        let sep = if i + 1 < params.len() { "," } else { "" };
+        let _ = writeln!(k, "\t.param .{t} {name}_param_{i}{sep}");
+    }
+    k.push_str(")\n{\n");
+    for (i, (_, decl, prefix)) in CLASSES.iter().enumerate() {
+        if e.counts[i] > 0 {
+            let _ = writeln!(k, "\t.reg {decl} \t{prefix}<{}>;", e.counts[i] + 1);
+        }
+    }
+    k.push('\n');
+    k.push_str(&e.body);
+    k.push_str("}\n");
+    k
+}

@@ -1,0 +1,352 @@
+//! The PTX route: each individual's kernel emitted as PTX straight from the typed tree the CPU
+//! evaluator compiles its phenotype to ([`gpfarm_gp::interp::tree`]), with no C compiler in
+//! between. A unit is one PTX module (`.version 9.0`, `.target sm_XX`, `.address_size 64`) with
+//! one `.visible .entry` per individual, named and parameterised exactly as the NVRTC route's
+//! kernels ([`crate::kernel_name`], [`gpfarm_gp::problem::template::kernel_params`]), so the GPU evaluator
+//! launches either route's kernels the same way. The transcendental functions are not in the
+//! unit: it declares the ones it calls (`.extern .func`, the `extern "C"` ABI NVRTC writes for
+//! `gpm_sinf` and the others of [`gpfarm_protocol::ptx_math`]) and is linked with the library.
+//!
+//! # Same bits as NVRTC with `--fmad=false`
+//!
+//! The kernel computes what NVRTC makes of the phenotype in the problem's `template.cu`, bit for
+//! bit, provided that template is the standard harness ([`ptx_supported`]):
+//! - Every floating operation carries its rounding: `add.rn`, `sub.rn`, `mul.rn`, `div.rn`
+//!   (IEEE division, NVRTC's default `-prec-div=true`), `sqrt.rn` (`-prec-sqrt=true`). A plain
+//!   `mul.f32`/`add.f32` would let ptxas contract `a * b + c` into an FMA; `.rn` forbids it, as
+//!   `--fmad=false` does in NVRTC. No `.ftz`: NVRTC keeps subnormals by default.
+//! - C's typing comes from the tree: literals without `f` are doubles, binary operands take the
+//!   usual arithmetic conversions, every other conversion is a node. Conversions are
+//!   `cvt.rn.f32.s32`, `cvt.rn.f64.s32`, `cvt.f64.f32` (exact), `cvt.rn.f32.f64`, and
+//!   `cvt.rzi.s32.f32/f64` for floating to int (toward zero, saturating, NaN to 0), the
+//!   instructions NVRTC writes. Constants are converted here with the same rounding and written
+//!   as exact hexadecimal immediates (`0f3F800000`).
+//! - Comparisons are `setp` with C's NaN behaviour: ordered `lt gt le ge eq`, and `neu` for
+//!   `!=`; truth tests are `!= 0` (`neu` for floating values, so NaN is true).
+//! - Ints wrap (`add.s32`, `mul.lo.s32`); `/` and `%` are `div.s32`/`rem.s32`; `<<` and `>>`
+//!   are `shl.b32` and `shr.s32`, whose out-of-range counts behave as the evaluator states.
+//! - `sqrtf`/`sqrt`, `fabsf`/`fabs`, `fminf`/`fmin`, `fmaxf`/`fmax` are the single instructions
+//!   NVRTC writes for them (`sqrt.rn`, `abs`, `min`, `max`); `sin cos exp log tanh pow` and
+//!   their `f` forms call CUDA's own implementations in the library, compiled with the same
+//!   flags.
+//! - `&&`, `||` and `?:` evaluate both sides and select: no expression of the subset has side
+//!   effects or can fault, so the value is the same as C's short-circuit evaluation.
+//! - The harness: case `c = ctaid.x * ntid.x + tid.x`, return when `c >= NCASES`; scalar
+//!   inputs loaded from the case's element; an `int[]` input's reads wrap the index into
+//!   `[0, len)` exactly as `gp_wrapped_ints::operator[]` (0 for an empty list); case bits
+//!   `(c >> bit) & 1`; locals and statement outputs start at zero; an expression problem
+//!   stores the value converted to the output's type, a statement problem each output at the
+//!   end.
+//! - Loops are plain branches with no step limit, as in the NVRTC template: a runaway loop
+//!   runs until the GPU evaluator's watchdog, exactly as on the NVRTC route (the CPU evaluator
+//!   stops it after a step limit instead).
+//!
+//! Registers are virtual and single-assignment except for variable slots (`%p`, `%r`, `%rd`,
+//! `%f`, `%fd`, counted per kernel); ptxas allocates them. The emitter recurses once per nesting
+//! level of the tree, which the parser bounds ([`gpfarm_gp::interp::tree::MAX_NESTING`]); long
+//! flat chains such as a 10,000-term sum are iterated, not recursed.
+
+mod emit;
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::ops::Range;
+
+use gpfarm_gp::interp::CompileError;
+use gpfarm_gp::problem::{TemplateDifference, compare_with_standard};
+use gpfarm_gp::{Phenotype, Problem, Program};
+use gpfarm_protocol::SmArch;
+use gpfarm_protocol::ptx_math::FUNCTIONS;
+
+use crate::render::{RenderedUnit, kernel_name};
+
+/// The PTX ISA version units declare (CUDA 13.0's).
+pub const PTX_VERSION: &str = "9.0";
+
+/// Why a problem cannot take the PTX route.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "problem `{problem}` cannot take the PTX route, which generates the standard kernel harness itself: {difference}"
+)]
+pub struct PtxUnsupported {
+    /// The problem's name.
+    pub problem: String,
+    /// Where its template first differs from the standard harness.
+    pub difference: TemplateDifference,
+}
+
+/// Whether `problem` can take the PTX route: its `template.cu` must be the standard harness
+/// ([`gpfarm_gp::problem::standard_template`]) up to comments and spacing, since the emitted
+/// kernels compute exactly that harness and nothing a template adds.
+pub fn ptx_supported(problem: &Problem) -> Result<(), PtxUnsupported> {
+    compare_with_standard(problem.template(), problem.spec())
+        .map_err(|difference| PtxUnsupported { problem: problem.name().to_owned(), difference })
+}
+
+/// An individual the PTX route cannot emit: its phenotype does not compile. The caller gives it
+/// the worst fitness, as the CPU evaluator does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// Index into the phenotypes given.
+    pub index: usize,
+    /// Why the parser refused it.
+    pub error: CompileError,
+}
+
+/// The units of one batch, and the individuals left out of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PtxUnits {
+    /// One unit per part that has at least one emitted individual, in part order.
+    pub units: Vec<RenderedUnit>,
+    /// The individuals whose phenotype was refused, in index order.
+    pub refused: Vec<Refused>,
+}
+
+/// One PTX module holding the kernel of each `(kernel name, program)`.
+pub fn ptx_unit(problem: &Problem, members: &[(&str, &Program)], arch: SmArch) -> String {
+    let mut calls = BTreeSet::new();
+    let kernels: Vec<String> =
+        members.iter().map(|(name, program)| emit::kernel(problem, program, name, &mut calls)).collect();
+    let mut s = String::with_capacity(kernels.iter().map(String::len).sum::<usize>() + 1024);
+    let _ = writeln!(s, "//\n// gpfarm PTX unit: problem {}\n//\n", problem.name());
+    let _ = writeln!(s, ".version {PTX_VERSION}\n.target sm_{}\n.address_size 64\n", arch.0);
+    for &i in &calls {
+        let m = &FUNCTIONS[i];
+        let width = match m.ty {
+            gpfarm_protocol::ptx_math::MathTy::F32 => "b32",
+            gpfarm_protocol::ptx_math::MathTy::F64 => "b64",
+        };
+        let params: Vec<String> =
+            (0..m.arity).map(|k| format!("\t.param .{width} {}_param_{k}", m.symbol)).collect();
+        let _ = writeln!(
+            s,
+            ".extern .func  (.param .{width} func_retval0) {}\n(\n{}\n)\n;",
+            m.symbol,
+            params.join(",\n")
+        );
+    }
+    for k in kernels {
+        s.push('\n');
+        s.push_str(&k);
+    }
+    s
+}
+
+/// The text an individual's PTX-route cache key is computed over: its unit alone, with the
+/// kernel under a fixed name; `Err` when its phenotype does not compile.
+pub fn keyed_ptx(problem: &Problem, phenotype: &Phenotype, arch: SmArch) -> Result<String, CompileError> {
+    let program = Program::compile(problem, phenotype)?;
+    Ok(ptx_unit(problem, &[("gpfarm_individual", &program)], arch))
+}
+
+/// Emits one PTX unit per part, as [`crate::render_units`] renders CUDA C: part `u` holds the
+/// individuals of indices `parts[u]`, in unit `g<generation>_u<u>.ptx`, kernels named by
+/// [`kernel_name`]. Individuals whose phenotype does not compile are left out and listed in
+/// [`PtxUnits::refused`]; a part with none left gives no unit. The problem must pass
+/// [`ptx_supported`] for the kernels to compute what its template does.
+pub fn render_ptx_units(
+    problem: &Problem,
+    phenotypes: &[Phenotype],
+    generation: usize,
+    parts: &[Range<usize>],
+    arch: SmArch,
+) -> PtxUnits {
+    let mut units = Vec::new();
+    let mut refused = Vec::new();
+    for (u, part) in parts.iter().enumerate() {
+        let mut programs = Vec::new();
+        for i in part.clone() {
+            match Program::compile(problem, &phenotypes[i]) {
+                Ok(p) => programs.push((i, kernel_name(generation, i).as_str().to_owned(), p)),
+                Err(error) => refused.push(Refused { index: i, error }),
+            }
+        }
+        if programs.is_empty() {
+            continue;
+        }
+        let members: Vec<(&str, &Program)> = programs.iter().map(|(_, n, p)| (n.as_str(), p)).collect();
+        let source = ptx_unit(problem, &members, arch);
+        units.push(RenderedUnit {
+            name: format!("g{generation}_u{u}.ptx"),
+            source,
+            members: programs.iter().map(|(i, ..)| *i).collect(),
+            kernels: programs.into_iter().map(|(_, n, _)| n).collect(),
+        });
+    }
+    refused.sort_by_key(|r| r.index);
+    PtxUnits { units, refused }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ptx(problem: &str, phenotype: &str) -> String {
+        let problem = Problem::builtin(problem).unwrap();
+        keyed_ptx(&problem, &Phenotype::new(phenotype), SmArch::SM_90).unwrap()
+    }
+
+    /// The kernel's instructions, without declarations.
+    fn instructions(ptx: &str) -> Vec<String> {
+        let body = &ptx[ptx.find(".visible .entry").unwrap()..];
+        body.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('.'))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn count(ptx: &str, instruction: &str) -> usize {
+        instructions(ptx).iter().filter(|l| l.split_whitespace().next() == Some(instruction)).count()
+    }
+
+    #[test]
+    fn floating_operations_name_their_rounding_and_never_contract() {
+        let p = ptx("keijzer6", "x * x + x - x / x * 07.35 + (double)x / x - x * (double)x");
+        for op in
+            ["mul.rn.f32", "add.rn.f32", "div.rn.f32", "mul.rn.f64", "add.rn.f64", "sub.rn.f64", "div.rn.f64"]
+        {
+            assert!(count(&p, op) > 0, "{op}\n{p}");
+        }
+        for line in instructions(&p) {
+            let op = line.split_whitespace().find(|w| !w.starts_with('@')).unwrap();
+            for bare in
+                ["add.f", "sub.f", "mul.f", "div.f", "fma", "mad.f", "div.approx", "div.full", "sqrt.approx"]
+            {
+                assert!(!op.starts_with(bare), "{line}");
+            }
+            assert!(!line.contains(".ftz"), "{line}");
+        }
+    }
+
+    #[test]
+    fn c_typing_gives_the_conversions_nvrtc_writes() {
+        // 07.35 is a double: x is widened, the product is double, the store rounds to float.
+        let p = ptx("keijzer6", "x * 07.35");
+        let i = instructions(&p);
+        let at = |op: &str| i.iter().position(|l| l.starts_with(op)).unwrap_or_else(|| panic!("{op}\n{p}"));
+        assert!(at("cvt.f64.f32") < at("mul.rn.f64") && at("mul.rn.f64") < at("cvt.rn.f32.f64"));
+        assert!(i[at("mul.rn.f64")].ends_with("0d401D666666666666;"), "{p}");
+        let p = ptx("search", "tmp = SEARCH * 1.5f; OUTPUT = tmp / 2.0f; i = (double)SEARCH / 3;");
+        for (op, n) in
+            [("cvt.rn.f32.s32", 2), ("cvt.rzi.s32.f32", 2), ("cvt.rn.f64.s32", 1), ("cvt.rzi.s32.f64", 1)]
+        {
+            assert_eq!(count(&p, op), n, "{op}\n{p}");
+        }
+        // Constants are converted when emitted, with the same rounding.
+        let p = ptx("keijzer6", "x + 1 + (float)16777217 + (int)2.9");
+        assert_eq!(count(&p, "cvt.rn.f32.s32"), 0, "{p}");
+        assert!(p.contains("0f3F800000") && p.contains("0f4B800000") && p.contains("0f40000000"), "{p}");
+    }
+
+    #[test]
+    fn comparisons_keep_cs_nan_behaviour() {
+        let p = ptx("keijzer6", "(x != 1.0f) + (x < 1) + (x == x) + (x >= 2.0) + !x");
+        for op in ["setp.neu.f32", "setp.lt.f32", "setp.eq.f32", "setp.ge.f64"] {
+            assert!(count(&p, op) > 0, "{op}\n{p}");
+        }
+        let p = ptx("search", "if (tmp != SEARCH && SEARCH > 1 || !i) OUTPUT = 1;");
+        for op in ["setp.ne.s32", "setp.gt.s32", "and.pred", "or.pred"] {
+            assert!(count(&p, op) > 0, "{op}\n{p}");
+        }
+    }
+
+    #[test]
+    fn ints_wrap_divide_and_shift_as_ptx_does() {
+        let p = ptx("search", "tmp = SEARCH * 3 / 2 % 5 << 1 >> 2; tmp = -tmp ^ ~tmp | 1 & tmp;");
+        for op in [
+            "mul.lo.s32",
+            "div.s32",
+            "rem.s32",
+            "shl.b32",
+            "shr.s32",
+            "neg.s32",
+            "not.b32",
+            "xor.b32",
+            "or.b32",
+            "and.b32",
+        ] {
+            assert!(count(&p, op) > 0, "{op}\n{p}");
+        }
+    }
+
+    #[test]
+    fn only_called_library_functions_are_declared() {
+        let p = ptx("keijzer6", "sinf(x) + expf(x) * sinf(x + 1)");
+        assert_eq!(p.matches(".extern .func").count(), 2, "{p}");
+        assert!(p.contains(
+            ".extern .func  (.param .b32 func_retval0) gpm_sinf\n(\n\t.param .b32 gpm_sinf_param_0\n)\n;"
+        ));
+        assert!(p.contains(") gpm_expf\n"));
+        assert_eq!(count(&p, "call.uni"), 3);
+        let p = ptx("keijzer6", "sqrtf(fabsf(x)) + fminf(x, 1.0f) + fmax(x, 2.0) + sqrt(fabs(x * 1.0))");
+        assert!(!p.contains(".extern"), "{p}");
+        for op in ["sqrt.rn.f32", "abs.f32", "min.f32", "max.f64", "sqrt.rn.f64", "abs.f64"] {
+            assert_eq!(count(&p, op), 1, "{op}\n{p}");
+        }
+        let p = ptx("keijzer6", "pow(x, 2) + powf(x, 0.5f) + tanh(x)");
+        assert!(
+            p.contains(") gpm_pow\n(\n\t.param .b64 gpm_pow_param_0,\n\t.param .b64 gpm_pow_param_1\n)"),
+            "{p}"
+        );
+        assert!(p.contains(") gpm_powf\n") && p.contains(") gpm_tanhf\n"), "{p}");
+    }
+
+    #[test]
+    fn a_unit_has_one_header_and_each_kernel_by_name() {
+        let problem = Problem::builtin("keijzer6").unwrap();
+        let phenotypes: Vec<Phenotype> =
+            ["sinf(x)", "x", "sinf(x) + cosf(x)"].iter().map(|s| Phenotype::new(*s)).collect();
+        let units = render_ptx_units(&problem, &phenotypes, 2, std::slice::from_ref(&(0..3)), SmArch::SM_90);
+        let u = &units.units[0];
+        assert_eq!(u.name, "g2_u0.ptx");
+        assert_eq!(u.kernels, ["g2_i0", "g2_i1", "g2_i2"]);
+        assert_eq!(u.source.matches(".version 9.0").count(), 1);
+        assert_eq!(u.source.matches(".extern .func").count(), 2);
+        for k in &u.kernels {
+            assert_eq!(u.source.matches(&format!(".visible .entry {k}(")).count(), 1);
+        }
+        // The parameters of the template's kernel, in order: in_x, out_y, NCASES.
+        assert!(u.source.contains(
+            "\t.param .u64 g2_i1_param_0,\n\t.param .u64 g2_i1_param_1,\n\t.param .u32 g2_i1_param_2\n)"
+        ));
+    }
+
+    #[test]
+    fn the_keyed_ptx_names_no_generation_or_place() {
+        let problem = Problem::builtin("search").unwrap();
+        let p = Phenotype::new("OUTPUT = INPUT[SEARCH % LENINPUT];");
+        let keyed = keyed_ptx(&problem, &p, SmArch::SM_90).unwrap();
+        let units = render_ptx_units(
+            &problem,
+            std::slice::from_ref(&p),
+            5,
+            std::slice::from_ref(&(0..1)),
+            SmArch::SM_90,
+        );
+        assert_eq!(units.units[0].source.replace("g5_i0", "gpfarm_individual"), keyed);
+        assert_ne!(keyed, keyed_ptx(&problem, &p, SmArch(80)).unwrap());
+        assert!(keyed_ptx(&problem, &Phenotype::new("OUTPUT = ;"), SmArch::SM_90).is_err());
+    }
+
+    #[test]
+    fn the_harness_reads_wrapped_elements_and_case_bits() {
+        let p = ptx("search", "OUTPUT = INPUT[tmp - 1];");
+        // Base: in_INPUT + c * 20; element: m = k % len, moved up when negative; 0 when empty.
+        assert!(p.contains("mul.lo.s32 \t%r7, %r5, 20;"), "{p}");
+        for op in ["rem.s32", "setp.le.s32", "selp.b32", "mul.wide.s32"] {
+            assert!(count(&p, op) > 0, "{op}\n{p}");
+        }
+        assert!(p.contains("ld.global.nc.u32"), "{p}");
+        assert!(
+            instructions(&p).iter().any(|l| l.starts_with("@!%p") && l.contains("ld.global.nc.u32")),
+            "{p}"
+        );
+        let p = ptx(
+            "multiplier5",
+            "o0 = a0; o1 = b4; o2 = 0; o3 = 0; o4 = 0; o5 = 0; o6 = 0; o7 = 0; o8 = 0; o9 = 0;",
+        );
+        assert!(p.contains("shr.s32 \t%r24, %r5, 9;"), "{p}");
+        assert_eq!(count(&p, "st.global.u32"), 10);
+    }
+}
