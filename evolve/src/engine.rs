@@ -9,6 +9,7 @@ use gpfarm_client::{Compiler, DiskCache, GpuWorker, ProblemRef, UnitOutcome, cac
 use gpfarm_gp::{Pipeline, Problem};
 use gpfarm_kernels::gpu;
 use gpfarm_kernels::worker::LoadProblem;
+use gpfarm_protocol::Route;
 use gpfarm_protocol::{CompileMode, CompileOptions, SmArch, Unit};
 
 use crate::driver::{CrashSettings, Driver, Evaluator, Settings};
@@ -50,8 +51,12 @@ impl Engine {
         let (gpu, notice) = choose_gpu(options.eval, options.compile, source.is_some())?;
         let arch = options.arch.or(gpu.as_ref().map(|g| g.1)).unwrap_or(SmArch::SM_90);
         let mut engine = Engine { problem, source, options, arch, gpu: gpu.map(|g| g.0), notice };
-        // Refuse bad GP parameters now, before a compiler is built for them.
+        // Refuse bad GP parameters and a route the problem cannot take now, before a compiler is
+        // built for them.
         engine.pipeline()?;
+        if engine.options.compile && engine.options.route == Route::Ptx {
+            gpfarm_kernels::ptx_supported(&engine.problem)?;
+        }
         engine.options.arch = Some(arch);
         Ok(engine)
     }
@@ -71,7 +76,12 @@ impl Engine {
     pub fn compile_options(&self) -> CompileOptions {
         let contraction = (!self.options.fmad).then(|| NO_FMAD.to_owned());
         let flags = contraction.into_iter().chain(self.options.flags.iter().cloned()).collect();
-        CompileOptions { arch: self.arch, mode: CompileMode::Cubin, flags, link_flags: self.options.link_flags.clone() }
+        CompileOptions {
+            arch: self.arch,
+            mode: CompileMode::Cubin,
+            flags,
+            link_flags: self.options.link_flags.clone(),
+        }
     }
 
     /// Who will compute fitness when the run is given a compiler.
@@ -136,6 +146,7 @@ impl Engine {
             overlap: o.overlap,
             per_unit: o.per_unit,
             workers: compiler.as_ref().map_or(1, |c| c.workers()),
+            route: o.route,
             crash: CrashSettings {
                 retry_flags: o.crash_retry_flags.clone(),
                 retry_on_gpu: o.crash_retry_on_gpu,

@@ -38,6 +38,9 @@ pub enum EvolveError {
         /// Its log.
         log: String,
     },
+    /// The problem cannot take the PTX route (its template is not the standard harness).
+    #[error(transparent)]
+    PtxRoute(#[from] gpfarm_kernels::PtxUnsupported),
     /// The disk cache's directory could not be opened.
     #[error("opening the disk cache in {}", dir.display())]
     DiskCache {

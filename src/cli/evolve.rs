@@ -9,7 +9,7 @@ use clap::Args;
 use gpfarm_client::DiskCache;
 use gpfarm_evolve::{Engine, EvalMode, Options, ProblemRef};
 use gpfarm_gp::EvolutionConfig;
-use gpfarm_protocol::{FarmName, SmArch};
+use gpfarm_protocol::{FarmName, Route, SmArch};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use gpfarm_client::CompilerSpec;
@@ -65,6 +65,13 @@ pub struct EvolveArgs {
     /// Extra NVRTC option (repeatable).
     #[arg(long = "flag", allow_hyphen_values = true)]
     flags: Vec<String>,
+    /// How individuals become CUBIN: nvrtc (CUDA C through NVRTC) or ptx (PTX emitted from the
+    /// phenotype, linked by nvJitLink; needs a problem whose template.cu is the standard harness).
+    #[arg(long, default_value = "nvrtc")]
+    route: Route,
+    /// nvJitLink option for the PTX route (repeatable), e.g. --link-flag=-O1.
+    #[arg(long = "link-flag", allow_hyphen_values = true)]
+    link_flags: Vec<String>,
     /// Let NVRTC fuse `a * b + c` into one multiply-add (its own default). Without it every
     /// floating-point operation is rounded on its own, as C and the CPU evaluator do.
     #[arg(long)]
@@ -158,6 +165,8 @@ impl EvolveArgs {
             arch: self.arch,
             flags: self.flags.clone(),
             fmad: self.fmad,
+            route: self.route,
+            link_flags: self.link_flags.clone(),
             cache: !self.no_cache,
             overlap: !self.no_overlap,
             per_unit: self.per_unit,

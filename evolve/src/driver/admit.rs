@@ -8,7 +8,9 @@ use std::time::Instant;
 
 use gpfarm_client::CacheKey;
 use gpfarm_gp::Born;
-use gpfarm_kernels::keyed_source;
+use gpfarm_gp::Fitness;
+use gpfarm_kernels::{keyed_ptx, keyed_source};
+use gpfarm_protocol::Route;
 
 use super::{Driver, Member, Ready};
 use crate::account::Chain;
@@ -24,16 +26,38 @@ impl Driver<'_> {
         for b in born {
             self.account(b.generation).born += 1;
             self.totals.individuals_evaluated += 1;
+            // The PTX route emits from the typed tree: a phenotype the parser refuses cannot be
+            // emitted, and gets the worst fitness, as the CPU evaluator gives it.
+            let keyed = match self.settings.route {
+                Route::Nvrtc => Ok(keyed_source(self.problem.template(), &b.phenotype)),
+                Route::Ptx => keyed_ptx(self.problem, &b.phenotype, self.options.arch),
+            };
+            let keyed = match keyed {
+                Ok(text) => text,
+                Err(e) => {
+                    tracing::warn!(
+                        "individual {} of generation {} cannot take the PTX route: {e}; phenotype: {}",
+                        b.slot,
+                        b.generation,
+                        b.phenotype.as_str()
+                    );
+                    let worst = Fitness::worst(self.problem.direction());
+                    self.pipeline.set_fitness(b.generation, b.slot, worst)?;
+                    let a = self.account(b.generation);
+                    a.failed += 1;
+                    a.known(Chain::without_compile(now, now));
+                    self.totals.failed += 1;
+                    progress = true;
+                    continue;
+                }
+            };
             let member = Member {
                 generation: b.generation,
                 slot: b.slot,
-                key: self.settings.cache.then(|| {
-                    CacheKey::new(
-                        keyed_source(self.problem.template(), &b.phenotype).as_bytes(),
-                        self.options,
-                        &self.toolchain,
-                    )
-                }),
+                key: self
+                    .settings
+                    .cache
+                    .then(|| CacheKey::new(keyed.as_bytes(), self.options, &self.toolchain)),
                 phenotype: b.phenotype,
                 born: now,
             };

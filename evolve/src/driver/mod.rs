@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use gpfarm_client::{CacheKey, Compiler, DiskCache, Submitter, job_queue};
 use gpfarm_gp::{Born, Fitness, GenerationStats, Phenotype, Pipeline, Problem};
-use gpfarm_protocol::CompileOptions;
+use gpfarm_protocol::{CompileOptions, Route};
 
 use crate::account::{Account, Chain};
 use crate::error::EvolveError;
@@ -49,6 +49,8 @@ pub(crate) struct Settings {
     pub workers: usize,
     /// What happens to an individual that crashes NVRTC or does not compile.
     pub crash: CrashSettings,
+    /// CUDA C for NVRTC, or PTX emitted from the phenotype.
+    pub route: Route,
 }
 
 /// What happens to an individual that crashes NVRTC or does not compile (see

@@ -12,8 +12,9 @@ use gpfarm_client::{
     BuildConfig, CacheKey, CompileOptions, Compiler, CompilerSpec, FailureKind, Finished, Job, Submitter,
     Unit, UnitOutcome, Workers,
 };
-use gpfarm_gp::Fitness;
-use gpfarm_kernels::{UNIT_WEIGHT, compile_weight, kernel_name, render_unit};
+use gpfarm_gp::{Fitness, Program};
+use gpfarm_kernels::{UNIT_WEIGHT, compile_weight, kernel_name, ptx::ptx_unit, render_unit};
+use gpfarm_protocol::Route;
 
 use super::{Driver, Evaluator, JobInfo, Member, Ready};
 use crate::account::Chain;
@@ -78,7 +79,8 @@ impl Driver<'_> {
     /// Writes the unit of `m` alone into the crash directory; says where, or why not.
     fn save_failed(&mut self, m: &Member) -> String {
         let dir = &self.settings.crash.dir;
-        let path = dir.join(format!("{}.cu", kernel_name(m.generation, m.slot).as_str()));
+        let extension = if self.settings.route == Route::Ptx { "ptx" } else { "cu" };
+        let path = dir.join(format!("{}.{extension}", kernel_name(m.generation, m.slot).as_str()));
         let (source, _) = self.render(std::slice::from_ref(m));
         match std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, source)) {
             Ok(()) => {
@@ -97,15 +99,16 @@ impl Driver<'_> {
     /// its own (this thread waits for it: crashes are rare).
     fn retry_crashed(&mut self, m: &Member, queued: Instant, started: Instant) -> Retried {
         let crash = &self.settings.crash;
-        if crash.retry_flags.is_empty() {
+        // The retry flags are NVRTC's: a PTX unit is not compiled by NVRTC.
+        if crash.retry_flags.is_empty() || self.settings.route == Route::Ptx {
             return Retried::NotTried;
         }
         if matches!(self.retry, Retry::NotStarted) {
             self.retry = self.start_retry();
         }
         let (source, kernels) = self.render(std::slice::from_ref(m));
+        let unit = self.unit(format!("g{}_i{}_retry", m.generation, m.slot), source);
         let Retry::Running(compiler, options) = &mut self.retry else { return Retried::Unavailable };
-        let unit = Unit::new(format!("g{}_i{}_retry.cu", m.generation, m.slot), source);
         let retry_started = Instant::now();
         let result = match compiler.compile(&[unit], options) {
             Ok(batch) => batch.results.into_iter().next(),
@@ -198,12 +201,35 @@ impl Driver<'_> {
         Ok(())
     }
 
-    /// The unit of `members`, one kernel each, and the kernels' names.
+    /// The unit of `members`, one kernel each (CUDA C or PTX, by the run's route), and the
+    /// kernels' names.
     fn render(&self, members: &[Member]) -> (String, Vec<String>) {
         let named: Vec<_> =
             members.iter().map(|m| (kernel_name(m.generation, m.slot), &m.phenotype)).collect();
-        let source = render_unit(self.problem.template(), &named);
-        (source, named.iter().map(|(k, _)| k.as_str().to_owned()).collect())
+        let kernels = named.iter().map(|(k, _)| k.as_str().to_owned()).collect();
+        let source = match self.settings.route {
+            Route::Nvrtc => render_unit(self.problem.template(), &named),
+            Route::Ptx => {
+                // Admitted individuals parse (admit refuses the rest).
+                let programs: Vec<(&str, Program)> = named
+                    .iter()
+                    .filter_map(|(k, p)| {
+                        Program::compile(self.problem, p).ok().map(|prog| (k.as_str(), prog))
+                    })
+                    .collect();
+                let refs: Vec<(&str, &Program)> = programs.iter().map(|(k, p)| (*k, p)).collect();
+                ptx_unit(self.problem, &refs, self.options.arch)
+            }
+        };
+        (source, kernels)
+    }
+
+    /// A unit of the run's route.
+    fn unit(&self, stem: String, source: String) -> Unit {
+        match self.settings.route {
+            Route::Nvrtc => Unit::new(format!("{stem}.cu"), source),
+            Route::Ptx => Unit::ptx(format!("{stem}.ptx"), source),
+        }
     }
 
     fn submit(
@@ -216,7 +242,7 @@ impl Driver<'_> {
         let (source, kernels) = self.render(&members);
         let id = self.next_job;
         self.next_job += 1;
-        let unit = Unit::new(format!("g{generation}_j{id}.cu"), source);
+        let unit = self.unit(format!("g{generation}_j{id}"), source);
         if !submitter.submit(Job { id, units: vec![unit] }) {
             return Err(EvolveError::CompilerStopped);
         }
