@@ -152,6 +152,98 @@ fn keijzer6_fitness_on_the_gpu_matches_the_cpu_evaluator_within_1e_4() {
     assert!(differ * 100 <= compiled, "{differ} of {compiled} differ beyond 1e-4");
 }
 
+/// The PTX route against the NVRTC route (both without contraction, as the engine compiles):
+/// random individuals of each problem, and those bred from them for a few generations, get
+/// bit-identical fitness on the GPU.
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
+fn the_ptx_route_gives_the_nvrtc_route_s_fitness_bit_for_bit() {
+    let arch = require_gpu("ptx_route_agreement");
+    let mut farm = Farm::spawn(config(cores())).unwrap();
+    let nvrtc = CompileOptions { flags: vec![gpfarm_evolve::NO_FMAD.into()], ..CompileOptions::cubin(arch) };
+    let (mut differ, mut total) = (0, 0);
+    for problem_name in ["search", "keijzer6", "multiplier5"] {
+        let problem = Problem::builtin(problem_name).unwrap();
+        let mut gpu = evaluator(&mut farm, &problem, arch);
+        for seed in [7, 8, 9] {
+            let phenotypes = random_phenotypes(&problem, seed);
+            let a = compile_with(&mut farm, &problem, &phenotypes, &nvrtc);
+            let rendered = gpfarm_kernels::render_ptx_units(
+                &problem,
+                &phenotypes,
+                0,
+                &per_unit(phenotypes.len(), 32),
+                arch,
+            );
+            let wire: Vec<Unit> =
+                rendered.units.iter().map(|u| Unit::ptx(u.name.clone(), u.source.clone())).collect();
+            let batch = farm.compile(&wire, &nvrtc).unwrap();
+            let mut cubins = Vec::new();
+            for (u, r) in rendered.units.into_iter().zip(batch.results) {
+                match r.outcome {
+                    UnitOutcome::Cubin(c) => cubins.push((c, u.kernels, u.members)),
+                    UnitOutcome::Failed(f) => panic!("{}: {f}\n{}", u.name, r.log),
+                }
+            }
+            let b = Built { cubins };
+            let on_nvrtc = gpu.evaluate(&views(&a), phenotypes.len()).unwrap();
+            let on_ptx = gpu.evaluate(&views(&b), phenotypes.len()).unwrap();
+            let mut compared = 0;
+            for (i, (x, y)) in on_nvrtc.fitness.iter().zip(&on_ptx.fitness).enumerate() {
+                let Some(x) = x else { continue };
+                compared += 1;
+                if y.map(f64::to_bits) != Some(x.to_bits()) {
+                    differ += 1;
+                    eprintln!(
+                        "{problem_name} seed {seed} #{i}: nvrtc {x:e}, ptx {y:?}: {}",
+                        phenotypes[i].as_str()
+                    );
+                }
+            }
+            total += compared;
+            eprintln!(
+                "ptx route, {problem_name} seed {seed}: {compared} individuals compared, {} refused by the parser",
+                rendered.refused.len()
+            );
+        }
+    }
+    eprintln!("ptx route: {differ} of {total} differ");
+    assert_eq!(differ, 0);
+}
+
+/// 20 generations of each problem by either route, evaluated on the GPU: the same best, mean and
+/// median in every generation.
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
+fn runs_by_either_route_evolve_the_same_on_the_gpu() {
+    require_gpu("ptx_route_runs");
+    for problem in ["search", "keijzer6", "multiplier5"] {
+        let run = |route: &str| -> Vec<serde_json::Value> {
+            let out = Command::new(env!("CARGO_BIN_EXE_gpfarm"))
+                .args(["evolve", "--eval", "gpu", "--problem", problem, "--population", "300"])
+                .args(["--generations", "20", "--seed", "1", "--json", "--route", route])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{problem} {route}: {}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+        };
+        let (a, b) = (run("nvrtc"), run("ptx"));
+        assert_eq!(a.len(), 22);
+        assert_eq!(b.len(), 22);
+        for (x, y) in a[..21].iter().zip(&b[..21]) {
+            for field in ["best", "mean", "median"] {
+                assert_eq!(x[field], y[field], "{problem} generation {} {field}", x["generation"]);
+            }
+            assert_eq!(y["evaluator"], "gpu");
+        }
+        eprintln!(
+            "{problem}: nvrtc {:.1} ms per generation, ptx {:.1}",
+            a[21]["mean_generation_ms"].as_f64().unwrap(),
+            b[21]["mean_generation_ms"].as_f64().unwrap()
+        );
+    }
+}
+
 /// The engine may evaluate an individual compiled with its crash retry flags on the GPU only if
 /// those flags give the same fitness as the default ones: every random individual of each
 /// problem, compiled both ways, must get bit-identical fitness on the GPU.

@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use gpfarm_client::{BuildConfig, CompileOptions, Compiler, Workers};
-use gpfarm_protocol::SmArch;
+use gpfarm_protocol::{CompileMode, Route, SmArch};
 use serde::{Deserialize, Serialize};
 
 pub use method::Method;
@@ -39,6 +39,11 @@ pub struct BenchConfig {
     pub per_unit: usize,
     /// Extra NVRTC options (also given to nvcc where it accepts them).
     pub flags: Vec<String>,
+    /// Routes compared, on the same populations: NVRTC from CUDA C, PTX emitted from the
+    /// phenotype (only compilers that take PTX units: in-process, threads, the farm).
+    pub routes: Vec<Route>,
+    /// nvJitLink options for the PTX route.
+    pub link_flags: Vec<String>,
     /// Target architecture.
     pub arch: SmArch,
     /// Toolchain directory.
@@ -66,6 +71,8 @@ impl BenchConfig {
             ],
             per_unit: 10,
             flags: Vec::new(),
+            routes: vec![Route::Nvrtc],
+            link_flags: Vec::new(),
             arch: SmArch::SM_90,
             cuda: None,
             nvcc_samples: 1,
@@ -114,8 +121,11 @@ pub struct Row {
     pub generation: usize,
     /// Method name.
     pub method: String,
-    /// Extra options (space separated).
+    /// Extra options (space separated): NVRTC's, then for the PTX route nvJitLink's.
     pub flags: String,
+    /// How the units became CUBIN (`nvrtc` in files written before routes were compared).
+    #[serde(default)]
+    pub route: Route,
     /// Individuals compiled (the valid ones).
     pub individuals: usize,
     /// Translation units.
@@ -149,6 +159,16 @@ pub struct Row {
     pub read_ms: f64,
 }
 
+impl Row {
+    /// The method as tables and plots name it: the compiler, and ` ptx` for the PTX route.
+    pub fn label(&self) -> String {
+        match self.route {
+            Route::Nvrtc => self.method.clone(),
+            Route::Ptx => format!("{} ptx", self.method),
+        }
+    }
+}
+
 /// Milliseconds to three places, as `bench.csv` has always held them: timings are taken in
 /// microseconds, so further digits are noise. (`n / 1000` of an integer `n` is the double nearest
 /// the decimal, which prints as exactly that decimal.)
@@ -177,7 +197,7 @@ pub fn run(config: &BenchConfig, mut progress: impl FnMut(&str)) -> Result<Vec<R
             arch: config.arch,
             mode: method.mode(),
             flags: config.flags.clone(),
-            link_flags: Vec::new(),
+            link_flags: config.link_flags.clone(),
         };
         let mut compiler = match method.build(&options, &build) {
             Ok(c) => c,
@@ -186,25 +206,33 @@ pub fn run(config: &BenchConfig, mut progress: impl FnMut(&str)) -> Result<Vec<R
                 continue;
             }
         };
-        let started = Instant::now();
-        // One compile before measuring, so no method is timed cold.
-        if let Some(first) = samples.first() {
-            compiler.compile(&first.units, &options).with_context(|| format!("{method}: warm-up"))?;
-        }
-        let mut per_key = std::collections::HashMap::new();
-        for s in &samples {
-            if *method == Method::Nvcc {
-                let n = per_key.entry((s.problem.clone(), s.size)).or_insert(0usize);
-                if *n >= config.nvcc_samples {
-                    continue;
-                }
-                *n += 1;
+        for &route in &config.routes {
+            if route == Route::Ptx && (*method == Method::Nvcc || options.mode == CompileMode::PtxJit) {
+                continue;
             }
-            rows.push(measure(compiler.as_mut(), s, method, &options)?);
+            let started = Instant::now();
+            // One compile before measuring, so no method is timed cold (for the PTX route this
+            // also compiles the math library).
+            if let Some(first) = samples.first() {
+                compiler
+                    .compile(first.units(route), &options)
+                    .with_context(|| format!("{method} {route}: warm-up"))?;
+            }
+            let mut per_key = std::collections::HashMap::new();
+            for s in &samples {
+                if *method == Method::Nvcc {
+                    let n = per_key.entry((s.problem.clone(), s.size)).or_insert(0usize);
+                    if *n >= config.nvcc_samples {
+                        continue;
+                    }
+                    *n += 1;
+                }
+                rows.push(measure(compiler.as_mut(), s, method, route, &options)?);
+            }
+            progress(&format!("{method} {route}: done in {:.1} s", started.elapsed().as_secs_f64()));
+            // Written after every method, so an interrupted run keeps what it measured.
+            report::write_csv(&rows, &config.out.join("bench.csv"))?;
         }
-        progress(&format!("{method}: done in {:.1} s", started.elapsed().as_secs_f64()));
-        // Written after every method, so an interrupted run keeps what it measured.
-        report::write_csv(&rows, &config.out.join("bench.csv"))?;
     }
     Ok(rows)
 }
@@ -213,9 +241,11 @@ fn measure(
     compiler: &mut dyn Compiler,
     s: &Sample,
     method: &Method,
+    route: Route,
     options: &CompileOptions,
 ) -> Result<Row> {
-    let batch = compiler.compile(&s.units, options)?;
+    let units = s.units(route);
+    let batch = compiler.compile(units, options)?;
     let ms = |us: u64| us as f64 / 1000.0;
     let wall_ms = ms(batch.stats.wall_us);
     let busiest_ms = ms(batch.stats.critical_busy_us());
@@ -225,9 +255,15 @@ fn measure(
         run: s.run,
         generation: s.generation,
         method: method.to_string(),
-        flags: options.flags.join(" "),
+        flags: match route {
+            Route::Nvrtc => options.flags.join(" "),
+            Route::Ptx => {
+                options.flags.iter().chain(&options.link_flags).cloned().collect::<Vec<_>>().join(" ")
+            }
+        },
+        route,
         individuals: s.individuals,
-        units: s.units.len(),
+        units: units.len(),
         ok_units: batch.results.iter().filter(|r| r.cubin().is_some()).count(),
         wall_ms,
         ms_per_individual: wall_ms / s.individuals.max(1) as f64,

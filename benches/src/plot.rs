@@ -12,8 +12,7 @@ use crate::report::{group, spread};
 
 fn series(rows: &[Row], problem: &str) -> Vec<(String, Vec<(f64, f64)>)> {
     let groups = group(rows);
-    let mut methods: Vec<String> =
-        rows.iter().filter(|r| r.problem == problem).map(|r| r.method.clone()).collect();
+    let mut methods: Vec<String> = rows.iter().filter(|r| r.problem == problem).map(|r| r.label()).collect();
     methods.sort();
     methods.dedup();
     methods

@@ -43,13 +43,14 @@ pub fn paper_table(problem: &str) -> &'static [(&'static str, f64, f64)] {
 
 /// The columns of `bench.csv`, in order: [`Row`]'s fields, as serde names them (a test holds the
 /// two together, and the committed results to both).
-pub const COLUMNS: [&str; 17] = [
+pub const COLUMNS: [&str; 18] = [
     "problem",
     "size",
     "run",
     "generation",
     "method",
     "flags",
+    "route",
     "individuals",
     "units",
     "ok_units",
@@ -169,12 +170,14 @@ pub fn problems(rows: &[Row]) -> Vec<String> {
 pub fn group(rows: &[Row]) -> BTreeMap<Key, Vec<&Row>> {
     let mut g: BTreeMap<Key, Vec<&Row>> = BTreeMap::new();
     for r in rows {
-        g.entry((r.problem.clone(), r.size, r.method.clone())).or_default().push(r);
+        g.entry((r.problem.clone(), r.size, r.label())).or_default().push(r);
     }
     g
 }
 
-fn method_order(m: &str) -> (usize, usize) {
+fn method_order(m: &str) -> (usize, usize, usize) {
+    // A route after the compiler (`farm:16 ptx`) sorts after the same compiler's NVRTC row.
+    let (m, route) = m.split_once(' ').map_or((m, 0), |(m, _)| (m, 1));
     let (name, k) = m.split_once(':').map_or((m, 0), |(n, k)| (n, k.parse().unwrap_or(0)));
     let rank = match name {
         "nvcc" => 0,
@@ -183,7 +186,7 @@ fn method_order(m: &str) -> (usize, usize) {
         "farm" => 3,
         _ => 4,
     };
-    (rank, k)
+    (rank, k, route)
 }
 
 /// The markdown report: per problem, the paper-shaped table at the largest size with the paper's
@@ -270,7 +273,7 @@ pub fn tables(rows: &[Row], heading: &str) -> String {
         for m in &methods {
             let pts: Vec<(f64, f64)> = rows
                 .iter()
-                .filter(|r| &r.problem == problem && &r.method == m)
+                .filter(|r| &r.problem == problem && &r.label() == m)
                 .map(|r| (r.individuals as f64, r.wall_ms))
                 .collect();
             if let Some(f) = fit(&pts) {
@@ -291,6 +294,8 @@ pub fn tables(rows: &[Row], heading: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use gpfarm_protocol::Route;
+
     use super::*;
 
     #[test]
@@ -309,6 +314,7 @@ mod tests {
             generation: 0,
             method: "farm:2".into(),
             flags: String::new(),
+            route: Route::Nvrtc,
             individuals,
             units: 1,
             ok_units: 1,
@@ -345,6 +351,7 @@ mod tests {
             generation: 1,
             method: "farm:16".into(),
             flags: "--use_fast_math -default-device".into(),
+            route: Route::Nvrtc,
             individuals: 291,
             units: 30,
             ok_units: 30,
@@ -374,6 +381,7 @@ mod tests {
             generation: 0,
             method: String::new(),
             flags: String::new(),
+            route: Route::Nvrtc,
             individuals: 0,
             units: 0,
             ok_units: 0,
@@ -405,6 +413,7 @@ mod tests {
                 generation: 0,
                 method: "nvcc".into(),
                 flags: String::new(),
+                route: Route::Nvrtc,
                 individuals: 19,
                 units: 2,
                 ok_units: 2,
@@ -437,6 +446,7 @@ mod tests {
             generation: 0,
             method: "threads:2".into(),
             flags: "--flag=\"a,b\"".into(),
+            route: Route::Nvrtc,
             individuals: 3,
             units: 1,
             ok_units: 1,

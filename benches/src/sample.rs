@@ -5,7 +5,8 @@ use anyhow::Result;
 use gpfarm_client::Unit;
 use gpfarm_client::partition::per_unit;
 use gpfarm_gp::{Evolution, EvolutionConfig, Phenotype, Problem, evaluate_all};
-use gpfarm_kernels::render_units;
+use gpfarm_kernels::{render_ptx_units, render_units};
+use gpfarm_protocol::Route;
 
 use crate::BenchConfig;
 
@@ -22,8 +23,21 @@ pub struct Sample {
     pub generation: usize,
     /// Valid individuals (all are compiled, duplicates too, as in the paper).
     pub individuals: usize,
-    /// The units.
+    /// The units, CUDA C.
     pub units: Vec<Unit>,
+    /// The same individuals in the same parts as PTX units (empty when the PTX route is not
+    /// compared).
+    pub ptx_units: Vec<Unit>,
+}
+
+impl Sample {
+    /// The units of `route`.
+    pub fn units(&self, route: Route) -> &[Unit] {
+        match route {
+            Route::Nvrtc => &self.units,
+            Route::Ptx => &self.ptx_units,
+        }
+    }
 }
 
 /// Every sample of the configuration, in a fixed order.
@@ -48,15 +62,21 @@ pub fn populations(config: &BenchConfig) -> Result<Vec<Sample>> {
                 for generation in 0..config.generations {
                     let phenotypes: Vec<Phenotype> =
                         evo.population().iter().filter_map(|i| i.phenotype().cloned()).collect();
-                    let units = render_units(
-                        problem.template(),
-                        &phenotypes,
-                        generation,
-                        &per_unit(phenotypes.len(), config.per_unit),
-                    )
-                    .into_iter()
-                    .map(|u| Unit::new(format!("{name}_{size}_{run}_{}", u.name), u.source))
-                    .collect();
+                    let parts = per_unit(phenotypes.len(), config.per_unit);
+                    let ptx_units = if config.routes.contains(&Route::Ptx) {
+                        gpfarm_kernels::ptx_supported(&problem)?;
+                        render_ptx_units(&problem, &phenotypes, generation, &parts, config.arch)
+                            .units
+                            .into_iter()
+                            .map(|u| Unit::ptx(format!("{name}_{size}_{run}_{}", u.name), u.source))
+                            .collect()
+                    } else {
+                        Vec::new()
+                    };
+                    let units = render_units(problem.template(), &phenotypes, generation, &parts)
+                        .into_iter()
+                        .map(|u| Unit::new(format!("{name}_{size}_{run}_{}", u.name), u.source))
+                        .collect();
                     samples.push(Sample {
                         problem: name.clone(),
                         size,
@@ -64,6 +84,7 @@ pub fn populations(config: &BenchConfig) -> Result<Vec<Sample>> {
                         generation,
                         individuals: phenotypes.len(),
                         units,
+                        ptx_units,
                     });
                     if generation + 1 < config.generations {
                         let dedup = evo.dedup();

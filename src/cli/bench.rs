@@ -36,6 +36,12 @@ pub struct BenchArgs {
     /// Extra NVRTC option (repeatable), e.g. --flag=--use_fast_math.
     #[arg(long = "flag", allow_hyphen_values = true)]
     flags: Vec<String>,
+    /// Routes to compare on the same populations: nvrtc, ptx (comma separated; default nvrtc).
+    #[arg(long, value_delimiter = ',')]
+    routes: Option<Vec<gpfarm_protocol::Route>>,
+    /// nvJitLink option for the PTX route (repeatable), e.g. --link-flag=-O0.
+    #[arg(long = "link-flag", allow_hyphen_values = true)]
+    link_flags: Vec<String>,
     /// Target architecture.
     #[arg(long, default_value = "sm_90")]
     arch: SmArch,
@@ -123,6 +129,10 @@ pub fn run(args: BenchArgs, cuda: Option<&Path>) -> Result<()> {
     }
     config.per_unit = args.per_unit.unwrap_or(config.per_unit);
     config.flags = args.flags;
+    config.link_flags = args.link_flags;
+    if let Some(routes) = args.routes {
+        config.routes = routes;
+    }
     config.arch = args.arch;
     config.cuda = cuda.map(Path::to_path_buf);
     config.nvcc_samples = args.nvcc_samples.unwrap_or(config.nvcc_samples);
@@ -131,8 +141,11 @@ pub fn run(args: BenchArgs, cuda: Option<&Path>) -> Result<()> {
     std::fs::write(config.out.join("machine.txt"), &machine)?;
     eprint!("{machine}");
     let flags = if config.flags.is_empty() { "none".to_string() } else { config.flags.join(" ") };
+    let link = if config.link_flags.is_empty() { "none".to_string() } else { config.link_flags.join(" ") };
+    let routes: Vec<&str> = config.routes.iter().map(|r| r.as_str()).collect();
     let description = format!(
-        "Problems {:?}, sizes {:?}, {} runs x {} generations each, {} individuals per unit, extra options: {flags}.\n",
+        "Problems {:?}, sizes {:?}, {} runs x {} generations each, {} individuals per unit, routes {routes:?}, \
+         extra NVRTC options: {flags}, nvJitLink options: {link}.\n",
         config.problems, config.sizes, config.runs, config.generations, config.per_unit
     );
     std::fs::write(config.out.join("description.txt"), &description)?;
