@@ -349,4 +349,22 @@ mod tests {
         assert!(p.contains("shr.s32 \t%r24, %r5, 9;"), "{p}");
         assert_eq!(count(&p, "st.global.u32"), 10);
     }
+
+    #[test]
+    fn math_of_constants_is_folded_as_nvvm_folds_it() {
+        // sinf(17.86): the double literal rounded to float, widened, the host's double sine,
+        // rounded once to float.
+        let text = ptx("keijzer6", "sinf(17.86) - x");
+        assert_eq!(count(&text, "call.uni"), 0, "{text}");
+        let folded = (f64::from(17.86f64 as f32)).sin() as f32;
+        assert!(text.contains(&format!("0f{:08X}", folded.to_bits())), "{text}");
+        // Through constant arithmetic, and nested.
+        let text = ptx("keijzer6", "expf(sinf(tanhf(09.90) - 57.41) * 30.02)");
+        assert_eq!(count(&text, "call.uni"), 0, "{text}");
+        // Not when the host would raise overflow: left to the GPU.
+        let text = ptx("keijzer6", "expf(expf(99.99))");
+        assert_eq!(count(&text, "call.uni"), 1, "{text}");
+        // A call of a variable is never folded.
+        assert_eq!(count(&ptx("keijzer6", "sinf(x)"), "call.uni"), 1);
+    }
 }
