@@ -47,3 +47,5 @@ for problem in ["keijzer6", "search", "multiplier5"]:
           f"ptx -O0 {sc['mean_generation_ms']:.1f}; eval ms per generation {ev(a):.2f} / {ev(b):.2f} / {ev(c):.2f}; "
           f"compile s {sa['totals']['compile_busy_s']:.1f} / {sb['totals']['compile_busy_s']:.1f} / {sc['totals']['compile_busy_s']:.1f}")
 PY
+# One archive: the device tool brings back only a few files.
+tar czf "$out/routes.tgz" -C "$r" . && rm -rf "$r"
