@@ -31,6 +31,7 @@ pub struct Engine {
     /// The GPU's name, when it evaluates.
     gpu: Option<String>,
     notice: Option<String>,
+    route: Route,
 }
 
 impl Engine {
@@ -50,11 +51,16 @@ impl Engine {
     ) -> Result<Engine, EvolveError> {
         let (gpu, notice) = choose_gpu(options.eval, options.compile, source.is_some())?;
         let arch = options.arch.or(gpu.as_ref().map(|g| g.1)).unwrap_or(SmArch::SM_90);
-        let mut engine = Engine { problem, source, options, arch, gpu: gpu.map(|g| g.0), notice };
+        let route = match options.route {
+            Some(route) => route,
+            None if gpfarm_kernels::ptx_supported(&problem).is_ok() => Route::Ptx,
+            None => Route::Nvrtc,
+        };
+        let mut engine = Engine { problem, source, options, arch, gpu: gpu.map(|g| g.0), notice, route };
         // Refuse bad GP parameters and a route the problem cannot take now, before a compiler is
         // built for them.
         engine.pipeline()?;
-        if engine.options.compile && engine.options.route == Route::Ptx {
+        if engine.options.compile && engine.route == Route::Ptx {
             gpfarm_kernels::ptx_supported(&engine.problem)?;
         }
         engine.options.arch = Some(arch);
@@ -82,6 +88,11 @@ impl Engine {
             flags,
             link_flags: self.options.link_flags.clone(),
         }
+    }
+
+    /// How individuals become CUBIN in this run (see [`Options::route`]).
+    pub fn route(&self) -> Route {
+        self.route
     }
 
     /// Who will compute fitness when the run is given a compiler.
@@ -146,7 +157,7 @@ impl Engine {
             overlap: o.overlap,
             per_unit: o.per_unit,
             workers: compiler.as_ref().map_or(1, |c| c.workers()),
-            route: o.route,
+            route: self.route,
             crash: CrashSettings {
                 retry_flags: o.crash_retry_flags.clone(),
                 retry_on_gpu: o.crash_retry_on_gpu,

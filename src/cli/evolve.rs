@@ -65,11 +65,13 @@ pub struct EvolveArgs {
     /// Extra NVRTC option (repeatable).
     #[arg(long = "flag", allow_hyphen_values = true)]
     flags: Vec<String>,
-    /// How individuals become CUBIN: nvrtc (CUDA C through NVRTC) or ptx (PTX emitted from the
-    /// phenotype, linked by nvJitLink; needs a problem whose template.cu is the standard harness).
-    #[arg(long, default_value = "nvrtc")]
-    route: Route,
-    /// nvJitLink option for the PTX route (repeatable), e.g. --link-flag=-O1.
+    /// How individuals become CUBIN: nvrtc (CUDA C through NVRTC), ptx (PTX emitted from the
+    /// phenotype, linked by nvJitLink; needs a problem whose template.cu is the standard
+    /// harness), or auto: ptx where the problem allows it, else nvrtc (nvrtc with --compiler nvcc).
+    #[arg(long, value_enum, default_value_t = RouteArg::Auto)]
+    route: RouteArg,
+    /// nvJitLink option for the PTX route (repeatable; replaces the default -O0), e.g.
+    /// --link-flag=-O3.
     #[arg(long = "link-flag", allow_hyphen_values = true)]
     link_flags: Vec<String>,
     /// Let NVRTC fuse `a * b + c` into one multiply-add (its own default). Without it every
@@ -132,6 +134,14 @@ pub struct EvolveArgs {
     deadline: u64,
 }
 
+/// `--route`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum RouteArg {
+    Auto,
+    Nvrtc,
+    Ptx,
+}
+
 impl EvolveArgs {
     /// Which problem the run is on.
     fn problem(&self) -> ProblemRef {
@@ -165,8 +175,17 @@ impl EvolveArgs {
             arch: self.arch,
             flags: self.flags.clone(),
             fmad: self.fmad,
-            route: self.route,
-            link_flags: self.link_flags.clone(),
+            route: match (self.route, &self.compiler) {
+                (RouteArg::Auto, CompilerSpec::Nvcc) => Some(Route::Nvrtc),
+                (RouteArg::Auto, _) => None,
+                (RouteArg::Nvrtc, _) => Some(Route::Nvrtc),
+                (RouteArg::Ptx, _) => Some(Route::Ptx),
+            },
+            link_flags: if self.link_flags.is_empty() {
+                Options::default().link_flags
+            } else {
+                self.link_flags.clone()
+            },
             cache: !self.no_cache,
             overlap: !self.no_overlap,
             per_unit: self.per_unit,

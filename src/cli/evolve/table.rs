@@ -14,7 +14,7 @@ pub(super) fn header(args: &EvolveArgs, engine: &Engine, compiler: &str) {
     let target = if args.no_compile {
         String::new()
     } else {
-        format!(", compiling for {}", engine.compile_options().arch)
+        format!(", compiling for {} by the {} route", engine.compile_options().arch, engine.route())
     };
     println!(
         "{} on {compiler}: population {}, {} generations, seed {}, evaluator {}{target}{}{}{}",
