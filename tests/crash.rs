@@ -64,6 +64,8 @@ fn an_evolve_run_whose_individual_crashes_nvrtc_in_process_names_it_before_dying
     }
     let out = gpfarm(&[
         "evolve",
+        "--route",
+        "nvrtc",
         "--problem",
         "search",
         "--population",
@@ -155,6 +157,8 @@ fn evolve_search_on(
     use gpfarm_evolve::{Engine, Options, ProblemRef};
     let mut options = Options {
         evolution: gpfarm_gp::EvolutionConfig { population, generations, seed, ..Default::default() },
+        // NVRTC crashes are the NVRTC route's.
+        route: Some(gpfarm_protocol::Route::Nvrtc),
         eval,
         gpu_worker: Some(env!("CARGO_BIN_EXE_gpfarm-gpu-worker").into()),
         ..Options::default()
@@ -238,7 +242,18 @@ fn the_unit_of_an_individual_that_crashed_nvrtc_is_saved_and_reproduces_the_cras
     }
     let tmp = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_gpfarm"))
-        .args(["evolve", "--problem", "search", "--population", "50", "--generations", "1", "--seed", "3"])
+        .args([
+            "evolve",
+            "--route",
+            "nvrtc",
+            "--problem",
+            "search",
+            "--population",
+            "50",
+            "--generations",
+            "1",
+        ])
+        .args(["--seed", "3"])
         .args(["--eval", "cpu", "--compiler", "farm", "-n", "2"])
         .env("GPFARMD", env!("CARGO_BIN_EXE_gpfarmd"))
         .env("CUDA_CACHE_DISABLE", "1")
@@ -277,6 +292,8 @@ fn without_the_crash_retry_the_individual_fails_and_its_unit_goes_where_asked() 
     let crash_dir = dir.path().join("units");
     let out = gpfarm(&[
         "evolve",
+        "--route",
+        "nvrtc",
         "--problem",
         "search",
         "--population",
