@@ -26,3 +26,5 @@ print(f"evaluator {set(json.loads(l)['evaluator'] for l in open(sys.argv[1]) if 
       f"{summary['mean_generation_ms']:.1f} ms per generation")
 sys.exit(0 if same == len(old) == len(new) else 1)
 PY
+# One archive: the device tool brings back only a few files.
+tar czf "$out/engine-check.tgz" -C "$r" . && rm -rf "$r"
