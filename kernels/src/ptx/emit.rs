@@ -116,7 +116,7 @@ fn fold_arith(op: ArithOp, a: &Val, b: &Val) -> Option<Val> {
 /// are left to run on the GPU here too, recognised by a result that is not finite or is
 /// subnormal (or zero from a nonzero exact result's underflow, for `exp` and `pow`).
 /// `sqrt`, `fabs`, `fmin`, `fmax` are exact either way.
-fn fold_call(c_function: &str, ty: Ty, args: &[&Val]) -> Option<Val> {
+fn fold_call(name: &str, ty: Ty, args: &[&Val]) -> Option<Val> {
     let mut xs = [0.0f64; 2];
     for (x, a) in xs.iter_mut().zip(args) {
         *x = match a.op {
@@ -129,8 +129,7 @@ fn fold_call(c_function: &str, ty: Ty, args: &[&Val]) -> Option<Val> {
         }
     }
     let [x, y] = xs;
-    // The base name (`sin` for both `sinf` and `sin`): the type is `ty`.
-    let name = c_function;
+    // `name` is the base name (`sin` for `sinf` and `sin`); the type is `ty`.
     let r = match name {
         "sin" => x.sin(),
         "cos" => x.cos(),
