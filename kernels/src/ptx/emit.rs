@@ -274,9 +274,10 @@ impl Emitter<'_> {
                 Val { op: Opnd::Reg(self.slots[*slot].clone()), ty }
             }
             Expr::Index(array, i) => {
+                let reduced = self.reduced_by_length(i, *array);
                 let k = self.expr(i);
                 let k = self.convert(k, Ty::Int);
-                self.index(*array, k)
+                self.index(*array, k, reduced)
             }
             Expr::Convert(ty, a) => {
                 let v = self.expr(a);
@@ -459,13 +460,22 @@ impl Emitter<'_> {
 
     /// `array[k]` as the template's `gp_wrapped_ints::operator[]` reads it: 0 for an empty
     /// array, else element `k % len`, moved into `[0, len)`.
-    fn index(&mut self, array: usize, k: Val) -> Val {
+    ///
+    /// `reduced`: `k` is already `e % len` (as in `INPUT[tmp % LENINPUT]`), so for `len > 0` it
+    /// lies in `(-len, len)` and `k % len` is `k`: the remainder, which costs ptxas more than
+    /// the rest of a Search kernel, is not computed twice. The value is the same integer.
+    fn index(&mut self, array: usize, k: Val, reduced: bool) -> Val {
         let (base, len) = self.arrays[array].clone();
         let rk = self.reg(&k);
         let empty = self.fresh(Class::Pred);
         ins!(self, "setp.le.s32 \t{empty}, {len}, 0");
-        let m = self.fresh(Class::B32);
-        ins!(self, "rem.s32 \t{m}, {rk}, {len}");
+        let m = if reduced {
+            rk
+        } else {
+            let m = self.fresh(Class::B32);
+            ins!(self, "rem.s32 \t{m}, {rk}, {len}");
+            m
+        };
         let neg = self.fresh(Class::Pred);
         ins!(self, "setp.lt.s32 \t{neg}, {m}, 0");
         let up = self.fresh(Class::B32);
@@ -480,6 +490,14 @@ impl Emitter<'_> {
         ins!(self, "mov.b32 \t{r}, 0");
         ins!(self, "@!{empty} ld.global.nc.u32 \t{r}, [{addr}]");
         out
+    }
+
+    /// Whether `e`'s value is a remainder by the length of `array` (a chain whose last step is
+    /// `% LEN`, LEN that array's length), as Search's grammar writes every index.
+    fn reduced_by_length(&self, e: &Expr, array: usize) -> bool {
+        let Expr::Chain(_, rest) = e else { return false };
+        let Some((Bin::Int(IntOp::Rem), Expr::Var(slot))) = rest.last() else { return false };
+        self.slot_ty(*slot) == Ty::Int && self.slots[*slot] == self.arrays[array].1
     }
 
     /// A call to the math library's `c_function` in `ty` (the `f` form for float).

@@ -367,4 +367,13 @@ mod tests {
         // A call of a variable is never folded.
         assert_eq!(count(&ptx("keijzer6", "sinf(x)"), "call.uni"), 1);
     }
+
+    #[test]
+    fn an_index_already_reduced_by_the_length_is_not_reduced_again() {
+        assert_eq!(count(&ptx("search", "OUTPUT = INPUT[tmp % LENINPUT];"), "rem.s32"), 1);
+        assert_eq!(count(&ptx("search", "OUTPUT = INPUT[tmp];"), "rem.s32"), 1);
+        // The last step is not `% LENINPUT`: the read reduces as always.
+        assert_eq!(count(&ptx("search", "OUTPUT = INPUT[tmp % LENINPUT + 1];"), "rem.s32"), 2);
+        assert_eq!(count(&ptx("search", "OUTPUT = INPUT[tmp % SEARCH];"), "rem.s32"), 2);
+    }
 }
