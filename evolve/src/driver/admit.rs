@@ -4,12 +4,14 @@
 //! drop one: every one handed out by the pipeline ends in exactly one of those four places.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use gpfarm_client::CacheKey;
 use gpfarm_gp::Born;
-use gpfarm_gp::Fitness;
-use gpfarm_kernels::{keyed_ptx, keyed_source};
+use gpfarm_gp::{Fitness, Program};
+use gpfarm_kernels::keyed_source;
+use gpfarm_kernels::ptx::ptx_unit;
 use gpfarm_protocol::Route;
 
 use super::{Driver, Member, Ready};
@@ -28,37 +30,42 @@ impl Driver<'_> {
             self.totals.individuals_evaluated += 1;
             // The PTX route emits from the typed tree: a phenotype the parser refuses cannot be
             // emitted, and gets the worst fitness, as the CPU evaluator gives it.
-            let keyed = match self.settings.route {
-                Route::Nvrtc => Ok(keyed_source(self.problem.template(), &b.phenotype)),
-                Route::Ptx => keyed_ptx(self.problem, &b.phenotype, self.options.arch),
+            let program = match self.settings.route {
+                Route::Nvrtc => None,
+                Route::Ptx => match Program::compile(self.problem, &b.phenotype) {
+                    Ok(program) => Some(Arc::new(program)),
+                    Err(e) => {
+                        tracing::warn!(
+                            "individual {} of generation {} cannot take the PTX route: {e}; phenotype: {}",
+                            b.slot,
+                            b.generation,
+                            b.phenotype.as_str()
+                        );
+                        let worst = Fitness::worst(self.problem.direction());
+                        self.pipeline.set_fitness(b.generation, b.slot, worst)?;
+                        let a = self.account(b.generation);
+                        a.failed += 1;
+                        a.known(Chain::without_compile(now, now));
+                        self.totals.failed += 1;
+                        progress = true;
+                        continue;
+                    }
+                },
             };
-            let keyed = match keyed {
-                Ok(text) => text,
-                Err(e) => {
-                    tracing::warn!(
-                        "individual {} of generation {} cannot take the PTX route: {e}; phenotype: {}",
-                        b.slot,
-                        b.generation,
-                        b.phenotype.as_str()
-                    );
-                    let worst = Fitness::worst(self.problem.direction());
-                    self.pipeline.set_fitness(b.generation, b.slot, worst)?;
-                    let a = self.account(b.generation);
-                    a.failed += 1;
-                    a.known(Chain::without_compile(now, now));
-                    self.totals.failed += 1;
-                    progress = true;
-                    continue;
-                }
-            };
+            // Keyed by the code it compiles to: its kernel alone under a fixed name.
+            let key = self.settings.cache.then(|| {
+                let text = match &program {
+                    Some(p) => ptx_unit(self.problem, &[("gpfarm_individual", p)], self.options.arch),
+                    None => keyed_source(self.problem.template(), &b.phenotype),
+                };
+                CacheKey::new(text.as_bytes(), self.options, &self.toolchain)
+            });
             let member = Member {
                 generation: b.generation,
                 slot: b.slot,
-                key: self
-                    .settings
-                    .cache
-                    .then(|| CacheKey::new(keyed.as_bytes(), self.options, &self.toolchain)),
+                key,
                 phenotype: b.phenotype,
+                program,
                 born: now,
             };
             let Some(key) = member.key else {

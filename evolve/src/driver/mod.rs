@@ -23,10 +23,11 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gpfarm_client::{CacheKey, Compiler, DiskCache, Submitter, job_queue};
-use gpfarm_gp::{Born, Fitness, GenerationStats, Phenotype, Pipeline, Problem};
+use gpfarm_gp::{Born, Fitness, GenerationStats, Phenotype, Pipeline, Problem, Program};
 use gpfarm_protocol::{CompileOptions, Route};
 
 use crate::account::{Account, Chain};
@@ -74,6 +75,8 @@ struct Member {
     generation: usize,
     slot: usize,
     phenotype: Phenotype,
+    /// Its typed tree, on the PTX route (parsed once, when it is admitted).
+    program: Option<Arc<Program>>,
     key: Option<CacheKey>,
     born: Instant,
 }

@@ -210,15 +210,13 @@ impl Driver<'_> {
         let source = match self.settings.route {
             Route::Nvrtc => render_unit(self.problem.template(), &named),
             Route::Ptx => {
-                // Admitted individuals parse (admit refuses the rest).
-                let programs: Vec<(&str, Program)> = named
+                // Every member admitted on the PTX route holds its typed tree.
+                let programs: Vec<(&str, &Program)> = named
                     .iter()
-                    .filter_map(|(k, p)| {
-                        Program::compile(self.problem, p).ok().map(|prog| (k.as_str(), prog))
-                    })
+                    .zip(members)
+                    .filter_map(|((k, _), m)| m.program.as_deref().map(|p| (k.as_str(), p)))
                     .collect();
-                let refs: Vec<(&str, &Program)> = programs.iter().map(|(k, p)| (*k, p)).collect();
-                ptx_unit(self.problem, &refs, self.options.arch)
+                ptx_unit(self.problem, &programs, self.options.arch)
             }
         };
         (source, kernels)
