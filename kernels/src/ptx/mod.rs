@@ -111,19 +111,7 @@ pub fn ptx_unit(problem: &Problem, members: &[(&str, &Program)], arch: SmArch) -
     let _ = writeln!(s, "//\n// gpfarm PTX unit: problem {}\n//\n", problem.name());
     let _ = writeln!(s, ".version {PTX_VERSION}\n.target sm_{}\n.address_size 64\n", arch.0);
     for &i in &calls {
-        let m = &FUNCTIONS[i];
-        let width = match m.ty {
-            gpfarm_protocol::ptx_math::MathTy::F32 => "b32",
-            gpfarm_protocol::ptx_math::MathTy::F64 => "b64",
-        };
-        let params: Vec<String> =
-            (0..m.arity).map(|k| format!("\t.param .{width} {}_param_{k}", m.symbol)).collect();
-        let _ = writeln!(
-            s,
-            ".extern .func  (.param .{width} func_retval0) {}\n(\n{}\n)\n;",
-            m.symbol,
-            params.join(",\n")
-        );
+        let _ = writeln!(s, "{}", FUNCTIONS[i].ptx_extern());
     }
     for k in kernels {
         s.push('\n');
@@ -274,10 +262,8 @@ mod tests {
     fn only_called_library_functions_are_declared() {
         let p = ptx("keijzer6", "sinf(x) + expf(x) * sinf(x + 1)");
         assert_eq!(p.matches(".extern .func").count(), 2, "{p}");
-        assert!(p.contains(
-            ".extern .func  (.param .b32 func_retval0) gpm_sinf\n(\n\t.param .b32 gpm_sinf_param_0\n)\n;"
-        ));
-        assert!(p.contains(") gpm_expf\n"));
+        assert!(p.contains(".extern .func (.param .b32 r) gpm_sinf (.param .b32 a);\n"), "{p}");
+        assert!(p.contains(") gpm_expf ("), "{p}");
         assert_eq!(count(&p, "call.uni"), 3);
         let p = ptx("keijzer6", "sqrtf(fabsf(x)) + fminf(x, 1.0f) + fmax(x, 2.0) + sqrt(fabs(x * 1.0))");
         assert!(!p.contains(".extern"), "{p}");
@@ -285,11 +271,8 @@ mod tests {
             assert_eq!(count(&p, op), 1, "{op}\n{p}");
         }
         let p = ptx("keijzer6", "pow(x, 2) + powf(x, 0.5f) + tanh(x)");
-        assert!(
-            p.contains(") gpm_pow\n(\n\t.param .b64 gpm_pow_param_0,\n\t.param .b64 gpm_pow_param_1\n)"),
-            "{p}"
-        );
-        assert!(p.contains(") gpm_powf\n") && p.contains(") gpm_tanhf\n"), "{p}");
+        assert!(p.contains(".extern .func (.param .b64 r) gpm_pow (.param .b64 a, .param .b64 b);\n"), "{p}");
+        assert!(p.contains(") gpm_powf (") && p.contains(") gpm_tanhf ("), "{p}");
     }
 
     #[test]
