@@ -213,22 +213,28 @@ impl DiskCache {
             .collect();
         objects.sort();
         let mut used: u64 = objects.iter().map(|o| o.1).sum();
-        let mut cutoff = None;
-        for (modified, len, path) in objects {
+        let mut removed = std::collections::HashSet::new();
+        for (_, len, path) in objects {
             if used <= target {
                 break;
             }
             if fs::remove_file(&path).is_ok() {
                 used -= len;
-                cutoff = Some(modified);
+                if let Some(object) = path.file_stem().and_then(|s| s.to_str()) {
+                    removed.insert(object.to_owned());
+                }
             }
         }
-        // Entries are written and touched with their objects: those no newer than the last object
-        // removed point at nothing now (or soon will).
-        if let Some(cutoff) = cutoff {
+        // The entries that point at a removed object go with it. (Telling them by modification
+        // time is not enough: an entry is written just after its object, so on a file system
+        // with fine timestamps it is a little newer than the object it points at.)
+        if !removed.is_empty() {
             for dir in files(&self.dir.join("keys")) {
                 for entry in files(&dir) {
-                    if fs::metadata(&entry).and_then(|m| m.modified()).is_ok_and(|t| t <= cutoff) {
+                    let points_at = fs::read_to_string(&entry)
+                        .ok()
+                        .and_then(|e| e.split_once(' ').map(|(object, _)| removed.contains(object)));
+                    if points_at != Some(false) {
                         let _ = fs::remove_file(entry);
                     }
                 }
