@@ -160,6 +160,54 @@ fn fold_call(name: &str, ty: Ty, args: &[&Val]) -> Option<Val> {
     Some(Val { op: Opnd::Imm(v), ty })
 }
 
+/// A module-local function a unit defines once for its kernels to call: the `rem.s32` or
+/// `div.s32` of a divisor known only at run time. ptxas expands each such instruction into a
+/// long sequence; inline, Search's remainders cost more to assemble than the rest of its
+/// kernels (measured on nvJitLink 13.0.88 at `-O0`: a unit of ten Search individuals 58 ms
+/// inline, 36 ms through the function). The function holds the same instruction, so the value
+/// is the same; a constant divisor stays inline, where ptxas multiplies by its reciprocal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Helper {
+    /// `div.s32`.
+    Div,
+    /// `rem.s32`.
+    Rem,
+}
+
+impl Helper {
+    fn instruction(self) -> &'static str {
+        match self {
+            Helper::Div => "div.s32",
+            Helper::Rem => "rem.s32",
+        }
+    }
+
+    /// The function's name.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Helper::Div => "gpfarm_div_s32",
+            Helper::Rem => "gpfarm_rem_s32",
+        }
+    }
+
+    /// The function's definition.
+    pub(super) fn definition(self) -> String {
+        let (f, i) = (self.name(), self.instruction());
+        format!(
+            ".func (.param .b32 {f}_r) {f}(.param .b32 {f}_a, .param .b32 {f}_b)\n{{\n\t.reg .b32 \t%r<4>;\n\n\tld.param.b32 \t%r1, [{f}_a];\n\tld.param.b32 \t%r2, [{f}_b];\n\t{i} \t%r3, %r1, %r2;\n\tst.param.b32 \t[{f}_r], %r3;\n\tret;\n}}\n"
+        )
+    }
+}
+
+/// What the kernels of a unit use from outside themselves.
+#[derive(Debug, Default)]
+pub(super) struct Needs {
+    /// Library functions called (indices into [`ptx_math::FUNCTIONS`]).
+    pub(super) calls: BTreeSet<usize>,
+    /// Module-local functions called.
+    pub(super) helpers: BTreeSet<Helper>,
+}
+
 /// The state of one kernel's emission.
 struct Emitter<'a> {
     body: String,
@@ -170,8 +218,8 @@ struct Emitter<'a> {
     slot_types: &'a [Ty],
     /// Base address and length register of each array.
     arrays: Vec<(String, String)>,
-    /// Library functions called (indices into [`ptx_math::FUNCTIONS`]).
-    calls: &'a mut BTreeSet<usize>,
+    /// What the kernels call.
+    needs: &'a mut Needs,
 }
 
 macro_rules! ins {
@@ -392,6 +440,9 @@ impl Emitter<'_> {
                     (ArithOp::Add, Ty::Int) => "add.s32",
                     (ArithOp::Sub, Ty::Int) => "sub.s32",
                     (ArithOp::Mul, Ty::Int) => "mul.lo.s32",
+                    (ArithOp::Div, Ty::Int) if matches!(b.op, Opnd::Reg(_)) => {
+                        return self.helper(Helper::Div, a, b);
+                    }
                     (ArithOp::Div, Ty::Int) => "div.s32",
                     (ArithOp::Add, Ty::Float) => "add.rn.f32",
                     (ArithOp::Sub, Ty::Float) => "sub.rn.f32",
@@ -407,6 +458,9 @@ impl Emitter<'_> {
             Bin::Int(o) => {
                 let a = self.convert(a, Ty::Int);
                 let b = self.convert(b, Ty::Int);
+                if o == IntOp::Rem && matches!(b.op, Opnd::Reg(_)) {
+                    return self.helper(Helper::Rem, a, b);
+                }
                 let name = match o {
                     IntOp::Rem => "rem.s32",
                     IntOp::And => "and.b32",
@@ -472,9 +526,9 @@ impl Emitter<'_> {
         let m = if reduced {
             rk
         } else {
-            let m = self.fresh(Class::B32);
-            ins!(self, "rem.s32 \t{m}, {rk}, {len}");
-            m
+            let divisor = Val { op: Opnd::Reg(len.clone()), ty: Ty::Int };
+            let m = self.helper(Helper::Rem, Val { op: Opnd::Reg(rk), ty: Ty::Int }, divisor);
+            self.reg(&m)
         };
         let neg = self.fresh(Class::Pred);
         ins!(self, "setp.lt.s32 \t{neg}, {m}, 0");
@@ -508,7 +562,7 @@ impl Emitter<'_> {
             .enumerate()
             .find(|(_, m)| m.c_function == name)
             .expect("every transcendental function of the subset is in the math library");
-        self.calls.insert(index);
+        self.needs.calls.insert(index);
         let width = if ty == Ty::Double { "b64" } else { "b32" };
         let t = bits(ty);
         self.body.push_str("\t{\n");
@@ -523,6 +577,24 @@ impl Emitter<'_> {
         ins!(self, "call.uni (retval0), {}, ({})", m.symbol, params.join(", "));
         let (r, out) = self.new_val(ty);
         ins!(self, "ld.param.{t} \t{r}, [retval0+0]");
+        self.body.push_str("\t}\n");
+        out
+    }
+
+    /// `a / b` or `a % b` of ints through the unit's [`Helper`] function.
+    fn helper(&mut self, h: Helper, a: Val, b: Val) -> Val {
+        self.needs.helpers.insert(h);
+        let (ta, tb) = (Self::text(&a), Self::text(&b));
+        let f = h.name();
+        self.body.push_str("\t{\n");
+        ins!(self, ".param .b32 {f}_a");
+        ins!(self, "st.param.b32 \t[{f}_a], {ta}");
+        ins!(self, ".param .b32 {f}_b");
+        ins!(self, "st.param.b32 \t[{f}_b], {tb}");
+        ins!(self, ".param .b32 {f}_r");
+        ins!(self, "call.uni ({f}_r), {f}, ({f}_a, {f}_b)");
+        let (r, out) = self.new_val(Ty::Int);
+        ins!(self, "ld.param.b32 \t{r}, [{f}_r]");
         self.body.push_str("\t}\n");
         out
     }
@@ -574,13 +646,8 @@ impl Emitter<'_> {
 }
 
 /// The `.visible .entry` of `program` under `name`, with the parameters of the problem's kernel
-/// convention; adds the library functions it calls to `calls`.
-pub(super) fn kernel(
-    problem: &Problem,
-    program: &Program,
-    name: &str,
-    calls: &mut BTreeSet<usize>,
-) -> String {
+/// convention; adds the functions it calls to `needs`.
+pub(super) fn kernel(problem: &Problem, program: &Program, name: &str, needs: &mut Needs) -> String {
     let spec = problem.spec();
     let params = kernel_params(spec);
     let mut e = Emitter {
@@ -590,7 +657,7 @@ pub(super) fn kernel(
         slots: Vec::new(),
         slot_types: program.slot_types(),
         arrays: Vec::new(),
-        calls,
+        needs,
     };
     let done = e.label();
 

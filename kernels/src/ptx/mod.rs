@@ -48,7 +48,8 @@
 
 mod emit;
 
-use std::collections::BTreeSet;
+use emit::Needs;
+
 use std::fmt::Write as _;
 use std::ops::Range;
 
@@ -104,14 +105,18 @@ pub struct PtxUnits {
 
 /// One PTX module holding the kernel of each `(kernel name, program)`.
 pub fn ptx_unit(problem: &Problem, members: &[(&str, &Program)], arch: SmArch) -> String {
-    let mut calls = BTreeSet::new();
+    let mut needs = Needs::default();
     let kernels: Vec<String> =
-        members.iter().map(|(name, program)| emit::kernel(problem, program, name, &mut calls)).collect();
+        members.iter().map(|(name, program)| emit::kernel(problem, program, name, &mut needs)).collect();
     let mut s = String::with_capacity(kernels.iter().map(String::len).sum::<usize>() + 1024);
     let _ = writeln!(s, "//\n// gpfarm PTX unit: problem {}\n//\n", problem.name());
     let _ = writeln!(s, ".version {PTX_VERSION}\n.target sm_{}\n.address_size 64\n", arch.0);
-    for &i in &calls {
+    for &i in &needs.calls {
         let _ = writeln!(s, "{}", FUNCTIONS[i].ptx_extern());
+    }
+    for h in &needs.helpers {
+        s.push('\n');
+        s.push_str(&h.definition());
     }
     for k in kernels {
         s.push('\n');
@@ -317,9 +322,10 @@ mod tests {
         let p = ptx("search", "OUTPUT = INPUT[tmp - 1];");
         // Base: in_INPUT + c * 20; element: m = k % len, moved up when negative; 0 when empty.
         assert!(p.contains("mul.lo.s32 \t%r7, %r5, 20;"), "{p}");
-        for op in ["rem.s32", "setp.le.s32", "selp.b32", "mul.wide.s32"] {
+        for op in ["setp.le.s32", "selp.b32", "mul.wide.s32"] {
             assert!(count(&p, op) > 0, "{op}\n{p}");
         }
+        assert_eq!(helper_calls(&p, "gpfarm_rem_s32"), 1, "{p}");
         assert!(p.contains("ld.global.nc.u32"), "{p}");
         assert!(
             instructions(&p).iter().any(|l| l.starts_with("@!%p") && l.contains("ld.global.nc.u32")),
@@ -351,12 +357,35 @@ mod tests {
         assert_eq!(count(&ptx("keijzer6", "sinf(x)"), "call.uni"), 1);
     }
 
+    /// Calls of the unit's `div.s32`/`rem.s32` function.
+    fn helper_calls(ptx: &str, helper: &str) -> usize {
+        instructions(ptx).iter().filter(|l| l.starts_with("call.uni") && l.contains(&format!("{helper},"))).count()
+    }
+
     #[test]
     fn an_index_already_reduced_by_the_length_is_not_reduced_again() {
-        assert_eq!(count(&ptx("search", "OUTPUT = INPUT[tmp % LENINPUT];"), "rem.s32"), 1);
-        assert_eq!(count(&ptx("search", "OUTPUT = INPUT[tmp];"), "rem.s32"), 1);
+        let rems = |p: &str| helper_calls(&ptx("search", p), "gpfarm_rem_s32");
+        assert_eq!(rems("OUTPUT = INPUT[tmp % LENINPUT];"), 1);
+        assert_eq!(rems("OUTPUT = INPUT[tmp];"), 1);
         // The last step is not `% LENINPUT`: the read reduces as always.
-        assert_eq!(count(&ptx("search", "OUTPUT = INPUT[tmp % LENINPUT + 1];"), "rem.s32"), 2);
-        assert_eq!(count(&ptx("search", "OUTPUT = INPUT[tmp % SEARCH];"), "rem.s32"), 2);
+        assert_eq!(rems("OUTPUT = INPUT[tmp % LENINPUT + 1];"), 2);
+        assert_eq!(rems("OUTPUT = INPUT[tmp % SEARCH];"), 2);
+    }
+
+    #[test]
+    fn a_run_time_divisor_goes_through_one_function_per_unit_and_a_constant_stays_inline() {
+        let p = ptx("search", "tmp = SEARCH / tmp + SEARCH % tmp + SEARCH % tmp; OUTPUT = SEARCH / 3 + SEARCH % 7;");
+        assert_eq!(helper_calls(&p, "gpfarm_div_s32"), 1);
+        assert_eq!(helper_calls(&p, "gpfarm_rem_s32"), 2);
+        assert_eq!((count(&p, "div.s32"), count(&p, "rem.s32")), (1, 1), "{p}");
+        // Defined once, before the kernels, holding the instruction itself.
+        for (f, i) in [("gpfarm_div_s32", "div.s32"), ("gpfarm_rem_s32", "rem.s32")] {
+            assert_eq!(p.matches(&format!(".func (.param .b32 {f}_r) {f}(")).count(), 1, "{p}");
+            let def = &p[p.find(&format!(".func (.param .b32 {f}_r)")).unwrap()..];
+            assert!(def[..def.find('}').unwrap()].contains(&format!("{i} \t%r3, %r1, %r2;")), "{p}");
+        }
+        assert!(p.find(".func").unwrap() < p.find(".visible .entry").unwrap());
+        // A unit without run-time divisors defines neither.
+        assert!(!ptx("keijzer6", "x * x").contains(".func (.param .b32 gpfarm_"));
     }
 }
