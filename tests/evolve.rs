@@ -176,3 +176,40 @@ fn json_lines_are_the_engines_typed_records_and_match_a_library_run() {
     assert_eq!(summary.best_fitness, again.best_fitness);
     assert_eq!(summary.best_phenotype, again.best_phenotype);
 }
+
+/// Both routes in both unit shapes compile every individual of a statement problem and an
+/// expression problem (the CPU evaluates, so the trajectories agree whatever the code; the GPU
+/// agreement is in tests/gpu.rs).
+#[test]
+fn every_route_and_unit_shape_compiles_every_individual() {
+    if !nvrtc_or_skip("evolve_routes_and_shapes") {
+        return;
+    }
+    for problem in ["search", "keijzer6"] {
+        let mut trajectories = Vec::new();
+        for (route, shape) in
+            [("nvrtc", "kernels"), ("nvrtc", "switch"), ("ptx", "kernels"), ("ptx", "switch")]
+        {
+            let out = Command::new(env!("CARGO_BIN_EXE_gpfarm"))
+                .args(["evolve", "--problem", problem, "--eval", "cpu", "--daemons", "2"])
+                .args(["--population", "40", "--generations", "2", "--seed", "5", "--json"])
+                .args(["--route", route, "--shape", shape])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{problem} {route} {shape}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let records: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+            let totals = &records.last().unwrap()["totals"];
+            assert_eq!(totals["failed"], 0, "{problem} {route} {shape}: {totals}");
+            assert!(totals["compiled"].as_u64().unwrap() > 0, "{problem} {route} {shape}: {totals}");
+            trajectories.push(trajectory(&records[..records.len() - 1]));
+        }
+        assert!(trajectories.windows(2).all(|w| w[0] == w[1]), "{problem}");
+    }
+}

@@ -12,6 +12,7 @@ use gpfarm_client::{CompileOptions, Compiler, FailureKind, Farm, SmArch, Unit, U
 use gpfarm_gp::{Evolution, EvolutionConfig, Phenotype, Problem, evaluate_all};
 use gpfarm_kernels::gpu::{self, CompiledUnit, GpuEvaluator};
 use gpfarm_kernels::render_units;
+use gpfarm_protocol::Shape;
 
 fn cores() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get())
@@ -31,7 +32,17 @@ fn compile_with(
     phenotypes: &[Phenotype],
     options: &CompileOptions,
 ) -> Built {
-    let units = render_units(problem.template(), phenotypes, 0, &per_unit(phenotypes.len(), 32));
+    compile_shaped(farm, problem, phenotypes, options, Shape::Kernels)
+}
+
+fn compile_shaped(
+    farm: &mut Farm,
+    problem: &Problem,
+    phenotypes: &[Phenotype],
+    options: &CompileOptions,
+    shape: Shape,
+) -> Built {
+    let units = render_units(problem, phenotypes, 0, &per_unit(phenotypes.len(), 32), shape);
     let wire: Vec<Unit> = units.iter().map(|u| Unit::new(u.name.clone(), u.source.clone())).collect();
     let batch = farm.compile(&wire, options).unwrap();
     let mut cubins = Vec::new();
@@ -152,9 +163,10 @@ fn keijzer6_fitness_on_the_gpu_matches_the_cpu_evaluator_within_1e_4() {
     assert!(differ * 100 <= compiled, "{differ} of {compiled} differ beyond 1e-4");
 }
 
-/// The PTX route against the NVRTC route (both without contraction, as the engine compiles):
-/// random individuals of each problem, and those bred from them for a few generations, get
-/// bit-identical fitness on the GPU.
+/// The PTX route against the NVRTC route (both without contraction, as the engine compiles),
+/// each in both unit shapes: random individuals of each problem get bit-identical fitness on the
+/// GPU, whether a kernel each or branches of a switch kernel, launched together or (careful mode,
+/// with some left out) one by one.
 #[test]
 #[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
 fn the_ptx_route_gives_the_nvrtc_route_s_fitness_bit_for_bit() {
@@ -167,47 +179,64 @@ fn the_ptx_route_gives_the_nvrtc_route_s_fitness_bit_for_bit() {
         let mut gpu = evaluator(&mut farm, &problem, arch);
         for seed in [7, 8, 9] {
             let phenotypes = random_phenotypes(&problem, seed);
-            let a = compile_with(&mut farm, &problem, &phenotypes, &nvrtc);
-            let rendered = gpfarm_kernels::render_ptx_units(
-                &problem,
-                &phenotypes,
-                0,
-                &per_unit(phenotypes.len(), 32),
-                arch,
-            );
-            let wire: Vec<Unit> =
-                rendered.units.iter().map(|u| Unit::ptx(u.name.clone(), u.source.clone())).collect();
-            let batch = farm.compile(&wire, &nvrtc).unwrap();
-            let mut cubins = Vec::new();
-            for (u, r) in rendered.units.into_iter().zip(batch.results) {
-                match r.outcome {
-                    UnitOutcome::Cubin(c) => cubins.push((c, u.kernels, u.members)),
-                    UnitOutcome::Failed(f) => panic!("{}: {f}\n{}", u.name, r.log),
+            let reference = compile_with(&mut farm, &problem, &phenotypes, &nvrtc);
+            let on_nvrtc = gpu.evaluate(&views(&reference), phenotypes.len()).unwrap();
+            let mut compare = |what: &str, fitness: &[Option<f64>], skipped: &[usize]| {
+                let mut compared = 0;
+                for (i, (x, y)) in on_nvrtc.fitness.iter().zip(fitness).enumerate() {
+                    let Some(x) = x else { continue };
+                    if skipped.contains(&i) {
+                        assert_eq!(*y, None, "{what}: #{i} was left out");
+                        continue;
+                    }
+                    compared += 1;
+                    if y.map(f64::to_bits) != Some(x.to_bits()) {
+                        differ += 1;
+                        eprintln!(
+                            "{problem_name} seed {seed} #{i}: nvrtc {x:e}, {what} {y:?}: {}",
+                            phenotypes[i].as_str()
+                        );
+                    }
                 }
-            }
-            let b = Built { cubins };
-            let on_nvrtc = gpu.evaluate(&views(&a), phenotypes.len()).unwrap();
-            let on_ptx = gpu.evaluate(&views(&b), phenotypes.len()).unwrap();
-            let mut compared = 0;
-            for (i, (x, y)) in on_nvrtc.fitness.iter().zip(&on_ptx.fitness).enumerate() {
-                let Some(x) = x else { continue };
-                compared += 1;
-                if y.map(f64::to_bits) != Some(x.to_bits()) {
-                    differ += 1;
-                    eprintln!(
-                        "{problem_name} seed {seed} #{i}: nvrtc {x:e}, ptx {y:?}: {}",
-                        phenotypes[i].as_str()
-                    );
+                total += compared;
+                eprintln!("{what}, {problem_name} seed {seed}: {compared} individuals compared");
+            };
+            let switched = compile_shaped(&mut farm, &problem, &phenotypes, &nvrtc, Shape::Switch);
+            compare("nvrtc switch", &gpu.evaluate(&views(&switched), phenotypes.len()).unwrap().fitness, &[]);
+            for shape in [Shape::Kernels, Shape::Switch] {
+                let rendered = gpfarm_kernels::render_ptx_units(
+                    &problem,
+                    &phenotypes,
+                    0,
+                    &per_unit(phenotypes.len(), 32),
+                    arch,
+                    shape,
+                );
+                let wire: Vec<Unit> =
+                    rendered.units.iter().map(|u| Unit::ptx(u.name.clone(), u.source.clone())).collect();
+                let batch = farm.compile(&wire, &nvrtc).unwrap();
+                let mut cubins = Vec::new();
+                for (u, r) in rendered.units.into_iter().zip(batch.results) {
+                    match r.outcome {
+                        UnitOutcome::Cubin(c) => cubins.push((c, u.kernels, u.members)),
+                        UnitOutcome::Failed(f) => panic!("{}: {f}\n{}", u.name, r.log),
+                    }
                 }
+                eprintln!(
+                    "ptx {shape}, {problem_name} seed {seed}: {} refused by the parser",
+                    rendered.refused.len()
+                );
+                let b = Built { cubins };
+                let what = format!("ptx {shape}");
+                compare(&what, &gpu.evaluate(&views(&b), phenotypes.len()).unwrap().fitness, &[]);
+                // One launch per individual, some left out.
+                let skip: Vec<usize> = (0..phenotypes.len()).filter(|i| i % 7 == 3).collect();
+                let careful = gpu.evaluate_with(&views(&b), phenotypes.len(), true, &skip).unwrap();
+                compare(&format!("{what} careful"), &careful.fitness, &skip);
             }
-            total += compared;
-            eprintln!(
-                "ptx route, {problem_name} seed {seed}: {compared} individuals compared, {} refused by the parser",
-                rendered.refused.len()
-            );
         }
     }
-    eprintln!("ptx route: {differ} of {total} differ");
+    eprintln!("ptx route and switch shapes: {differ} of {total} differ");
     assert_eq!(differ, 0);
 }
 
@@ -218,29 +247,34 @@ fn the_ptx_route_gives_the_nvrtc_route_s_fitness_bit_for_bit() {
 fn runs_by_either_route_evolve_the_same_on_the_gpu() {
     require_gpu("ptx_route_runs");
     for problem in ["search", "keijzer6", "multiplier5"] {
-        let run = |route: &str| -> Vec<serde_json::Value> {
+        let run = |route: &str, shape: &str| -> Vec<serde_json::Value> {
             let out = Command::new(env!("CARGO_BIN_EXE_gpfarm"))
                 .args(["evolve", "--eval", "gpu", "--problem", problem, "--population", "300"])
-                .args(["--generations", "20", "--seed", "1", "--json", "--route", route])
+                .args(["--generations", "20", "--seed", "1", "--json", "--route", route, "--shape", shape])
                 .output()
                 .unwrap();
             assert!(out.status.success(), "{problem} {route}: {}", String::from_utf8_lossy(&out.stderr));
             String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
         };
-        let (a, b) = (run("nvrtc"), run("ptx"));
-        assert_eq!(a.len(), 22);
-        assert_eq!(b.len(), 22);
-        for (x, y) in a[..21].iter().zip(&b[..21]) {
-            for field in ["best", "mean", "median"] {
-                assert_eq!(x[field], y[field], "{problem} generation {} {field}", x["generation"]);
+        let runs = [("nvrtc", "kernels"), ("nvrtc", "switch"), ("ptx", "kernels"), ("ptx", "switch")];
+        let records: Vec<_> = runs.iter().map(|(route, shape)| run(route, shape)).collect();
+        for (r, (route, shape)) in records.iter().zip(&runs) {
+            assert_eq!(r.len(), 22, "{route} {shape}");
+            for (x, y) in records[0][..21].iter().zip(&r[..21]) {
+                for field in ["best", "mean", "median"] {
+                    assert_eq!(
+                        x[field], y[field],
+                        "{problem} {route} {shape} generation {} {field}",
+                        x["generation"]
+                    );
+                }
+                assert_eq!(y["evaluator"], "gpu");
             }
-            assert_eq!(y["evaluator"], "gpu");
+            eprintln!(
+                "{problem}: {route} {shape} {:.1} ms per generation",
+                r[21]["mean_generation_ms"].as_f64().unwrap()
+            );
         }
-        eprintln!(
-            "{problem}: nvrtc {:.1} ms per generation, ptx {:.1}",
-            a[21]["mean_generation_ms"].as_f64().unwrap(),
-            b[21]["mean_generation_ms"].as_f64().unwrap()
-        );
     }
 }
 

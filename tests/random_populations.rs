@@ -9,6 +9,7 @@ use gpfarm_client::partition::per_unit;
 use gpfarm_client::{CompileOptions, Compiler, FailureKind, Farm, SmArch, Unit, UnitOutcome};
 use gpfarm_gp::{Evolution, EvolutionConfig, Problem};
 use gpfarm_kernels::render_units;
+use gpfarm_protocol::Shape;
 
 fn compiles_all(problem_name: &str, population: usize) {
     if !nvrtc_or_skip(problem_name) {
@@ -17,7 +18,7 @@ fn compiles_all(problem_name: &str, population: usize) {
     let problem = Problem::builtin(problem_name).unwrap();
     let config_gp = EvolutionConfig { population, seed: 7, ..EvolutionConfig::default() };
     let phenotypes = Evolution::new(&problem, config_gp).unwrap().dedup().unique;
-    let units = render_units(problem.template(), &phenotypes, 0, &per_unit(phenotypes.len(), 32));
+    let units = render_units(&problem, &phenotypes, 0, &per_unit(phenotypes.len(), 32), Shape::Kernels);
     let wire: Vec<Unit> = units.iter().map(|u| Unit::new(u.name.clone(), u.source.clone())).collect();
     let mut farm = Farm::spawn(config(2)).unwrap();
     let options = CompileOptions::cubin(SmArch::SM_90);
@@ -34,7 +35,7 @@ fn compiles_all(problem_name: &str, population: usize) {
     }
     // A unit lost to a compiler crash is split to find the individuals NVRTC cannot handle.
     let suspects: Vec<_> = suspects.iter().map(|&i| phenotypes[i].clone()).collect();
-    let singles = render_units(problem.template(), &suspects, 1, &per_unit(suspects.len(), 1));
+    let singles = render_units(&problem, &suspects, 1, &per_unit(suspects.len(), 1), Shape::Kernels);
     let wire: Vec<Unit> = singles.iter().map(|u| Unit::new(u.name.clone(), u.source.clone())).collect();
     let again = farm.compile(&wire, &options).unwrap();
     let mut crashes = 0;

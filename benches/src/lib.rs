@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use gpfarm_client::{BuildConfig, CompileOptions, Compiler, Workers};
-use gpfarm_protocol::{CompileMode, Route, SmArch};
+use gpfarm_protocol::{CompileMode, Route, Shape, SmArch};
 use serde::{Deserialize, Serialize};
 
 pub use method::Method;
@@ -42,8 +42,12 @@ pub struct BenchConfig {
     /// Routes compared, on the same populations: NVRTC from CUDA C, PTX emitted from the
     /// phenotype (only compilers that take PTX units: in-process, threads, the farm).
     pub routes: Vec<Route>,
-    /// nvJitLink options for the PTX route.
-    pub link_flags: Vec<String>,
+    /// nvJitLink option sets for the PTX route: each set is measured in turn (e.g. `-O0` and
+    /// `-O3`); one empty set measures nvJitLink's defaults.
+    pub link_flag_sets: Vec<Vec<String>>,
+    /// Unit shapes compared, on the same populations: a kernel per individual, or one switch
+    /// kernel per unit.
+    pub shapes: Vec<Shape>,
     /// Target architecture.
     pub arch: SmArch,
     /// Toolchain directory.
@@ -72,7 +76,8 @@ impl BenchConfig {
             per_unit: 10,
             flags: Vec::new(),
             routes: vec![Route::Nvrtc],
-            link_flags: Vec::new(),
+            link_flag_sets: vec![Vec::new()],
+            shapes: vec![Shape::Kernels],
             arch: SmArch::SM_90,
             cuda: None,
             nvcc_samples: 1,
@@ -157,15 +162,32 @@ pub struct Row {
     /// Farm: reading responses.
     #[serde(serialize_with = "ms3")]
     pub read_ms: f64,
+    /// The PTX route's nvJitLink options (space separated; empty for NVRTC, and in files written
+    /// before option sets were compared).
+    #[serde(default)]
+    pub link_flags: String,
+    /// How the units held their individuals (`kernels` in files written before shapes were
+    /// compared).
+    #[serde(default)]
+    pub shape: Shape,
 }
 
 impl Row {
-    /// The method as tables and plots name it: the compiler, and ` ptx` for the PTX route.
+    /// The method as tables and plots name it: the compiler, then ` ptx` and the nvJitLink
+    /// options for the PTX route, then ` switch` for switch-kernel units.
     pub fn label(&self) -> String {
-        match self.route {
-            Route::Nvrtc => self.method.clone(),
-            Route::Ptx => format!("{} ptx", self.method),
+        let mut label = self.method.clone();
+        if self.route == Route::Ptx {
+            label.push_str(" ptx");
+            if !self.link_flags.is_empty() {
+                label.push(' ');
+                label.push_str(&self.link_flags);
+            }
         }
+        if self.shape == Shape::Switch {
+            label.push_str(" switch");
+        }
+        label
     }
 }
 
@@ -188,18 +210,18 @@ pub fn run(config: &BenchConfig, mut progress: impl FnMut(&str)) -> Result<Vec<R
         "{} samples, {} individuals, {} units",
         samples.len(),
         samples.iter().map(|s| s.individuals).sum::<usize>(),
-        samples.iter().map(|s| s.units.len()).sum::<usize>()
+        samples.iter().map(Sample::unit_count).sum::<usize>()
     ));
     let mut rows = Vec::new();
     let build = BuildConfig { cuda: config.cuda.clone(), ..BuildConfig::default() };
     for method in &config.methods {
-        let options = CompileOptions {
+        let base = CompileOptions {
             arch: config.arch,
             mode: method.mode(),
             flags: config.flags.clone(),
-            link_flags: config.link_flags.clone(),
+            link_flags: Vec::new(),
         };
-        let mut compiler = match method.build(&options, &build) {
+        let mut compiler = match method.build(&base, &build) {
             Ok(c) => c,
             Err(e) => {
                 progress(&format!("{method}: skipped ({:#})", anyhow::Error::new(e)));
@@ -207,31 +229,45 @@ pub fn run(config: &BenchConfig, mut progress: impl FnMut(&str)) -> Result<Vec<R
             }
         };
         for &route in &config.routes {
-            if route == Route::Ptx && (*method == Method::Nvcc || options.mode == CompileMode::PtxJit) {
+            if route == Route::Ptx && (*method == Method::Nvcc || base.mode == CompileMode::PtxJit) {
                 continue;
             }
-            let started = Instant::now();
-            // One compile before measuring, so no method is timed cold (for the PTX route this
-            // also compiles the math library).
-            if let Some(first) = samples.first() {
-                compiler
-                    .compile(first.units(route), &options)
-                    .with_context(|| format!("{method} {route}: warm-up"))?;
-            }
-            let mut per_key = std::collections::HashMap::new();
-            for s in &samples {
-                if *method == Method::Nvcc {
-                    let n = per_key.entry((s.problem.clone(), s.size)).or_insert(0usize);
-                    if *n >= config.nvcc_samples {
-                        continue;
+            let sets: Vec<Vec<String>> = match route {
+                Route::Nvrtc => vec![Vec::new()],
+                Route::Ptx => config.link_flag_sets.clone(),
+            };
+            for link_flags in sets {
+                let options = CompileOptions { link_flags, ..base.clone() };
+                for &shape in &config.shapes {
+                    let what = format!("{method} {route} {shape} {}", options.link_flags.join(" "));
+                    let started = Instant::now();
+                    // One compile before measuring, so no method is timed cold (for the PTX route
+                    // this also compiles the math library).
+                    if let Some(first) = samples.first() {
+                        compiler
+                            .compile(first.units(route, shape), &options)
+                            .with_context(|| format!("{what}: warm-up"))?;
                     }
-                    *n += 1;
+                    let mut per_key = std::collections::HashMap::new();
+                    for s in &samples {
+                        if *method == Method::Nvcc {
+                            let n = per_key.entry((s.problem.clone(), s.size)).or_insert(0usize);
+                            if *n >= config.nvcc_samples {
+                                continue;
+                            }
+                            *n += 1;
+                        }
+                        rows.push(measure(compiler.as_mut(), s, method, route, shape, &options)?);
+                    }
+                    progress(&format!(
+                        "{}: done in {:.1} s",
+                        what.trim_end(),
+                        started.elapsed().as_secs_f64()
+                    ));
+                    // Written after every method, so an interrupted run keeps what it measured.
+                    report::write_csv(&rows, &config.out.join("bench.csv"))?;
                 }
-                rows.push(measure(compiler.as_mut(), s, method, route, &options)?);
             }
-            progress(&format!("{method} {route}: done in {:.1} s", started.elapsed().as_secs_f64()));
-            // Written after every method, so an interrupted run keeps what it measured.
-            report::write_csv(&rows, &config.out.join("bench.csv"))?;
         }
     }
     Ok(rows)
@@ -242,9 +278,10 @@ fn measure(
     s: &Sample,
     method: &Method,
     route: Route,
+    shape: Shape,
     options: &CompileOptions,
 ) -> Result<Row> {
-    let units = s.units(route);
+    let units = s.units(route, shape);
     let batch = compiler.compile(units, options)?;
     let ms = |us: u64| us as f64 / 1000.0;
     let wall_ms = ms(batch.stats.wall_us);
@@ -261,7 +298,12 @@ fn measure(
                 options.flags.iter().chain(&options.link_flags).cloned().collect::<Vec<_>>().join(" ")
             }
         },
+        link_flags: match route {
+            Route::Nvrtc => String::new(),
+            Route::Ptx => options.link_flags.join(" "),
+        },
         route,
+        shape,
         individuals: s.individuals,
         units: units.len(),
         ok_units: batch.results.iter().filter(|r| r.cubin().is_some()).count(),

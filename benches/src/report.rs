@@ -43,7 +43,7 @@ pub fn paper_table(problem: &str) -> &'static [(&'static str, f64, f64)] {
 
 /// The columns of `bench.csv`, in order: [`Row`]'s fields, as serde names them (a test holds the
 /// two together, and the committed results to both).
-pub const COLUMNS: [&str; 18] = [
+pub const COLUMNS: [&str; 20] = [
     "problem",
     "size",
     "run",
@@ -62,6 +62,8 @@ pub const COLUMNS: [&str; 18] = [
     "overhead_ms",
     "write_ms",
     "read_ms",
+    "link_flags",
+    "shape",
 ];
 
 /// Writes every row as CSV, header first (also when there are no rows).
@@ -175,9 +177,10 @@ pub fn group(rows: &[Row]) -> BTreeMap<Key, Vec<&Row>> {
     g
 }
 
-fn method_order(m: &str) -> (usize, usize, usize) {
-    // A route after the compiler (`farm:16 ptx`) sorts after the same compiler's NVRTC row.
-    let (m, route) = m.split_once(' ').map_or((m, 0), |(m, _)| (m, 1));
+fn method_order(m: &str) -> (usize, usize, &str) {
+    // A route, options or shape after the compiler (`farm:16 ptx -O0 switch`) sorts after the
+    // same compiler's plain NVRTC row.
+    let (m, route) = m.split_once(' ').unwrap_or((m, ""));
     let (name, k) = m.split_once(':').map_or((m, 0), |(n, k)| (n, k.parse().unwrap_or(0)));
     let rank = match name {
         "nvcc" => 0,
@@ -201,7 +204,7 @@ pub fn tables(rows: &[Row], heading: &str) -> String {
         };
         let mut methods: Vec<String> =
             groups.keys().filter(|(p, s, _)| p == problem && *s == size).map(|(_, _, m)| m.clone()).collect();
-        methods.sort_by_key(|m| method_order(m));
+        methods.sort_by(|a, b| method_order(a).cmp(&method_order(b)));
         let median_total = |m: &str| {
             groups
                 .get(&(problem.clone(), size, m.to_string()))
@@ -294,7 +297,7 @@ pub fn tables(rows: &[Row], heading: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use gpfarm_protocol::Route;
+    use gpfarm_protocol::{Route, Shape};
 
     use super::*;
 
@@ -315,6 +318,8 @@ mod tests {
             method: "farm:2".into(),
             flags: String::new(),
             route: Route::Nvrtc,
+            shape: Shape::Kernels,
+            link_flags: String::new(),
             individuals,
             units: 1,
             ok_units: 1,
@@ -352,6 +357,8 @@ mod tests {
             method: "farm:16".into(),
             flags: "--use_fast_math -default-device".into(),
             route: Route::Nvrtc,
+            shape: Shape::Kernels,
+            link_flags: String::new(),
             individuals: 291,
             units: 30,
             ok_units: 30,
@@ -382,6 +389,8 @@ mod tests {
             method: String::new(),
             flags: String::new(),
             route: Route::Nvrtc,
+            shape: Shape::Kernels,
+            link_flags: String::new(),
             individuals: 0,
             units: 0,
             ok_units: 0,
@@ -414,6 +423,8 @@ mod tests {
                 method: "nvcc".into(),
                 flags: String::new(),
                 route: Route::Nvrtc,
+                shape: Shape::Kernels,
+                link_flags: String::new(),
                 individuals: 19,
                 units: 2,
                 ok_units: 2,
@@ -447,6 +458,8 @@ mod tests {
             method: "threads:2".into(),
             flags: "--flag=\"a,b\"".into(),
             route: Route::Nvrtc,
+            shape: Shape::Kernels,
+            link_flags: String::new(),
             individuals: 3,
             units: 1,
             ok_units: 1,

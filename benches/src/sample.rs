@@ -6,7 +6,7 @@ use gpfarm_client::Unit;
 use gpfarm_client::partition::per_unit;
 use gpfarm_gp::{Evolution, EvolutionConfig, Phenotype, Problem, evaluate_all};
 use gpfarm_kernels::{render_ptx_units, render_units};
-use gpfarm_protocol::Route;
+use gpfarm_protocol::{Route, Shape};
 
 use crate::BenchConfig;
 
@@ -23,20 +23,19 @@ pub struct Sample {
     pub generation: usize,
     /// Valid individuals (all are compiled, duplicates too, as in the paper).
     pub individuals: usize,
-    /// The units, CUDA C.
-    pub units: Vec<Unit>,
-    /// The same individuals in the same parts as PTX units (empty when the PTX route is not
-    /// compared).
-    pub ptx_units: Vec<Unit>,
+    /// The same individuals in the same parts, rendered for each compared route and shape.
+    pub rendered: Vec<((Route, Shape), Vec<Unit>)>,
 }
 
 impl Sample {
-    /// The units of `route`.
-    pub fn units(&self, route: Route) -> &[Unit] {
-        match route {
-            Route::Nvrtc => &self.units,
-            Route::Ptx => &self.ptx_units,
-        }
+    /// The units of `route` in `shape` (none when that pair is not compared).
+    pub fn units(&self, route: Route, shape: Shape) -> &[Unit] {
+        self.rendered.iter().find(|(k, _)| *k == (route, shape)).map_or(&[], |(_, u)| u)
+    }
+
+    /// Units per route and shape (the same for each).
+    pub fn unit_count(&self) -> usize {
+        self.rendered.first().map_or(0, |(_, u)| u.len())
     }
 }
 
@@ -63,28 +62,44 @@ pub fn populations(config: &BenchConfig) -> Result<Vec<Sample>> {
                     let phenotypes: Vec<Phenotype> =
                         evo.population().iter().filter_map(|i| i.phenotype().cloned()).collect();
                     let parts = per_unit(phenotypes.len(), config.per_unit);
-                    let ptx_units = if config.routes.contains(&Route::Ptx) {
-                        gpfarm_kernels::ptx_supported(&problem)?;
-                        render_ptx_units(&problem, &phenotypes, generation, &parts, config.arch)
-                            .units
-                            .into_iter()
-                            .map(|u| Unit::ptx(format!("{name}_{size}_{run}_{}", u.name), u.source))
-                            .collect()
-                    } else {
-                        Vec::new()
-                    };
-                    let units = render_units(problem.template(), &phenotypes, generation, &parts)
-                        .into_iter()
-                        .map(|u| Unit::new(format!("{name}_{size}_{run}_{}", u.name), u.source))
-                        .collect();
+                    let mut rendered = Vec::new();
+                    for &route in &config.routes {
+                        if route == Route::Ptx {
+                            gpfarm_kernels::ptx_supported(&problem)?;
+                        }
+                        for &shape in &config.shapes {
+                            let units: Vec<Unit> = match route {
+                                Route::Ptx => render_ptx_units(
+                                    &problem,
+                                    &phenotypes,
+                                    generation,
+                                    &parts,
+                                    config.arch,
+                                    shape,
+                                )
+                                .units
+                                .into_iter()
+                                .map(|u| Unit::ptx(format!("{name}_{size}_{run}_{}", u.name), u.source))
+                                .collect(),
+                                Route::Nvrtc => {
+                                    render_units(&problem, &phenotypes, generation, &parts, shape)
+                                        .into_iter()
+                                        .map(|u| {
+                                            Unit::new(format!("{name}_{size}_{run}_{}", u.name), u.source)
+                                        })
+                                        .collect()
+                                }
+                            };
+                            rendered.push(((route, shape), units));
+                        }
+                    }
                     samples.push(Sample {
                         problem: name.clone(),
                         size,
                         run,
                         generation,
                         individuals: phenotypes.len(),
-                        units,
-                        ptx_units,
+                        rendered,
                     });
                     if generation + 1 < config.generations {
                         let dedup = evo.dedup();

@@ -9,12 +9,12 @@ use gpfarm_client::{Compiler, DiskCache, GpuWorker, ProblemRef, UnitOutcome, cac
 use gpfarm_gp::{Pipeline, Problem};
 use gpfarm_kernels::gpu;
 use gpfarm_kernels::worker::LoadProblem;
-use gpfarm_protocol::Route;
 use gpfarm_protocol::{CompileMode, CompileOptions, SmArch, Unit};
+use gpfarm_protocol::{Route, Shape};
 
 use crate::driver::{CrashSettings, Driver, Evaluator, Settings};
 use crate::error::EvolveError;
-use crate::options::{EvalMode, NO_FMAD, Options, default_crash_dir};
+use crate::options::{EvalMode, NO_FMAD, Options, default_crash_dir, default_shape};
 use crate::record::{EvaluatorKind, GenerationRecord, Summary};
 
 /// What a per-generation callback may fail with; the run stops and returns it as
@@ -32,6 +32,7 @@ pub struct Engine {
     gpu: Option<String>,
     notice: Option<String>,
     route: Route,
+    shape: Shape,
 }
 
 impl Engine {
@@ -56,12 +57,25 @@ impl Engine {
             None if gpfarm_kernels::ptx_supported(&problem).is_ok() => Route::Ptx,
             None => Route::Nvrtc,
         };
-        let mut engine = Engine { problem, source, options, arch, gpu: gpu.map(|g| g.0), notice, route };
+        let shape = options.shape.unwrap_or_else(|| default_shape(route));
+        let mut engine =
+            Engine { problem, source, options, arch, gpu: gpu.map(|g| g.0), notice, route, shape };
         // Refuse bad GP parameters and a route the problem cannot take now, before a compiler is
         // built for them.
         engine.pipeline()?;
         if engine.options.compile && engine.route == Route::Ptx {
             gpfarm_kernels::ptx_supported(&engine.problem)?;
+        }
+        if engine.options.compile
+            && engine.shape == Shape::Switch
+            && engine.route == Route::Nvrtc
+            && let Err(why) = engine.problem.template().switch_ready()
+        {
+            match engine.options.shape {
+                Some(_) => return Err(EvolveError::Shape { problem: engine.problem.name().to_owned(), why }),
+                // The default falls back to what every template supports.
+                None => engine.shape = Shape::Kernels,
+            }
         }
         engine.options.arch = Some(arch);
         Ok(engine)
@@ -93,6 +107,11 @@ impl Engine {
     /// How individuals become CUBIN in this run (see [`Options::route`]).
     pub fn route(&self) -> Route {
         self.route
+    }
+
+    /// How units hold their individuals in this run (see [`Options::shape`]).
+    pub fn shape(&self) -> Shape {
+        self.shape
     }
 
     /// Who will compute fitness when the run is given a compiler.
@@ -158,6 +177,7 @@ impl Engine {
             per_unit: o.per_unit,
             workers: compiler.as_ref().map_or(1, |c| c.workers()),
             route: self.route,
+            shape: self.shape,
             crash: CrashSettings {
                 retry_flags: o.crash_retry_flags.clone(),
                 retry_on_gpu: o.crash_retry_on_gpu,

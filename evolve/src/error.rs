@@ -41,6 +41,16 @@ pub enum EvolveError {
     /// The problem cannot take the PTX route (its template is not the standard harness).
     #[error(transparent)]
     PtxRoute(#[from] gpfarm_kernels::PtxUnsupported),
+    /// The problem's template cannot be rendered into a switch kernel on the NVRTC route.
+    #[error(
+        "problem `{problem}` cannot take the switch unit shape on the NVRTC route: {why}; use --shape kernels"
+    )]
+    Shape {
+        /// The problem's name.
+        problem: String,
+        /// What its template does that the switch kernel cannot.
+        why: String,
+    },
     /// The disk cache's directory could not be opened.
     #[error("opening the disk cache in {}", dir.display())]
     DiskCache {

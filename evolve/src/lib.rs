@@ -70,7 +70,9 @@ pub mod record;
 pub use engine::{CallbackError, Engine};
 pub use error::EvolveError;
 pub use gpfarm_client::ProblemRef;
-pub use options::{CRASH_RETRY_FLAGS, EvalMode, LINK_FLAGS, NO_FMAD, Options, default_crash_dir};
+pub use options::{
+    CRASH_RETRY_FLAGS, EvalMode, LINK_FLAGS, NO_FMAD, Options, default_crash_dir, default_shape,
+};
 pub use record::{
     CompileFigures, CriticalPath, EvalSplit, EvaluatorKind, GenerationRecord, Individuals, Summary, Totals,
 };

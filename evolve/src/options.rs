@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use gpfarm_gp::EvolutionConfig;
-use gpfarm_protocol::{Route, SmArch};
+use gpfarm_protocol::{Route, Shape, SmArch};
 
 /// Where fitness is computed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -46,6 +46,10 @@ pub struct Options {
     pub route: Option<Route>,
     /// nvJitLink options for the PTX route (default [`LINK_FLAGS`]).
     pub link_flags: Vec<String>,
+    /// How a unit holds its individuals: a kernel each, or one switch kernel per unit that one
+    /// launch runs for all of them. `None` (the default) takes [`default_shape`] of the route;
+    /// [`crate::Engine::shape`] says which. Either gives the same fitness.
+    pub shape: Option<Shape>,
     /// Reuse fitness known from earlier generations and merge identical individuals.
     pub cache: bool,
     /// Evaluate each unit as soon as it is compiled, and breed the next generation's pairs as
@@ -89,6 +93,16 @@ pub const CRASH_RETRY_FLAGS: &[&str] = &["--Ofast-compile=min"];
 /// (`benches/results/2026-11-23-h100/routes/`).
 pub const LINK_FLAGS: &[&str] = &["-O0"];
 
+/// The unit shape a route takes when [`Options::shape`] is not set: the switch kernel on both.
+/// One kernel per unit costs ptxas less than a kernel per individual (one prologue, one
+/// function to allocate registers for) and the GPU one launch per unit instead of one per
+/// individual.
+pub fn default_shape(route: Route) -> Shape {
+    match route {
+        Route::Nvrtc | Route::Ptx => Shape::Switch,
+    }
+}
+
 /// The NVRTC option that keeps `a * b + c` two roundings (see [`Options::fmad`]).
 pub const NO_FMAD: &str = "--fmad=false";
 
@@ -109,6 +123,7 @@ impl Default for Options {
             fmad: false,
             route: None,
             link_flags: LINK_FLAGS.iter().map(|f| (*f).to_owned()).collect(),
+            shape: None,
             cache: true,
             overlap: true,
             per_unit: None,

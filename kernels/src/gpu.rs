@@ -12,6 +12,7 @@
 //! returns [`GpuError::Fault`] and refuses further work; recovering on the GPU needs a new
 //! process. `gpfarm evolve` continues on the CPU evaluator.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -26,7 +27,7 @@ use thiserror::Error;
 
 // Defined with the worker's wire, so that the GPU worker's parent (in `gpfarm-client`) speaks the
 // same types as this evaluator.
-pub use gpfarm_protocol::worker::{CompiledUnit, GpuGeneration};
+pub use gpfarm_protocol::worker::{CompiledUnit, GpuGeneration, KernelRef};
 
 /// Threads per block for individuals' kernels and for the fitness reduction.
 const BLOCK: u32 = 256;
@@ -242,14 +243,10 @@ impl Device {
         Ok(())
     }
 
-    /// Launches individual `slot`'s kernel over all cases (asynchronously).
-    fn launch(
-        &self,
-        problem: &Problem,
-        f: &CudaFunction,
-        slot: usize,
-        ncases: usize,
-    ) -> Result<(), DriverError> {
+    /// Launches `run` over all cases (asynchronously): its kernel for one individual, or rows
+    /// `0..len` of a switch kernel from branch `first`, filling the output slabs of `slot..slot + len`.
+    fn launch(&self, problem: &Problem, run: &Run, ncases: usize) -> Result<(), DriverError> {
+        let (slot, len) = (run.slot, run.len);
         let params = problem.kernel_params();
         let mut views: Vec<DevView<'_>> = Vec::with_capacity(params.len());
         for (k, p) in params.iter().enumerate() {
@@ -259,12 +256,15 @@ impl Device {
                         views.push(buf.whole());
                     }
                 }
-                ParamRole::Output(o) => views.push(self.outputs[o].view(slot * ncases..(slot + 1) * ncases)),
+                ParamRole::Output(o) => {
+                    views.push(self.outputs[o].view(slot * ncases..(slot + len) * ncases))
+                }
                 ParamRole::NumCases => {}
             }
         }
         let n = ncases as i32;
-        let mut b = self.stream.launch_builder(f);
+        let first = run.first.map(|b| b as i32);
+        let mut b = self.stream.launch_builder(&run.function);
         for v in &views {
             match v {
                 DevView::Int(v) => b.arg(v),
@@ -272,14 +272,18 @@ impl Device {
             };
         }
         b.arg(&n);
+        if let Some(first) = &first {
+            b.arg(first);
+        }
         let cfg = LaunchConfig {
-            grid_dim: ((ncases as u32).div_ceil(BLOCK), 1, 1),
+            grid_dim: ((ncases as u32).div_ceil(BLOCK), len as u32, 1),
             block_dim: (BLOCK, 1, 1),
             shared_mem_bytes: 0,
         };
         // SAFETY: the argument list follows the problem's kernel-parameter convention, which
-        // `gp` checks every template against; every buffer holds the sizes that convention
-        // promises (inputs for all cases, an output slab of `ncases` values).
+        // `gp` checks every template against, followed by `int first` for a switch kernel
+        // (`Shape::Switch`); every buffer holds the sizes that convention promises (inputs for
+        // all cases, `len` output slabs of `ncases` values, one per row of the launch).
         unsafe { b.launch(cfg) }.map(|_| ())
     }
 
@@ -348,20 +352,22 @@ impl GpuEvaluator {
         }
         self.device.ensure_capacity(&self.problem, n, self.ncases).map_err(driver)?;
         let t = Instant::now();
-        let (modules, functions) = self.load(units)?;
+        let (modules, runs) = self.load(units, n, careful, skip)?;
         outcome.load = t.elapsed();
         let t = Instant::now();
-        let mut launched = Vec::with_capacity(functions.len());
-        for (slot, f) in functions.iter().filter(|(slot, _)| !skip.contains(slot)) {
-            // A refused launch is not sticky: only this individual fails.
-            match self.device.launch(&self.problem, f, *slot, self.ncases) {
-                Ok(()) => launched.push(*slot),
-                Err(e) => outcome.faults.push((*slot, format!("launch refused: {e:?}"))),
+        let mut launched = Vec::with_capacity(n);
+        for run in &runs {
+            // A refused launch is not sticky: only this run's individuals fail.
+            match self.device.launch(&self.problem, run, self.ncases) {
+                Ok(()) => launched.extend(run.slot..run.slot + run.len),
+                Err(e) => outcome
+                    .faults
+                    .extend((run.slot..run.slot + run.len).map(|i| (i, format!("launch refused: {e:?}")))),
             }
             if careful && let Err(e) = self.device.stream.synchronize() {
                 let why = format!("{e:?}");
                 self.poisoned = Some(why.clone());
-                return Err(GpuError::FaultAt { individual: *slot, why });
+                return Err(GpuError::FaultAt { individual: run.slot, why });
             }
         }
         if let Err(e) = self.device.stream.synchronize() {
@@ -377,25 +383,79 @@ impl GpuEvaluator {
             outcome.fitness[i] = values.get(i).copied();
         }
         // `modules` drops here: every module of this generation is unloaded.
-        drop(functions);
+        drop(runs);
         drop(modules);
         Ok(outcome)
     }
 
-    #[allow(clippy::type_complexity)]
+    /// Loads the units' modules and groups their members into launches: consecutive branches
+    /// of one switch kernel whose individuals are consecutive too make one launch; every other
+    /// member, and every member in careful mode, a launch of its own. Members in `skip` are left
+    /// out.
     fn load(
         &self,
         units: &[CompiledUnit<'_>],
-    ) -> Result<(Vec<Arc<CudaModule>>, Vec<(usize, CudaFunction)>), GpuError> {
+        n: usize,
+        careful: bool,
+        skip: &[usize],
+    ) -> Result<(Vec<Arc<CudaModule>>, Vec<Run>), GpuError> {
         let mut modules = Vec::with_capacity(units.len());
-        let mut functions = Vec::new();
+        let mut runs: Vec<Run> = Vec::new();
         for u in units {
+            if u.kernels.len() != u.members.len() {
+                return Err(GpuError::Problem(format!(
+                    "a unit names {} kernels for {} members",
+                    u.kernels.len(),
+                    u.members.len()
+                )));
+            }
             let m = self.device.ctx.load_module(Ptx::from_binary(u.cubin.to_vec())).map_err(driver)?;
-            for (k, &slot) in u.kernels.iter().zip(u.members) {
-                functions.push((slot, m.load_function(k).map_err(driver)?));
+            let mut functions: HashMap<&str, CudaFunction> = HashMap::new();
+            let unit_runs = runs.len();
+            for (text, &slot) in u.kernels.iter().zip(u.members) {
+                if skip.contains(&slot) {
+                    continue;
+                }
+                if slot >= n {
+                    return Err(GpuError::Problem(format!("member {slot} of a generation of {n}")));
+                }
+                let Some(r) = KernelRef::parse(text) else {
+                    return Err(GpuError::Problem(format!("`{text}` is not a kernel reference")));
+                };
+                if let Some(last) = runs[unit_runs..].last_mut()
+                    && !careful
+                    && last.kernel == r.kernel
+                    && let (Some(first), Some(branch)) = (last.first, r.branch)
+                    && branch == first + last.len as u32
+                    && slot == last.slot + last.len
+                {
+                    last.len += 1;
+                    continue;
+                }
+                let function = match functions.get(r.kernel) {
+                    Some(f) => f.clone(),
+                    None => {
+                        let f = m.load_function(r.kernel).map_err(driver)?;
+                        functions.insert(r.kernel, f.clone());
+                        f
+                    }
+                };
+                runs.push(Run { kernel: r.kernel.to_owned(), function, first: r.branch, slot, len: 1 });
             }
             modules.push(m);
         }
-        Ok((modules, functions))
+        Ok((modules, runs))
     }
+}
+
+/// One launch: a kernel for one individual, or consecutive branches of a switch kernel.
+struct Run {
+    kernel: String,
+    function: CudaFunction,
+    /// The first branch, for a switch kernel.
+    first: Option<u32>,
+    /// The first individual's slot.
+    slot: usize,
+    /// Individuals (rows of the launch).
+    len: usize,
 }

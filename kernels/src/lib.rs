@@ -9,7 +9,10 @@ pub mod ptx;
 pub mod render;
 pub mod worker;
 
-pub use ptx::{PtxUnits, PtxUnsupported, Refused, keyed_ptx, ptx_supported, render_ptx_units};
+pub use ptx::{
+    PtxUnits, PtxUnsupported, Refused, keyed_ptx, ptx_supported, ptx_switch_unit, ptx_unit, render_ptx_units,
+};
 pub use render::{
-    RenderedUnit, UNIT_WEIGHT, compile_weight, kernel_name, keyed_source, render_unit, render_units,
+    RenderedUnit, UNIT_WEIGHT, compile_weight, kernel_name, keyed_source, render_switch_unit, render_unit,
+    render_units, switch_refs, unit_kernel_name,
 };

@@ -10,7 +10,12 @@
 
 use std::ops::Range;
 
+use std::fmt::Write as _;
+
+use gpfarm_gp::Problem;
+use gpfarm_gp::problem::template::{KernelParam, ParamRole};
 use gpfarm_gp::{KernelName, Phenotype, Template};
+use gpfarm_protocol::Shape;
 
 /// One translation unit and what is in it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,6 +64,56 @@ pub fn render_unit(template: &Template, members: &[(KernelName, &Phenotype)]) ->
     source
 }
 
+/// One translation unit holding the switch kernel `name` ([`Shape::Switch`]): the preamble,
+/// each member's kernel as a device function ([`Template::render_device_function`]), and a
+/// kernel with the problem's parameters `params` and `int first` whose block row `y` calls
+/// member `first + y` with its output pointers moved `y * NCASES` values on. The template must
+/// pass [`Template::switch_ready`].
+pub fn render_switch_unit(
+    template: &Template,
+    params: &[KernelParam],
+    name: &KernelName,
+    members: &[(KernelName, &Phenotype)],
+) -> String {
+    let mut source = template.preamble().to_owned();
+    for (k, phenotype) in members {
+        source.push_str(&template.render_device_function(k, phenotype));
+    }
+    let declared: Vec<String> = params
+        .iter()
+        .map(|p| match p.role {
+            ParamRole::NumCases => format!("{} {}", p.c_type, p.name),
+            _ => format!("{} __restrict__ {}", p.c_type, p.name),
+        })
+        .collect();
+    let ncases = params.iter().find(|p| p.role == ParamRole::NumCases).map_or("0", |p| p.name.as_str());
+    let _ = write!(
+        source,
+        "\nextern \"C\" __global__ void {}({}, int gpfarm_first)\n{{\n    const size_t gpfarm_slab = (size_t)blockIdx.y * (size_t){ncases};\n    switch (gpfarm_first + (int)blockIdx.y) {{\n",
+        name.as_str(),
+        declared.join(", ")
+    );
+    let args: Vec<String> = params
+        .iter()
+        .map(|p| match p.role {
+            ParamRole::Output(_) => format!("{} + gpfarm_slab", p.name),
+            _ => p.name.clone(),
+        })
+        .collect();
+    let args = args.join(", ");
+    for (j, (k, _)) in members.iter().enumerate() {
+        let _ = writeln!(source, "    case {j}: {}({args}); break;", k.as_str());
+    }
+    source.push_str("    default: break;\n    }\n}\n");
+    source
+}
+
+/// The kernel references of a switch unit's members: branch `j` of `kernel` for member `j`
+/// ([`KernelRef`](gpfarm_protocol::worker::KernelRef)).
+pub fn switch_refs(kernel: &str, members: usize) -> Vec<String> {
+    (0..members).map(|j| gpfarm_protocol::worker::KernelRef::switch_branch(kernel, j)).collect()
+}
+
 /// Name of the kernel of individual `index` in generation `generation`.
 pub fn kernel_name(generation: usize, index: usize) -> KernelName {
     KernelName::new(format!("g{generation}_i{index}"))
@@ -66,13 +121,17 @@ pub fn kernel_name(generation: usize, index: usize) -> KernelName {
 }
 
 /// Renders one unit per part: part `u` holds the phenotypes of indices `parts[u]` (how a batch
-/// is split is the caller's choice, e.g. `gpfarm_client::partition::balanced`).
+/// is split is the caller's choice, e.g. `gpfarm_client::partition::balanced`), in `shape`:
+/// kernels named by [`kernel_name`], or, for [`Shape::Switch`], one switch kernel
+/// `g<generation>_u<u>` per unit (the template must pass [`Template::switch_ready`]).
 pub fn render_units(
-    template: &Template,
+    problem: &Problem,
     phenotypes: &[Phenotype],
     generation: usize,
     parts: &[Range<usize>],
+    shape: Shape,
 ) -> Vec<RenderedUnit> {
+    let template = problem.template();
     parts
         .iter()
         .enumerate()
@@ -80,20 +139,33 @@ pub fn render_units(
             let members: Vec<usize> = part.clone().collect();
             let named: Vec<(KernelName, &Phenotype)> =
                 members.iter().map(|&i| (kernel_name(generation, i), &phenotypes[i])).collect();
-            RenderedUnit {
-                name: format!("g{generation}_u{u}.cu"),
-                source: render_unit(template, &named),
-                kernels: named.iter().map(|(k, _)| k.as_str().to_owned()).collect(),
-                members,
-            }
+            let (source, kernels) = match shape {
+                Shape::Kernels => (
+                    render_unit(template, &named),
+                    named.iter().map(|(k, _)| k.as_str().to_owned()).collect(),
+                ),
+                Shape::Switch => {
+                    let name = unit_kernel_name(generation, u);
+                    (
+                        render_switch_unit(template, &problem.kernel_params(), &name, &named),
+                        switch_refs(name.as_str(), named.len()),
+                    )
+                }
+            };
+            RenderedUnit { name: format!("g{generation}_u{u}.cu"), source, kernels, members }
         })
         .collect()
+}
+
+/// Name of the switch kernel of unit `unit` in generation `generation`.
+pub fn unit_kernel_name(generation: usize, unit: usize) -> KernelName {
+    KernelName::new(format!("g{generation}_u{unit}"))
+        .expect("g<digits>_u<digits> is a C identifier by construction")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpfarm_gp::Problem;
 
     fn phenotypes(n: usize) -> Vec<Phenotype> {
         (0..n).map(|i| Phenotype::new(format!("x + {i}.0f"))).collect()
@@ -102,7 +174,7 @@ mod tests {
     #[test]
     fn every_individual_lands_in_exactly_one_unit_in_order() {
         let problem = Problem::builtin("keijzer6").unwrap();
-        let units = render_units(problem.template(), &phenotypes(10), 3, &[0..4, 4..7, 7..10]);
+        let units = render_units(&problem, &phenotypes(10), 3, &[0..4, 4..7, 7..10], Shape::Kernels);
         let members: Vec<usize> = units.iter().flat_map(|u| u.members.clone()).collect();
         assert_eq!(members, (0..10).collect::<Vec<_>>());
         let sizes: Vec<usize> = units.iter().map(|u| u.members.len()).collect();
@@ -112,7 +184,7 @@ mod tests {
     #[test]
     fn a_unit_holds_the_preamble_once_and_one_kernel_per_member() {
         let problem = Problem::builtin("search").unwrap();
-        let units = render_units(problem.template(), &phenotypes(5), 0, &[0..3, 3..5]);
+        let units = render_units(&problem, &phenotypes(5), 0, &[0..3, 3..5], Shape::Kernels);
         assert_eq!(units.len(), 2);
         for u in &units {
             assert_eq!(u.source.matches("struct gp_wrapped_ints").count(), 1);
@@ -131,5 +203,28 @@ mod tests {
         assert!(keyed.contains("x * 2.0f") && keyed.contains("gpfarm_individual"));
         let unit = render_unit(problem.template(), &[(kernel_name(3, 7), &p)]);
         assert_eq!(unit.replace("g3_i7", "gpfarm_individual"), keyed);
+    }
+
+    #[test]
+    fn a_switch_unit_calls_each_member_as_a_device_function_from_one_kernel() {
+        let problem = Problem::builtin("search").unwrap();
+        let units = render_units(&problem, &phenotypes(5), 2, &[0..3, 3..5], Shape::Switch);
+        let u = &units[1];
+        assert_eq!(u.kernels, vec!["g2_u1@0", "g2_u1@1"]);
+        assert_eq!(u.source.matches("__global__").count(), 1, "{}", u.source);
+        assert!(u.source.contains(
+            "extern \"C\" __global__ void g2_u1(const int* __restrict__ in_INPUT, const int* __restrict__ in_LENINPUT, \
+             const int* __restrict__ in_SEARCH, int* __restrict__ out_OUTPUT, int NCASES, int gpfarm_first)"
+        ), "{}", u.source);
+        for (j, i) in [(0, 3), (1, 4)] {
+            assert_eq!(
+                u.source.matches(&format!("static __device__ __forceinline__ void g2_i{i}(")).count(),
+                1
+            );
+            assert!(u.source.contains(&format!(
+                "case {j}: g2_i{i}(in_INPUT, in_LENINPUT, in_SEARCH, out_OUTPUT + gpfarm_slab, NCASES); break;"
+            )), "{}", u.source);
+        }
+        assert!(!u.source.contains("extern \"C\"  "), "{}", u.source);
     }
 }

@@ -10,7 +10,7 @@ use gpfarm_gp::problem::ProblemSources;
 use gpfarm_gp::{Evolution, EvolutionConfig, Phenotype, Problem, evaluate_all};
 use gpfarm_kernels::ptx::ptx_unit;
 use gpfarm_kernels::{keyed_ptx, ptx_supported, render_ptx_units};
-use gpfarm_protocol::SmArch;
+use gpfarm_protocol::{Shape, SmArch};
 
 /// ptxas: `GPFARM_PTXAS`, else the pinned wheel's (`.toolchain/site/nvidia/cu13/bin/ptxas` in
 /// this checkout or an ancestor), else a CUDA installation's. `None`, with the reason printed,
@@ -96,20 +96,24 @@ fn assembles_all(problem_name: &str) {
     for (k, phenotypes) in populations(&problem, &[1, 2, 3], 300).iter().enumerate() {
         let n = phenotypes.len();
         let parts: Vec<_> = (0..n).step_by(50).map(|s| s..(s + 50).min(n)).collect();
-        let units = render_ptx_units(&problem, phenotypes, k, &parts, SmArch::SM_90);
-        // The grammars produce only what the parser accepts.
-        assert_eq!(units.refused, vec![], "{problem_name}");
-        let started = Instant::now();
-        for u in &units.units {
-            assert!(u.source.contains(".target sm_90"));
-            assemble(&ptxas, &format!("{problem_name}_{}", u.name), &u.source);
+        for shape in [Shape::Kernels, Shape::Switch] {
+            let units = render_ptx_units(&problem, phenotypes, k, &parts, SmArch::SM_90, shape);
+            // The grammars produce only what the parser accepts.
+            assert_eq!(units.refused, vec![], "{problem_name}");
+            let started = Instant::now();
+            for u in &units.units {
+                assert!(u.source.contains(".target sm_90"));
+                let entries = u.source.matches(".visible .entry").count();
+                assert_eq!(entries, if shape == Shape::Switch { 1 } else { u.members.len() });
+                assemble(&ptxas, &format!("{problem_name}_{shape}_{}", u.name), &u.source);
+            }
+            eprintln!(
+                "{problem_name} population {k}: {n} distinct individuals in {} units of {shape}, ptxas {:.2} s",
+                units.units.len(),
+                started.elapsed().as_secs_f64()
+            );
         }
         individuals += n;
-        eprintln!(
-            "{problem_name} population {k}: {n} distinct individuals in {} units, ptxas {:.2} s",
-            units.units.len(),
-            started.elapsed().as_secs_f64()
-        );
     }
     assert!(individuals > 600, "{individuals}");
 }
@@ -227,7 +231,8 @@ fn refused_phenotypes_are_listed_and_left_out() {
     let problem = Problem::builtin("keijzer6").unwrap();
     let phenotypes: Vec<Phenotype> =
         ["x + 1", "y + 1", "x * 2.0f", "sinf(x", "atan(x)", "x"].iter().map(|s| Phenotype::new(*s)).collect();
-    let units = render_ptx_units(&problem, &phenotypes, 4, &[0..2, 2..4, 4..6], SmArch::SM_90);
+    let units =
+        render_ptx_units(&problem, &phenotypes, 4, &[0..2, 2..4, 4..6], SmArch::SM_90, Shape::Kernels);
     let refused: Vec<usize> = units.refused.iter().map(|r| r.index).collect();
     assert_eq!(refused, vec![1, 3, 4]);
     assert_eq!(units.units.len(), 3);
@@ -236,7 +241,7 @@ fn refused_phenotypes_are_listed_and_left_out() {
     assert_eq!(units.units[1].name, "g4_u1.ptx");
     assert_eq!(units.units[2].members, vec![5]);
     // A part whose individuals are all refused gives no unit.
-    let none = render_ptx_units(&problem, &phenotypes, 4, &[1..2, 2..3], SmArch::SM_90);
+    let none = render_ptx_units(&problem, &phenotypes, 4, &[1..2, 2..3], SmArch::SM_90, Shape::Kernels);
     assert_eq!(none.units.len(), 1);
     assert_eq!(none.units[0].name, "g4_u1.ptx");
     let program = gpfarm_gp::Program::compile(&problem, &phenotypes[0]).unwrap();

@@ -25,7 +25,7 @@ pub use message::{CompileRef, DaemonInfo, Request, Response, decode_request, dec
 pub use names::{DaemonId, FarmName, SegmentName};
 pub use segment::{DaemonState, Segment, SegmentError};
 pub use types::{
-    CompileMode, CompileOptions, Failure, FailureKind, Route, SmArch, Unit, UnitOutcome, UnitResult,
+    CompileMode, CompileOptions, Failure, FailureKind, Route, Shape, SmArch, Unit, UnitOutcome, UnitResult,
     UnitTimings,
 };
 

@@ -140,6 +140,47 @@ impl fmt::Display for Route {
     }
 }
 
+/// How a unit holds its individuals' code.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Shape {
+    /// One kernel per individual, launched once each.
+    #[default]
+    Kernels,
+    /// One kernel per unit that switches on the block row: row `y` of a launch from branch
+    /// `first` runs individual `first + y` of the unit and writes `y` output slabs further in,
+    /// so one launch evaluates consecutive individuals. It takes the problem's kernel parameters
+    /// and then `int first`.
+    Switch,
+}
+
+impl Shape {
+    /// The name used on the command line and in records.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Shape::Kernels => "kernels",
+            Shape::Switch => "switch",
+        }
+    }
+}
+
+impl FromStr for Shape {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "kernels" => Ok(Shape::Kernels),
+            "switch" => Ok(Shape::Switch),
+            _ => Err(format!("unknown unit shape {s:?}: use kernels or switch")),
+        }
+    }
+}
+
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One translation unit to compile: CUDA C for NVRTC, or PTX for nvJitLink.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Encode, Decode)]
 pub struct Unit {

@@ -121,12 +121,38 @@ pub enum Reply {
     Error(String),
 }
 
+/// Where a member's code is in its CUBIN, as [`CompiledUnit::kernels`] writes it: `NAME`, a
+/// kernel of its own ([`crate::Shape::Kernels`]), or `NAME@J`, branch `J` of the switch kernel
+/// `NAME` ([`crate::Shape::Switch`]). `@` cannot occur in a C identifier, so the two never mix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelRef<'a> {
+    /// The kernel's name.
+    pub kernel: &'a str,
+    /// The branch of a switch kernel; `None` for a kernel of its own.
+    pub branch: Option<u32>,
+}
+
+impl<'a> KernelRef<'a> {
+    /// Reads `NAME` or `NAME@J`; `None` when `J` is not a number.
+    pub fn parse(text: &'a str) -> Option<KernelRef<'a>> {
+        match text.split_once('@') {
+            None => Some(KernelRef { kernel: text, branch: None }),
+            Some((kernel, j)) => Some(KernelRef { kernel, branch: Some(j.parse().ok()?) }),
+        }
+    }
+
+    /// The text of branch `branch` of switch kernel `kernel`.
+    pub fn switch_branch(kernel: &str, branch: usize) -> String {
+        format!("{kernel}@{branch}")
+    }
+}
+
 /// One compiled unit of a generation, borrowed from the caller.
 #[derive(Debug, Clone, Copy)]
 pub struct CompiledUnit<'a> {
     /// Its CUBIN.
     pub cubin: &'a [u8],
-    /// Kernel names, one per member.
+    /// Where each member's code is, one [`KernelRef`] text per member.
     pub kernels: &'a [String],
     /// Index of each member among the generation's individuals.
     pub members: &'a [usize],

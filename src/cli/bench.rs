@@ -40,8 +40,16 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',')]
     routes: Option<Vec<gpfarm_protocol::Route>>,
     /// nvJitLink option for the PTX route (repeatable), e.g. --link-flag=-O0.
-    #[arg(long = "link-flag", allow_hyphen_values = true)]
+    #[arg(long = "link-flag", allow_hyphen_values = true, conflicts_with = "link_flag_sets")]
     link_flags: Vec<String>,
+    /// nvJitLink option sets for the PTX route, each measured in turn: sets separated by `;`,
+    /// options within a set by spaces, e.g. --link-flag-sets='-O0;-O1;-O3'.
+    #[arg(long, allow_hyphen_values = true, value_name = "SETS")]
+    link_flag_sets: Option<String>,
+    /// Unit shapes to compare on the same populations: kernels (one per individual), switch (one
+    /// per unit), comma separated (default kernels).
+    #[arg(long, value_delimiter = ',')]
+    shapes: Option<Vec<gpfarm_protocol::Shape>>,
     /// Target architecture.
     #[arg(long, default_value = "sm_90")]
     arch: SmArch,
@@ -129,7 +137,15 @@ pub fn run(args: BenchArgs, cuda: Option<&Path>) -> Result<()> {
     }
     config.per_unit = args.per_unit.unwrap_or(config.per_unit);
     config.flags = args.flags;
-    config.link_flags = args.link_flags;
+    config.link_flag_sets = match &args.link_flag_sets {
+        Some(sets) => {
+            sets.split(';').map(|set| set.split_whitespace().map(str::to_owned).collect()).collect()
+        }
+        None => vec![args.link_flags],
+    };
+    if let Some(shapes) = args.shapes {
+        config.shapes = shapes;
+    }
     if let Some(routes) = args.routes {
         config.routes = routes;
     }
@@ -141,11 +157,17 @@ pub fn run(args: BenchArgs, cuda: Option<&Path>) -> Result<()> {
     std::fs::write(config.out.join("machine.txt"), &machine)?;
     eprint!("{machine}");
     let flags = if config.flags.is_empty() { "none".to_string() } else { config.flags.join(" ") };
-    let link = if config.link_flags.is_empty() { "none".to_string() } else { config.link_flags.join(" ") };
+    let link: Vec<String> = config
+        .link_flag_sets
+        .iter()
+        .map(|set| if set.is_empty() { "none".to_string() } else { set.join(" ") })
+        .collect();
+    let link = link.join("; ");
     let routes: Vec<&str> = config.routes.iter().map(|r| r.as_str()).collect();
+    let shapes: Vec<&str> = config.shapes.iter().map(|r| r.as_str()).collect();
     let description = format!(
         "Problems {:?}, sizes {:?}, {} runs x {} generations each, {} individuals per unit, routes {routes:?}, \
-         extra NVRTC options: {flags}, nvJitLink options: {link}.\n",
+         shapes {shapes:?}, extra NVRTC options: {flags}, nvJitLink options: {link}.\n",
         config.problems, config.sizes, config.runs, config.generations, config.per_unit
     );
     std::fs::write(config.out.join("description.txt"), &description)?;

@@ -74,6 +74,11 @@ pub struct EvolveArgs {
     /// --link-flag=-O3.
     #[arg(long = "link-flag", allow_hyphen_values = true)]
     link_flags: Vec<String>,
+    /// How a unit holds its individuals: switch (one kernel per unit, switching on the block
+    /// row; one launch evaluates the unit) or kernels (one kernel per individual). Default:
+    /// switch, or kernels for an NVRTC template that reads blockIdx.y.
+    #[arg(long)]
+    shape: Option<gpfarm_protocol::Shape>,
     /// Let NVRTC fuse `a * b + c` into one multiply-add (its own default). Without it every
     /// floating-point operation is rounded on its own, as C and the CPU evaluator do.
     #[arg(long)]
@@ -186,6 +191,7 @@ impl EvolveArgs {
             } else {
                 self.link_flags.clone()
             },
+            shape: self.shape,
             cache: !self.no_cache,
             overlap: !self.no_overlap,
             per_unit: self.per_unit,

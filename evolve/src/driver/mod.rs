@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use gpfarm_client::{CacheKey, Compiler, DiskCache, Submitter, job_queue};
 use gpfarm_gp::{Born, Fitness, GenerationStats, Phenotype, Pipeline, Problem, Program};
-use gpfarm_protocol::{CompileOptions, Route};
+use gpfarm_protocol::{CompileOptions, Route, Shape};
 
 use crate::account::{Account, Chain};
 use crate::error::EvolveError;
@@ -52,6 +52,8 @@ pub(crate) struct Settings {
     pub crash: CrashSettings,
     /// CUDA C for NVRTC, or PTX emitted from the phenotype.
     pub route: Route,
+    /// A kernel per individual, or one switch kernel per unit.
+    pub shape: Shape,
 }
 
 /// What happens to an individual that crashes NVRTC or does not compile (see

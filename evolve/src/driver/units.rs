@@ -12,9 +12,13 @@ use gpfarm_client::{
     BuildConfig, CacheKey, CompileOptions, Compiler, CompilerSpec, FailureKind, Finished, Job, Submitter,
     Unit, UnitOutcome, Workers,
 };
+use gpfarm_gp::KernelName;
 use gpfarm_gp::{Fitness, Program};
-use gpfarm_kernels::{UNIT_WEIGHT, compile_weight, kernel_name, ptx::ptx_unit, render_unit};
-use gpfarm_protocol::Route;
+use gpfarm_kernels::{
+    UNIT_WEIGHT, compile_weight, kernel_name, ptx_switch_unit, ptx_unit, render_switch_unit, render_unit,
+    switch_refs,
+};
+use gpfarm_protocol::{Route, Shape};
 
 use super::{Driver, Evaluator, JobInfo, Member, Ready};
 use crate::account::Chain;
@@ -81,7 +85,7 @@ impl Driver<'_> {
         let dir = &self.settings.crash.dir;
         let extension = if self.settings.route == Route::Ptx { "ptx" } else { "cu" };
         let path = dir.join(format!("{}.{extension}", kernel_name(m.generation, m.slot).as_str()));
-        let (source, _) = self.render(std::slice::from_ref(m));
+        let (source, _) = self.render(std::slice::from_ref(m), None);
         match std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, source)) {
             Ok(()) => {
                 self.totals.failed_units_dir = Some(dir.clone());
@@ -106,7 +110,7 @@ impl Driver<'_> {
         if matches!(self.retry, Retry::NotStarted) {
             self.retry = self.start_retry();
         }
-        let (source, kernels) = self.render(std::slice::from_ref(m));
+        let (source, kernels) = self.render(std::slice::from_ref(m), None);
         let unit = self.unit(format!("g{}_i{}_retry", m.generation, m.slot), source);
         let Retry::Running(compiler, options) = &mut self.retry else { return Retried::Unavailable };
         let retry_started = Instant::now();
@@ -201,14 +205,23 @@ impl Driver<'_> {
         Ok(())
     }
 
-    /// The unit of `members`, one kernel each (CUDA C or PTX, by the run's route), and the
-    /// kernels' names.
-    fn render(&self, members: &[Member]) -> (String, Vec<String>) {
+    /// The unit of `members` (CUDA C or PTX, by the run's route), and where each member's code
+    /// is in it ([`gpfarm_protocol::worker::KernelRef`]): a kernel each, or, with `switch`
+    /// (the run's shape is [`Shape::Switch`]), branches of the one switch kernel of that name.
+    fn render(&self, members: &[Member], switch: Option<&KernelName>) -> (String, Vec<String>) {
         let named: Vec<_> =
             members.iter().map(|m| (kernel_name(m.generation, m.slot), &m.phenotype)).collect();
-        let kernels = named.iter().map(|(k, _)| k.as_str().to_owned()).collect();
+        let kernels = match switch {
+            Some(name) => switch_refs(name.as_str(), members.len()),
+            None => named.iter().map(|(k, _)| k.as_str().to_owned()).collect(),
+        };
         let source = match self.settings.route {
-            Route::Nvrtc => render_unit(self.problem.template(), &named),
+            Route::Nvrtc => match switch {
+                Some(name) => {
+                    render_switch_unit(self.problem.template(), &self.problem.kernel_params(), name, &named)
+                }
+                None => render_unit(self.problem.template(), &named),
+            },
             Route::Ptx => {
                 // Every member admitted on the PTX route holds its typed tree.
                 let programs: Vec<(&str, &Program)> = named
@@ -216,7 +229,13 @@ impl Driver<'_> {
                     .zip(members)
                     .filter_map(|((k, _), m)| m.program.as_deref().map(|p| (k.as_str(), p)))
                     .collect();
-                ptx_unit(self.problem, &programs, self.options.arch)
+                match switch {
+                    Some(name) => {
+                        let programs: Vec<&Program> = programs.iter().map(|(_, p)| *p).collect();
+                        ptx_switch_unit(self.problem, name.as_str(), &programs, self.options.arch)
+                    }
+                    None => ptx_unit(self.problem, &programs, self.options.arch),
+                }
             }
         };
         (source, kernels)
@@ -237,10 +256,17 @@ impl Driver<'_> {
         members: Vec<Member>,
         isolation: bool,
     ) -> Result<(), EvolveError> {
-        let (source, kernels) = self.render(&members);
         let id = self.next_job;
         self.next_job += 1;
-        let unit = self.unit(format!("g{generation}_j{id}"), source);
+        let stem = format!("g{generation}_j{id}");
+        let switch = match self.settings.shape {
+            Shape::Switch => {
+                Some(KernelName::new(stem.clone()).expect("g<digits>_j<digits> is a C identifier"))
+            }
+            Shape::Kernels => None,
+        };
+        let (source, kernels) = self.render(&members, switch.as_ref());
+        let unit = self.unit(stem, source);
         if !submitter.submit(Job { id, units: vec![unit] }) {
             return Err(EvolveError::CompilerStopped);
         }

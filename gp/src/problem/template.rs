@@ -183,6 +183,45 @@ impl Template {
         out
     }
 
+    /// Whether individuals can be rendered as device functions for a unit's switch kernel
+    /// ([`render_device_function`](Self::render_device_function)): the switch takes the block
+    /// row for itself, so the kernel template must not read `blockIdx.y` or `gridDim.y`.
+    pub fn switch_ready(&self) -> Result<(), String> {
+        for word in ["blockIdx.y", "gridDim.y", "blockIdx.z", "gridDim.z"] {
+            if self.kernel.contains(word) {
+                return Err(format!(
+                    "its kernel template reads `{word}`, which a unit's switch kernel uses to pick the individual"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// One individual's kernel as a `static __device__ __forceinline__` function of the same
+    /// name and parameters, for a unit's switch kernel to call: the kernel rendered as by
+    /// [`render_kernel`](Self::render_kernel), with `extern "C"` and `__global__` before its
+    /// name replaced.
+    pub fn render_device_function(&self, name: &KernelName, phenotype: &Phenotype) -> String {
+        let mut out = String::with_capacity(self.kernel.len() + phenotype.as_str().len() + 32);
+        let mut named = false;
+        for s in &self.segments {
+            match s {
+                Segment::Text(t) if !named => out.push_str(&t.replacen("extern \"C\"", "", 1).replacen(
+                    "__global__",
+                    "static __device__ __forceinline__",
+                    1,
+                )),
+                Segment::Text(t) => out.push_str(t),
+                Segment::Kernel => {
+                    named = true;
+                    out.push_str(name.as_str());
+                }
+                Segment::Phenotype => out.push_str(phenotype.as_str()),
+            }
+        }
+        out
+    }
+
     /// Checks that the kernel is `extern "C" __global__` with exactly `params`, and that
     /// it mentions every variable name a phenotype may use.
     pub(crate) fn check_against(&self, params: &[KernelParam], visible: &[&str]) -> Result<(), String> {
@@ -272,5 +311,24 @@ mod tests {
         assert!(mentions("int tmp = 0;", "tmp"));
         assert!(!mentions("int tmp2 = 0;", "tmp"));
         assert!(!mentions("in_x[c]", "x"));
+    }
+
+    #[test]
+    fn a_device_function_replaces_only_the_kernel_qualifiers() {
+        let t = Template::parse(
+            "#define A 1\n//@kernel\nextern \"C\" __global__ void {{KERNEL}}(int* o, int NCASES)\n{ o[0] = {{PHENOTYPE}}; /* __global__ */ }\n",
+        )
+        .unwrap();
+        let f = t.render_device_function(&KernelName::new("k7").unwrap(), &Phenotype::new("A + 1"));
+        assert_eq!(
+            f,
+            " static __device__ __forceinline__ void k7(int* o, int NCASES)\n{ o[0] = A + 1; /* __global__ */ }\n"
+        );
+        assert!(t.switch_ready().is_ok());
+        let y = Template::parse(
+            "//@kernel\nextern \"C\" __global__ void {{KERNEL}}(int* o, int NCASES)\n{ o[blockIdx.y] = {{PHENOTYPE}}; }\n",
+        )
+        .unwrap();
+        assert!(y.switch_ready().unwrap_err().contains("blockIdx.y"));
     }
 }

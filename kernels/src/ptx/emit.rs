@@ -648,6 +648,23 @@ impl Emitter<'_> {
 /// The `.visible .entry` of `program` under `name`, with the parameters of the problem's kernel
 /// convention; adds the functions it calls to `needs`.
 pub(super) fn kernel(problem: &Problem, program: &Program, name: &str, needs: &mut Needs) -> String {
+    entry(problem, std::slice::from_ref(&program), name, false, needs)
+}
+
+/// The `.visible .entry` `name` of a unit's switch kernel: the problem's kernel parameters, then
+/// `.param .u32 first`. Block row `y` runs branch `first + y`, the kernel of `programs[first +
+/// y]`, and writes its outputs `y * NCASES` values into each output slab, so that a launch of
+/// `k` rows from `first` fills `k` consecutive slabs; a row past the last branch does nothing.
+pub(super) fn switch_kernel(
+    problem: &Problem,
+    programs: &[&Program],
+    name: &str,
+    needs: &mut Needs,
+) -> String {
+    entry(problem, programs, name, true, needs)
+}
+
+fn entry(problem: &Problem, programs: &[&Program], name: &str, switch: bool, needs: &mut Needs) -> String {
     let spec = problem.spec();
     let params = kernel_params(spec);
     let mut e = Emitter {
@@ -655,7 +672,7 @@ pub(super) fn kernel(problem: &Problem, program: &Program, name: &str, needs: &m
         counts: [0; 5],
         labels: 0,
         slots: Vec::new(),
-        slot_types: program.slot_types(),
+        slot_types: &[],
         arrays: Vec::new(),
         needs,
     };
@@ -685,7 +702,7 @@ pub(super) fn kernel(problem: &Problem, program: &Program, name: &str, needs: &m
     ins!(e, "mad.lo.s32 \t{c}, {ctaid}, {ntid}, {tid}");
     let ncases = params.iter().position(|p| p.role == ParamRole::NumCases).map(|k| param_regs[k].clone());
     let out_of_range = e.fresh(Class::Pred);
-    ins!(e, "setp.ge.s32 \t{out_of_range}, {c}, {}", ncases.unwrap_or_else(|| "0".into()));
+    ins!(e, "setp.ge.s32 \t{out_of_range}, {c}, {}", ncases.clone().unwrap_or_else(|| "0".into()));
     ins!(e, "@{out_of_range} bra \t{done}");
     let case_offset = e.fresh(Class::B64);
     ins!(e, "mul.wide.s32 \t{case_offset}, {c}, 4");
@@ -733,72 +750,122 @@ pub(super) fn kernel(problem: &Problem, program: &Program, name: &str, needs: &m
             }
         }
     }
-    for &i in program.arrays() {
-        let base = base_regs[i].clone().expect("arrays are int[] inputs");
-        let len = length_regs[i].clone().expect("arrays are int[] inputs");
-        e.arrays.push((base, len));
+
+    // Where each output goes: the case's element, `y * NCASES` values further in a switch.
+    let mut outputs = Vec::with_capacity(spec.outputs.len());
+    let mut branch_labels = Vec::new();
+    if switch {
+        let (row, first, branch) = (e.fresh(Class::B32), e.fresh(Class::B32), e.fresh(Class::B32));
+        ins!(e, "mov.u32 \t{row}, %ctaid.y");
+        ins!(e, "ld.param.u32 \t{first}, [{name}_param_{}]", params.len());
+        ins!(e, "add.s32 \t{branch}, {first}, {row}");
+        let slab = e.fresh(Class::B64);
+        ins!(e, "mul.wide.u32 \t{slab}, {row}, {}", ncases.unwrap_or_else(|| "0".into()));
+        let slab_bytes = e.fresh(Class::B64);
+        ins!(e, "shl.b64 \t{slab_bytes}, {slab}, 2");
+        for o in 0..spec.outputs.len() {
+            let g = global(&mut e, ParamRole::Output(o));
+            let a = element(&mut e, &g);
+            let at = e.fresh(Class::B64);
+            ins!(e, "add.s64 \t{at}, {a}, {slab_bytes}");
+            outputs.push(at);
+        }
+        for j in 0..programs.len() {
+            let (p, l) = (e.fresh(Class::Pred), e.label());
+            ins!(e, "setp.eq.s32 \t{p}, {branch}, {j}");
+            ins!(e, "@{p} bra \t{l}");
+            branch_labels.push(l);
+        }
+        ins!(e, "bra \t{done}");
+    } else {
+        for o in 0..spec.outputs.len() {
+            let g = global(&mut e, ParamRole::Output(o));
+            outputs.push(element(&mut e, &g));
+        }
     }
 
-    // Variable slots: inputs and case bits are read-only and keep their registers; locals
-    // and statement outputs start at zero.
-    for (slot, src) in program.slots().iter().enumerate() {
-        let ty = program.slot_types()[slot];
-        let r = match src {
-            Source::Input(i) => input_regs[*i].clone().expect("scalar input"),
-            Source::Length(i) => length_regs[*i].clone().expect("int[] input"),
-            Source::CaseBit(bit) => {
-                let shifted = e.fresh(Class::B32);
-                ins!(e, "shr.s32 \t{shifted}, {c}, {bit}");
-                let r = e.fresh(Class::B32);
-                ins!(e, "and.b32 \t{r}, {shifted}, 1");
-                r
-            }
-            Source::Zero(_) => {
-                let r = e.fresh(class(ty));
-                ins!(e, "mov.{} \t{r}, {}", bits(ty), immediate(Value::Int(0).to(ty)));
-                r
-            }
+    for (j, program) in programs.iter().enumerate() {
+        if let Some(l) = branch_labels.get(j) {
+            e.place(l);
+        }
+        e.slot_types = program.slot_types();
+        e.arrays.clear();
+        for &i in program.arrays() {
+            let base = base_regs[i].clone().expect("arrays are int[] inputs");
+            let len = length_regs[i].clone().expect("arrays are int[] inputs");
+            e.arrays.push((base, len));
+        }
+
+        // Variable slots: inputs and case bits are read-only and keep their registers; locals
+        // and statement outputs start at zero.
+        e.slots.clear();
+        for (slot, src) in program.slots().iter().enumerate() {
+            let ty = program.slot_types()[slot];
+            let r = match src {
+                Source::Input(i) => input_regs[*i].clone().expect("scalar input"),
+                Source::Length(i) => length_regs[*i].clone().expect("int[] input"),
+                Source::CaseBit(bit) => {
+                    let shifted = e.fresh(Class::B32);
+                    ins!(e, "shr.s32 \t{shifted}, {c}, {bit}");
+                    let r = e.fresh(Class::B32);
+                    ins!(e, "and.b32 \t{r}, {shifted}, 1");
+                    r
+                }
+                Source::Zero(_) => {
+                    let r = e.fresh(class(ty));
+                    ins!(e, "mov.{} \t{r}, {}", bits(ty), immediate(Value::Int(0).to(ty)));
+                    r
+                }
+            };
+            e.slots.push(r);
+        }
+
+        // The phenotype, then the stores.
+        let store = |e: &mut Emitter<'_>, o: usize, v: Val| {
+            let t = Emitter::text(&v);
+            let st = if v.ty == Ty::Int { "u32" } else { "f32" };
+            ins!(e, "st.global.{st} \t[{}], {t}", outputs[o]);
         };
-        e.slots.push(r);
-    }
-
-    // The phenotype, then the stores.
-    let store = |e: &mut Emitter<'_>, o: usize, v: Val| {
-        let g = global(e, ParamRole::Output(o));
-        let a = element(e, &g);
-        let t = Emitter::text(&v);
-        let st = if v.ty == Ty::Int { "u32" } else { "f32" };
-        ins!(e, "st.global.{st} \t[{a}], {t}");
-    };
-    match program.body() {
-        Body::Expression(x) => {
-            let v = e.expr(x);
-            for (o, out) in spec.outputs.iter().enumerate() {
-                let v = e.convert(v.clone(), scalar_ty(out.ty));
-                store(&mut e, o, v);
+        match program.body() {
+            Body::Expression(x) => {
+                let v = e.expr(x);
+                for (o, out) in spec.outputs.iter().enumerate() {
+                    let v = e.convert(v.clone(), scalar_ty(out.ty));
+                    store(&mut e, o, v);
+                }
+            }
+            Body::Statements(s) => {
+                e.stmts(s);
+                for (o, &slot) in program.output_slots().iter().enumerate() {
+                    let ty = program.slot_types()[slot];
+                    let v = Val { op: Opnd::Reg(e.slots[slot].clone()), ty };
+                    store(&mut e, o, v);
+                }
             }
         }
-        Body::Statements(s) => {
-            e.stmts(s);
-            for (o, &slot) in program.output_slots().iter().enumerate() {
-                let ty = program.slot_types()[slot];
-                let v = Val { op: Opnd::Reg(e.slots[slot].clone()), ty };
-                store(&mut e, o, v);
-            }
+        debug_assert!(spec.kind == Kind::Expression || program.output_slots().len() == spec.outputs.len());
+        if switch && j + 1 < programs.len() {
+            ins!(e, "bra \t{done}");
         }
     }
     e.place(&done);
     ins!(e, "ret");
-    debug_assert!(spec.kind == Kind::Expression || program.output_slots().len() == spec.outputs.len());
 
     let mut k = String::with_capacity(e.body.len() + 512);
     let _ = writeln!(k, ".visible .entry {name}(");
-    for (i, p) in params.iter().enumerate() {
-        let t = if p.role == ParamRole::NumCases { "u32" } else { "u64" };
-        let sep = if i + 1 < params.len() { "," } else { "" };
-        let _ = writeln!(k, "\t.param .{t} {name}_param_{i}{sep}");
+    let mut decls: Vec<String> = params
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let t = if p.role == ParamRole::NumCases { "u32" } else { "u64" };
+            format!("\t.param .{t} {name}_param_{i}")
+        })
+        .collect();
+    if switch {
+        decls.push(format!("\t.param .u32 {name}_param_{}", params.len()));
     }
-    k.push_str(")\n{\n");
+    k.push_str(&decls.join(",\n"));
+    k.push_str("\n)\n{\n");
     for (i, (_, decl, prefix)) in CLASSES.iter().enumerate() {
         if e.counts[i] > 0 {
             let _ = writeln!(k, "\t.reg {decl} \t{prefix}<{}>;", e.counts[i] + 1);

@@ -56,10 +56,10 @@ use std::ops::Range;
 use gpfarm_gp::interp::CompileError;
 use gpfarm_gp::problem::{TemplateDifference, compare_with_standard};
 use gpfarm_gp::{Phenotype, Problem, Program};
-use gpfarm_protocol::SmArch;
 use gpfarm_protocol::ptx_math::FUNCTIONS;
+use gpfarm_protocol::{Shape, SmArch};
 
-use crate::render::{RenderedUnit, kernel_name};
+use crate::render::{RenderedUnit, kernel_name, switch_refs, unit_kernel_name};
 
 /// The PTX ISA version units declare (CUDA 13.0's).
 pub const PTX_VERSION: &str = "9.0";
@@ -108,6 +108,20 @@ pub fn ptx_unit(problem: &Problem, members: &[(&str, &Program)], arch: SmArch) -
     let mut needs = Needs::default();
     let kernels: Vec<String> =
         members.iter().map(|(name, program)| emit::kernel(problem, program, name, &mut needs)).collect();
+    module(problem, arch, &needs, &kernels)
+}
+
+/// One PTX module holding one switch kernel `name` ([`Shape::Switch`]): branch `j` is the
+/// kernel of `programs[j]`, computing exactly what its own kernel would.
+pub fn ptx_switch_unit(problem: &Problem, name: &str, programs: &[&Program], arch: SmArch) -> String {
+    let mut needs = Needs::default();
+    let kernel = emit::switch_kernel(problem, programs, name, &mut needs);
+    module(problem, arch, &needs, std::slice::from_ref(&kernel))
+}
+
+/// The module around `kernels`: header, declarations of the library functions called, and the
+/// unit's own functions.
+fn module(problem: &Problem, arch: SmArch, needs: &Needs, kernels: &[String]) -> String {
     let mut s = String::with_capacity(kernels.iter().map(String::len).sum::<usize>() + 1024);
     let _ = writeln!(s, "//\n// gpfarm PTX unit: problem {}\n//\n", problem.name());
     let _ = writeln!(s, ".version {PTX_VERSION}\n.target sm_{}\n.address_size 64\n", arch.0);
@@ -120,7 +134,7 @@ pub fn ptx_unit(problem: &Problem, members: &[(&str, &Program)], arch: SmArch) -
     }
     for k in kernels {
         s.push('\n');
-        s.push_str(&k);
+        s.push_str(k);
     }
     s
 }
@@ -143,6 +157,7 @@ pub fn render_ptx_units(
     generation: usize,
     parts: &[Range<usize>],
     arch: SmArch,
+    shape: Shape,
 ) -> PtxUnits {
     let mut units = Vec::new();
     let mut refused = Vec::new();
@@ -157,13 +172,26 @@ pub fn render_ptx_units(
         if programs.is_empty() {
             continue;
         }
-        let members: Vec<(&str, &Program)> = programs.iter().map(|(_, n, p)| (n.as_str(), p)).collect();
-        let source = ptx_unit(problem, &members, arch);
+        let (source, kernels) = match shape {
+            Shape::Kernels => {
+                let members: Vec<(&str, &Program)> =
+                    programs.iter().map(|(_, n, p)| (n.as_str(), p)).collect();
+                (ptx_unit(problem, &members, arch), programs.iter().map(|(_, n, _)| n.clone()).collect())
+            }
+            Shape::Switch => {
+                let name = unit_kernel_name(generation, u);
+                let members: Vec<&Program> = programs.iter().map(|(.., p)| p).collect();
+                (
+                    ptx_switch_unit(problem, name.as_str(), &members, arch),
+                    switch_refs(name.as_str(), members.len()),
+                )
+            }
+        };
         units.push(RenderedUnit {
             name: format!("g{generation}_u{u}.ptx"),
             source,
             members: programs.iter().map(|(i, ..)| *i).collect(),
-            kernels: programs.into_iter().map(|(_, n, _)| n).collect(),
+            kernels,
         });
     }
     refused.sort_by_key(|r| r.index);
@@ -285,7 +313,14 @@ mod tests {
         let problem = Problem::builtin("keijzer6").unwrap();
         let phenotypes: Vec<Phenotype> =
             ["sinf(x)", "x", "sinf(x) + cosf(x)"].iter().map(|s| Phenotype::new(*s)).collect();
-        let units = render_ptx_units(&problem, &phenotypes, 2, std::slice::from_ref(&(0..3)), SmArch::SM_90);
+        let units = render_ptx_units(
+            &problem,
+            &phenotypes,
+            2,
+            std::slice::from_ref(&(0..3)),
+            SmArch::SM_90,
+            Shape::Kernels,
+        );
         let u = &units.units[0];
         assert_eq!(u.name, "g2_u0.ptx");
         assert_eq!(u.kernels, ["g2_i0", "g2_i1", "g2_i2"]);
@@ -311,6 +346,7 @@ mod tests {
             5,
             std::slice::from_ref(&(0..1)),
             SmArch::SM_90,
+            Shape::Kernels,
         );
         assert_eq!(units.units[0].source.replace("g5_i0", "gpfarm_individual"), keyed);
         assert_ne!(keyed, keyed_ptx(&problem, &p, SmArch(80)).unwrap());
@@ -359,7 +395,10 @@ mod tests {
 
     /// Calls of the unit's `div.s32`/`rem.s32` function.
     fn helper_calls(ptx: &str, helper: &str) -> usize {
-        instructions(ptx).iter().filter(|l| l.starts_with("call.uni") && l.contains(&format!("{helper},"))).count()
+        instructions(ptx)
+            .iter()
+            .filter(|l| l.starts_with("call.uni") && l.contains(&format!("{helper},")))
+            .count()
     }
 
     #[test]
@@ -374,7 +413,10 @@ mod tests {
 
     #[test]
     fn a_run_time_divisor_goes_through_one_function_per_unit_and_a_constant_stays_inline() {
-        let p = ptx("search", "tmp = SEARCH / tmp + SEARCH % tmp + SEARCH % tmp; OUTPUT = SEARCH / 3 + SEARCH % 7;");
+        let p = ptx(
+            "search",
+            "tmp = SEARCH / tmp + SEARCH % tmp + SEARCH % tmp; OUTPUT = SEARCH / 3 + SEARCH % 7;",
+        );
         assert_eq!(helper_calls(&p, "gpfarm_div_s32"), 1);
         assert_eq!(helper_calls(&p, "gpfarm_rem_s32"), 2);
         assert_eq!((count(&p, "div.s32"), count(&p, "rem.s32")), (1, 1), "{p}");

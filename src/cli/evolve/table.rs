@@ -14,7 +14,15 @@ pub(super) fn header(args: &EvolveArgs, engine: &Engine, compiler: &str) {
     let target = if args.no_compile {
         String::new()
     } else {
-        format!(", compiling for {} by the {} route", engine.compile_options().arch, engine.route())
+        format!(
+            ", compiling for {} by the {} route, {}",
+            engine.compile_options().arch,
+            engine.route(),
+            match engine.shape() {
+                gpfarm_protocol::Shape::Switch => "one switch kernel per unit",
+                gpfarm_protocol::Shape::Kernels => "one kernel per individual",
+            }
+        )
     };
     println!(
         "{} on {compiler}: population {}, {} generations, seed {}, evaluator {}{target}{}{}{}",
