@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use gpfarm_client::{BuildConfig, CompileOptions, Compiler, Workers};
+use gpfarm_client::{BuildConfig, CompileOptions, Compiler, UnitOutcome, Workers};
 use gpfarm_protocol::{CompileMode, Route, Shape, SmArch};
 use serde::{Deserialize, Serialize};
 
@@ -243,10 +243,29 @@ pub fn run(config: &BenchConfig, mut progress: impl FnMut(&str)) -> Result<Vec<R
                     let started = Instant::now();
                     // One compile before measuring, so no method is timed cold (for the PTX route
                     // this also compiles the math library).
+                    // A configuration whose units do not compile (an option nvJitLink refuses, say)
+                    // is left out, saying why, rather than timed as if it had worked.
                     if let Some(first) = samples.first() {
-                        compiler
+                        let warm = compiler
                             .compile(first.units(route, shape), &options)
                             .with_context(|| format!("{what}: warm-up"))?;
+                        if let Some((r, u)) = warm
+                            .results
+                            .iter()
+                            .zip(first.units(route, shape))
+                            .find(|(r, _)| r.cubin().is_none())
+                        {
+                            let why = match &r.outcome {
+                                UnitOutcome::Failed(f) => f.to_string(),
+                                UnitOutcome::Cubin(_) => String::new(),
+                            };
+                            progress(&format!(
+                                "{}: skipped, unit {} did not compile: {why}",
+                                what.trim_end(),
+                                u.name
+                            ));
+                            continue;
+                        }
                     }
                     let mut per_key = std::collections::HashMap::new();
                     for s in &samples {

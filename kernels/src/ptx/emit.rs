@@ -3,7 +3,7 @@
 //! phenotype in the standard harness: every floating operation names its rounding, and nothing
 //! here is left to ptxas to contract or approximate.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use gpfarm_gp::interp::tree::{ArithOp, Bin, Body, CmpOp, Expr, Fn1, Fn2, IntOp, Source, Stmt, Ty, Value};
@@ -220,6 +220,8 @@ struct Emitter<'a> {
     arrays: Vec<(String, String)>,
     /// What the kernels call.
     needs: &'a mut Needs,
+    /// Ints of predicates not yet written, by register ([`Emitter::int_of_pred`]).
+    lazy: HashMap<String, String>,
 }
 
 macro_rules! ins {
@@ -246,8 +248,19 @@ impl Emitter<'_> {
         let _ = writeln!(self.body, "{label}:");
     }
 
+    /// Writes the `selp` of an int made from a predicate ([`Emitter::int_of_pred`]) before its
+    /// first use as an int.
+    fn materialize(&mut self, v: &Val) {
+        if let Opnd::Reg(r) = &v.op
+            && let Some(p) = self.lazy.remove(r)
+        {
+            ins!(self, "selp.s32 \t{r}, 1, 0, {p}");
+        }
+    }
+
     /// The operand's text (an immediate stays one).
-    fn text(v: &Val) -> String {
+    fn text(&mut self, v: &Val) -> String {
+        self.materialize(v);
         match &v.op {
             Opnd::Reg(r) => r.clone(),
             Opnd::Imm(c) => immediate(*c),
@@ -256,6 +269,7 @@ impl Emitter<'_> {
 
     /// The value in a register (constants are moved into a fresh one).
     fn reg(&mut self, v: &Val) -> String {
+        self.materialize(v);
         match &v.op {
             Opnd::Reg(r) => r.clone(),
             Opnd::Imm(c) => {
@@ -289,7 +303,7 @@ impl Emitter<'_> {
             (Ty::Double, Ty::Float) => "cvt.rn.f32.f64",
             _ => unreachable!("equal types return above"),
         };
-        let a = Self::text(&v);
+        let a = self.text(&v);
         let (r, out) = self.new_val(to);
         ins!(self, "{op} \t{r}, {a}");
         out
@@ -297,6 +311,12 @@ impl Emitter<'_> {
 
     /// A predicate true when `v` is nonzero (NaN is nonzero: `neu`).
     fn truth(&mut self, v: Val) -> String {
+        // A comparison or logical operation decides by its predicate, not by the int made of it.
+        if let Opnd::Reg(r) = &v.op
+            && let Some(p) = self.lazy.get(r)
+        {
+            return p.clone();
+        }
         let a = self.reg(&v);
         let p = self.fresh(Class::Pred);
         match v.ty {
@@ -307,10 +327,12 @@ impl Emitter<'_> {
         p
     }
 
-    /// Int 1 where `p` holds, else 0.
+    /// Int 1 where `p` holds, else 0: written where it is first used as an int
+    /// ([`Emitter::materialize`]), and never where it only decides (C's `if (a < b)` is a
+    /// branch on the comparison's predicate, as NVRTC writes it).
     fn int_of_pred(&mut self, p: &str) -> Val {
         let (r, out) = self.new_val(Ty::Int);
-        ins!(self, "selp.s32 \t{r}, 1, 0, {p}");
+        self.lazy.insert(r, p.to_owned());
         out
     }
 
@@ -333,6 +355,7 @@ impl Emitter<'_> {
             }
             Expr::Neg(a) => {
                 let v = self.expr(a);
+                self.materialize(&v);
                 match v.op {
                     Opnd::Imm(Value::Int(i)) => Val { op: Opnd::Imm(Value::Int(i.wrapping_neg())), ty: v.ty },
                     Opnd::Imm(Value::Float(f)) => Val { op: Opnd::Imm(Value::Float(-f)), ty: v.ty },
@@ -375,7 +398,7 @@ impl Emitter<'_> {
                 let ty = Ty::usual(a.ty, b.ty);
                 let a = self.convert(a, ty);
                 let b = self.convert(b, ty);
-                let (ta, tb) = (Self::text(&a), Self::text(&b));
+                let (ta, tb) = (self.text(&a), self.text(&b));
                 let (r, out) = self.new_val(ty);
                 ins!(self, "selp.{} \t{r}, {ta}, {tb}, {p}", bits(ty));
                 out
@@ -410,7 +433,7 @@ impl Emitter<'_> {
                 match f {
                     Fn2::Fmin | Fn2::Fmax => {
                         let ra = self.reg(&a);
-                        let tb = Self::text(&b);
+                        let tb = self.text(&b);
                         let op = if *f == Fn2::Fmin { "min" } else { "max" };
                         let (r, out) = self.new_val(ty);
                         ins!(self, "{op}.{} \t{r}, {ra}, {tb}", num(ty));
@@ -486,7 +509,7 @@ impl Emitter<'_> {
                     (CmpOp::Ne, _) => "neu",
                 };
                 let ra = self.reg(&a);
-                let tb = Self::text(&b);
+                let tb = self.text(&b);
                 let p = self.fresh(Class::Pred);
                 ins!(self, "setp.{cmp}.{} \t{p}, {ra}, {tb}", num(ty));
                 self.int_of_pred(&p)
@@ -506,7 +529,7 @@ impl Emitter<'_> {
 
     fn op2(&mut self, name: &str, a: Val, b: Val, ty: Ty) -> Val {
         let ra = self.reg(&a);
-        let tb = Self::text(&b);
+        let tb = self.text(&b);
         let (r, out) = self.new_val(ty);
         ins!(self, "{name} \t{r}, {ra}, {tb}");
         out
@@ -568,7 +591,7 @@ impl Emitter<'_> {
         self.body.push_str("\t{\n");
         let mut params = Vec::new();
         for (k, a) in args.iter().enumerate() {
-            let ta = Self::text(a);
+            let ta = self.text(a);
             ins!(self, ".param .{width} param{k}");
             ins!(self, "st.param.{t} \t[param{k}+0], {ta}");
             params.push(format!("param{k}"));
@@ -584,7 +607,7 @@ impl Emitter<'_> {
     /// `a / b` or `a % b` of ints through the unit's [`Helper`] function.
     fn helper(&mut self, h: Helper, a: Val, b: Val) -> Val {
         self.needs.helpers.insert(h);
-        let (ta, tb) = (Self::text(&a), Self::text(&b));
+        let (ta, tb) = (self.text(&a), self.text(&b));
         let f = h.name();
         self.body.push_str("\t{\n");
         ins!(self, ".param .b32 {f}_a");
@@ -610,7 +633,7 @@ impl Emitter<'_> {
             Stmt::Assign(slot, ty, e) => {
                 let v = self.expr(e);
                 let v = self.convert(v, *ty);
-                let t = Self::text(&v);
+                let t = self.text(&v);
                 let dst = self.slots[*slot].clone();
                 ins!(self, "mov.{} \t{dst}, {t}", bits(*ty));
             }
@@ -675,6 +698,7 @@ fn entry(problem: &Problem, programs: &[&Program], name: &str, switch: bool, nee
         slot_types: &[],
         arrays: Vec::new(),
         needs,
+        lazy: HashMap::new(),
     };
     let done = e.label();
 
@@ -822,7 +846,7 @@ fn entry(problem: &Problem, programs: &[&Program], name: &str, switch: bool, nee
 
         // The phenotype, then the stores.
         let store = |e: &mut Emitter<'_>, o: usize, v: Val| {
-            let t = Emitter::text(&v);
+            let t = e.text(&v);
             let st = if v.ty == Ty::Int { "u32" } else { "f32" };
             ins!(e, "st.global.{st} \t[{}], {t}", outputs[o]);
         };
