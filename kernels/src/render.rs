@@ -1,16 +1,16 @@
 //! Rendering phenotypes into translation units: each unit is the problem's preamble once, then
-//! one `extern "C" __global__` kernel per individual, made from the template's kernel section.
+//! its individuals in one of two shapes ([`Shape`]): an `extern "C" __global__` kernel each, made
+//! from the template's kernel section, or each as a `__device__` function called by one switch
+//! kernel that picks the individual by its block row.
 //!
-//! One kernel per individual (rather than all individuals fused into one kernel) keeps each
-//! function small for the compiler's optimiser, whose cost grows faster than linearly with
-//! function size, lets a failing individual be found by its own name, and lets the GPU side
-//! launch, time and fault-isolate individuals separately. Several kernels share one unit so
-//! that NVRTC's fixed cost per call (~12 ms on the GPU host) is paid once per unit, not once per
-//! individual.
-
-use std::ops::Range;
+//! Several individuals share one unit so that NVRTC's fixed cost per call (~12 ms on the GPU host)
+//! is paid once per unit, not once per individual. Each individual keeps its own function (not
+//! one fused expression), so a failing one is found by compiling it alone, and in careful mode
+//! the GPU side still launches, and so fault-isolates, individuals one at a time: a switch
+//! kernel's launch starts at any branch and covers any number of rows.
 
 use std::fmt::Write as _;
+use std::ops::Range;
 
 use gpfarm_gp::Problem;
 use gpfarm_gp::problem::template::{KernelParam, ParamRole};
