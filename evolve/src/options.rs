@@ -96,7 +96,10 @@ pub const LINK_FLAGS: &[&str] = &["-O0"];
 /// The unit shape a route takes when [`Options::shape`] is not set: the switch kernel on both.
 /// One kernel per unit costs ptxas less than a kernel per individual (one prologue, one
 /// function to allocate registers for) and the GPU one launch per unit instead of one per
-/// individual.
+/// individual. On an H100 with 16 daemons (`benches/results/2026-11-23-h100/shapes/`), PTX -O0
+/// runs took 133 against 143 (keijzer6), 156 against 188 (search) and 104 against 133 ms
+/// (multiplier5) per generation; on NVRTC the two shapes were within 7% either way, the switch
+/// evaluating faster. The engine keeps kernels for an NVRTC template that reads `blockIdx.y`.
 pub fn default_shape(route: Route) -> Shape {
     match route {
         Route::Nvrtc | Route::Ptx => Shape::Switch,
