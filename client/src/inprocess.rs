@@ -252,18 +252,25 @@ pub(crate) mod crash {
     }
 
     /// Names of the kernels in `source`, in order: its `__global__` functions (CUDA C) or its
-    /// `.entry` functions (PTX).
+    /// `.entry` functions (PTX); in a CUDA C switch unit, the individuals' device functions the
+    /// switch kernel calls (`static __device__ __forceinline__`).
     fn kernel_names(source: &[u8]) -> Vec<String> {
         let text = String::from_utf8_lossy(source);
-        let marker = if text.contains("__global__") { "__global__" } else { ".entry" };
-        let mut names = Vec::new();
-        for part in text.split(marker).skip(1) {
-            let head = part.split('(').next().unwrap_or("");
-            if let Some(name) = head.split_whitespace().last() {
-                names.push(name.trim_start_matches('*').to_owned());
+        let names_after = |marker: &str| -> Vec<String> {
+            let mut names = Vec::new();
+            for part in text.split(marker).skip(1) {
+                let head = part.split('(').next().unwrap_or("");
+                if let Some(name) = head.split_whitespace().last() {
+                    names.push(name.trim_start_matches('*').to_owned());
+                }
             }
+            names
+        };
+        let members = names_after("__device__ __forceinline__");
+        if !members.is_empty() {
+            return members;
         }
-        names
+        names_after(if text.contains("__global__") { "__global__" } else { ".entry" })
     }
 
     /// `(generation, individual)` of a kernel named `g<generation>_i<individual>`.
@@ -421,6 +428,15 @@ pub(crate) mod crash {
             let note = describe(&gpfarm_protocol::Unit::new("g3_j12.cu", source));
             assert!(note.starts_with(") compiling g3_j12.cu (individuals 14, 7 of generation 3);"), "{note}");
             assert!(note.contains("--compiler farm") && note.ends_with('\n') && note.lines().count() == 1);
+        }
+
+        #[test]
+        fn a_note_names_the_individuals_of_a_switch_unit() {
+            let source = " static __device__ __forceinline__ void g3_i14(int* o) {}\n\
+                           static __device__ __forceinline__ void g3_i7(int* o) {}\n\
+                          extern \"C\" __global__ void g3_j12(int* o, int gpfarm_first) {}\n";
+            let note = describe(&gpfarm_protocol::Unit::new("g3_j12.cu", source));
+            assert!(note.starts_with(") compiling g3_j12.cu (individuals 14, 7 of generation 3);"), "{note}");
         }
 
         #[test]
