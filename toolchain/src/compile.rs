@@ -105,6 +105,13 @@ pub fn link_options(options: &CompileOptions) -> Vec<String> {
     std::iter::once(options.arch.cubin_option()).chain(options.link_flags.iter().cloned()).collect()
 }
 
+/// Whether PTX `source` declares an external symbol (`.extern`): only such a unit can call into
+/// the math library, so only such a unit is linked with it. A false positive (the word in a
+/// comment) only links the library for nothing.
+pub fn declares_extern(source: &[u8]) -> bool {
+    source.windows(b".extern".len()).any(|w| w == b".extern")
+}
+
 /// NVRTC options of the PTX route's math library for `arch`: `--gpu-architecture=sm_XX` and
 /// [`ptx_math::LIBRARY_FLAGS`].
 pub fn library_options(arch: SmArch) -> Vec<String> {
@@ -271,15 +278,22 @@ impl WarmNvrtc {
             Ok(j) => j,
             Err(u) => return unavailable(u, Duration::ZERO),
         };
-        let (library, library_time) = self.library(options.arch);
-        let library = match library {
-            Ok(l) => l,
-            Err(u) => return unavailable(&u, library_time),
+        // A unit that declares no external function references nothing of the math library:
+        // linking it anyway costs ptxas about 4 ms per unit (Search and multiplier5 units call
+        // no math function).
+        let library = if declares_extern(&unit.source) {
+            match self.library(options.arch) {
+                (Ok(l), spent) => Some((l, spent)),
+                (Err(u), spent) => return unavailable(&u, spent),
+            }
+        } else {
+            None
         };
-        let inputs = [
-            (unit.name.as_str(), Input::Ptx, &unit.source[..]),
-            ("gpfarm_ptx_math.cubin", Input::Cubin, &library[..]),
-        ];
+        let library_time = library.as_ref().map_or(Duration::ZERO, |(_, spent)| *spent);
+        let mut inputs = vec![(unit.name.as_str(), Input::Ptx, &unit.source[..])];
+        if let Some((library, _)) = &library {
+            inputs.push(("gpfarm_ptx_math.cubin", Input::Cubin, &library[..]));
+        }
         match jitlink.link(&link_options(options), &inputs) {
             Ok(linked) => UnitResult {
                 outcome: UnitOutcome::Cubin(linked.cubin),
@@ -445,6 +459,25 @@ mod tests {
             );
             assert!(r.timings.compile_us < first.timings.compile_us);
         }
+    }
+
+    #[test]
+    fn a_ptx_unit_that_declares_nothing_external_is_linked_without_the_math_library() {
+        assert!(declares_extern(ptx("a", "sm_90").as_bytes()));
+        let plain = "// no calls\n.version 9.0\n.target sm_90\n.address_size 64\n\n\
+                     .visible .entry plain(.param .u64 out)\n{\n.reg .b32 %r<2>;\n.reg .b64 %rd<4>;\n\
+                     ld.param.u64 %rd1, [out];\ncvta.to.global.u64 %rd1, %rd1;\nmov.u32 %r1, %tid.x;\n\
+                     mul.wide.u32 %rd2, %r1, 4;\nadd.s64 %rd3, %rd1, %rd2;\nst.global.u32 [%rd3], %r1;\nret;\n}\n";
+        assert!(!declares_extern(plain.as_bytes()));
+        let Some(nvrtc) = warm() else { return };
+        let options = CompileOptions::cubin(SmArch::SM_90);
+        let r = nvrtc.compile_unit(&Unit::ptx("plain.ptx", plain), &options, None);
+        assert!(r.cubin().is_some_and(|c| contains(c, "plain")), "{:?}\n{}", r.outcome, r.log);
+        let compiled = nvrtc.ptx.libraries.lock().unwrap().len();
+        assert_eq!(compiled, 0, "the math library was compiled for a unit that cannot call it");
+        let r = nvrtc.compile_unit(&Unit::ptx("a.ptx", ptx("ptx_a", "sm_90")), &options, None);
+        assert!(r.cubin().is_some(), "{:?}\n{}", r.outcome, r.log);
+        assert_eq!(nvrtc.ptx.libraries.lock().unwrap().len(), 1);
     }
 
     #[test]
