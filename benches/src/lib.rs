@@ -15,7 +15,10 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use gpfarm_client::{BuildConfig, CompileOptions, Compiler, UnitOutcome, Workers};
+use gpfarm_client::{
+    Batch, BuildConfig, CompileOptions, Compiler, FailureKind, Job, Unit, UnitOutcome, UnitResult, Workers,
+    job_queue,
+};
 use gpfarm_protocol::{CompileMode, Route, Shape, SmArch};
 use serde::{Deserialize, Serialize};
 
@@ -37,6 +40,12 @@ pub struct BenchConfig {
     pub methods: Vec<Method>,
     /// Individuals per translation unit (the same for every method).
     pub per_unit: usize,
+    /// `None`: the paper's units of [`BenchConfig::per_unit`] individuals, which each method
+    /// splits into balanced contiguous parts, one request per worker. `Some(w)`: the units the
+    /// engine forms for `w` workers ([`gpfarm_evolve::chunks::generation_units`]: heaviest
+    /// first, guided chunks by each route's own cost estimate), each its own job, taken by the
+    /// next free worker as in `gpfarm evolve`.
+    pub guided: Option<usize>,
     /// Extra NVRTC options (also given to nvcc where it accepts them).
     pub flags: Vec<String>,
     /// Routes compared, on the same populations: NVRTC from CUDA C, PTX emitted from the
@@ -74,6 +83,7 @@ impl BenchConfig {
                 Method::Nvcc,
             ],
             per_unit: 10,
+            guided: None,
             flags: Vec::new(),
             routes: vec![Route::Nvrtc],
             link_flag_sets: vec![Vec::new()],
@@ -170,11 +180,21 @@ pub struct Row {
     /// compared).
     #[serde(default)]
     pub shape: Shape,
+    /// How the individuals were put into units: `fixed` (units of `--per-unit`, balanced
+    /// contiguous parts per worker; also files written before this column) or `guided:W` (the
+    /// engine's units for W workers, each taken by the next free worker).
+    #[serde(default = "fixed")]
+    pub partition: String,
+}
+
+fn fixed() -> String {
+    "fixed".into()
 }
 
 impl Row {
     /// The method as tables and plots name it: the compiler, then ` ptx` and the nvJitLink
-    /// options for the PTX route, then ` switch` for switch-kernel units.
+    /// options for the PTX route, then ` switch` for switch-kernel units, then the partition
+    /// unless it is the paper's fixed units.
     pub fn label(&self) -> String {
         let mut label = self.method.clone();
         if self.route == Route::Ptx {
@@ -186,6 +206,10 @@ impl Row {
         }
         if self.shape == Shape::Switch {
             label.push_str(" switch");
+        }
+        if self.partition != "fixed" {
+            label.push(' ');
+            label.push_str(&self.partition);
         }
         label
     }
@@ -241,11 +265,14 @@ pub fn run(config: &BenchConfig, mut progress: impl FnMut(&str)) -> Result<Vec<R
                 for &shape in &config.shapes {
                     let what = format!("{method} {route} {shape} {}", options.link_flags.join(" "));
                     let started = Instant::now();
-                    // One compile before measuring, so no method is timed cold (for the PTX route
-                    // this also compiles the math library).
+                    // One compile of each problem's first sample before measuring, so no method is
+                    // timed cold. For the PTX route this also compiles the math library where a
+                    // problem's units call it (Search's and multiplier5's do not).
                     // A configuration whose units do not compile (an option nvJitLink refuses, say)
                     // is left out, saying why, rather than timed as if it had worked.
-                    if let Some(first) = samples.first() {
+                    let mut warm_problems = std::collections::HashSet::new();
+                    let mut refused = None;
+                    for first in samples.iter().filter(|s| warm_problems.insert(s.problem.clone())) {
                         let warm = compiler
                             .compile(first.units(route, shape), &options)
                             .with_context(|| format!("{what}: warm-up"))?;
@@ -259,13 +286,13 @@ pub fn run(config: &BenchConfig, mut progress: impl FnMut(&str)) -> Result<Vec<R
                                 UnitOutcome::Failed(f) => f.to_string(),
                                 UnitOutcome::Cubin(_) => String::new(),
                             };
-                            progress(&format!(
-                                "{}: skipped, unit {} did not compile: {why}",
-                                what.trim_end(),
-                                u.name
-                            ));
-                            continue;
+                            refused = Some(format!("unit {} did not compile: {why}", u.name));
+                            break;
                         }
+                    }
+                    if let Some(why) = refused {
+                        progress(&format!("{}: skipped, {why}", what.trim_end()));
+                        continue;
                     }
                     let mut per_key = std::collections::HashMap::new();
                     for s in &samples {
@@ -276,7 +303,15 @@ pub fn run(config: &BenchConfig, mut progress: impl FnMut(&str)) -> Result<Vec<R
                             }
                             *n += 1;
                         }
-                        rows.push(measure(compiler.as_mut(), s, method, route, shape, &options)?);
+                        rows.push(measure(
+                            compiler.as_mut(),
+                            s,
+                            method,
+                            route,
+                            shape,
+                            &options,
+                            config.guided,
+                        )?);
                     }
                     progress(&format!(
                         "{}: done in {:.1} s",
@@ -292,6 +327,7 @@ pub fn run(config: &BenchConfig, mut progress: impl FnMut(&str)) -> Result<Vec<R
     Ok(rows)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn measure(
     compiler: &mut dyn Compiler,
     s: &Sample,
@@ -299,9 +335,13 @@ fn measure(
     route: Route,
     shape: Shape,
     options: &CompileOptions,
+    guided: Option<usize>,
 ) -> Result<Row> {
     let units = s.units(route, shape);
-    let batch = compiler.compile(units, options)?;
+    let batch = match guided {
+        None => compiler.compile(units, options)?,
+        Some(_) => queued(compiler, units, options)?,
+    };
     let ms = |us: u64| us as f64 / 1000.0;
     let wall_ms = ms(batch.stats.wall_us);
     let busiest_ms = ms(batch.stats.critical_busy_us());
@@ -317,12 +357,7 @@ fn measure(
                 options.flags.iter().chain(&options.link_flags).cloned().collect::<Vec<_>>().join(" ")
             }
         },
-        link_flags: match route {
-            Route::Nvrtc => String::new(),
-            Route::Ptx => options.link_flags.join(" "),
-        },
         route,
-        shape,
         individuals: s.individuals,
         units: units.len(),
         ok_units: batch.results.iter().filter(|r| r.cubin().is_some()).count(),
@@ -334,5 +369,35 @@ fn measure(
         overhead_ms: (wall_ms - busiest_ms).max(0.0),
         write_ms: ms(batch.stats.write_us),
         read_ms: ms(batch.stats.read_us),
+        link_flags: match route {
+            Route::Nvrtc => String::new(),
+            Route::Ptx => options.link_flags.join(" "),
+        },
+        shape,
+        partition: guided.map_or_else(fixed, |w| format!("guided:{w}")),
     })
+}
+
+/// Compiles `units` as the engine does: each its own job, in order, taken by the next free
+/// worker ([`Compiler::serve`]). One result per unit, in input order.
+fn queued(compiler: &mut dyn Compiler, units: &[Unit], options: &CompileOptions) -> Result<Batch> {
+    let start = Instant::now();
+    let (mut submitter, work) = job_queue();
+    for (k, unit) in units.iter().enumerate() {
+        submitter.submit(Job { id: k as u64, units: vec![unit.clone()] });
+    }
+    submitter.close();
+    let mut stats = compiler.serve(options, work)?;
+    let mut results: Vec<Option<UnitResult>> = vec![None; units.len()];
+    for finished in submitter.finished().try_iter() {
+        if let Some(r) = finished.results.into_iter().next() {
+            results[finished.id as usize] = Some(r);
+        }
+    }
+    stats.wall_us = start.elapsed().as_micros() as u64;
+    let results = results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| UnitResult::failed(FailureKind::Lost, "no worker returned it")))
+        .collect();
+    Ok(Batch { results, stats })
 }

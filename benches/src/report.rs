@@ -43,7 +43,7 @@ pub fn paper_table(problem: &str) -> &'static [(&'static str, f64, f64)] {
 
 /// The columns of `bench.csv`, in order: [`Row`]'s fields, as serde names them (a test holds the
 /// two together, and the committed results to both).
-pub const COLUMNS: [&str; 20] = [
+pub const COLUMNS: [&str; 21] = [
     "problem",
     "size",
     "run",
@@ -64,6 +64,7 @@ pub const COLUMNS: [&str; 20] = [
     "read_ms",
     "link_flags",
     "shape",
+    "partition",
 ];
 
 /// Writes every row as CSV, header first (also when there are no rows).

@@ -4,9 +4,12 @@
 use anyhow::Result;
 use gpfarm_client::Unit;
 use gpfarm_client::partition::per_unit;
+use gpfarm_evolve::chunks::generation_units;
+use gpfarm_gp::Program;
 use gpfarm_gp::{Evolution, EvolutionConfig, Phenotype, Problem, evaluate_all};
-use gpfarm_kernels::{render_ptx_units, render_units};
+use gpfarm_kernels::{compile_weight, ptx_compile_weight, render_ptx_units, render_units};
 use gpfarm_protocol::{Route, Shape};
+use std::ops::Range;
 
 use crate::BenchConfig;
 
@@ -61,12 +64,15 @@ pub fn populations(config: &BenchConfig) -> Result<Vec<Sample>> {
                 for generation in 0..config.generations {
                     let phenotypes: Vec<Phenotype> =
                         evo.population().iter().filter_map(|i| i.phenotype().cloned()).collect();
-                    let parts = per_unit(phenotypes.len(), config.per_unit);
                     let mut rendered = Vec::new();
                     for &route in &config.routes {
                         if route == Route::Ptx {
                             gpfarm_kernels::ptx_supported(&problem)?;
                         }
+                        let (phenotypes, parts) = match config.guided {
+                            None => (phenotypes.clone(), per_unit(phenotypes.len(), config.per_unit)),
+                            Some(workers) => guided(&problem, &phenotypes, route, workers),
+                        };
                         for &shape in &config.shapes {
                             let units: Vec<Unit> = match route {
                                 Route::Ptx => render_ptx_units(
@@ -93,12 +99,13 @@ pub fn populations(config: &BenchConfig) -> Result<Vec<Sample>> {
                             rendered.push(((route, shape), units));
                         }
                     }
+                    let phenotypes = evo.population().iter().filter(|i| i.phenotype().is_some()).count();
                     samples.push(Sample {
                         problem: name.clone(),
                         size,
                         run,
                         generation,
-                        individuals: phenotypes.len(),
+                        individuals: phenotypes,
                         rendered,
                     });
                     if generation + 1 < config.generations {
@@ -115,4 +122,33 @@ pub fn populations(config: &BenchConfig) -> Result<Vec<Sample>> {
         }
     }
     Ok(samples)
+}
+
+/// The engine's units of `phenotypes` on `route` for `workers` workers: the phenotypes reordered
+/// so that each unit is a contiguous range, and those ranges, heaviest unit first.
+fn guided(
+    problem: &Problem,
+    phenotypes: &[Phenotype],
+    route: Route,
+    workers: usize,
+) -> (Vec<Phenotype>, Vec<Range<usize>>) {
+    let weights: Vec<f64> = phenotypes
+        .iter()
+        .map(|p| match route {
+            Route::Nvrtc => compile_weight(p),
+            // A phenotype the PTX route refuses is left out of its unit.
+            Route::Ptx => {
+                Program::compile(problem, p).map_or(0.0, |program| ptx_compile_weight(problem, &program))
+            }
+        })
+        .collect();
+    let chunks = generation_units(route, &weights, workers);
+    let mut ordered = Vec::with_capacity(phenotypes.len());
+    let mut parts = Vec::with_capacity(chunks.len());
+    for chunk in chunks {
+        let start = ordered.len();
+        ordered.extend(chunk.into_iter().map(|i| phenotypes[i].clone()));
+        parts.push(start..ordered.len());
+    }
+    (ordered, parts)
 }

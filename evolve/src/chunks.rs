@@ -1,6 +1,31 @@
 //! Guided chunks of weighted items for workers that each take the next chunk as soon as they are
 //! free: how the engine forms the units of a generation. Must return every item exactly once.
 
+use gpfarm_kernels::{PTX_UNIT_WEIGHT, UNIT_WEIGHT};
+use gpfarm_protocol::Route;
+
+/// The least and most estimated weight of a unit of `route`. The least keeps the route's fixed
+/// cost per unit under a fifth of a unit. The most: units of many heavy kernels cost more than
+/// their weights say (a unit of eight bloated keijzer6 individuals took 3.6 s of NVRTC on the GPU
+/// host while the rest of its generation took 1 s), and one such unit holds up its generation.
+pub fn unit_bounds(route: Route) -> (f64, f64) {
+    let fixed = match route {
+        Route::Nvrtc => UNIT_WEIGHT,
+        Route::Ptx => PTX_UNIT_WEIGHT,
+    };
+    (4.0 * fixed, 8.0 * fixed)
+}
+
+/// The units the engine forms from one generation's individuals for `workers` compile workers,
+/// given each individual's estimated cost on `route` (NVRTC:
+/// [`gpfarm_kernels::compile_weight`], PTX: [`gpfarm_kernels::ptx_compile_weight`]): guided
+/// chunks ([`guided`]) within the route's [`unit_bounds`]. Returns indices into `weights`; every
+/// index appears exactly once.
+pub fn generation_units(route: Route, weights: &[f64], workers: usize) -> Vec<Vec<usize>> {
+    let (floor, cap) = unit_bounds(route);
+    guided(weights, workers, floor, cap)
+}
+
 /// Chunks of weighted items for `workers` that each take the next chunk when free: heaviest items
 /// first, so the long ones start early and the short ones fill in at the end; each chunk holds
 /// about the unassigned weight over `1.5 × workers` (guided self-scheduling), so chunks shrink

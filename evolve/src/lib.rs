@@ -59,7 +59,7 @@
 //! the compiler change a fitness value.
 
 mod account;
-mod chunks;
+pub mod chunks;
 mod driver;
 mod engine;
 mod error;

@@ -10,7 +10,8 @@ pub mod render;
 pub mod worker;
 
 pub use ptx::{
-    PtxUnits, PtxUnsupported, Refused, keyed_ptx, ptx_supported, ptx_switch_unit, ptx_unit, render_ptx_units,
+    PTX_UNIT_WEIGHT, PtxUnits, PtxUnsupported, Refused, keyed_ptx, ptx_compile_weight, ptx_supported,
+    ptx_switch_unit, ptx_unit, render_ptx_units,
 };
 pub use render::{
     RenderedUnit, UNIT_WEIGHT, compile_weight, kernel_name, keyed_source, render_switch_unit, render_unit,

@@ -33,6 +33,10 @@ pub struct BenchArgs {
     /// Individuals per translation unit, the same for every method.
     #[arg(long)]
     per_unit: Option<usize>,
+    /// Form the units as `gpfarm evolve` does for W workers instead (heaviest individuals first,
+    /// guided chunks by each route's cost estimate), each unit taken by the next free worker.
+    #[arg(long, value_name = "W", conflicts_with = "per_unit")]
+    guided: Option<usize>,
     /// Extra NVRTC option (repeatable), e.g. --flag=--use_fast_math.
     #[arg(long = "flag", allow_hyphen_values = true)]
     flags: Vec<String>,
@@ -136,6 +140,7 @@ pub fn run(args: BenchArgs, cuda: Option<&Path>) -> Result<()> {
         config.methods = m;
     }
     config.per_unit = args.per_unit.unwrap_or(config.per_unit);
+    config.guided = args.guided;
     config.flags = args.flags;
     config.link_flag_sets = match &args.link_flag_sets {
         Some(sets) => {
@@ -165,10 +170,16 @@ pub fn run(args: BenchArgs, cuda: Option<&Path>) -> Result<()> {
     let link = link.join("; ");
     let routes: Vec<&str> = config.routes.iter().map(|r| r.as_str()).collect();
     let shapes: Vec<&str> = config.shapes.iter().map(|r| r.as_str()).collect();
+    let units = match config.guided {
+        None => format!("{} individuals per unit", config.per_unit),
+        Some(w) => {
+            format!("units formed as the engine does for {w} workers, each taken by the next free one")
+        }
+    };
     let description = format!(
-        "Problems {:?}, sizes {:?}, {} runs x {} generations each, {} individuals per unit, routes {routes:?}, \
+        "Problems {:?}, sizes {:?}, {} runs x {} generations each, {units}, routes {routes:?}, \
          shapes {shapes:?}, extra NVRTC options: {flags}, nvJitLink options: {link}.\n",
-        config.problems, config.sizes, config.runs, config.generations, config.per_unit
+        config.problems, config.sizes, config.runs, config.generations
     );
     std::fs::write(config.out.join("description.txt"), &description)?;
     let rows = gpfarm_bench::run(&config, |line| eprintln!("{line}"))?;

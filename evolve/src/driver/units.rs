@@ -15,23 +15,15 @@ use gpfarm_client::{
 use gpfarm_gp::KernelName;
 use gpfarm_gp::{Fitness, Program};
 use gpfarm_kernels::{
-    UNIT_WEIGHT, compile_weight, kernel_name, ptx_switch_unit, ptx_unit, render_switch_unit, render_unit,
-    switch_refs,
+    compile_weight, kernel_name, ptx_compile_weight, ptx_switch_unit, ptx_unit, render_switch_unit,
+    render_unit, switch_refs,
 };
 use gpfarm_protocol::{Route, Shape};
 
 use super::{Driver, Evaluator, JobInfo, Member, Ready};
 use crate::account::Chain;
-use crate::chunks::guided;
+use crate::chunks::generation_units;
 use crate::error::EvolveError;
-
-/// The least estimated weight of a unit ([`compile_weight`]): NVRTC's fixed cost per unit stays
-/// under a fifth of it.
-const CHUNK_FLOOR: f64 = 4.0 * UNIT_WEIGHT;
-/// The most: units of many heavy kernels cost more than their weights say (a unit of eight
-/// bloated keijzer6 individuals took 3.6 s on the GPU host while the rest of its generation took
-/// 1 s), and one such unit holds up its whole generation.
-const CHUNK_CAP: f64 = 8.0 * UNIT_WEIGHT;
 
 /// The compiler of crash retries: one daemon of its own, so that a retry that crashes too costs
 /// nothing but that daemon. Started at the first crash of a run, which most runs never see.
@@ -192,8 +184,8 @@ impl Driver<'_> {
                     order.chunks(k.max(1)).map(<[usize]>::to_vec).collect()
                 }
                 None => {
-                    let weights: Vec<f64> = pool.iter().map(|m| compile_weight(&m.phenotype)).collect();
-                    guided(&weights, self.settings.workers, CHUNK_FLOOR, CHUNK_CAP)
+                    let weights: Vec<f64> = pool.iter().map(|m| self.weight(m)).collect();
+                    generation_units(self.settings.route, &weights, self.settings.workers)
                 }
             };
             let mut pool: Vec<Option<Member>> = pool.into_iter().map(Some).collect();
@@ -203,6 +195,14 @@ impl Driver<'_> {
             }
         }
         Ok(())
+    }
+
+    /// `m`'s estimated compile cost on the run's route.
+    fn weight(&self, m: &Member) -> f64 {
+        match (self.settings.route, m.program.as_deref()) {
+            (Route::Ptx, Some(program)) => ptx_compile_weight(self.problem, program),
+            _ => compile_weight(&m.phenotype),
+        }
     }
 
     /// The unit of `members` (CUDA C or PTX, by the run's route), and where each member's code
@@ -366,13 +366,15 @@ impl Driver<'_> {
                 }
             }
         }
-        if let Some((trace, path)) = &mut self.trace {
+        if self.trace.is_some() {
+            let weight: f64 = info.members.iter().map(|m| self.weight(m)).sum();
+            let Some((trace, path)) = &mut self.trace else { unreachable!("checked above") };
             let at = |t: Instant| t.saturating_duration_since(self.start).as_secs_f64() * 1000.0;
             let record = serde_json::json!({
                 "generation": info.generation,
                 "unit": finished.id,
                 "individuals": info.members.len(),
-                "weight": info.members.iter().map(|m| compile_weight(&m.phenotype)).sum::<f64>(),
+                "weight": weight,
                 "isolation": info.isolation,
                 "compiled": !ready.is_empty(),
                 "queued_ms": at(finished.queued),

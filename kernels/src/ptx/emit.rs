@@ -172,13 +172,16 @@ pub(super) enum Helper {
     Div,
     /// `rem.s32`.
     Rem,
+    /// A wrapped read of an int array: `len <= 0 ? 0 : a[m < 0 ? m + len : m]` with
+    /// `m = k % len` ([`Emitter::index`]).
+    Read,
 }
 
 impl Helper {
     fn instruction(self) -> &'static str {
         match self {
             Helper::Div => "div.s32",
-            Helper::Rem => "rem.s32",
+            Helper::Rem | Helper::Read => "rem.s32",
         }
     }
 
@@ -187,12 +190,25 @@ impl Helper {
         match self {
             Helper::Div => "gpfarm_div_s32",
             Helper::Rem => "gpfarm_rem_s32",
+            Helper::Read => "gpfarm_read_wrapped",
         }
     }
 
     /// The function's definition.
     pub(super) fn definition(self) -> String {
         let (f, i) = (self.name(), self.instruction());
+        if self == Helper::Read {
+            return format!(
+                ".func (.param .b32 {f}_r) {f}(.param .b64 {f}_base, .param .b32 {f}_len, .param .b32 {f}_k)\n{{\n\
+                 \t.reg .pred \t%p<3>;\n\t.reg .b32 \t%r<8>;\n\t.reg .b64 \t%rd<4>;\n\n\
+                 \tld.param.b64 \t%rd1, [{f}_base];\n\tld.param.b32 \t%r1, [{f}_len];\n\
+                 \tld.param.b32 \t%r2, [{f}_k];\n\tmov.b32 \t%r7, 0;\n\tsetp.le.s32 \t%p1, %r1, 0;\n\
+                 \t@%p1 bra \t$L__{f}_done;\n\t{i} \t%r3, %r2, %r1;\n\tsetp.lt.s32 \t%p2, %r3, 0;\n\
+                 \tadd.s32 \t%r4, %r3, %r1;\n\tselp.b32 \t%r5, %r4, %r3, %p2;\n\tmul.wide.s32 \t%rd2, %r5, 4;\n\
+                 \tadd.s64 \t%rd3, %rd1, %rd2;\n\tld.global.nc.u32 \t%r7, [%rd3];\n$L__{f}_done:\n\
+                 \tst.param.b32 \t[{f}_r], %r7;\n\tret;\n}}\n"
+            );
+        }
         format!(
             ".func (.param .b32 {f}_r) {f}(.param .b32 {f}_a, .param .b32 {f}_b)\n{{\n\t.reg .b32 \t%r<4>;\n\n\tld.param.b32 \t%r1, [{f}_a];\n\tld.param.b32 \t%r2, [{f}_b];\n\t{i} \t%r3, %r1, %r2;\n\tst.param.b32 \t[{f}_r], %r3;\n\tret;\n}}\n"
         )
@@ -344,10 +360,23 @@ impl Emitter<'_> {
                 Val { op: Opnd::Reg(self.slots[*slot].clone()), ty }
             }
             Expr::Index(array, i) => {
-                let reduced = self.reduced_by_length(i, *array);
-                let k = self.expr(i);
+                // `a[e % LEN]`, LEN the array's length (Search's grammar writes every index so):
+                // for `LEN > 0` the read's own remainder gives what `% LEN` gives, and it gives 0
+                // for `LEN <= 0` without dividing, so the chain is emitted without its last step
+                // and the remainder is computed once.
+                let k = match i.as_ref() {
+                    Expr::Chain(first, rest) if self.reduced_by_length(i, *array) => {
+                        let mut acc = self.expr(first);
+                        for (op, e) in &rest[..rest.len() - 1] {
+                            let rhs = self.expr(e);
+                            acc = self.binary(*op, acc, rhs);
+                        }
+                        acc
+                    }
+                    _ => self.expr(i),
+                };
                 let k = self.convert(k, Ty::Int);
-                self.index(*array, k, reduced)
+                self.index(*array, k)
             }
             Expr::Convert(ty, a) => {
                 let v = self.expr(a);
@@ -536,36 +565,27 @@ impl Emitter<'_> {
     }
 
     /// `array[k]` as the template's `gp_wrapped_ints::operator[]` reads it: 0 for an empty
-    /// array, else element `k % len`, moved into `[0, len)`.
-    ///
-    /// `reduced`: `k` is already `e % len` (as in `INPUT[tmp % LENINPUT]`), so for `len > 0` it
-    /// lies in `(-len, len)` and `k % len` is `k`: the remainder, which costs ptxas more than
-    /// the rest of a Search kernel, is not computed twice. The value is the same integer.
-    fn index(&mut self, array: usize, k: Val, reduced: bool) -> Val {
+    /// array, else element `k % len`, moved into `[0, len)`. A call of the unit's read function
+    /// ([`Helper::Read`]): inline, the remainder, the wrap and the predicated load cost ptxas
+    /// more per read than the call does (a Search individual reads about six times).
+    fn index(&mut self, array: usize, k: Val) -> Val {
         let (base, len) = self.arrays[array].clone();
-        let rk = self.reg(&k);
-        let empty = self.fresh(Class::Pred);
-        ins!(self, "setp.le.s32 \t{empty}, {len}, 0");
-        let m = if reduced {
-            rk
-        } else {
-            let divisor = Val { op: Opnd::Reg(len.clone()), ty: Ty::Int };
-            let m = self.helper(Helper::Rem, Val { op: Opnd::Reg(rk), ty: Ty::Int }, divisor);
-            self.reg(&m)
-        };
-        let neg = self.fresh(Class::Pred);
-        ins!(self, "setp.lt.s32 \t{neg}, {m}, 0");
-        let up = self.fresh(Class::B32);
-        ins!(self, "add.s32 \t{up}, {m}, {len}");
-        let at = self.fresh(Class::B32);
-        ins!(self, "selp.b32 \t{at}, {up}, {m}, {neg}");
-        let off = self.fresh(Class::B64);
-        ins!(self, "mul.wide.s32 \t{off}, {at}, 4");
-        let addr = self.fresh(Class::B64);
-        ins!(self, "add.s64 \t{addr}, {base}, {off}");
+        let h = Helper::Read;
+        self.needs.helpers.insert(h);
+        let tk = self.text(&k);
+        let f = h.name();
+        self.body.push_str("\t{\n");
+        ins!(self, ".param .b64 {f}_base");
+        ins!(self, "st.param.b64 \t[{f}_base], {base}");
+        ins!(self, ".param .b32 {f}_len");
+        ins!(self, "st.param.b32 \t[{f}_len], {len}");
+        ins!(self, ".param .b32 {f}_k");
+        ins!(self, "st.param.b32 \t[{f}_k], {tk}");
+        ins!(self, ".param .b32 {f}_r");
+        ins!(self, "call.uni ({f}_r), {f}, ({f}_base, {f}_len, {f}_k)");
         let (r, out) = self.new_val(Ty::Int);
-        ins!(self, "mov.b32 \t{r}, 0");
-        ins!(self, "@!{empty} ld.global.nc.u32 \t{r}, [{addr}]");
+        ins!(self, "ld.param.b32 \t{r}, [{f}_r]");
+        self.body.push_str("\t}\n");
         out
     }
 

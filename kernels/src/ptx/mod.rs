@@ -111,6 +111,21 @@ pub fn ptx_unit(problem: &Problem, members: &[(&str, &Program)], arch: SmArch) -
     module(problem, arch, &needs, &kernels)
 }
 
+/// Estimated cost of assembling `program`'s code in a PTX unit, in the units of
+/// [`PTX_UNIT_WEIGHT`]: the instructions of its kernel. On nvJitLink 13.0.88 for sm_90 at `-O0`,
+/// one individual alone costs about 5 ms + 0.026 ms per instruction (Search individuals of
+/// generation 0, one core; the instruction count explains the time with correlation 0.87), and
+/// in units of ten about 0.02 ms per instruction.
+pub fn ptx_compile_weight(problem: &Problem, program: &Program) -> f64 {
+    let mut needs = Needs::default();
+    let kernel = emit::kernel(problem, program, "gpfarm_weight", &mut needs);
+    kernel.lines().filter(|l| l.trim_end().ends_with(';') && !l.trim_start().starts_with('.')).count() as f64
+}
+
+/// ptxas's fixed cost per PTX unit in the units of [`ptx_compile_weight`] (about 4 ms: the call,
+/// and the harness every unit holds once).
+pub const PTX_UNIT_WEIGHT: f64 = 200.0;
+
 /// One PTX module holding one switch kernel `name` ([`Shape::Switch`]): branch `j` is the
 /// kernel of `programs[j]`, computing exactly what its own kernel would.
 pub fn ptx_switch_unit(problem: &Problem, name: &str, programs: &[&Program], arch: SmArch) -> String {
@@ -356,17 +371,24 @@ mod tests {
     #[test]
     fn the_harness_reads_wrapped_elements_and_case_bits() {
         let p = ptx("search", "OUTPUT = INPUT[tmp - 1];");
-        // Base: in_INPUT + c * 20; element: m = k % len, moved up when negative; 0 when empty.
+        // Base: in_INPUT + c * 20, passed with the length and the index to the unit's read
+        // function: m = k % len, moved up when negative; 0 when empty.
         assert!(p.contains("mul.lo.s32 \t%r7, %r5, 20;"), "{p}");
-        for op in ["setp.le.s32", "selp.b32", "mul.wide.s32"] {
-            assert!(count(&p, op) > 0, "{op}\n{p}");
+        assert_eq!(helper_calls(&p, "gpfarm_read_wrapped"), 1, "{p}");
+        assert_eq!(helper_calls(&p, "gpfarm_rem_s32"), 0, "{p}");
+        let read = &p[p.find(".func (.param .b32 gpfarm_read_wrapped_r)").expect("defined")..];
+        let read = &read[..read.find("\n}\n").expect("closed")];
+        for op in [
+            "setp.le.s32",
+            "@%p1 bra",
+            "rem.s32",
+            "setp.lt.s32",
+            "selp.b32",
+            "mul.wide.s32",
+            "ld.global.nc.u32",
+        ] {
+            assert_eq!(read.matches(op).count(), 1, "{op}\n{read}");
         }
-        assert_eq!(helper_calls(&p, "gpfarm_rem_s32"), 1, "{p}");
-        assert!(p.contains("ld.global.nc.u32"), "{p}");
-        assert!(
-            instructions(&p).iter().any(|l| l.starts_with("@!%p") && l.contains("ld.global.nc.u32")),
-            "{p}"
-        );
         let p = ptx(
             "multiplier5",
             "o0 = a0; o1 = b4; o2 = 0; o3 = 0; o4 = 0; o5 = 0; o6 = 0; o7 = 0; o8 = 0; o9 = 0;",
@@ -393,7 +415,7 @@ mod tests {
         assert_eq!(count(&ptx("keijzer6", "sinf(x)"), "call.uni"), 1);
     }
 
-    /// Calls of the unit's `div.s32`/`rem.s32` function.
+    /// Calls of one of the unit's own functions.
     fn helper_calls(ptx: &str, helper: &str) -> usize {
         instructions(ptx)
             .iter()
@@ -402,13 +424,18 @@ mod tests {
     }
 
     #[test]
-    fn an_index_already_reduced_by_the_length_is_not_reduced_again() {
-        let rems = |p: &str| helper_calls(&ptx("search", p), "gpfarm_rem_s32");
-        assert_eq!(rems("OUTPUT = INPUT[tmp % LENINPUT];"), 1);
-        assert_eq!(rems("OUTPUT = INPUT[tmp];"), 1);
-        // The last step is not `% LENINPUT`: the read reduces as always.
-        assert_eq!(rems("OUTPUT = INPUT[tmp % LENINPUT + 1];"), 2);
-        assert_eq!(rems("OUTPUT = INPUT[tmp % SEARCH];"), 2);
+    fn an_index_already_reduced_by_the_length_is_reduced_once_by_the_read() {
+        let calls = |p: &str| {
+            let p = ptx("search", p);
+            (helper_calls(&p, "gpfarm_rem_s32"), helper_calls(&p, "gpfarm_read_wrapped"))
+        };
+        assert_eq!(calls("OUTPUT = INPUT[tmp % LENINPUT];"), (0, 1));
+        assert_eq!(calls("OUTPUT = INPUT[tmp * 3 % LENINPUT];"), (0, 1));
+        assert_eq!(calls("OUTPUT = INPUT[tmp];"), (0, 1));
+        // The last step is not `% LENINPUT`: the remainder is the index's own.
+        assert_eq!(calls("OUTPUT = INPUT[tmp % LENINPUT + 1];"), (1, 1));
+        assert_eq!(calls("OUTPUT = INPUT[tmp % SEARCH];"), (1, 1));
+        assert_eq!(calls("OUTPUT = INPUT[LENINPUT % tmp];"), (1, 1));
     }
 
     #[test]
