@@ -290,6 +290,15 @@ pub fn run(config: &BenchConfig, mut progress: impl FnMut(&str)) -> Result<Vec<R
                             break;
                         }
                     }
+                    // Each worker compiles the math library on its first unit that calls it: give
+                    // every worker one such unit, whatever the partition put where.
+                    let calling = samples.iter().flat_map(|s| s.units(route, shape)).find(|u| {
+                        route == Route::Ptx && gpfarm_toolchain::compile::declares_extern(&u.source)
+                    });
+                    if let (None, Some(unit)) = (&refused, calling) {
+                        let copies = vec![unit.clone(); compiler.workers()];
+                        compiler.compile(&copies, &options).with_context(|| format!("{what}: warm-up"))?;
+                    }
                     if let Some(why) = refused {
                         progress(&format!("{}: skipped, {why}", what.trim_end()));
                         continue;

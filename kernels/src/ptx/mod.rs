@@ -113,18 +113,20 @@ pub fn ptx_unit(problem: &Problem, members: &[(&str, &Program)], arch: SmArch) -
 
 /// Estimated cost of assembling `program`'s code in a PTX unit, in the units of
 /// [`PTX_UNIT_WEIGHT`]: the instructions of its kernel. On nvJitLink 13.0.88 for sm_90 at `-O0`,
-/// one individual alone costs about 5 ms + 0.026 ms per instruction (Search individuals of
-/// generation 0, one core; the instruction count explains the time with correlation 0.87), and
-/// in units of ten about 0.02 ms per instruction.
+/// one individual alone costs about 5 ms + 0.026 ms per instruction on an idle core (Search
+/// individuals of generation 0; the instruction count explains the time with correlation 0.87).
 pub fn ptx_compile_weight(problem: &Problem, program: &Program) -> f64 {
     let mut needs = Needs::default();
     let kernel = emit::kernel(problem, program, "gpfarm_weight", &mut needs);
     kernel.lines().filter(|l| l.trim_end().ends_with(';') && !l.trim_start().starts_with('.')).count() as f64
 }
 
-/// ptxas's fixed cost per PTX unit in the units of [`ptx_compile_weight`] (about 4 ms: the call,
-/// and the harness every unit holds once).
-pub const PTX_UNIT_WEIGHT: f64 = 200.0;
+/// nvJitLink's fixed cost per PTX unit in the units of [`ptx_compile_weight`]. With 16 daemons
+/// linking at once on the 16-core GPU host, a call costs about 18 ms before its first
+/// instruction and about 15 us per instruction (Search and multiplier5 units of 10 against
+/// units of 30, the same populations), so a unit's fixed cost is worth about 1,200
+/// instructions (on an idle core it is nearer 5 ms).
+pub const PTX_UNIT_WEIGHT: f64 = 1200.0;
 
 /// One PTX module holding one switch kernel `name` ([`Shape::Switch`]): branch `j` is the
 /// kernel of `programs[j]`, computing exactly what its own kernel would.
