@@ -152,3 +152,32 @@ fn guided(
     }
     (ordered, parts)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guided_units_hold_every_phenotype_once_in_contiguous_parts() {
+        let problem = Problem::builtin("search").unwrap();
+        let evo =
+            Evolution::new(&problem, EvolutionConfig { population: 300, seed: 5, ..Default::default() })
+                .unwrap();
+        let phenotypes: Vec<Phenotype> =
+            evo.population().iter().filter_map(|i| i.phenotype().cloned()).collect();
+        for route in [Route::Nvrtc, Route::Ptx] {
+            let (ordered, parts) = guided(&problem, &phenotypes, route, 16);
+            let text = |v: &[Phenotype]| {
+                let mut t: Vec<String> = v.iter().map(|p| p.as_str().to_owned()).collect();
+                t.sort();
+                t
+            };
+            assert_eq!(text(&ordered), text(&phenotypes), "{route}");
+            assert_eq!(parts.first().map(|r| r.start), Some(0));
+            assert_eq!(parts.last().map(|r| r.end), Some(ordered.len()));
+            assert!(parts.windows(2).all(|w| w[0].end == w[1].start && !w[1].is_empty()));
+            // Enough units for every one of 16 workers, not one per individual.
+            assert!(parts.len() >= 16 && parts.len() < ordered.len() / 2, "{route}: {} units", parts.len());
+        }
+    }
+}
