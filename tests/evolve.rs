@@ -128,6 +128,33 @@ fn no_cache_with_a_disk_cache_is_refused() {
 }
 
 #[test]
+fn options_the_compiler_refuses_stop_the_run_at_once_naming_them() {
+    if !nvrtc_or_skip("evolve_refused_options") {
+        return;
+    }
+    for (extra, says) in [
+        (&["--route", "ptx", "--link-flag=-O1"][..], "-Xptxas=-O1"),
+        (&["--route", "nvrtc", "--flag=--no-such-option"][..], "--no-such-option"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_gpfarm"))
+            .args(["evolve", "--problem", "keijzer6", "--eval", "cpu", "--daemons", "1"])
+            .args(["--population", "20", "--generations", "3", "--json"])
+            .args(extra)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{extra:?} ran: {stderr}");
+        assert!(stderr.contains("refuses the options") && stderr.contains(says), "{extra:?}: {stderr}");
+        // Refused before any generation, not individual by individual.
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("\"generation\""), "{extra:?}");
+        assert!(!stderr.contains("worst fitness"), "{extra:?}: {stderr}");
+    }
+    // Options it takes run as before.
+    let (records, _) = evolve(&["--route", "ptx", "--link-flag=-O3"]);
+    assert!(records.iter().all(|r| r["individuals"]["failed"] == 0), "{records:?}");
+}
+
+#[test]
 fn json_lines_are_the_engines_typed_records_and_match_a_library_run() {
     // `--json` prints the serde serialisation of the library's records: each line reads back
     // into them, and a library run with the same options gives the same fitness.

@@ -5,7 +5,9 @@
 
 use std::num::NonZeroUsize;
 
-use gpfarm_client::{Compiler, DiskCache, GpuWorker, ProblemRef, UnitOutcome, cache::DEFAULT_CACHE_LIMIT};
+use gpfarm_client::{
+    Compiler, DiskCache, FailureKind, GpuWorker, ProblemRef, UnitOutcome, cache::DEFAULT_CACHE_LIMIT,
+};
 use gpfarm_gp::{Pipeline, Problem};
 use gpfarm_kernels::gpu;
 use gpfarm_kernels::worker::LoadProblem;
@@ -14,7 +16,7 @@ use gpfarm_protocol::{Route, Shape};
 
 use crate::driver::{CrashSettings, Driver, Evaluator, Settings};
 use crate::error::EvolveError;
-use crate::options::{EvalMode, NO_FMAD, Options, default_crash_dir, default_shape};
+use crate::options::{EvalMode, LINK_FLAGS, NO_FMAD, Options, default_crash_dir, default_shape};
 use crate::record::{EvaluatorKind, GenerationRecord, Summary};
 
 /// What a per-generation callback may fail with; the run stops and returns it as
@@ -130,6 +132,52 @@ impl Engine {
         self.notice.as_deref()
     }
 
+    /// Compiles a unit holding nothing but an empty kernel with the run's options when the run
+    /// adds options of its own (NVRTC's on the NVRTC route, nvJitLink's other than the default
+    /// on the PTX route): an option the compiler refuses would fail every individual, one
+    /// warning each, so the run is refused at once instead.
+    fn check_options(
+        &self,
+        compiler: &mut dyn Compiler,
+        options: &CompileOptions,
+    ) -> Result<(), EvolveError> {
+        let (flags, unit, hint) = match self.route {
+            Route::Nvrtc => (
+                &self.options.flags,
+                Unit::new(
+                    "gpfarm_option_check.cu",
+                    "extern \"C\" __global__ void gpfarm_option_check() {}\n",
+                ),
+                "",
+            ),
+            Route::Ptx => (
+                &self.options.link_flags,
+                Unit::ptx(
+                    "gpfarm_option_check.ptx",
+                    format!(
+                        "// gpfarm option check\n.version {}\n.target sm_{}\n.address_size 64\n\n\
+                         .visible .entry gpfarm_option_check()\n{{\n\tret;\n}}\n",
+                        gpfarm_kernels::ptx::PTX_VERSION,
+                        self.arch.0
+                    ),
+                ),
+                " (nvJitLink takes -O0 and -O3 itself, ptxas's other levels as -Xptxas=-O1 or -Xptxas=-O2)",
+            ),
+        };
+        let default_link =
+            self.route == Route::Ptx && flags.iter().map(String::as_str).eq(LINK_FLAGS.iter().copied());
+        if flags.is_empty() || default_link {
+            return Ok(());
+        }
+        let batch = compiler.compile(std::slice::from_ref(&unit), options)?;
+        match batch.results.into_iter().next().map(|r| r.outcome) {
+            Some(UnitOutcome::Failed(failure)) if failure.kind != FailureKind::Lost => {
+                Err(EvolveError::Options { route: self.route, flags: flags.clone(), failure, hint })
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn pipeline(&self) -> Result<Pipeline, EvolveError> {
         let depth = if self.options.overlap { 2 } else { 1 };
         let depth = NonZeroUsize::new(depth).unwrap_or(NonZeroUsize::MIN);
@@ -163,6 +211,9 @@ impl Engine {
         mut on_generation: impl FnMut(&GenerationRecord) -> Result<(), CallbackError>,
     ) -> Result<Summary, EvolveError> {
         let options = self.compile_options();
+        if let Some(c) = compiler.as_deref_mut() {
+            self.check_options(c, &options)?;
+        }
         let evaluator = match (&self.gpu, compiler.as_deref_mut()) {
             (None, _) => Evaluator::Cpu,
             (Some(_), None) => {

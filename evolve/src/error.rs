@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use gpfarm_client::CompilerError;
 use gpfarm_gp::{EvolutionError, ProblemError};
 use gpfarm_kernels::gpu::GpuError;
-use gpfarm_protocol::Failure;
+use gpfarm_protocol::{Failure, Route};
 
 /// See the module documentation.
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +50,19 @@ pub enum EvolveError {
         problem: String,
         /// What its template does that the switch kernel cannot.
         why: String,
+    },
+    /// The run's own compile options fail a unit that holds nothing else: every individual
+    /// would fail the same way.
+    #[error("the {route} route's compiler refuses the options {flags:?}: {failure}{hint}")]
+    Options {
+        /// The route compiled.
+        route: Route,
+        /// The options the run added.
+        flags: Vec<String>,
+        /// What the compiler said.
+        failure: Failure,
+        /// A pointer to what works, or nothing.
+        hint: &'static str,
     },
     /// The disk cache's directory could not be opened.
     #[error("opening the disk cache in {}", dir.display())]
