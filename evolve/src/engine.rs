@@ -4,6 +4,7 @@
 //! a person should see is returned ([`Engine::notice`], the records), or logged as a warning.
 
 use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use gpfarm_client::{
     Compiler, DiskCache, FailureKind, GpuWorker, ProblemRef, UnitOutcome, cache::DEFAULT_CACHE_LIMIT,
@@ -35,6 +36,8 @@ pub struct Engine {
     notice: Option<String>,
     route: Route,
     shape: Shape,
+    /// The run's own compile options were accepted ([`Engine::check_options`]).
+    options_checked: AtomicBool,
 }
 
 impl Engine {
@@ -60,8 +63,17 @@ impl Engine {
             None => Route::Nvrtc,
         };
         let shape = options.shape.unwrap_or_else(|| default_shape(route));
-        let mut engine =
-            Engine { problem, source, options, arch, gpu: gpu.map(|g| g.0), notice, route, shape };
+        let mut engine = Engine {
+            problem,
+            source,
+            options,
+            arch,
+            gpu: gpu.map(|g| g.0),
+            notice,
+            route,
+            shape,
+            options_checked: AtomicBool::new(false),
+        };
         // Refuse bad GP parameters and a route the problem cannot take now, before a compiler is
         // built for them.
         engine.pipeline()?;
@@ -135,12 +147,13 @@ impl Engine {
     /// Compiles a unit holding nothing but an empty kernel with the run's options when the run
     /// adds options of its own (NVRTC's on the NVRTC route, nvJitLink's other than the default
     /// on the PTX route): an option the compiler refuses would fail every individual, one
-    /// warning each, so the run is refused at once instead.
-    fn check_options(
-        &self,
-        compiler: &mut dyn Compiler,
-        options: &CompileOptions,
-    ) -> Result<(), EvolveError> {
+    /// warning each, so the run is refused at once instead. [`Engine::run`] checks once; a
+    /// caller may check earlier, before it prints anything about the run.
+    pub fn check_options(&self, compiler: &mut dyn Compiler) -> Result<(), EvolveError> {
+        if self.options_checked.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let options = &self.compile_options();
         let (flags, unit, hint) = match self.route {
             Route::Nvrtc => (
                 &self.options.flags,
@@ -166,16 +179,16 @@ impl Engine {
         };
         let default_link =
             self.route == Route::Ptx && flags.iter().map(String::as_str).eq(LINK_FLAGS.iter().copied());
-        if flags.is_empty() || default_link {
-            return Ok(());
-        }
-        let batch = compiler.compile(std::slice::from_ref(&unit), options)?;
-        match batch.results.into_iter().next().map(|r| r.outcome) {
-            Some(UnitOutcome::Failed(failure)) if failure.kind != FailureKind::Lost => {
-                Err(EvolveError::Options { route: self.route, flags: flags.clone(), failure, hint })
+        if !flags.is_empty() && !default_link {
+            let batch = compiler.compile(std::slice::from_ref(&unit), options)?;
+            if let Some(UnitOutcome::Failed(failure)) = batch.results.into_iter().next().map(|r| r.outcome)
+                && failure.kind != FailureKind::Lost
+            {
+                return Err(EvolveError::Options { route: self.route, flags: flags.clone(), failure, hint });
             }
-            _ => Ok(()),
         }
+        self.options_checked.store(true, Ordering::Relaxed);
+        Ok(())
     }
 
     fn pipeline(&self) -> Result<Pipeline, EvolveError> {
@@ -212,7 +225,7 @@ impl Engine {
     ) -> Result<Summary, EvolveError> {
         let options = self.compile_options();
         if let Some(c) = compiler.as_deref_mut() {
-            self.check_options(c, &options)?;
+            self.check_options(c)?;
         }
         let evaluator = match (&self.gpu, compiler.as_deref_mut()) {
             (None, _) => Evaluator::Cpu,

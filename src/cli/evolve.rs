@@ -233,6 +233,9 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
         Some(compilers::build(args.compiler, args.daemons, cuda, &options, &source)?)
     };
     // After the compiler is built: a configuration error is what a person should see first.
+    if let Some(c) = compiler.as_deref_mut() {
+        engine.check_options(c)?;
+    }
     if let Some(notice) = engine.notice() {
         eprintln!("note: {notice}");
     }
