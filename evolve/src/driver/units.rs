@@ -366,9 +366,10 @@ impl Driver<'_> {
                 }
             }
         }
-        if self.trace.is_some() {
-            let weight: f64 = info.members.iter().map(|m| self.weight(m)).sum();
-            let Some((trace, path)) = &mut self.trace else { unreachable!("checked above") };
+        // Estimated only for the trace: on the PTX route it emits each member's kernel again.
+        let weight: f64 =
+            if self.trace.is_some() { info.members.iter().map(|m| self.weight(m)).sum() } else { 0.0 };
+        if let Some((trace, path)) = &mut self.trace {
             let at = |t: Instant| t.saturating_duration_since(self.start).as_secs_f64() * 1000.0;
             let record = serde_json::json!({
                 "generation": info.generation,
