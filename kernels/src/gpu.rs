@@ -30,7 +30,7 @@ use thiserror::Error;
 pub use gpfarm_protocol::worker::{CompiledUnit, GpuGeneration, KernelRef};
 
 /// Threads per block for individuals' kernels and for the fitness reduction.
-const BLOCK: u32 = 256;
+pub(crate) const BLOCK: u32 = 256;
 /// Name of the fitness kernel in [`fitness_source`].
 pub const FITNESS_KERNEL: &str = "gpfarm_fitness";
 
@@ -96,18 +96,34 @@ pub fn fitness_source(problem: &Problem) -> Result<String, GpuError> {
     params.push(format!("const {}* __restrict__ target", ty(spec.target.ty)));
     params.push("int ncases".into());
     params.push("double* __restrict__ fitness".into());
+    let (term, finish) = fitness_term(problem, &|k| format!("o{k}[base + c]"))?;
+    Ok(format!(
+        "extern \"C\" __global__ void {FITNESS_KERNEL}({params})\n{{\n    __shared__ double part[{BLOCK}];\n    const size_t base = (size_t)blockIdx.x * (size_t)ncases;\n    double s = 0.0;\n    for (int c = threadIdx.x; c < ncases; c += blockDim.x) {{\n        {term}\n    }}\n    part[threadIdx.x] = s;\n    __syncthreads();\n    for (int w = blockDim.x / 2; w > 0; w >>= 1) {{\n        if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];\n        __syncthreads();\n    }}\n    if (threadIdx.x == 0) fitness[blockIdx.x] = {finish};\n}}\n",
+        params = params.join(", ")
+    ))
+}
+
+/// The per-case term and the final expression of `problem`'s fitness, in CUDA C: the term adds
+/// case `c`'s share to the `double s` (the output `k` of case `c` is `output(k)`, the target
+/// `target[c]`), the final expression turns the block's sum `part[0]` into the fitness. Shared
+/// by the fitness kernel and the interpreter, so both compute the same bits.
+pub(crate) fn fitness_term(
+    problem: &Problem,
+    output: &dyn Fn(usize) -> String,
+) -> Result<(String, &'static str), GpuError> {
+    let spec = problem.spec();
     let term = match spec.fitness {
         FitnessKind::Rmse | FitnessKind::Correct if spec.outputs.len() != 1 => {
             return Err(GpuError::Problem(format!("{:?} needs exactly one output", spec.fitness)));
         }
         FitnessKind::Rmse => {
-            "double d = (double)o0[base + c] - (double)target[c];\n        s += d * d;".to_string()
+            format!("double d = (double){} - (double)target[c];\n        s += d * d;", output(0))
         }
-        FitnessKind::Correct => "s += ((double)o0[base + c] == (double)target[c]) ? 1.0 : 0.0;".to_string(),
+        FitnessKind::Correct => format!("s += ((double){} == (double)target[c]) ? 1.0 : 0.0;", output(0)),
         FitnessKind::BitErrors => {
             let mut t = String::from("unsigned packed = 0u;\n");
             for k in 0..spec.outputs.len().min(32) {
-                t.push_str(&format!("        packed |= ((unsigned)(o{k}[base + c] & 1)) << {k};\n"));
+                t.push_str(&format!("        packed |= ((unsigned)({} & 1)) << {k};\n", output(k)));
             }
             t.push_str(&format!(
                 "        s += (double)__popc((packed ^ (unsigned)(long long)target[c]) & {}u);",
@@ -120,10 +136,7 @@ pub fn fitness_source(problem: &Problem) -> Result<String, GpuError> {
         FitnessKind::Rmse => "ncases > 0 ? sqrt(part[0] / (double)ncases) : 0.0",
         _ => "part[0]",
     };
-    Ok(format!(
-        "extern \"C\" __global__ void {FITNESS_KERNEL}({params})\n{{\n    __shared__ double part[{BLOCK}];\n    const size_t base = (size_t)blockIdx.x * (size_t)ncases;\n    double s = 0.0;\n    for (int c = threadIdx.x; c < ncases; c += blockDim.x) {{\n        {term}\n    }}\n    part[threadIdx.x] = s;\n    __syncthreads();\n    for (int w = blockDim.x / 2; w > 0; w >>= 1) {{\n        if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];\n        __syncthreads();\n    }}\n    if (threadIdx.x == 0) fitness[blockIdx.x] = {finish};\n}}\n",
-        params = params.join(", ")
-    ))
+    Ok((term, finish))
 }
 
 enum DevCol {

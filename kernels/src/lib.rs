@@ -5,6 +5,7 @@
 //! compiled: it hands out plain source text and takes back CUBIN bytes.
 
 pub mod gpu;
+pub mod interp;
 pub mod ptx;
 pub mod render;
 pub mod worker;

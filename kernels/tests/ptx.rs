@@ -2,12 +2,14 @@
 //! populations, ptxas assembles; huge phenotypes emit without exhausting the stack; templates
 //! other than the standard harness are refused.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
 use gpfarm_gp::problem::ProblemSources;
-use gpfarm_gp::{Evolution, EvolutionConfig, Phenotype, Problem, evaluate_all};
+use gpfarm_gp::{Phenotype, Problem};
 use gpfarm_kernels::ptx::ptx_unit;
 use gpfarm_kernels::{keyed_ptx, ptx_supported, render_ptx_units};
 use gpfarm_protocol::{Shape, SmArch};
@@ -61,30 +63,6 @@ fn assemble(ptxas: &Path, name: &str, ptx: &str) {
     }
 }
 
-/// Distinct phenotypes of generation 0 for each seed, and of generations 1-3 for the first.
-fn populations(problem: &Problem, seeds: &[u64], population: usize) -> Vec<Vec<Phenotype>> {
-    let threads = std::thread::available_parallelism().unwrap();
-    let mut out = Vec::new();
-    for &seed in seeds {
-        let config = EvolutionConfig { population, seed, ..EvolutionConfig::default() };
-        let mut evolution = Evolution::new(problem, config).unwrap();
-        // Generation 0 of every seed; the first seed's population is also bred three times.
-        let generations = if seed == seeds[0] { 4 } else { 1 };
-        for generation in 0..generations {
-            let dedup = evolution.dedup();
-            out.push(dedup.unique.clone());
-            if generation + 1 == generations {
-                break;
-            }
-            let fitness: Vec<_> =
-                evaluate_all(problem, &dedup.unique, threads).into_iter().map(|e| e.fitness).collect();
-            evolution.set_fitness(dedup.expand(&fitness, problem.direction()).unwrap()).unwrap();
-            evolution.breed().unwrap();
-        }
-    }
-    out
-}
-
 fn assembles_all(problem_name: &str) {
     let test = format!("{problem_name}_populations_assemble");
     let Some(ptxas) = ptxas_or_skip(&test) else {
@@ -93,7 +71,7 @@ fn assembles_all(problem_name: &str) {
     let problem = Problem::builtin(problem_name).unwrap();
     ptx_supported(&problem).unwrap();
     let mut individuals = 0;
-    for (k, phenotypes) in populations(&problem, &[1, 2, 3], 300).iter().enumerate() {
+    for (k, phenotypes) in common::populations(&problem, &[1, 2, 3], 300).iter().enumerate() {
         let n = phenotypes.len();
         let parts: Vec<_> = (0..n).step_by(50).map(|s| s..(s + 50).min(n)).collect();
         for shape in [Shape::Kernels, Shape::Switch] {

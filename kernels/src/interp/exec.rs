@@ -1,0 +1,247 @@
+//! Runs bytecode on the CPU, op for op as the interpreter kernel does, with the CPU evaluator's
+//! arithmetic (its `/` and `%` by zero give 0, where the GPU's `div.s32` and `rem.s32` give
+//! what the compiled routes give; no built-in grammar divides an int by zero) and the host's
+//! math library. It exists to hold the compiler to the CPU evaluator: both must produce the
+//! same outputs, bit for bit, for every program.
+
+use gpfarm_gp::Problem;
+use gpfarm_gp::interp::RunError;
+use gpfarm_gp::interp::tree::{Source, Ty};
+use gpfarm_gp::problem::{Column, InputColumn, ScalarType};
+
+use super::bytecode::{Bytecode, Op, array_layout, slot_layout};
+
+/// A stack cell: an int or a float in its low 32 bits, or a double.
+#[derive(Clone, Copy, Default)]
+struct Cell(u64);
+
+impl Cell {
+    fn i(self) -> i32 {
+        self.0 as u32 as i32
+    }
+    fn f(self) -> f32 {
+        f32::from_bits(self.0 as u32)
+    }
+    fn d(self) -> f64 {
+        f64::from_bits(self.0)
+    }
+    fn int(v: i32) -> Cell {
+        Cell(u64::from(v as u32))
+    }
+    fn float(v: f32) -> Cell {
+        Cell(u64::from(v.to_bits()))
+    }
+    fn double(v: f64) -> Cell {
+        Cell(v.to_bits())
+    }
+    fn bool(b: bool) -> Cell {
+        Cell::int(i32::from(b))
+    }
+}
+
+/// Runs `code` (compiled for `problem`) over every case: one column per output, as
+/// [`gpfarm_gp::Program::run_with_limit`] returns them.
+pub fn run(problem: &Problem, code: &Bytecode, max_steps: u64) -> Result<Vec<Column>, RunError> {
+    let cases = problem.cases();
+    let n = cases.len();
+    let layout = slot_layout(problem);
+    let arrays = array_layout(problem);
+    let types: Vec<ScalarType> = problem.spec().outputs.iter().map(|o| o.ty).collect();
+    let mut columns: Vec<Column> = types
+        .iter()
+        .map(|t| match t {
+            ScalarType::Int => Column::Int(Vec::with_capacity(n)),
+            ScalarType::Float => Column::Float(Vec::with_capacity(n)),
+        })
+        .collect();
+    let mut stack = vec![Cell::default(); code.depth + 1];
+    let mut out = vec![Cell::default(); types.len()];
+    for c in 0..n {
+        let vars: Vec<Cell> = layout
+            .iter()
+            .map(|(src, ty)| match src {
+                Source::Input(i) => match &cases.inputs()[*i] {
+                    InputColumn::Scalar(Column::Int(v)) => Cell::int(v[c]),
+                    InputColumn::Scalar(Column::Float(v)) => Cell::float(v[c]),
+                    InputColumn::IntArray { .. } => Cell::default(),
+                },
+                Source::Length(i) => match &cases.inputs()[*i] {
+                    InputColumn::IntArray { lens, .. } => Cell::int(lens[c]),
+                    InputColumn::Scalar(_) => Cell::default(),
+                },
+                Source::CaseBit(bit) => Cell::int(((c >> bit) & 1) as i32),
+                Source::Zero(_) => match ty {
+                    Ty::Double => Cell::double(0.0),
+                    Ty::Float => Cell::float(0.0),
+                    Ty::Int => Cell::int(0),
+                },
+            })
+            .collect();
+        let data: Vec<&[i32]> = arrays.iter().map(|&i| cases.array(i, c).unwrap_or(&[])).collect();
+        let mut m = Machine { vars, stack: &mut stack, out: &mut out, data, steps: 0, max_steps };
+        m.run(&code.words).map_err(|()| RunError::StepLimit { case: c, limit: max_steps })?;
+        for (col, v) in columns.iter_mut().zip(out.iter()) {
+            match col {
+                Column::Int(x) => x.push(v.i()),
+                Column::Float(x) => x.push(v.f()),
+            }
+        }
+    }
+    Ok(columns)
+}
+
+struct Machine<'a> {
+    vars: Vec<Cell>,
+    stack: &'a mut [Cell],
+    out: &'a mut [Cell],
+    data: Vec<&'a [i32]>,
+    steps: u64,
+    max_steps: u64,
+}
+
+impl Machine<'_> {
+    /// Runs to [`Op::End`]; `Err` past the step limit.
+    fn run(&mut self, prog: &[u32]) -> Result<(), ()> {
+        let mut t = Cell::default();
+        let mut sp = 1usize;
+        let mut pc = 0usize;
+        loop {
+            let w = prog[pc];
+            pc += 1;
+            let arg = (w >> 8) as usize;
+            let op = Op::decode(w).expect("the compiler writes only ops it knows");
+            let effect = op.effect();
+            if effect > 0 {
+                self.stack[sp] = t;
+                sp += 1;
+            }
+            // The cell below the top, for ops that consume two values.
+            let a = if effect < 0 && !matches!(op, Op::Store | Op::Jz | Op::Out) {
+                sp -= 1;
+                self.stack[sp]
+            } else {
+                Cell::default()
+            };
+            t = match op {
+                Op::End => return Ok(()),
+                Op::PushI | Op::PushF => {
+                    pc += 1;
+                    Cell(u64::from(prog[pc - 1]))
+                }
+                Op::PushD => {
+                    pc += 2;
+                    Cell(u64::from(prog[pc - 2]) | (u64::from(prog[pc - 1]) << 32))
+                }
+                Op::Load => self.vars[arg],
+                Op::Store | Op::Out | Op::Jz => {
+                    if op == Op::Store {
+                        self.vars[arg] = t;
+                    } else if op == Op::Out {
+                        self.out[arg] = t;
+                    } else if t.i() == 0 {
+                        pc = arg;
+                    }
+                    sp -= 1;
+                    self.stack[sp]
+                }
+                Op::Read => Cell::int(wrapped(self.data[arg], t.i())),
+                Op::CvtIF => Cell::float(t.i() as f32),
+                Op::CvtID => Cell::double(f64::from(t.i())),
+                Op::CvtFI => Cell::int(t.f() as i32),
+                Op::CvtDI => Cell::int(t.d() as i32),
+                Op::CvtFD => Cell::double(f64::from(t.f())),
+                Op::CvtDF => Cell::float(t.d() as f32),
+                Op::NegI => Cell::int(t.i().wrapping_neg()),
+                Op::NegF => Cell::float(-t.f()),
+                Op::NegD => Cell::double(-t.d()),
+                Op::BitNot => Cell::int(!t.i()),
+                Op::NotI => Cell::bool(t.i() == 0),
+                Op::NotF => Cell::bool(t.f() == 0.0),
+                Op::NotD => Cell::bool(t.d() == 0.0),
+                Op::TruthI => Cell::bool(t.i() != 0),
+                Op::TruthF => Cell::bool(t.f() != 0.0),
+                Op::TruthD => Cell::bool(t.d() != 0.0),
+                Op::AddI => Cell::int(a.i().wrapping_add(t.i())),
+                Op::SubI => Cell::int(a.i().wrapping_sub(t.i())),
+                Op::MulI => Cell::int(a.i().wrapping_mul(t.i())),
+                Op::DivI => Cell::int(if t.i() == 0 { 0 } else { a.i().wrapping_div(t.i()) }),
+                Op::AddF => Cell::float(a.f() + t.f()),
+                Op::SubF => Cell::float(a.f() - t.f()),
+                Op::MulF => Cell::float(a.f() * t.f()),
+                Op::DivF => Cell::float(a.f() / t.f()),
+                Op::AddD => Cell::double(a.d() + t.d()),
+                Op::SubD => Cell::double(a.d() - t.d()),
+                Op::MulD => Cell::double(a.d() * t.d()),
+                Op::DivD => Cell::double(a.d() / t.d()),
+                Op::Rem => Cell::int(if t.i() == 0 { 0 } else { a.i().wrapping_rem(t.i()) }),
+                Op::And | Op::LAnd => Cell::int(a.i() & t.i()),
+                Op::Or | Op::LOr => Cell::int(a.i() | t.i()),
+                Op::Xor => Cell::int(a.i() ^ t.i()),
+                Op::Shl => Cell::int(if (t.i() as u32) >= 32 { 0 } else { ((a.i() as u32) << t.i()) as i32 }),
+                Op::Shr => Cell::int(if (t.i() as u32) >= 32 { a.i() >> 31 } else { a.i() >> t.i() }),
+                Op::LtI => Cell::bool(a.i() < t.i()),
+                Op::GtI => Cell::bool(a.i() > t.i()),
+                Op::LeI => Cell::bool(a.i() <= t.i()),
+                Op::GeI => Cell::bool(a.i() >= t.i()),
+                Op::EqI => Cell::bool(a.i() == t.i()),
+                Op::NeI => Cell::bool(a.i() != t.i()),
+                Op::LtF => Cell::bool(a.f() < t.f()),
+                Op::GtF => Cell::bool(a.f() > t.f()),
+                Op::LeF => Cell::bool(a.f() <= t.f()),
+                Op::GeF => Cell::bool(a.f() >= t.f()),
+                Op::EqF => Cell::bool(a.f() == t.f()),
+                Op::NeF => Cell::bool(a.f() != t.f()),
+                Op::LtD => Cell::bool(a.d() < t.d()),
+                Op::GtD => Cell::bool(a.d() > t.d()),
+                Op::LeD => Cell::bool(a.d() <= t.d()),
+                Op::GeD => Cell::bool(a.d() >= t.d()),
+                Op::EqD => Cell::bool(a.d() == t.d()),
+                Op::NeD => Cell::bool(a.d() != t.d()),
+                Op::Jmp => {
+                    pc = arg;
+                    t
+                }
+                Op::Step => {
+                    self.steps += 1;
+                    if self.steps > self.max_steps {
+                        return Err(());
+                    }
+                    t
+                }
+                Op::SinF => Cell::float(t.f().sin()),
+                Op::CosF => Cell::float(t.f().cos()),
+                Op::ExpF => Cell::float(t.f().exp()),
+                Op::LogF => Cell::float(t.f().ln()),
+                Op::SqrtF => Cell::float(t.f().sqrt()),
+                Op::FabsF => Cell::float(t.f().abs()),
+                Op::TanhF => Cell::float(t.f().tanh()),
+                Op::SinD => Cell::double(t.d().sin()),
+                Op::CosD => Cell::double(t.d().cos()),
+                Op::ExpD => Cell::double(t.d().exp()),
+                Op::LogD => Cell::double(t.d().ln()),
+                Op::SqrtD => Cell::double(t.d().sqrt()),
+                Op::FabsD => Cell::double(t.d().abs()),
+                Op::TanhD => Cell::double(t.d().tanh()),
+                Op::PowF => Cell::float(a.f().powf(t.f())),
+                Op::FminF => Cell::float(a.f().min(t.f())),
+                Op::FmaxF => Cell::float(a.f().max(t.f())),
+                Op::PowD => Cell::double(a.d().powf(t.d())),
+                Op::FminD => Cell::double(a.d().min(t.d())),
+                Op::FmaxD => Cell::double(a.d().max(t.d())),
+            };
+        }
+    }
+}
+
+/// The templates' wrapped read: 0 for an empty list, else element `k mod len` in `[0, len)`.
+fn wrapped(data: &[i32], k: i32) -> i32 {
+    let n = data.len() as i32;
+    if n <= 0 {
+        return 0;
+    }
+    let mut m = k.wrapping_rem(n);
+    if m < 0 {
+        m += n;
+    }
+    data.get(m as usize).copied().unwrap_or(0)
+}

@@ -1,0 +1,111 @@
+//! The interpreter route: no compiling per individual. Each phenotype's typed tree (the CPU
+//! evaluator's, [`gpfarm_gp::interp::tree`]) becomes compact bytecode ([`bytecode`]); one launch
+//! of one kernel, compiled once per problem ([`interpreter_source`]), runs a whole population
+//! over every case, with the cases resident on the GPU, and reduces each program's fitness on
+//! the device, so only one `double` per program comes back.
+//!
+//! # Same bits as the compiled routes
+//!
+//! Each op is the C operation that the standard harness compiles the same tree node to
+//! (NVRTC's `--fmad=false` code, which the PTX route reproduces bit for bit): `+ - * /` in the
+//! node's type, rounded on their own; C's conversions; `div.s32`/`rem.s32`, `shl`/`shr` for
+//! ints; the same CUDA math functions, compiled with the run's options; the wrapped array read
+//! of `gp_wrapped_ints`. The per-case fitness term and the order of summation are the fitness
+//! kernel's. So, on the GPU, the interpreter's fitness is the compiled routes' fitness, bit for
+//! bit, with two stated exceptions:
+//! - a loop that runs past the step limit in any case (the CPU evaluator's,
+//!   [`gpfarm_gp::interp::DEFAULT_MAX_STEPS`] iterations) fails the program (worst fitness),
+//!   where a compiled kernel has no limit and runs on; no built-in grammar can write such a loop;
+//! - with `--fmad` NVRTC may fuse `a * b + c` across tree nodes in compiled code, which an
+//!   interpreter cannot: the default (`--fmad=false`) is exact.
+//!
+//! Like the PTX route it needs the standard harness ([`interp_supported`]): a template that
+//! computes anything else cannot be interpreted.
+
+pub mod bytecode;
+pub mod exec;
+mod source;
+
+pub use bytecode::{Bytecode, BytecodeError, MAX_DEPTH, Op, compile};
+pub use source::{INTERP_KERNEL_LARGE, INTERP_KERNEL_SMALL, SMALL_DEPTH, interpreter_source};
+
+use gpfarm_gp::Problem;
+use gpfarm_gp::problem::compare_with_standard;
+
+/// Why a problem cannot be interpreted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "problem `{problem}` cannot be interpreted: the interpreter computes the standard kernel harness, and {difference}"
+)]
+pub struct InterpUnsupported {
+    /// The problem's name.
+    pub problem: String,
+    /// Where its template first differs from the standard harness.
+    pub difference: gpfarm_gp::problem::TemplateDifference,
+}
+
+/// Whether `problem` can be interpreted: its `template.cu` must be the standard harness.
+pub fn interp_supported(problem: &Problem) -> Result<(), InterpUnsupported> {
+    compare_with_standard(problem.template(), problem.spec())
+        .map_err(|difference| InterpUnsupported { problem: problem.name().to_owned(), difference })
+}
+
+/// A population's bytecode, laid out for one launch: every program's words one after the other,
+/// and where each starts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PackedPopulation {
+    /// All programs' words.
+    pub words: Vec<u32>,
+    /// The first word of each program.
+    pub offsets: Vec<u32>,
+    /// The deepest stack of any program, in cells.
+    pub depth: usize,
+}
+
+impl PackedPopulation {
+    /// Lays out `programs` in order.
+    pub fn new<'a>(programs: impl IntoIterator<Item = &'a Bytecode>) -> PackedPopulation {
+        let mut p = PackedPopulation::default();
+        for b in programs {
+            p.offsets.push(p.words.len() as u32);
+            p.words.extend_from_slice(&b.words);
+            p.depth = p.depth.max(b.depth);
+        }
+        p
+    }
+
+    /// Programs held.
+    pub fn len(&self) -> usize {
+        self.offsets.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.offsets.is_empty()
+    }
+
+    /// The kernel that runs it: the small stack's when every program fits.
+    pub fn kernel(&self) -> &'static str {
+        if self.depth <= SMALL_DEPTH { INTERP_KERNEL_SMALL } else { INTERP_KERNEL_LARGE }
+    }
+
+    /// The ops the programs hold (a constant's value words not counted): the interpreter's work
+    /// per case when no loop repeats any.
+    pub fn ops(&self) -> usize {
+        let mut n = 0;
+        for (k, &start) in self.offsets.iter().enumerate() {
+            let end = self.offsets.get(k + 1).map_or(self.words.len(), |&e| e as usize);
+            let mut pc = start as usize;
+            while pc < end {
+                let op = Op::decode(self.words[pc]);
+                pc += match op {
+                    Some(Op::PushI | Op::PushF) => 2,
+                    Some(Op::PushD) => 3,
+                    _ => 1,
+                };
+                n += 1;
+            }
+        }
+        n
+    }
+}

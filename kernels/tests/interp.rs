@@ -1,0 +1,241 @@
+//! The interpreter's bytecode without a GPU: run op for op on the CPU, it gives the CPU
+//! evaluator's outputs bit for bit, for the built-in problems' random and bred populations and
+//! for phenotypes that use every op; its kernel source has one case per op.
+
+mod common;
+
+use gpfarm_gp::interp::{DEFAULT_MAX_STEPS, RunError};
+use gpfarm_gp::problem::{Column, ProblemSources, standard_template};
+use gpfarm_gp::{Phenotype, Problem, Program};
+use gpfarm_kernels::interp::{
+    self, MAX_DEPTH, Op, PackedPopulation, SMALL_DEPTH, compile, exec, interp_supported, interpreter_source,
+};
+
+/// The same columns, floats compared by their bits (any NaN equals any NaN).
+fn same_columns(a: &[Column], b: &[Column]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| match (x, y) {
+            (Column::Int(x), Column::Int(y)) => x == y,
+            (Column::Float(x), Column::Float(y)) => {
+                x.len() == y.len()
+                    && x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits() || (p.is_nan() && q.is_nan()))
+            }
+            _ => false,
+        })
+}
+
+/// Runs `text` both ways with `max_steps`; panics where they differ. Returns the ops used.
+fn agree(problem: &Problem, text: &str, max_steps: u64) -> Vec<Op> {
+    let program = Program::compile(problem, &Phenotype::new(text)).unwrap_or_else(|e| panic!("{text}: {e}"));
+    let code = compile(problem, &program).unwrap_or_else(|e| panic!("{text}: {e}"));
+    let want = program.run_with_limit(problem, max_steps);
+    let got = exec::run(problem, &code, max_steps);
+    match (&want, &got) {
+        (Ok(w), Ok(g)) => assert!(same_columns(w, g), "{text}:\ncpu {w:?}\nbytecode {g:?}"),
+        (Err(w), Err(g)) => assert_eq!(w, g, "{text}"),
+        _ => panic!("{text}: cpu {want:?}, bytecode {got:?}"),
+    }
+    let mut ops = Vec::new();
+    let mut pc = 0;
+    while pc < code.words.len() {
+        let op = Op::decode(code.words[pc]).unwrap();
+        ops.push(op);
+        pc += match op {
+            Op::PushI | Op::PushF => 2,
+            Op::PushD => 3,
+            _ => 1,
+        };
+    }
+    ops
+}
+
+fn agrees_on_populations(name: &str) {
+    let problem = Problem::builtin(name).unwrap();
+    interp_supported(&problem).unwrap();
+    let mut n = 0;
+    for phenotypes in common::populations(&problem, &[1, 2, 3], 300) {
+        for p in &phenotypes {
+            agree(&problem, p.as_str(), DEFAULT_MAX_STEPS);
+        }
+        n += phenotypes.len();
+    }
+    assert!(n > 600, "{name}: {n}");
+}
+
+#[test]
+fn keijzer6_populations_run_as_on_the_cpu_evaluator() {
+    agrees_on_populations("keijzer6");
+}
+
+#[test]
+fn search_populations_run_as_on_the_cpu_evaluator() {
+    agrees_on_populations("search");
+}
+
+#[test]
+fn multiplier5_populations_run_as_on_the_cpu_evaluator() {
+    agrees_on_populations("multiplier5");
+}
+
+/// A statement problem with every kind of variable: int and float inputs, an `int[]` input
+/// with its length, case bits, int and float locals, and a float output.
+fn everything() -> Problem {
+    let toml = r#"
+name = "everything"
+kind = "statements"
+fitness = "rmse"
+start = "s"
+case_bits = [{ name = "b0", bit = 0 }, { name = "b3", bit = 3 }]
+
+[[inputs]]
+name = "n"
+type = "int"
+
+[[inputs]]
+name = "x"
+type = "float"
+
+[[inputs]]
+name = "A"
+type = "int[]"
+length_name = "LEN"
+max_len = 4
+
+[[locals]]
+name = "i"
+type = "int"
+
+[[locals]]
+name = "f"
+type = "float"
+
+[[outputs]]
+name = "y"
+type = "float"
+
+[target]
+type = "float"
+"#;
+    let mut cases = String::from("[");
+    let xs = [0.0f32, -1.5, 2.25, 1e30, -0.0, 3.0, 7.5, -1e-40, 100.0, 0.5, -2.0, 12.0];
+    for (k, x) in xs.iter().enumerate() {
+        let n = [0, 1, -7, 2147483647, -2147483648, 5, 31, 33, -1, 8, 100, 3][k];
+        let a: Vec<i32> = (0..(k % 5) as i32).map(|j| j * 3 - 4 + k as i32).collect();
+        if k > 0 {
+            cases.push(',');
+        }
+        cases.push_str(&format!("{{\"n\": {n}, \"x\": {x:e}, \"A\": {a:?}, \"target\": 1.0}}"));
+    }
+    cases.push(']');
+    let sources = |template: &str| {
+        Problem::from_sources(
+            "test",
+            &ProblemSources { toml, grammar: "<s> ::= y = x;", cases: &cases, template },
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+    };
+    // Any template to read the spec, then the standard harness for it.
+    let draft = sources(
+        "//@kernel\nextern \"C\" __global__ void {{KERNEL}}(const int* in_n, const float* in_x, const int* in_A, \
+         const int* in_LEN, float* out_y, int NCASES) { n x A LEN b0 b3 i f y {{PHENOTYPE}} }\n",
+    );
+    sources(&standard_template(draft.spec()))
+}
+
+/// Phenotypes of `everything` that, together, use every op.
+const EVERYTHING: &[&str] = &[
+    "y = x + 1.5f * x - x / 3.0f;",
+    "y = x * 07.35 + 1.0 / (x - 2.0) - (-x) - (-(x * 1.0));",
+    "i = n * 3 + n - n / 7 + n % 5 - (-n); y = i;",
+    "i = (n & 12) | (n ^ 5) | (~n); y = i << 2 >> 1;",
+    "i = n << LEN; f = n >> (LEN + 30); y = i + f;",
+    "y = (x < 1.0f) + (x > 1.0f) * 2 + (x <= 2.25f) * 4 + (x >= 3.0f) * 8 + (x == 0.5f) * 16 + (x != x) * 32;",
+    "y = (n < 1) + (n > 1) * 2 + (n <= 5) * 4 + (n >= 8) * 8 + (n == 3) * 16 + (n != 31) * 32;",
+    "y = (x < 1.0) + (x > 1.0) * 2 + (x <= 2.25) * 4 + (x >= 3.0) * 8 + (x == 0.5) * 16 + (x != 12.0) * 32;",
+    "y = (n && x) + (b0 || b3) * 2 + !n * 4 + !x * 8 + !(x * 1.0) * 16 + (x * 1.0 && n) * 32;",
+    "y = x > 1.0f ? x * 2.0f : -x; if (b3) { y = y + 100.0f; } else { y = y - 100.0f; }",
+    "y = sinf(x) + cosf(x) + expf(x / 100.0f) + logf(fabsf(x) + 1.0f) + sqrtf(fabsf(x)) + tanhf(x);",
+    "y = sin(x * 1.0) + cos(x * 1.0) + exp(x / 100.0) + log(fabs(x * 1.0) + 1.0) + sqrt(fabs(x * 1.0)) + tanh(x * 1.0);",
+    "y = powf(fabsf(x), 1.5f) + fminf(x, 2.0f) + fmaxf(x, -1.0f) + pow(fabs(x), 0.5) + fmin(x, 2.0) + fmax(x, 1.0);",
+    "for (i = 0; i < LEN; i++) { f = f + A[i] * x; } y = f + A[n % 7] + A[-n] + A[i - 9];",
+    "i = 0; while (i < 20) { i = i + 3; if (i > n) { f = f + 1.0f; } } y = f + (int)(x * 3.7f) + (int)(x * 1.1);",
+    "f = (float)(x * 1.0); i = (int)f; y = (double)i + f + (float)n + (double)n + (float)(n * 1.0);",
+    "y = 0; i = 0; while (1) { i++; if (i > 100) { y = i; } }",
+    "y = n * 1.5 > 3 ? 1 : 2; i = (n > 2) ? n : -1; y = y + i;",
+];
+
+#[test]
+fn every_op_runs_as_on_the_cpu_evaluator() {
+    let problem = everything();
+    interp_supported(&problem).unwrap();
+    let mut used = std::collections::BTreeSet::new();
+    for text in EVERYTHING {
+        for op in agree(&problem, text, 1000) {
+            used.insert(op as u8);
+        }
+    }
+    let missing: Vec<Op> = Op::ALL.iter().copied().filter(|op| !used.contains(&(*op as u8))).collect();
+    assert_eq!(missing, vec![], "ops no phenotype used");
+}
+
+#[test]
+fn a_loop_past_the_step_limit_fails_as_on_the_cpu_evaluator() {
+    let problem = everything();
+    let text = "i = 0; while (1) { i++; }";
+    let program = Program::compile(&problem, &Phenotype::new(text)).unwrap();
+    let code = compile(&problem, &program).unwrap();
+    assert_eq!(exec::run(&problem, &code, 500).unwrap_err(), RunError::StepLimit { case: 0, limit: 500 });
+    assert!(matches!(program.run_with_limit(&problem, 500), Err(RunError::StepLimit { .. })));
+}
+
+#[test]
+fn a_program_compiled_for_another_problem_is_refused() {
+    let keijzer = Problem::builtin("keijzer6").unwrap();
+    let search = Problem::builtin("search").unwrap();
+    let program = Program::compile(&search, &Phenotype::new("OUTPUT = 1;")).unwrap();
+    let err = compile(&keijzer, &program).unwrap_err();
+    assert!(err.to_string().contains("compiled for `search`, not for `keijzer6`"), "{err}");
+}
+
+#[test]
+fn deep_programs_take_the_large_stack_and_every_accepted_one_fits() {
+    let problem = Problem::builtin("keijzer6").unwrap();
+    let shallow =
+        compile(&problem, &Program::compile(&problem, &Phenotype::new("x + 1.0f")).unwrap()).unwrap();
+    assert_eq!(shallow.depth, 2);
+    // Right-nested sums as deep as the parser allows: each level keeps one value waiting.
+    let mut text = String::from("x");
+    let mut levels = 0;
+    loop {
+        let deeper = format!("x + ({text})");
+        if Program::compile(&problem, &Phenotype::new(&deeper)).is_err() {
+            break;
+        }
+        text = deeper;
+        levels += 1;
+    }
+    let program = Program::compile(&problem, &Phenotype::new(&text)).unwrap();
+    let code = compile(&problem, &program).unwrap();
+    assert!(code.depth > SMALL_DEPTH && code.depth <= MAX_DEPTH, "{levels} levels: depth {}", code.depth);
+    let packed = PackedPopulation::new([&shallow, &code]);
+    assert_eq!(packed.kernel(), interp::INTERP_KERNEL_LARGE);
+    assert_eq!(PackedPopulation::new([&shallow]).kernel(), interp::INTERP_KERNEL_SMALL);
+    assert_eq!(packed.offsets, vec![0, shallow.words.len() as u32]);
+    // The deep program still runs as on the CPU.
+    agree(&problem, &text, DEFAULT_MAX_STEPS);
+}
+
+#[test]
+fn the_kernel_source_has_one_case_per_op_and_the_fitness_kernel_s_term() {
+    for name in Problem::builtin_names() {
+        let problem = Problem::builtin(name).unwrap();
+        let source = interpreter_source(&problem).unwrap();
+        for (k, op) in Op::ALL.iter().enumerate() {
+            assert!(source.contains(&format!("case {k}: {} break; // {op:?}", op.cuda())), "{name} {op:?}");
+        }
+        let fitness = gpfarm_kernels::gpu::fitness_source(&problem).unwrap();
+        let last = fitness.lines().find(|l| l.contains("fitness[blockIdx.x] =")).unwrap();
+        let finish = last.split(" = ").nth(1).unwrap();
+        assert!(source.contains(finish), "{name}: {finish}");
+    }
+}
