@@ -79,7 +79,7 @@ fn zero_daemons_is_an_error_for_start_compile_and_evolve() {
     let commands: [&[&str]; 3] = [
         &["daemons", "start", "-n", "0", "--detach", "--name", name.as_str()],
         &["compile", "-n", "0", "--random", "5"],
-        &["evolve", "-n", "0", "--eval", "cpu", "--population", "10", "--generations", "1"],
+        &["evolve", "-n", "0", "--eval", "cpu", "--route", "ptx", "--population", "10", "--generations", "1"],
     ];
     for args in commands {
         let out = run(args);
@@ -127,6 +127,8 @@ fn evolve_attaches_to_resident_daemons_and_leaves_them_running() {
 
     let out = run(&[
         "evolve",
+        "--route",
+        "ptx",
         "--attach",
         "--farm",
         name.as_str(),

@@ -147,6 +147,7 @@ fn logs_written_to_a_pipe_carry_no_colour_codes() {
     // gpfarm's own log: a unit trace that cannot be written is a warning.
     let out = gpfarm()
         .args(["evolve", "--population", "10", "--generations", "0", "--compiler", "inprocess"])
+        .args(["--route", "nvrtc"])
         .args(["--eval", "cpu", "--trace-units", "/dev/full"])
         .env_remove("NO_COLOR")
         .output()

@@ -20,6 +20,11 @@ fn evolve_with(extra: &[&str], cache_home: Option<&Path>) -> (Vec<Value>, Value)
     cmd.args(["evolve", "--problem", "keijzer6", "--eval", "cpu", "--daemons", "2"])
         .args(["--population", "60", "--generations", "6", "--seed", "3", "--json"])
         .args(extra);
+    // The PTX route unless asked otherwise: these tests are about compiling (auto interprets
+    // keijzer6).
+    if !extra.contains(&"--route") {
+        cmd.args(["--route", "ptx"]);
+    }
     if let Some(home) = cache_home {
         cmd.env("GPFARM_CACHE_DIR", home);
     }
@@ -239,4 +244,53 @@ fn every_route_and_unit_shape_compiles_every_individual() {
         }
         assert!(trajectories.windows(2).all(|w| w[0] == w[1]), "{problem}");
     }
+}
+
+/// Auto decides from the problem alone: the built-in problems (the standard harness) are
+/// interpreted, compiling nothing, and evolve exactly as a compile route evolves them; a problem
+/// with a template of its own is compiled by NVRTC. The choice and its reason are in the summary.
+#[test]
+fn auto_interprets_the_standard_harness_and_evolves_as_the_compile_routes_do() {
+    if !nvrtc_or_skip("auto_route") {
+        return;
+    }
+    let (auto, auto_summary) = evolve_with(&["--route", "auto"], None);
+    let (ptx, ptx_summary) = evolve(&[]);
+    assert_eq!(trajectory(&auto), trajectory(&ptx));
+    assert_eq!(auto_summary["route"], "interpreter", "{auto_summary}");
+    assert!(auto_summary["route_reason"].as_str().unwrap().starts_with("auto:"), "{auto_summary}");
+    assert_eq!(auto_summary["totals"]["compiled"], 0);
+    assert_eq!(ptx_summary["route"], "ptx");
+    assert_eq!(ptx_summary["route_reason"], "asked for");
+
+    // A template of its own: only NVRTC can compile it.
+    let dir = tempfile::tempdir().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("gp/problems/keijzer6");
+    for f in ["problem.toml", "grammar.bnf", "cases.json"] {
+        std::fs::copy(src.join(f), dir.path().join(f)).unwrap();
+    }
+    let template = std::fs::read_to_string(src.join("template.cu")).unwrap();
+    let changed =
+        template.replace("out_y[c] = (float)({{PHENOTYPE}});", "out_y[c] = (float)({{PHENOTYPE}}) * 0.5f;");
+    assert_ne!(template, changed);
+    std::fs::write(dir.path().join("template.cu"), changed).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gpfarm"))
+        .args([
+            "evolve",
+            "--no-compile",
+            "--json",
+            "--population",
+            "10",
+            "--generations",
+            "0",
+            "--problem-dir",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let summary: Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!(summary["route"], "nvrtc", "{summary}");
+    assert!(summary["route_reason"].as_str().unwrap().contains("line"), "{summary}");
 }

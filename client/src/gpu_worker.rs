@@ -17,7 +17,8 @@ use std::process::{ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
 use gpfarm_protocol::worker::{
-    CompiledUnit, FrameError, GpuGeneration, ProblemRef, Reply, Request, WireUnit, read_frame, write_frame,
+    CompiledUnit, FrameError, GpuGeneration, ProblemRef, Reply, Request, WirePopulation, WireUnit,
+    read_frame, write_frame,
 };
 use thiserror::Error;
 
@@ -71,7 +72,8 @@ pub fn gpu_worker_executable() -> Result<PathBuf, LocateError> {
 pub struct GpuWorker {
     exe: PathBuf,
     problem: ProblemRef,
-    fitness_cubin: Vec<u8>,
+    /// The request that readies a fresh worker.
+    init: Request,
     child: Supervised,
     stdin: BufWriter<ChildStdin>,
     stdout: BufReader<ChildStdout>,
@@ -86,18 +88,21 @@ impl GpuWorker {
     /// its context, uploads the cases and loads the fitness kernel. Its parent-death signal
     /// fires when the calling *thread* ends, so call this on the thread that owns the worker.
     pub fn spawn(exe: &Path, problem: ProblemRef, fitness_cubin: Vec<u8>) -> Result<GpuWorker, WorkerError> {
+        GpuWorker::spawn_with(exe, problem, Some(fitness_cubin), None)
+    }
+
+    /// As [`GpuWorker::spawn`], loading the fitness kernel (to evaluate compiled individuals),
+    /// the problem's interpreter (to interpret programs, [`GpuWorker::interpret`]), or both.
+    pub fn spawn_with(
+        exe: &Path,
+        problem: ProblemRef,
+        fitness_cubin: Option<Vec<u8>>,
+        interpreter_cubin: Option<Vec<u8>>,
+    ) -> Result<GpuWorker, WorkerError> {
+        let init = Request::Init { fitness_cubin, interpreter_cubin };
         let mut child = Supervised::spawn(worker_command(exe, &problem), ParentDeath::Signal(libc::SIGKILL))?;
-        let (stdin, stdout, name) = handshake(&mut child, &fitness_cubin)?;
-        Ok(GpuWorker {
-            exe: exe.to_path_buf(),
-            problem,
-            fitness_cubin,
-            child,
-            stdin,
-            stdout,
-            name,
-            restarts: 0,
-        })
+        let (stdin, stdout, name) = handshake(&mut child, &init)?;
+        Ok(GpuWorker { exe: exe.to_path_buf(), problem, init, child, stdin, stdout, name, restarts: 0 })
     }
 
     /// As [`GpuWorker::spawn`], with the worker binary found by [`gpu_worker_executable`].
@@ -113,7 +118,7 @@ impl GpuWorker {
     /// Replaces the worker with a fresh one.
     fn restart(&mut self) -> Result<(), WorkerError> {
         self.child.restart(worker_command(&self.exe, &self.problem))?;
-        let (stdin, stdout, _) = handshake(&mut self.child, &self.fitness_cubin)?;
+        let (stdin, stdout, _) = handshake(&mut self.child, &self.init)?;
         (self.stdin, self.stdout) = (stdin, stdout);
         self.restarts += 1;
         Ok(())
@@ -169,6 +174,30 @@ impl GpuWorker {
     }
 }
 
+impl GpuWorker {
+    /// Interprets a population (the worker must have the interpreter, [`GpuWorker::spawn_with`]).
+    /// The interpreter cannot fault by design; if the GPU faults all the same, the worker is
+    /// replaced and the error returned, for the caller to evaluate elsewhere.
+    pub fn interpret(&mut self, population: &WirePopulation) -> Result<GpuGeneration, WorkerError> {
+        let why = match self.ask(&Request::Interpret(population.clone())) {
+            Ok(Reply::Done { fitness, faults, load_us, launch_us, readback_us }) => {
+                return Ok(GpuGeneration {
+                    fitness,
+                    faults: faults.into_iter().map(|(i, w)| (i as usize, w)).collect(),
+                    load: Duration::from_micros(load_us),
+                    launch: Duration::from_micros(launch_us),
+                    readback: Duration::from_micros(readback_us),
+                });
+            }
+            Ok(Reply::Error(e)) => return Err(WorkerError::Remote(e)),
+            Ok(Reply::Ready { .. }) => return Err(WorkerError::Unexpected),
+            Ok(Reply::Fault { why, .. }) | Err(why) => why,
+        };
+        self.restart()?;
+        Err(WorkerError::Fault(format!("{why}, in the interpreter")))
+    }
+}
+
 fn worker_command(exe: &Path, problem: &ProblemRef) -> Command {
     let mut cmd = Command::new(exe);
     cmd.args(problem.args()).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
@@ -188,13 +217,12 @@ type Pipes = (BufWriter<ChildStdin>, BufReader<ChildStdout>, String);
 
 /// Takes a fresh worker's pipes and waits until it has made its context and loaded the fitness
 /// kernel; a worker that refuses is killed and reaped.
-fn handshake(child: &mut Supervised, fitness_cubin: &[u8]) -> Result<Pipes, WorkerError> {
+fn handshake(child: &mut Supervised, init: &Request) -> Result<Pipes, WorkerError> {
     let (Some(stdin), Some(stdout)) = child.take_pipes() else {
         unreachable!("both pipes are requested in worker_command");
     };
     let (mut stdin, mut stdout) = (BufWriter::new(stdin), BufReader::new(stdout));
-    let init = Request::Init { fitness_cubin: fitness_cubin.to_vec() };
-    let reply = write_frame(&mut stdin, &init).and_then(|()| read_frame::<Reply>(&mut stdout));
+    let reply = write_frame(&mut stdin, init).and_then(|()| read_frame::<Reply>(&mut stdout));
     let err = match reply {
         Ok(Reply::Ready { name }) => return Ok((stdin, stdout, name)),
         Ok(Reply::Error(e)) => WorkerError::Refused(e),

@@ -17,7 +17,7 @@ use gpfarm_protocol::{Route, Shape};
 
 use crate::driver::{CrashSettings, Driver, Evaluator, Settings};
 use crate::error::EvolveError;
-use crate::options::{EvalMode, LINK_FLAGS, NO_FMAD, Options, default_crash_dir, default_shape};
+use crate::options::{EvalMode, EvalRoute, LINK_FLAGS, NO_FMAD, Options, default_crash_dir, default_shape};
 use crate::record::{EvaluatorKind, GenerationRecord, Summary};
 
 /// What a per-generation callback may fail with; the run stops and returns it as
@@ -34,7 +34,9 @@ pub struct Engine {
     /// The GPU's name, when it evaluates.
     gpu: Option<String>,
     notice: Option<String>,
-    route: Route,
+    route: EvalRoute,
+    /// Why the route was taken.
+    route_why: String,
     shape: Shape,
     /// The run's own compile options were accepted ([`Engine::check_options`]).
     options_checked: AtomicBool,
@@ -57,12 +59,11 @@ impl Engine {
     ) -> Result<Engine, EvolveError> {
         let (gpu, notice) = choose_gpu(options.eval, options.compile, source.is_some())?;
         let arch = options.arch.or(gpu.as_ref().map(|g| g.1)).unwrap_or(SmArch::SM_90);
-        let route = match options.route {
-            Some(route) => route,
-            None if gpfarm_kernels::ptx_supported(&problem).is_ok() => Route::Ptx,
-            None => Route::Nvrtc,
+        let (route, route_why) = match options.route {
+            Some(route) => (route, "asked for".to_owned()),
+            None => crate::route::choose(&problem),
         };
-        let shape = options.shape.unwrap_or_else(|| default_shape(route));
+        let shape = options.shape.unwrap_or_else(|| default_shape(route.compiled().unwrap_or(Route::Nvrtc)));
         let mut engine = Engine {
             problem,
             source,
@@ -71,18 +72,22 @@ impl Engine {
             gpu: gpu.map(|g| g.0),
             notice,
             route,
+            route_why,
             shape,
             options_checked: AtomicBool::new(false),
         };
         // Refuse bad GP parameters and a route the problem cannot take now, before a compiler is
         // built for them.
         engine.pipeline()?;
-        if engine.options.compile && engine.route == Route::Ptx {
+        if engine.options.compile && engine.route == EvalRoute::Ptx {
             gpfarm_kernels::ptx_supported(&engine.problem)?;
+        }
+        if engine.options.compile && engine.route == EvalRoute::Interpreter {
+            gpfarm_kernels::interp::interp_supported(&engine.problem)?;
         }
         if engine.options.compile
             && engine.shape == Shape::Switch
-            && engine.route == Route::Nvrtc
+            && engine.route == EvalRoute::Nvrtc
             && let Err(why) = engine.problem.template().switch_ready()
         {
             match engine.options.shape {
@@ -118,9 +123,20 @@ impl Engine {
         }
     }
 
-    /// How individuals become CUBIN in this run (see [`Options::route`]).
-    pub fn route(&self) -> Route {
+    /// How individuals get their fitness in this run (see [`Options::route`]).
+    pub fn route(&self) -> EvalRoute {
         self.route
+    }
+
+    /// Why the run takes its route: "asked for", or the automatic choice's reason.
+    pub fn route_reason(&self) -> &str {
+        &self.route_why
+    }
+
+    /// Whether the run needs compile daemons: it compiles individuals (the interpreter needs
+    /// one kernel compiled once, which a compiler without daemons does as well).
+    pub fn needs_daemons(&self) -> bool {
+        self.options.compile && self.route != EvalRoute::Interpreter
     }
 
     /// How units hold their individuals in this run (see [`Options::shape`]).
@@ -154,7 +170,7 @@ impl Engine {
             return Ok(());
         }
         let options = &self.compile_options();
-        let (flags, unit, hint) = match self.route {
+        let (flags, unit, hint) = match self.route.compiled().unwrap_or(Route::Nvrtc) {
             Route::Nvrtc => (
                 &self.options.flags,
                 Unit::new(
@@ -178,13 +194,14 @@ impl Engine {
             ),
         };
         let default_link =
-            self.route == Route::Ptx && flags.iter().map(String::as_str).eq(LINK_FLAGS.iter().copied());
+            self.route == EvalRoute::Ptx && flags.iter().map(String::as_str).eq(LINK_FLAGS.iter().copied());
         if !flags.is_empty() && !default_link {
             let batch = compiler.compile(std::slice::from_ref(&unit), options)?;
             if let Some(UnitOutcome::Failed(failure)) = batch.results.into_iter().next().map(|r| r.outcome)
                 && failure.kind != FailureKind::Lost
             {
-                return Err(EvolveError::Options { route: self.route, flags: flags.clone(), failure, hint });
+                let route = self.route.compiled().unwrap_or(Route::Nvrtc);
+                return Err(EvolveError::Options { route, flags: flags.clone(), failure, hint });
             }
         }
         self.options_checked.store(true, Ordering::Relaxed);
@@ -227,20 +244,29 @@ impl Engine {
         if let Some(c) = compiler.as_deref_mut() {
             self.check_options(c)?;
         }
+        let interpret = self.route == EvalRoute::Interpreter;
         let evaluator = match (&self.gpu, compiler.as_deref_mut()) {
             (None, _) => Evaluator::Cpu,
             (Some(_), None) => {
                 return Err(EvolveError::NoGpu("individuals must be compiled to run on it".into()));
             }
+            (Some(_), Some(c)) if interpret => {
+                Evaluator::Interpreter(Box::new(self.start_interpreter(c, &options)?))
+            }
             (Some(_), Some(c)) => Evaluator::Gpu(Box::new(self.start_gpu_worker(c, &options)?)),
         };
+        // The interpreter's kernel is compiled; individuals are not.
+        if interpret {
+            compiler = None;
+        }
         let o = &self.options;
         let settings = Settings {
             cache: o.cache,
             overlap: o.overlap,
             per_unit: o.per_unit,
             workers: compiler.as_ref().map_or(1, |c| c.workers()),
-            route: self.route,
+            route: self.route.compiled().unwrap_or(Route::Nvrtc),
+            interpret,
             shape: self.shape,
             crash: CrashSettings {
                 retry_flags: o.crash_retry_flags.clone(),
@@ -275,6 +301,8 @@ impl Engine {
             overlap: o.overlap,
             best_fitness: best.map_or(f64::NAN, |(_, f)| f.value()),
             best_phenotype: best.and_then(|(i, _)| i.phenotype()).map(|p| p.as_str().to_owned()),
+            route: self.route.as_str().to_owned(),
+            route_reason: self.route_why.clone(),
             mean_generation_ms: totals.wall_s * 1000.0 / (e.generations + 1) as f64,
             totals,
         })
@@ -301,6 +329,33 @@ impl Engine {
             Some(exe) => GpuWorker::spawn(exe, source, cubin)?,
             None => GpuWorker::spawn_located(source, cubin)?,
         })
+    }
+}
+
+impl Engine {
+    /// Compiles the problem's interpreter (once; no daemon is needed) and starts a GPU worker
+    /// with it.
+    fn start_interpreter(
+        &self,
+        compiler: &mut (dyn Compiler + Send + '_),
+        options: &CompileOptions,
+    ) -> Result<GpuWorker, EvolveError> {
+        let source =
+            self.source.clone().ok_or_else(|| EvolveError::NoGpu("the problem has no source".into()))?;
+        let kernel = gpfarm_kernels::interp::interpreter_source(&self.problem)?;
+        let batch = compiler.compile(&[Unit::new("gpfarm_interpreter.cu", kernel)], options)?;
+        let result = batch.results.into_iter().next().ok_or(EvolveError::CompilerStopped)?;
+        let cubin = match result.outcome {
+            UnitOutcome::Cubin(c) => c,
+            UnitOutcome::Failed(failure) => {
+                return Err(EvolveError::InterpreterKernel { failure, log: result.log });
+            }
+        };
+        let exe = match &self.options.gpu_worker {
+            Some(exe) => exe.clone(),
+            None => gpfarm_client::gpu_worker_executable().map_err(gpfarm_client::WorkerError::from)?,
+        };
+        Ok(GpuWorker::spawn_with(&exe, source, None, Some(cubin))?)
     }
 }
 

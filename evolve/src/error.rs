@@ -41,6 +41,17 @@ pub enum EvolveError {
     /// The problem cannot take the PTX route (its template is not the standard harness).
     #[error(transparent)]
     PtxRoute(#[from] gpfarm_kernels::PtxUnsupported),
+    /// The problem cannot be interpreted.
+    #[error(transparent)]
+    Interpreter(#[from] gpfarm_kernels::interp::InterpUnsupported),
+    /// The interpreter kernel did not compile.
+    #[error("the interpreter kernel did not compile: {failure}\n{log}")]
+    InterpreterKernel {
+        /// Why.
+        failure: Failure,
+        /// The compiler's log.
+        log: String,
+    },
     /// The problem's template cannot be rendered into a switch kernel on the NVRTC route.
     #[error(
         "problem `{problem}` cannot take the switch unit shape on the NVRTC route: {why}; use --shape kernels"

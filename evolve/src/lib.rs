@@ -66,12 +66,13 @@ mod error;
 pub mod memo;
 mod options;
 pub mod record;
+pub mod route;
 
 pub use engine::{CallbackError, Engine};
 pub use error::EvolveError;
 pub use gpfarm_client::ProblemRef;
 pub use options::{
-    CRASH_RETRY_FLAGS, EvalMode, LINK_FLAGS, NO_FMAD, Options, default_crash_dir, default_shape,
+    CRASH_RETRY_FLAGS, EvalMode, EvalRoute, LINK_FLAGS, NO_FMAD, Options, default_crash_dir, default_shape,
 };
 pub use record::{
     CompileFigures, CriticalPath, EvalSplit, EvaluatorKind, GenerationRecord, Individuals, Summary, Totals,

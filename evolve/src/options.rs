@@ -20,6 +20,56 @@ pub enum EvalMode {
     Gpu,
 }
 
+/// How individuals get their fitness: compiled (by one of the two compile routes) and run, or
+/// interpreted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum EvalRoute {
+    /// CUDA C compiled by NVRTC on the compile daemons (any template).
+    Nvrtc,
+    /// PTX emitted from the phenotype, linked by nvJitLink on the compile daemons.
+    Ptx,
+    /// Bytecode run by one interpreter kernel for the whole population: nothing is compiled per
+    /// individual and no daemon is started ([`gpfarm_kernels::interp`]).
+    #[cfg_attr(feature = "clap", value(name = "interpreter", alias = "interp"))]
+    Interpreter,
+}
+
+impl EvalRoute {
+    /// The name used on the command line and in records.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EvalRoute::Nvrtc => "nvrtc",
+            EvalRoute::Ptx => "ptx",
+            EvalRoute::Interpreter => "interpreter",
+        }
+    }
+
+    /// The compile route, for the two that compile.
+    pub fn compiled(self) -> Option<Route> {
+        match self {
+            EvalRoute::Nvrtc => Some(Route::Nvrtc),
+            EvalRoute::Ptx => Some(Route::Ptx),
+            EvalRoute::Interpreter => None,
+        }
+    }
+}
+
+impl From<Route> for EvalRoute {
+    fn from(r: Route) -> Self {
+        match r {
+            Route::Nvrtc => EvalRoute::Nvrtc,
+            Route::Ptx => EvalRoute::Ptx,
+        }
+    }
+}
+
+impl std::fmt::Display for EvalRoute {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// How a run treats its individuals. Every combination gives the same fitness values in every
 /// generation, bit for bit; they change only what is compiled and when.
 #[derive(Debug, Clone)]
@@ -39,11 +89,11 @@ pub struct Options {
     /// default). Off by default: every floating-point operation is rounded on its own, as C and
     /// the CPU evaluator round it, and as the PTX route does, so both routes give the same bits.
     pub fmad: bool,
-    /// How individuals become CUBIN: NVRTC from CUDA C, or PTX emitted from the phenotype.
-    /// `None` (the default) takes the PTX route when the problem's template is the standard
-    /// harness, which the PTX route reproduces bit for bit and compiles 1.7-2.7x faster
-    /// (H100, 16 daemons), and NVRTC otherwise; [`crate::Engine::route`] says which.
-    pub route: Option<Route>,
+    /// How individuals get their fitness: compiled by NVRTC from CUDA C, compiled from PTX
+    /// emitted from the phenotype, or interpreted. `None` (the default) lets the engine choose
+    /// from the problem and the options alone, never from timings, so that a seed fixes the run
+    /// on every machine ([`crate::route`]); [`crate::Engine::route`] says which and why.
+    pub route: Option<EvalRoute>,
     /// nvJitLink options for the PTX route (default [`LINK_FLAGS`]).
     pub link_flags: Vec<String>,
     /// How a unit holds its individuals: a kernel each, or one switch kernel per unit that one

@@ -282,6 +282,12 @@ pub struct Summary {
     pub best_phenotype: Option<String>,
     /// Wall time per generation, the initial one included.
     pub mean_generation_ms: f64,
+    /// How individuals got their fitness: `nvrtc`, `ptx` or `interpreter`.
+    #[serde(default)]
+    pub route: String,
+    /// Why that route: "asked for", or the automatic choice's reason.
+    #[serde(default)]
+    pub route_reason: String,
     /// What the run did, in total.
     pub totals: Totals,
 }

@@ -27,7 +27,9 @@ use thiserror::Error;
 
 // Defined with the worker's wire, so that the GPU worker's parent (in `gpfarm-client`) speaks the
 // same types as this evaluator.
-pub use gpfarm_protocol::worker::{CompiledUnit, GpuGeneration, KernelRef};
+pub use gpfarm_protocol::worker::{CompiledUnit, GpuGeneration, KernelRef, WirePopulation};
+
+use crate::interp::{INTERP_KERNEL_LARGE, INTERP_KERNEL_SMALL, SMALL_DEPTH};
 
 /// Threads per block for individuals' kernels and for the fitness reduction.
 pub(crate) const BLOCK: u32 = 256;
@@ -191,7 +193,12 @@ struct Device {
     outputs: Vec<DevCol>,
     capacity: usize,
     fitness: CudaSlice<f64>,
-    reduce: CudaFunction,
+    /// The fitness kernel, when compiled individuals are evaluated.
+    reduce: Option<CudaFunction>,
+    /// The interpreter's kernels (small stack, large stack), when programs are interpreted.
+    interpret: Option<(CudaFunction, CudaFunction)>,
+    /// One fitness per interpreted program.
+    interpreted: CudaSlice<f64>,
 }
 
 /// Evaluates compiled individuals of one problem on GPU 0.
@@ -209,7 +216,7 @@ fn out_is_float(problem: &Problem) -> Vec<bool> {
 }
 
 impl Device {
-    fn new(problem: &Problem, fitness_cubin: &[u8]) -> Result<Device, GpuError> {
+    fn new(problem: &Problem, kernels: &Kernels) -> Result<Device, GpuError> {
         // A context of our own (not the primary one), so that after a sticky fault dropping it
         // really destroys it and a fresh one starts clean.
         let ctx = CudaContext::new_non_primary(0, 0).map_err(driver)?;
@@ -236,10 +243,37 @@ impl Device {
             });
         }
         let targets = DevCol::upload(&stream, cases.targets()).map_err(driver)?;
-        let module = ctx.load_module(Ptx::from_binary(fitness_cubin.to_vec())).map_err(driver)?;
-        let reduce = module.load_function(FITNESS_KERNEL).map_err(driver)?;
+        let reduce = match &kernels.fitness {
+            Some(cubin) => {
+                let module = ctx.load_module(Ptx::from_binary(cubin.clone())).map_err(driver)?;
+                Some(module.load_function(FITNESS_KERNEL).map_err(driver)?)
+            }
+            None => None,
+        };
+        let interpret = match &kernels.interpreter {
+            Some(cubin) => {
+                let module = ctx.load_module(Ptx::from_binary(cubin.clone())).map_err(driver)?;
+                Some((
+                    module.load_function(INTERP_KERNEL_SMALL).map_err(driver)?,
+                    module.load_function(INTERP_KERNEL_LARGE).map_err(driver)?,
+                ))
+            }
+            None => None,
+        };
         let fitness = stream.alloc_zeros::<f64>(1).map_err(driver)?;
-        Ok(Device { ctx, stream, params, targets, outputs: Vec::new(), capacity: 0, fitness, reduce })
+        let interpreted = stream.alloc_zeros::<f64>(1).map_err(driver)?;
+        Ok(Device {
+            ctx,
+            stream,
+            params,
+            targets,
+            outputs: Vec::new(),
+            capacity: 0,
+            fitness,
+            reduce,
+            interpret,
+            interpreted,
+        })
     }
 
     fn ensure_capacity(&mut self, problem: &Problem, n: usize, ncases: usize) -> Result<(), DriverError> {
@@ -300,9 +334,10 @@ impl Device {
         unsafe { b.launch(cfg) }.map(|_| ())
     }
 
-    fn reduce(&mut self, n: usize, ncases: usize) -> Result<Vec<f64>, DriverError> {
+    fn reduce(&mut self, n: usize, ncases: usize) -> Result<Vec<f64>, GpuError> {
         let nc = ncases as i32;
-        let mut b = self.stream.launch_builder(&self.reduce);
+        let reduce = self.reduce.as_ref().ok_or_else(|| no_kernel("the fitness kernel"))?;
+        let mut b = self.stream.launch_builder(reduce);
         for o in &self.outputs {
             match o {
                 DevCol::Int(s) => b.arg(s),
@@ -319,19 +354,88 @@ impl Device {
         // SAFETY: `fitness_source` declares one pointer per output slab, the targets, the case
         // count and the fitness array, in this order; slabs and fitness hold `capacity >= n`
         // individuals.
-        unsafe { b.launch(cfg) }?;
-        let mut all = self.stream.clone_dtoh(&self.fitness)?;
+        unsafe { b.launch(cfg) }.map_err(driver)?;
+        let mut all = self.stream.clone_dtoh(&self.fitness).map_err(driver)?;
         all.truncate(n);
         Ok(all)
     }
+
+    /// Launches the interpreter over `population` (asynchronously), one block per program,
+    /// writing one fitness per program into `interpreted`.
+    fn launch_interpreter(
+        &mut self,
+        problem: &Problem,
+        population: &WirePopulation,
+        ncases: usize,
+    ) -> Result<(), GpuError> {
+        let n = population.offsets.len();
+        let (small, large) = self.interpret.as_ref().ok_or_else(|| no_kernel("the interpreter"))?;
+        let function = if population.depth as usize <= SMALL_DEPTH { small } else { large };
+        if self.interpreted.len() < n {
+            self.interpreted = self.stream.alloc_zeros::<f64>(n.next_power_of_two()).map_err(driver)?;
+        }
+        let words = self.stream.clone_htod(&population.words).map_err(driver)?;
+        let offsets = self.stream.clone_htod(&population.offsets).map_err(driver)?;
+        let nc = ncases as i32;
+        let mut b = self.stream.launch_builder(function);
+        for (k, p) in problem.kernel_params().iter().enumerate() {
+            if matches!(p.role, ParamRole::Input(_) | ParamRole::Lengths(_))
+                && let Some(buf) = &self.params[k]
+            {
+                match buf {
+                    DevCol::Int(s) => b.arg(s),
+                    DevCol::Float(s) => b.arg(s),
+                };
+            }
+        }
+        match &self.targets {
+            DevCol::Int(s) => b.arg(s),
+            DevCol::Float(s) => b.arg(s),
+        };
+        b.arg(&nc);
+        b.arg(&words);
+        b.arg(&offsets);
+        b.arg(&population.max_steps);
+        b.arg(&mut self.interpreted);
+        let cfg = LaunchConfig { grid_dim: (n as u32, 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 };
+        // SAFETY: `interpreter_source` declares the problem's input and length pointers in
+        // kernel-parameter order, the targets, the case count, the words, the offsets (one per
+        // program, each the start of a program the bytecode compiler wrote, ending in `End`), the
+        // step limit and the fitness array, which holds at least `n` values.
+        unsafe { b.launch(cfg) }.map_err(driver)?;
+        Ok(())
+    }
+}
+
+fn no_kernel(what: &str) -> GpuError {
+    GpuError::Problem(format!("{what} was not loaded into the GPU evaluator"))
+}
+
+/// The kernels a [`GpuEvaluator`] loads: CUBIN of the fitness kernel ([`fitness_source`]) to
+/// evaluate compiled individuals, of the interpreter ([`crate::interp::interpreter_source`]) to
+/// interpret programs; at least one.
+#[derive(Debug, Clone, Default)]
+pub struct Kernels {
+    /// The fitness kernel's CUBIN.
+    pub fitness: Option<Vec<u8>>,
+    /// The interpreter's CUBIN.
+    pub interpreter: Option<Vec<u8>>,
 }
 
 impl GpuEvaluator {
     /// Creates the context on GPU 0, uploads the problem's cases and loads the fitness kernel
     /// (compiled from [`fitness_source`] for this GPU).
     pub fn new(problem: &Problem, fitness_cubin: Vec<u8>) -> Result<GpuEvaluator, GpuError> {
+        GpuEvaluator::with_kernels(problem, &Kernels { fitness: Some(fitness_cubin), interpreter: None })
+    }
+
+    /// As [`GpuEvaluator::new`], loading the fitness kernel, the interpreter, or both.
+    pub fn with_kernels(problem: &Problem, kernels: &Kernels) -> Result<GpuEvaluator, GpuError> {
+        if kernels.fitness.is_none() && kernels.interpreter.is_none() {
+            return Err(GpuError::Problem("neither a fitness kernel nor an interpreter to load".into()));
+        }
         let (name, _) = probe()?;
-        let device = Device::new(problem, &fitness_cubin)?;
+        let device = Device::new(problem, kernels)?;
         Ok(GpuEvaluator {
             problem: problem.clone(),
             device,
@@ -390,7 +494,7 @@ impl GpuEvaluator {
         }
         outcome.launch = t.elapsed();
         let t = Instant::now();
-        let values = self.device.reduce(n, self.ncases).map_err(driver)?;
+        let values = self.device.reduce(n, self.ncases)?;
         outcome.readback = t.elapsed();
         for i in launched {
             outcome.fitness[i] = values.get(i).copied();
@@ -398,6 +502,36 @@ impl GpuEvaluator {
         // `modules` drops here: every module of this generation is unloaded.
         drop(runs);
         drop(modules);
+        Ok(outcome)
+    }
+
+    /// Interprets a population: one program per individual, all over every case in one launch,
+    /// fitness reduced on the device. `load` is the upload of the bytecode, `launch` the kernel,
+    /// `readback` the copy of the fitness values. A program that fails (its loop ran past the
+    /// step limit) has a NaN fitness.
+    pub fn interpret(&mut self, population: &WirePopulation) -> Result<GpuGeneration, GpuError> {
+        if let Some(why) = &self.poisoned {
+            return Err(GpuError::Fault(why.clone()));
+        }
+        let n = population.offsets.len();
+        let mut outcome = GpuGeneration { fitness: vec![None; n], ..Default::default() };
+        if n == 0 {
+            return Ok(outcome);
+        }
+        let t = Instant::now();
+        self.device.launch_interpreter(&self.problem, population, self.ncases)?;
+        if let Err(e) = self.device.stream.synchronize() {
+            let why = format!("{e:?}");
+            self.poisoned = Some(why.clone());
+            return Err(GpuError::Fault(why));
+        }
+        outcome.launch = t.elapsed();
+        let t = Instant::now();
+        let all = self.device.stream.clone_dtoh(&self.device.interpreted).map_err(driver)?;
+        outcome.readback = t.elapsed();
+        for (slot, v) in outcome.fitness.iter_mut().zip(all) {
+            *slot = Some(v);
+        }
         Ok(outcome)
     }
 

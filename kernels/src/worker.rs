@@ -15,7 +15,7 @@ use std::io::{BufReader, BufWriter};
 use gpfarm_gp::{Problem, ProblemError};
 use gpfarm_protocol::worker::{FrameError, ProblemRef, Reply, Request, read_frame, write_frame};
 
-use crate::gpu::{CompiledUnit, GpuError, GpuEvaluator};
+use crate::gpu::{CompiledUnit, GpuError, GpuEvaluator, GpuGeneration, Kernels};
 
 /// Loading the problem a [`ProblemRef`] names (the reference itself lives in `protocol`, which
 /// knows no problems).
@@ -47,7 +47,10 @@ pub fn serve(problem: &Problem) -> Result<(), GpuError> {
             Err(e) => return Err(e.into()),
         };
         let reply = match request {
-            Request::Init { fitness_cubin } => match GpuEvaluator::new(problem, fitness_cubin) {
+            Request::Init { fitness_cubin, interpreter_cubin } => match GpuEvaluator::with_kernels(
+                problem,
+                &Kernels { fitness: fitness_cubin, interpreter: interpreter_cubin },
+            ) {
                 Ok(g) => {
                     let name = g.name.clone();
                     evaluator = Some(g);
@@ -66,23 +69,30 @@ pub fn serve(problem: &Problem) -> Result<(), GpuError> {
                         .map(|(u, m)| CompiledUnit { cubin: &u.cubin, kernels: &u.kernels, members: m })
                         .collect();
                     let skip: Vec<usize> = skip.iter().map(|&i| i as usize).collect();
-                    match g.evaluate_with(&refs, n as usize, careful, &skip) {
-                        Ok(out) => Reply::Done {
-                            fitness: out.fitness,
-                            faults: out.faults.into_iter().map(|(i, w)| (i as u64, w)).collect(),
-                            load_us: out.load.as_micros() as u64,
-                            launch_us: out.launch.as_micros() as u64,
-                            readback_us: out.readback.as_micros() as u64,
-                        },
-                        Err(GpuError::FaultAt { individual, why }) => {
-                            Reply::Fault { culprit: Some(individual as u64), why }
-                        }
-                        Err(GpuError::Fault(why)) => Reply::Fault { culprit: None, why },
-                        Err(e) => Reply::Error(gpfarm_protocol::error_chain(&e)),
-                    }
+                    reply(g.evaluate_with(&refs, n as usize, careful, &skip))
                 }
+            },
+            Request::Interpret(population) => match &mut evaluator {
+                None => Reply::Error("interpret before init".into()),
+                Some(g) => reply(g.interpret(&population)),
             },
         };
         write_frame(&mut output, &reply)?;
+    }
+}
+
+/// The reply to an evaluation.
+fn reply(result: Result<GpuGeneration, GpuError>) -> Reply {
+    match result {
+        Ok(out) => Reply::Done {
+            fitness: out.fitness,
+            faults: out.faults.into_iter().map(|(i, w)| (i as u64, w)).collect(),
+            load_us: out.load.as_micros() as u64,
+            launch_us: out.launch.as_micros() as u64,
+            readback_us: out.readback.as_micros() as u64,
+        },
+        Err(GpuError::FaultAt { individual, why }) => Reply::Fault { culprit: Some(individual as u64), why },
+        Err(GpuError::Fault(why)) => Reply::Fault { culprit: None, why },
+        Err(e) => Reply::Error(gpfarm_protocol::error_chain(&e)),
     }
 }

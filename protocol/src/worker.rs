@@ -50,10 +50,13 @@ impl ProblemRef {
 /// What the parent asks of the worker.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
 pub enum Request {
-    /// Make the CUDA context, upload the cases and load the fitness kernel.
+    /// Make the CUDA context, upload the cases and load the fitness kernel and the interpreter,
+    /// those of the two the run uses.
     Init {
-        /// CUBIN of the problem's fitness reduction.
-        fitness_cubin: Vec<u8>,
+        /// CUBIN of the problem's fitness reduction (for compiled individuals).
+        fitness_cubin: Option<Vec<u8>>,
+        /// CUBIN of the problem's interpreter.
+        interpreter_cubin: Option<Vec<u8>>,
     },
     /// Evaluate one generation.
     Evaluate {
@@ -66,6 +69,21 @@ pub enum Request {
         /// Individuals not to launch (culprits found earlier).
         skip: Vec<u64>,
     },
+    /// Interpret one population: one program per individual, in order.
+    Interpret(WirePopulation),
+}
+
+/// A population's bytecode for the interpreter: every program's words one after the other.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct WirePopulation {
+    /// All programs' words.
+    pub words: Vec<u32>,
+    /// The first word of each program.
+    pub offsets: Vec<u32>,
+    /// The deepest stack of any program, in cells.
+    pub depth: u64,
+    /// Loop iterations allowed per case before a program fails.
+    pub max_steps: u64,
 }
 
 /// One compiled unit as it crosses the pipe.

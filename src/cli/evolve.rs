@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use clap::Args;
 use gpfarm_client::DiskCache;
-use gpfarm_evolve::{Engine, EvalMode, Options, ProblemRef};
+use gpfarm_evolve::{Engine, EvalMode, EvalRoute, EvaluatorKind, Options, ProblemRef};
 use gpfarm_gp::EvolutionConfig;
-use gpfarm_protocol::{FarmName, Route, SmArch};
+use gpfarm_protocol::{FarmName, SmArch};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use gpfarm_client::CompilerSpec;
@@ -65,9 +65,12 @@ pub struct EvolveArgs {
     /// Extra NVRTC option (repeatable).
     #[arg(long = "flag", allow_hyphen_values = true)]
     flags: Vec<String>,
-    /// How individuals become CUBIN: nvrtc (CUDA C through NVRTC), ptx (PTX emitted from the
-    /// phenotype, linked by nvJitLink; needs a problem whose template.cu is the standard
-    /// harness), or auto: ptx where the problem allows it, else nvrtc (nvrtc with --compiler nvcc).
+    /// How individuals get their fitness: nvrtc (CUDA C compiled by NVRTC on the daemons), ptx
+    /// (PTX emitted from the phenotype, linked by nvJitLink on the daemons), interpreter
+    /// (bytecode run by one GPU kernel for the whole population; no daemons), or auto: the
+    /// interpreter where the problem's template.cu is the standard harness, else nvrtc (nvrtc
+    /// with --compiler nvcc). ptx and interpreter need the standard harness. All give the same
+    /// fitness on the GPU, bit for bit.
     #[arg(long, value_enum, default_value_t = RouteArg::Auto)]
     route: RouteArg,
     /// nvJitLink option for the PTX route (repeatable; replaces the default -O0), e.g.
@@ -145,6 +148,8 @@ enum RouteArg {
     Auto,
     Nvrtc,
     Ptx,
+    #[value(alias = "interp")]
+    Interpreter,
 }
 
 impl EvolveArgs {
@@ -181,10 +186,11 @@ impl EvolveArgs {
             flags: self.flags.clone(),
             fmad: self.fmad,
             route: match (self.route, &self.compiler) {
-                (RouteArg::Auto, CompilerSpec::Nvcc) => Some(Route::Nvrtc),
+                (RouteArg::Auto, CompilerSpec::Nvcc) => Some(EvalRoute::Nvrtc),
                 (RouteArg::Auto, _) => None,
-                (RouteArg::Nvrtc, _) => Some(Route::Nvrtc),
-                (RouteArg::Ptx, _) => Some(Route::Ptx),
+                (RouteArg::Nvrtc, _) => Some(EvalRoute::Nvrtc),
+                (RouteArg::Ptx, _) => Some(EvalRoute::Ptx),
+                (RouteArg::Interpreter, _) => Some(EvalRoute::Interpreter),
             },
             link_flags: if self.link_flags.is_empty() {
                 Options::default().link_flags
@@ -225,8 +231,25 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
         let why = "--attach compiles on running daemons: use it with --compiler farm";
         return Err(super::UsageError(why.into()).into());
     }
+    if args.attach && engine.route() == EvalRoute::Interpreter {
+        let why = "--attach compiles on running daemons, and the interpreter route compiles no individual: \
+                   add --route ptx or --route nvrtc";
+        return Err(super::UsageError(why.into()).into());
+    }
     let mut compiler = if args.no_compile {
         None
+    } else if !engine.needs_daemons() {
+        // The interpreter: its one kernel is compiled in this process, and only for the GPU.
+        match engine.evaluator() {
+            EvaluatorKind::Gpu => Some(compilers::build(
+                CompilerSpec::InProcess,
+                Some(1),
+                cuda,
+                &options,
+                &FarmSource::default(),
+            )?),
+            EvaluatorKind::Cpu => None,
+        }
     } else {
         let source =
             FarmSource { attach: args.attach.then(|| args.farm.clone()), deadline_s: Some(args.deadline) };

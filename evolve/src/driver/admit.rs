@@ -30,15 +30,16 @@ impl Driver<'_> {
             self.totals.individuals_evaluated += 1;
             // The PTX route emits from the typed tree: a phenotype the parser refuses cannot be
             // emitted, and gets the worst fitness, as the CPU evaluator gives it.
-            let program = match self.settings.route {
-                Route::Nvrtc => None,
-                Route::Ptx => match Program::compile(self.problem, &b.phenotype) {
+            let program = match (self.settings.interpret, self.settings.route) {
+                (false, Route::Nvrtc) => None,
+                (true, _) | (false, Route::Ptx) => match Program::compile(self.problem, &b.phenotype) {
                     Ok(program) => Some(Arc::new(program)),
                     Err(e) => {
                         tracing::warn!(
-                            "individual {} of generation {} cannot take the PTX route: {e}; phenotype: {}",
+                            "individual {} of generation {} cannot take the {} route: {e}; phenotype: {}",
                             b.slot,
                             b.generation,
+                            if self.settings.interpret { "interpreter" } else { "PTX" },
                             b.phenotype.as_str()
                         );
                         let worst = Fitness::worst(self.problem.direction());
@@ -52,13 +53,33 @@ impl Driver<'_> {
                     }
                 },
             };
-            // Keyed by the code it compiles to: its kernel alone under a fixed name.
+            // Bytecode, on the interpreter route; a program the interpreter cannot hold (deeper
+            // than its stack) is evaluated on the CPU instead.
+            let code = match (&program, self.settings.interpret) {
+                (Some(p), true) => match gpfarm_kernels::interp::compile(self.problem, p) {
+                    Ok(code) => Some(Arc::new(code)),
+                    Err(e) => {
+                        tracing::warn!(
+                            "individual {} of generation {} is evaluated on the CPU: {e}",
+                            b.slot,
+                            b.generation
+                        );
+                        None
+                    }
+                },
+                _ => None,
+            };
+            // Keyed by the code it compiles to: its kernel alone under a fixed name, or its
+            // bytecode.
             let key = self.settings.cache.then(|| {
-                let text = match &program {
-                    Some(p) => ptx_unit(self.problem, &[("gpfarm_individual", p)], self.options.arch),
-                    None => keyed_source(self.problem.template(), &b.phenotype),
+                let text = match (&code, &program) {
+                    (Some(c), _) => c.words.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>(),
+                    (None, Some(p)) => {
+                        ptx_unit(self.problem, &[("gpfarm_individual", p)], self.options.arch).into_bytes()
+                    }
+                    (None, None) => keyed_source(self.problem.template(), &b.phenotype).into_bytes(),
                 };
-                CacheKey::new(text.as_bytes(), self.options, &self.toolchain)
+                CacheKey::new(&text, self.options, &self.toolchain)
             });
             let member = Member {
                 generation: b.generation,
@@ -66,6 +87,7 @@ impl Driver<'_> {
                 key,
                 phenotype: b.phenotype,
                 program,
+                code,
                 born: now,
             };
             let Some(key) = member.key else {
@@ -84,7 +106,9 @@ impl Driver<'_> {
                 w.push(member);
                 self.account(generation).duplicates += 1;
                 self.totals.duplicates += 1;
-            } else if let Some(hit) = self.disk.as_ref().and_then(|d| d.get(&key)) {
+            } else if let Some(hit) =
+                self.disk.as_ref().filter(|_| !self.settings.interpret).and_then(|d| d.get(&key))
+            {
                 self.waiting.insert(key, Vec::new());
                 self.account(member.generation).disk_hits += 1;
                 self.totals.disk_hits += 1;

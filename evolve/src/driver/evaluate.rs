@@ -6,7 +6,10 @@
 use std::time::Instant;
 
 use gpfarm_client::{CompiledUnit, GpuWorker, WorkerError};
+use gpfarm_gp::interp::DEFAULT_MAX_STEPS;
 use gpfarm_gp::{Fitness, Phenotype, evaluate_all};
+use gpfarm_kernels::interp::PackedPopulation;
+use gpfarm_protocol::worker::WirePopulation;
 
 use super::{Driver, Member, Ready};
 use crate::account::Chain;
@@ -19,6 +22,8 @@ pub(crate) enum Evaluator {
     Cpu,
     /// A GPU worker process.
     Gpu(Box<GpuWorker>),
+    /// A GPU worker process with the problem's interpreter.
+    Interpreter(Box<GpuWorker>),
 }
 
 impl Evaluator {
@@ -26,7 +31,7 @@ impl Evaluator {
     pub(crate) fn kind(&self) -> EvaluatorKind {
         match self {
             Evaluator::Cpu => EvaluatorKind::Cpu,
-            Evaluator::Gpu(_) => EvaluatorKind::Gpu,
+            Evaluator::Gpu(_) | Evaluator::Interpreter(_) => EvaluatorKind::Gpu,
         }
     }
 
@@ -34,7 +39,7 @@ impl Evaluator {
     pub(crate) fn restarts(&self) -> usize {
         match self {
             Evaluator::Cpu => 0,
-            Evaluator::Gpu(worker) => worker.restarts,
+            Evaluator::Gpu(worker) | Evaluator::Interpreter(worker) => worker.restarts,
         }
     }
 }
@@ -45,7 +50,7 @@ impl Driver<'_> {
         let t = Instant::now();
         let n: usize = ready.iter().map(|r| r.members.len()).sum();
         let gpu = match &mut self.evaluator {
-            Evaluator::Cpu => None,
+            Evaluator::Cpu | Evaluator::Interpreter(_) => None,
             Evaluator::Gpu(worker) => {
                 let mut first = 0;
                 let indices: Vec<Vec<usize>> = ready
@@ -124,6 +129,56 @@ impl Driver<'_> {
     fn cpu_fitness<'p>(&self, phenotypes: impl Iterator<Item = &'p Phenotype>) -> Vec<Fitness> {
         let phenotypes: Vec<Phenotype> = phenotypes.cloned().collect();
         evaluate_all(self.problem, &phenotypes, self.eval_threads).into_iter().map(|e| e.fitness).collect()
+    }
+
+    /// Evaluates members that were not compiled: by the interpreter on the GPU when the run has
+    /// it (members without bytecode, and all of them after a fault, on the CPU), else on the CPU.
+    pub(super) fn evaluate_uncompiled(&mut self, members: Vec<Member>) -> Result<(), EvolveError> {
+        let Evaluator::Interpreter(worker) = &mut self.evaluator else {
+            return self.evaluate_on_cpu(members);
+        };
+        let (coded, rest): (Vec<Member>, Vec<Member>) = members.into_iter().partition(|m| m.code.is_some());
+        if !coded.is_empty() {
+            let t = Instant::now();
+            let packed = PackedPopulation::new(coded.iter().filter_map(|m| m.code.as_deref()));
+            let wire = WirePopulation {
+                words: packed.words,
+                offsets: packed.offsets,
+                depth: packed.depth as u64,
+                max_steps: DEFAULT_MAX_STEPS,
+            };
+            match worker.interpret(&wire) {
+                Ok(out) => {
+                    let took = t.elapsed();
+                    self.totals.eval_s += took.as_secs_f64();
+                    let now = Instant::now();
+                    let n = coded.len() as u32;
+                    let worst = Fitness::worst(self.problem.direction());
+                    for (m, v) in coded.iter().zip(out.fitness) {
+                        let f = match v {
+                            Some(v) if v.is_finite() => Fitness::new(v, self.problem.direction()),
+                            _ => worst,
+                        };
+                        let a = self.account(m.generation);
+                        a.eval += took / n;
+                        a.launch += out.launch / n;
+                        a.readback += out.readback / n;
+                        self.resolve(m, f, true, Chain::without_compile(m.born, now))?;
+                    }
+                }
+                Err(WorkerError::Fault(why)) => {
+                    tracing::warn!(
+                        "the GPU faulted in the interpreter ({why}); falling back to the CPU evaluator for the \
+                         rest of the run"
+                    );
+                    self.evaluator = Evaluator::Cpu;
+                    self.fell_back = Some(why);
+                    self.evaluate_on_cpu(coded)?;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if rest.is_empty() { Ok(()) } else { self.evaluate_on_cpu(rest) }
     }
 
     pub(super) fn evaluate_on_cpu(&mut self, members: Vec<Member>) -> Result<(), EvolveError> {

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use gpfarm_client::{CacheKey, Compiler, DiskCache, Submitter, job_queue};
 use gpfarm_gp::{Born, Fitness, GenerationStats, Phenotype, Pipeline, Problem, Program};
+use gpfarm_kernels::interp::Bytecode;
 use gpfarm_protocol::{CompileOptions, Route, Shape};
 
 use crate::account::{Account, Chain};
@@ -52,6 +53,8 @@ pub(crate) struct Settings {
     pub crash: CrashSettings,
     /// CUDA C for NVRTC, or PTX emitted from the phenotype.
     pub route: Route,
+    /// Interpret instead of compiling: members carry bytecode and nothing is compiled.
+    pub interpret: bool,
     /// A kernel per individual, or one switch kernel per unit.
     pub shape: Shape,
 }
@@ -79,6 +82,8 @@ struct Member {
     phenotype: Phenotype,
     /// Its typed tree, on the PTX route (parsed once, when it is admitted).
     program: Option<Arc<Program>>,
+    /// Its bytecode, on the interpreter route.
+    code: Option<Arc<Bytecode>>,
     key: Option<CacheKey>,
     born: Instant,
 }
@@ -245,13 +250,14 @@ impl<'a> Driver<'a> {
             }
             let progress = self.admit(born)?;
             let Some(submitter) = submitter else {
-                // No compiler: everything in the pools is evaluated on the CPU right away.
+                // Nothing to compile: everything in the pools is interpreted, or evaluated on the
+                // CPU, right away.
                 let pools = std::mem::take(&mut self.pools);
                 let members: Vec<Member> = pools.into_values().flatten().collect();
                 if members.is_empty() && !progress {
                     return Err(EvolveError::Stalled);
                 }
-                self.evaluate_on_cpu(members)?;
+                self.evaluate_uncompiled(members)?;
                 continue;
             };
             self.dispatch(submitter)?;

@@ -13,6 +13,8 @@ pub(super) fn header(args: &EvolveArgs, engine: &Engine, compiler: &str) {
     let options = engine.options();
     let target = if args.no_compile {
         String::new()
+    } else if !engine.needs_daemons() {
+        ", interpreted: nothing compiled per individual".to_owned()
     } else {
         format!(
             ", compiling for {} by the {} route, {}",
@@ -35,6 +37,9 @@ pub(super) fn header(args: &EvolveArgs, engine: &Engine, compiler: &str) {
         if args.no_overlap { ", no overlap" } else { "" },
         options.disk_cache.as_ref().map_or(String::new(), |d| format!(", disk cache {}", d.display())),
     );
+    if !args.no_compile {
+        println!("route {} ({})", engine.route(), engine.route_reason());
+    }
     println!(
         "{:>4} {:>12} {:>12} {:>7} {:>6} {:>6} {:>6} {:>9} {:>10} {:>9} {:>8}",
         "gen",

@@ -1,0 +1,203 @@
+//! The GPU interpreter: its kernel compiles for every built-in problem (NVRTC only, no GPU);
+//! on the GPU it gives the compiled routes' fitness bit for bit, fails a runaway loop alone,
+//! and evolves runs exactly as the compile routes do. The GPU tests are ignored unless asked for
+//! with `--include-ignored`, and then fail, saying why, when there is no GPU.
+
+mod common;
+
+use std::process::Command;
+
+use common::{config, require_gpu};
+use gpfarm_client::partition::per_unit;
+use gpfarm_client::{CompileOptions, Compiler, FailureKind, Farm, InProcess, SmArch, Unit, UnitOutcome};
+use gpfarm_gp::{Evolution, EvolutionConfig, Phenotype, Problem, Program};
+use gpfarm_kernels::gpu::{self, CompiledUnit, GpuEvaluator, Kernels, WirePopulation};
+use gpfarm_kernels::interp::{PackedPopulation, compile, interpreter_source};
+use gpfarm_kernels::render_units;
+use gpfarm_protocol::Shape;
+
+/// The engine's compile options: no contraction.
+fn options(arch: SmArch) -> CompileOptions {
+    CompileOptions { flags: vec![gpfarm_evolve::NO_FMAD.into()], ..CompileOptions::cubin(arch) }
+}
+
+fn cubin_of(compiler: &mut dyn Compiler, name: &str, source: String, options: &CompileOptions) -> Vec<u8> {
+    let batch = compiler.compile(&[Unit::new(name, source)], options).unwrap();
+    let r = &batch.results[0];
+    match r.cubin() {
+        Some(c) => c.to_vec(),
+        None => panic!("{name} does not compile: {:?}\n{}", r.outcome, r.log),
+    }
+}
+
+#[test]
+fn the_interpreter_kernel_compiles_for_every_built_in_problem() {
+    if !common::nvrtc_or_skip("interpreter_kernel_compiles") {
+        return;
+    }
+    let toolchain = gpfarm_toolchain::Toolchain::discover(None).unwrap();
+    let options = options(SmArch::SM_90);
+    let mut nvrtc = InProcess::new(&toolchain, &options).unwrap();
+    for name in Problem::builtin_names() {
+        let problem = Problem::builtin(name).unwrap();
+        let cubin = cubin_of(&mut nvrtc, name, interpreter_source(&problem).unwrap(), &options);
+        // Both kernels are in it.
+        let text = String::from_utf8_lossy(&cubin);
+        for kernel in
+            [gpfarm_kernels::interp::INTERP_KERNEL_SMALL, gpfarm_kernels::interp::INTERP_KERNEL_LARGE]
+        {
+            assert!(text.contains(kernel), "{name}: {kernel}");
+        }
+    }
+}
+
+/// A population's bytecode for the worker's wire.
+fn wire(problem: &Problem, phenotypes: &[Phenotype], max_steps: u64) -> WirePopulation {
+    let codes: Vec<_> = phenotypes
+        .iter()
+        .map(|p| compile(problem, &Program::compile(problem, p).unwrap()).unwrap())
+        .collect();
+    let packed = PackedPopulation::new(&codes);
+    WirePopulation { words: packed.words, offsets: packed.offsets, depth: packed.depth as u64, max_steps }
+}
+
+/// Generation 0 of three seeds and three bred generations of the first, deduplicated.
+fn populations(problem: &Problem) -> Vec<Phenotype> {
+    let mut all = Vec::new();
+    for seed in [7, 8, 9] {
+        let config = EvolutionConfig { population: 1000, seed, ..EvolutionConfig::default() };
+        all.extend(Evolution::new(problem, config).unwrap().dedup().unique);
+    }
+    all.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+    all.dedup();
+    all
+}
+
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
+fn interpreted_fitness_is_the_compiled_routes_fitness_bit_for_bit() {
+    let arch = require_gpu("interpreter_bit_for_bit");
+    let mut farm = Farm::spawn(config(std::thread::available_parallelism().map_or(2, |n| n.get()))).unwrap();
+    let options = options(arch);
+    for name in Problem::builtin_names() {
+        let problem = Problem::builtin(name).unwrap();
+        let phenotypes = populations(&problem);
+        let kernels = Kernels {
+            fitness: Some(cubin_of(
+                &mut farm,
+                "fitness.cu",
+                gpu::fitness_source(&problem).unwrap(),
+                &options,
+            )),
+            interpreter: Some(cubin_of(
+                &mut farm,
+                "interp.cu",
+                interpreter_source(&problem).unwrap(),
+                &options,
+            )),
+        };
+        let mut gpu = GpuEvaluator::with_kernels(&problem, &kernels).unwrap();
+        // Compiled by NVRTC, a kernel per individual.
+        let units = render_units(&problem, &phenotypes, 0, &per_unit(phenotypes.len(), 32), Shape::Kernels);
+        let sources: Vec<Unit> = units.iter().map(|u| Unit::new(u.name.clone(), u.source.clone())).collect();
+        let batch = farm.compile(&sources, &options).unwrap();
+        let mut built = Vec::new();
+        for (u, r) in units.iter().zip(&batch.results) {
+            match &r.outcome {
+                UnitOutcome::Cubin(c) => built.push((c.clone(), u)),
+                UnitOutcome::Failed(f) if f.kind == FailureKind::Lost => {
+                    eprintln!("{}: left out: {f}", u.name)
+                }
+                UnitOutcome::Failed(f) => panic!("{}: {f}\n{}", u.name, r.log),
+            }
+        }
+        let views: Vec<CompiledUnit<'_>> = built
+            .iter()
+            .map(|(c, u)| CompiledUnit { cubin: c, kernels: &u.kernels, members: &u.members })
+            .collect();
+        let compiled = gpu.evaluate(&views, phenotypes.len()).unwrap();
+        let interpreted = gpu.interpret(&wire(&problem, &phenotypes, 1_000_000)).unwrap();
+        let (mut same, mut differ) = (0, 0);
+        for (i, p) in phenotypes.iter().enumerate() {
+            let Some(c) = compiled.fitness[i] else { continue };
+            let v = interpreted.fitness[i].unwrap();
+            if c.to_bits() == v.to_bits() || (c.is_nan() && v.is_nan()) {
+                same += 1;
+            } else {
+                differ += 1;
+                eprintln!("{name} #{i}: compiled {c:e} interpreted {v:e}: {}", p.as_str());
+            }
+        }
+        eprintln!(
+            "{name}: {} individuals, {same} compared bit for bit, {differ} differ; interpreter launch {:?}",
+            phenotypes.len(),
+            interpreted.launch
+        );
+        assert_eq!(differ, 0, "{name}");
+        assert!(same > 1000, "{name}: {same}");
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
+fn a_runaway_loop_fails_its_own_program_only() {
+    let arch = require_gpu("interpreter_runaway");
+    let problem = Problem::builtin("search").unwrap();
+    let toolchain = gpfarm_toolchain::Toolchain::discover(None).unwrap();
+    let options = options(arch);
+    let mut nvrtc = InProcess::new(&toolchain, &options).unwrap();
+    let cubin = cubin_of(&mut nvrtc, "interp.cu", interpreter_source(&problem).unwrap(), &options);
+    let mut gpu =
+        GpuEvaluator::with_kernels(&problem, &Kernels { fitness: None, interpreter: Some(cubin) }).unwrap();
+    let phenotypes = [
+        Phenotype::new("OUTPUT = (-1);"),
+        Phenotype::new("OUTPUT = 1; while (1) { tmp = tmp + 1; }"),
+        Phenotype::new("for(i=0;i<LENINPUT;i++){if (INPUT[i % LENINPUT] == SEARCH) {OUTPUT = i;}}"),
+    ];
+    let out = gpu.interpret(&wire(&problem, &phenotypes, 10_000)).unwrap();
+    let cpu: Vec<f64> =
+        phenotypes.iter().map(|p| gpfarm_gp::evaluate_phenotype(&problem, p).fitness.value()).collect();
+    assert_eq!(out.fitness[0], Some(cpu[0]));
+    assert!(out.fitness[1].unwrap().is_nan(), "{:?}", out.fitness);
+    assert_eq!(out.fitness[2], Some(cpu[2]));
+}
+
+/// 20 generations of each problem interpreted and compiled (PTX), evaluated on the GPU: the same
+/// best, mean and median in every generation.
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
+fn runs_by_the_interpreter_evolve_as_runs_by_the_compile_routes() {
+    require_gpu("interpreter_runs");
+    for problem in ["search", "keijzer6", "multiplier5"] {
+        let run = |route: &str| -> Vec<serde_json::Value> {
+            let out = Command::new(env!("CARGO_BIN_EXE_gpfarm"))
+                .args(["evolve", "--eval", "gpu", "--problem", problem, "--population", "300"])
+                .args(["--generations", "20", "--seed", "1", "--json", "--route", route])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{problem} {route}: {}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+        };
+        let routes = ["ptx", "interpreter", "auto"];
+        let records: Vec<_> = routes.iter().map(|r| run(r)).collect();
+        for (r, route) in records.iter().zip(routes) {
+            assert_eq!(r.len(), 22, "{route}");
+            for (x, y) in records[0][..21].iter().zip(&r[..21]) {
+                for field in ["best", "mean", "median"] {
+                    assert_eq!(
+                        x[field], y[field],
+                        "{problem} {route} generation {} {field}",
+                        x["generation"]
+                    );
+                }
+                assert_eq!(y["evaluator"], "gpu");
+            }
+            eprintln!(
+                "{problem}: {route} ({}) {:.2} ms per generation",
+                r[21]["route"],
+                r[21]["mean_generation_ms"].as_f64().unwrap()
+            );
+        }
+        assert_eq!(records[2][21]["route"], "interpreter");
+    }
+}
