@@ -5,6 +5,7 @@
 //! Populations are sampled as the paper did: the first generations of several independently
 //! seeded runs, so they are not biased by evolution. Every method compiles byte-identical units.
 
+pub mod breakeven;
 pub mod method;
 pub mod plot;
 pub mod report;

@@ -126,7 +126,7 @@ pub fn populations(config: &BenchConfig) -> Result<Vec<Sample>> {
 
 /// The engine's units of `phenotypes` on `route` for `workers` workers: the phenotypes reordered
 /// so that each unit is a contiguous range, and those ranges, heaviest unit first.
-fn guided(
+pub(crate) fn guided(
     problem: &Problem,
     phenotypes: &[Phenotype],
     route: Route,

@@ -4,6 +4,7 @@
 //! This crate knows the problem's template and kernel convention (from `gp`), never how units are
 //! compiled: it hands out plain source text and takes back CUBIN bytes.
 
+mod fold;
 pub mod gpu;
 pub mod interp;
 pub mod ptx;

@@ -8,7 +8,8 @@ use gpfarm_gp::interp::{DEFAULT_MAX_STEPS, RunError};
 use gpfarm_gp::problem::{Column, ProblemSources, standard_template};
 use gpfarm_gp::{Phenotype, Problem, Program};
 use gpfarm_kernels::interp::{
-    self, MAX_DEPTH, Op, PackedPopulation, SMALL_DEPTH, compile, exec, interp_supported, interpreter_source,
+    self, Folding, MAX_DEPTH, Op, PackedPopulation, SMALL_DEPTH, compile, compile_with, exec,
+    interp_supported, interpreter_source,
 };
 
 /// The same columns, floats compared by their bits (any NaN equals any NaN).
@@ -27,7 +28,8 @@ fn same_columns(a: &[Column], b: &[Column]) -> bool {
 /// Runs `text` both ways with `max_steps`; panics where they differ. Returns the ops used.
 fn agree(problem: &Problem, text: &str, max_steps: u64) -> Vec<Op> {
     let program = Program::compile(problem, &Phenotype::new(text)).unwrap_or_else(|e| panic!("{text}: {e}"));
-    let code = compile(problem, &program).unwrap_or_else(|e| panic!("{text}: {e}"));
+    // Unfolded: the CPU evaluator computes every node (the folded form is tested apart).
+    let code = compile_with(problem, &program, Folding::None).unwrap_or_else(|e| panic!("{text}: {e}"));
     let want = program.run_with_limit(problem, max_steps);
     let got = exec::run(problem, &code, max_steps);
     match (&want, &got) {
@@ -237,5 +239,32 @@ fn the_kernel_source_has_one_case_per_op_and_the_fitness_kernel_s_term() {
         let last = fitness.lines().find(|l| l.contains("fitness[blockIdx.x] =")).unwrap();
         let finish = last.split(" = ").nth(1).unwrap();
         assert!(source.contains(finish), "{name}: {finish}");
+    }
+}
+
+/// Constant math is folded as the PTX route folds it (NVVM's rule), so the GPU interpreter gives
+/// the compiled routes' bits: `sinf(30.80)` is one constant, the PTX route's immediate.
+#[test]
+fn constants_fold_as_the_ptx_route_folds_them() {
+    let problem = Problem::builtin("keijzer6").unwrap();
+    let program = Program::compile(&problem, &Phenotype::new("sinf(30.80) + x * (02.00 + 01.50)")).unwrap();
+    let folded = compile(&problem, &program).unwrap();
+    let ops: Vec<Op> = folded.words.iter().filter_map(|&w| Op::decode(w)).collect();
+    assert!(!ops.contains(&Op::SinF), "{ops:?}");
+    let sin = (30.80f64 as f32 as f64).sin() as f32;
+    assert_eq!(folded.words[0], Op::PushF as u32);
+    assert_eq!(folded.words[1], sin.to_bits());
+    let ptx =
+        gpfarm_kernels::keyed_ptx(&problem, &Phenotype::new("sinf(30.80)"), gpfarm_protocol::SmArch::SM_90)
+            .unwrap();
+    assert!(ptx.contains(&format!("0f{:08X}", sin.to_bits())), "{ptx}");
+    // Unfolded, the call runs.
+    let plain = compile_with(&problem, &program, Folding::None).unwrap();
+    assert!(plain.words.iter().any(|&w| Op::decode(w) == Some(Op::SinF)));
+    // Both run the same otherwise: x * 3.5 in double either way.
+    let (a, b) = (exec::run(&problem, &folded, 10).unwrap(), exec::run(&problem, &plain, 10).unwrap());
+    let (Column::Float(a), Column::Float(b)) = (&a[0], &b[0]) else { panic!() };
+    for (x, y) in a.iter().zip(b) {
+        assert!((x - y).abs() <= 1e-5 * y.abs().max(1.0), "{x} {y}");
     }
 }

@@ -57,6 +57,25 @@ pub struct BenchArgs {
     /// Target architecture.
     #[arg(long, default_value = "sm_90")]
     arch: SmArch,
+    /// The break-even between compiling and interpreting instead: every route (interpreter,
+    /// ptx, nvrtc, cpu) on the same populations of the built-in problems and of regressions with
+    /// --cases test cases and program sizes --depths, on this machine's GPU; writes
+    /// breakeven.csv, breakeven.md and crossover.svg/png to --out.
+    #[arg(long)]
+    break_even: bool,
+    /// With --break-even: the regressions' case counts.
+    #[arg(long, value_delimiter = ',', requires = "break_even")]
+    cases: Option<Vec<usize>>,
+    /// With --break-even: the initial population's largest derivation depths, one program size
+    /// each.
+    #[arg(long, value_delimiter = ',', requires = "break_even")]
+    depths: Option<Vec<u32>>,
+    /// With --break-even: timed evaluations per route and workload (the median is kept).
+    #[arg(long, default_value_t = 5, requires = "break_even")]
+    repeats: usize,
+    /// Compile daemons for --break-even (default: one per core).
+    #[arg(long, short = 'n')]
+    daemons: Option<usize>,
     /// Samples nvcc compiles per problem and size (it is slow).
     #[arg(long)]
     nvcc_samples: Option<usize>,
@@ -120,6 +139,9 @@ pub fn run(args: BenchArgs, cuda: Option<&Path>) -> Result<()> {
         return write_reports(&rows, dir, &heading(&machine, &description));
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if args.break_even {
+        return break_even(&args, cuda, cores);
+    }
     let mut config = if args.quick {
         BenchConfig::quick(args.out.clone())
     } else {
@@ -184,5 +206,45 @@ pub fn run(args: BenchArgs, cuda: Option<&Path>) -> Result<()> {
     std::fs::write(config.out.join("description.txt"), &description)?;
     let rows = gpfarm_bench::run(&config, |line| eprintln!("{line}"))?;
     write_reports(&rows, &config.out, &heading(&machine, &description))?;
+    Ok(())
+}
+
+/// `gpfarm bench --break-even`.
+fn break_even(args: &BenchArgs, cuda: Option<&Path>, cores: usize) -> Result<()> {
+    use gpfarm_bench::breakeven;
+    let config = breakeven::BreakEvenConfig {
+        cases: args.cases.clone().unwrap_or_else(|| vec![64, 1_000, 10_000, 100_000, 1_000_000, 10_000_000]),
+        depths: args.depths.clone().unwrap_or_else(|| vec![6, 12]),
+        population: args.sizes.as_ref().and_then(|s| s.first().copied()).unwrap_or(300),
+        builtins: true,
+        repeats: args.repeats.max(1),
+        cpu_max_cases: 100_000,
+        arch: args.arch,
+        out: args.out.clone(),
+    };
+    std::fs::create_dir_all(&config.out).with_context(|| format!("creating {}", config.out.display()))?;
+    let machine = machine_description(cuda);
+    std::fs::write(config.out.join("machine.txt"), &machine)?;
+    eprint!("{machine}");
+    let workers = args.daemons.unwrap_or(cores);
+    let options = gpfarm_client::CompileOptions::cubin(config.arch);
+    let mut farm = crate::cli::compilers::build(
+        "farm".parse::<gpfarm_client::CompilerSpec>()?,
+        Some(workers),
+        cuda,
+        &options,
+        &crate::cli::compilers::FarmSource::default(),
+    )?;
+    let rows = breakeven::run(&config, farm.as_mut(), |line| eprintln!("{line}"))?;
+    breakeven::write_csv(&rows, &config.out.join("breakeven.csv"))?;
+    let heading = format!(
+        "# Break-even: compiling against interpreting\n\n{machine}\nPopulation {} (generation 0 of seed 1, distinct programs that parse), {workers} compile daemons, \
+         evaluation the median of {} repeats; generation ms = compile + load + one evaluation.",
+        config.population, config.repeats
+    );
+    std::fs::write(config.out.join("breakeven.md"), breakeven::table(&rows, &heading))?;
+    for p in plot::draw_crossover(&rows, &config.out)? {
+        eprintln!("wrote {p}");
+    }
     Ok(())
 }

@@ -300,8 +300,29 @@ pub fn array_layout(problem: &Problem) -> Vec<usize> {
         .collect()
 }
 
-/// Compiles `program` (compiled for `problem`) to bytecode.
+/// Whether constant subexpressions are computed when compiling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Folding {
+    /// As NVVM folds them when NVRTC compiles the harness ([`crate::fold`], the PTX route's
+    /// rule): a math function of constants becomes the host's value, which can differ in the
+    /// last bit from CUDA's function at run time. The GPU interpreter's bytecode, so that its
+    /// fitness is the compiled routes' bit for bit.
+    Nvvm,
+    /// Nothing folded: every op runs, as the CPU evaluator runs every node.
+    None,
+}
+
+/// Compiles `program` (compiled for `problem`) to bytecode, folding constants as NVVM does.
 pub fn compile(problem: &Problem, program: &Program) -> Result<Bytecode, BytecodeError> {
+    compile_with(problem, program, Folding::Nvvm)
+}
+
+/// As [`compile`], with the folding asked for.
+pub fn compile_with(
+    problem: &Problem,
+    program: &Program,
+    folding: Folding,
+) -> Result<Bytecode, BytecodeError> {
     let layout = slot_layout(problem);
     let same_layout = program.problem() == problem.name()
         && program.slots().len() == layout.len()
@@ -314,7 +335,13 @@ pub fn compile(problem: &Problem, program: &Program) -> Result<Bytecode, Bytecod
             problem: problem.name().to_owned(),
         });
     }
-    let mut e = Emitter { words: Vec::new(), depth: 0, max: 0, slot_types: program.slot_types() };
+    let mut e = Emitter {
+        words: Vec::new(),
+        depth: 0,
+        max: 0,
+        slot_types: program.slot_types(),
+        fold: folding == Folding::Nvvm,
+    };
     let outputs: Vec<Ty> = program
         .output_types()
         .iter()
@@ -355,6 +382,43 @@ struct Emitter<'a> {
     depth: i32,
     max: usize,
     slot_types: &'a [Ty],
+    fold: bool,
+}
+
+/// The value of `x` where the PTX route (and NVVM) computes it when compiling: a literal, its
+/// conversion or negation, arithmetic of constants, and a math function of constants
+/// ([`crate::fold`]); `None` for anything computed at run time.
+fn constant(x: &Expr, slot_types: &[Ty]) -> Option<Value> {
+    match x {
+        Expr::Const(v) => Some(*v),
+        Expr::Convert(ty, a) => constant(a, slot_types).map(|v| v.to(*ty)),
+        Expr::Neg(a) => Some(match constant(a, slot_types)? {
+            Value::Int(i) => Value::Int(i.wrapping_neg()),
+            Value::Float(f) => Value::Float(-f),
+            Value::Double(d) => Value::Double(-d),
+        }),
+        Expr::Chain(first, rest) => {
+            let mut acc = constant(first, slot_types)?;
+            for (op, e) in rest {
+                let Bin::Arith(o) = op else { return None };
+                let b = constant(e, slot_types)?;
+                let u = Ty::usual(acc.ty(), b.ty());
+                acc = crate::fold::arith(*o, acc.to(u), b.to(u))?;
+            }
+            Some(acc)
+        }
+        Expr::Call1(f, ty, a) => {
+            let ty = if *ty == Ty::Int { Ty::Double } else { *ty };
+            let v = constant(a, slot_types)?.to(ty);
+            crate::fold::call(f.c_name(), ty, &[v])
+        }
+        Expr::Call2(f, ty, a, b) => {
+            let ty = if *ty == Ty::Int { Ty::Double } else { *ty };
+            let (a, b) = (constant(a, slot_types)?.to(ty), constant(b, slot_types)?.to(ty));
+            crate::fold::call(f.c_name(), ty, &[a, b])
+        }
+        _ => None,
+    }
 }
 
 impl Emitter<'_> {
@@ -422,6 +486,12 @@ impl Emitter<'_> {
 
     /// Pushes the value of `x`; returns its type.
     fn expr(&mut self, x: &Expr) -> Ty {
+        if self.fold
+            && !matches!(x, Expr::Const(_))
+            && let Some(v) = constant(x, self.slot_types)
+        {
+            return self.constant(v);
+        }
         match x {
             Expr::Const(v) => self.constant(*v),
             Expr::Var(slot) => {

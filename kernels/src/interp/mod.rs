@@ -10,7 +10,9 @@
 //! (NVRTC's `--fmad=false` code, which the PTX route reproduces bit for bit): `+ - * /` in the
 //! node's type, rounded on their own; C's conversions; `div.s32`/`rem.s32`, `shl`/`shr` for
 //! ints; the same CUDA math functions, compiled with the run's options; the wrapped array read
-//! of `gp_wrapped_ints`. The per-case fitness term and the order of summation are the fitness
+//! of `gp_wrapped_ints`; constant subexpressions folded where NVVM folds them, as the PTX route
+//! folds them ([`Folding::Nvvm`]: a math function of constants is the host's value, not CUDA's).
+//! The per-case fitness term and the order of summation are the fitness
 //! kernel's. So, on the GPU, the interpreter's fitness is the compiled routes' fitness, bit for
 //! bit, with two stated exceptions:
 //! - a loop that runs past the step limit in any case (the CPU evaluator's,
@@ -26,7 +28,7 @@ pub mod bytecode;
 pub mod exec;
 mod source;
 
-pub use bytecode::{Bytecode, BytecodeError, MAX_DEPTH, Op, compile};
+pub use bytecode::{Bytecode, BytecodeError, Folding, MAX_DEPTH, Op, compile, compile_with};
 pub use source::{INTERP_KERNEL_LARGE, INTERP_KERNEL_SMALL, SMALL_DEPTH, interpreter_source};
 
 use gpfarm_gp::Problem;

@@ -85,79 +85,20 @@ fn immediate(v: Value) -> String {
     }
 }
 
-/// `a op b` computed here when both are constants: IEEE arithmetic rounds the same on the host
-/// as `.rn` on the GPU, and int `+ - *` wrap alike. Int division is left to the GPU (its result
-/// for a zero divisor is the hardware's). NVVM folds constant subexpressions too; folding them
-/// here matters because a folded constant can reach a math function, which NVVM folds.
+/// `a op b` when both are constants ([`crate::fold::arith`]).
 fn fold_arith(op: ArithOp, a: &Val, b: &Val) -> Option<Val> {
     let (Opnd::Imm(x), Opnd::Imm(y)) = (&a.op, &b.op) else { return None };
-    let v = match (op, x, y) {
-        (ArithOp::Add, Value::Int(x), Value::Int(y)) => Value::Int(x.wrapping_add(*y)),
-        (ArithOp::Sub, Value::Int(x), Value::Int(y)) => Value::Int(x.wrapping_sub(*y)),
-        (ArithOp::Mul, Value::Int(x), Value::Int(y)) => Value::Int(x.wrapping_mul(*y)),
-        (ArithOp::Div, Value::Int(_), Value::Int(_)) => return None,
-        (ArithOp::Add, Value::Float(x), Value::Float(y)) => Value::Float(x + y),
-        (ArithOp::Sub, Value::Float(x), Value::Float(y)) => Value::Float(x - y),
-        (ArithOp::Mul, Value::Float(x), Value::Float(y)) => Value::Float(x * y),
-        (ArithOp::Div, Value::Float(x), Value::Float(y)) => Value::Float(x / y),
-        (ArithOp::Add, Value::Double(x), Value::Double(y)) => Value::Double(x + y),
-        (ArithOp::Sub, Value::Double(x), Value::Double(y)) => Value::Double(x - y),
-        (ArithOp::Mul, Value::Double(x), Value::Double(y)) => Value::Double(x * y),
-        (ArithOp::Div, Value::Double(x), Value::Double(y)) => Value::Double(x / y),
-        _ => return None,
-    };
-    Some(Val { op: Opnd::Imm(v), ty: a.ty })
+    crate::fold::arith(op, *x, *y).map(|v| Val { op: Opnd::Imm(v), ty: a.ty })
 }
 
-/// A math function of constant arguments, folded as NVVM (LLVM's constant folder) folds it, so
-/// that both routes give the same bits: the host's double-precision function of the arguments
-/// widened to double, rounded once to the call's type. LLVM does not fold when the host raises
-/// an exception other than inexact (invalid, division by zero, overflow, underflow); those calls
-/// are left to run on the GPU here too, recognised by a result that is not finite or is
-/// subnormal (or zero from a nonzero exact result's underflow, for `exp` and `pow`).
-/// `sqrt`, `fabs`, `fmin`, `fmax` are exact either way.
+/// A math function of constant arguments ([`crate::fold::call`]).
 fn fold_call(name: &str, ty: Ty, args: &[&Val]) -> Option<Val> {
-    let mut xs = [0.0f64; 2];
-    for (x, a) in xs.iter_mut().zip(args) {
-        *x = match a.op {
-            Opnd::Imm(Value::Float(f)) => f64::from(f),
-            Opnd::Imm(Value::Double(d)) => d,
-            _ => return None,
-        };
-        if !x.is_finite() {
-            return None;
-        }
+    let mut values = Vec::with_capacity(args.len());
+    for a in args {
+        let Opnd::Imm(v) = a.op else { return None };
+        values.push(v);
     }
-    let [x, y] = xs;
-    // `name` is the base name (`sin` for `sinf` and `sin`); the type is `ty`.
-    let r = match name {
-        "sin" => x.sin(),
-        "cos" => x.cos(),
-        "exp" => x.exp(),
-        "log" => x.ln(),
-        "tanh" => x.tanh(),
-        "pow" => x.powf(y),
-        "sqrt" => {
-            // Exact in both types: computed in the call's own type.
-            return match ty {
-                Ty::Float => (x >= 0.0).then(|| Val { op: Opnd::Imm(Value::Float((x as f32).sqrt())), ty }),
-                _ => (x >= 0.0).then(|| Val { op: Opnd::Imm(Value::Double(x.sqrt())), ty }),
-            };
-        }
-        "fabs" => x.abs(),
-        "fmin" => x.min(y),
-        "fmax" => x.max(y),
-        _ => return None,
-    };
-    let underflow = r != 0.0 && r.abs() < f64::MIN_POSITIVE || r == 0.0 && matches!(name, "exp" | "pow");
-    if !r.is_finite() || underflow {
-        return None;
-    }
-    let v = match ty {
-        Ty::Float => Value::Float(r as f32),
-        _ => Value::Double(r),
-    };
-    Some(Val { op: Opnd::Imm(v), ty })
+    crate::fold::call(name, ty, &values).map(|v| Val { op: Opnd::Imm(v), ty })
 }
 
 /// A module-local function a unit defines once for its kernels to call: the `rem.s32` or

@@ -1,0 +1,352 @@
+//! The break-even between compiling and interpreting (`gpfarm bench --break-even`): for each
+//! workload (a problem, a case count, a program size) one population, and for each route the
+//! time to get it from phenotypes to fitness on this machine's GPU:
+//! - `interpreter`: bytecode (compiled on the CPU, timed as its compile) and one launch;
+//! - `nvrtc`, `ptx`: the engine's units (switch kernels, guided chunks, each taken by the next
+//!   free daemon), compiled on a farm, loaded, launched and reduced;
+//! - `cpu`: the CPU evaluator on every core (up to `cpu_max_cases` cases).
+//!
+//! Evaluation is repeated and the median kept, so a row also tells what `k` evaluations of the
+//! same population cost (constant optimisation): `compile + load + k * eval`.
+//!
+//! The regression workloads are keijzer6's grammar and template over `n` cases of `x` spread over
+//! `[1, 64]`, target the harmonic number's continuous form `ln x + 0.5772`.
+
+use std::collections::HashMap;
+use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result, anyhow};
+use gpfarm_client::{CompileOptions, Compiler, Unit};
+use gpfarm_gp::problem::ProblemSources;
+use gpfarm_gp::{Evolution, EvolutionConfig, Phenotype, Problem, Program, evaluate_all};
+use gpfarm_kernels::gpu::{self, CompiledUnit, GpuEvaluator, Kernels, WirePopulation};
+use gpfarm_kernels::interp::{self, PackedPopulation};
+use gpfarm_protocol::{Route, Shape, SmArch};
+use serde::{Deserialize, Serialize};
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct BreakEvenConfig {
+    /// Case counts of the regression workloads.
+    pub cases: Vec<usize>,
+    /// Largest derivation depth of the initial population, one program size each.
+    pub depths: Vec<u32>,
+    /// Individuals per population (before removing duplicates).
+    pub population: usize,
+    /// Also the built-in problems at their own case counts.
+    pub builtins: bool,
+    /// Timed evaluations per route and workload (the median is kept).
+    pub repeats: usize,
+    /// The CPU evaluator only up to this many cases.
+    pub cpu_max_cases: usize,
+    /// The GPU's architecture.
+    pub arch: SmArch,
+    /// Where CSV, table and plots go.
+    pub out: PathBuf,
+}
+
+/// One route on one workload.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BreakEvenRow {
+    /// Problem name.
+    pub problem: String,
+    /// Test cases.
+    pub cases: usize,
+    /// Largest derivation depth of the population.
+    pub depth: u32,
+    /// Distinct programs evaluated.
+    pub programs: usize,
+    /// Mean ops per program (bytecode, constants' words not counted).
+    pub mean_ops: f64,
+    /// nvrtc, ptx, interpreter or cpu.
+    pub route: String,
+    /// Phenotype to executable form: the farm's wall time, or bytecode compilation.
+    pub compile_ms: f64,
+    /// Loading the modules (compiled routes).
+    pub load_ms: f64,
+    /// One evaluation of the whole population, median of the repeats.
+    pub eval_ms: f64,
+    /// `compile + load + eval`: one generation's evaluation.
+    pub generation_ms: f64,
+    /// Ops evaluated per second in one evaluation (programs x mean ops x cases / eval).
+    pub ops_per_s: f64,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() { f64::NAN } else { v[v.len() / 2] }
+}
+
+/// keijzer6's grammar and template over `n` cases.
+pub fn regression(n: usize) -> Result<Problem> {
+    let base = gpfarm_gp::problem::builtin::sources("keijzer6").ok_or_else(|| anyhow!("no keijzer6"))?;
+    let toml = base.toml.replacen("name = \"keijzer6\"", &format!("name = \"regression{n}\""), 1);
+    let mut cases = String::with_capacity(n * 48);
+    cases.push('[');
+    for c in 0..n {
+        let x = 1.0 + 63.0 * c as f64 / (n.max(2) - 1) as f64;
+        let (x, t) = (x as f32, (x.ln() + 0.5772) as f32);
+        if c > 0 {
+            cases.push(',');
+        }
+        cases.push_str(&format!("{{\"x\":{x:?},\"target\":{t:?}}}"));
+    }
+    cases.push(']');
+    let src = ProblemSources { toml: &toml, grammar: base.grammar, cases: &cases, template: base.template };
+    Ok(Problem::from_sources(&format!("regression{n}"), &src)?)
+}
+
+/// One population of `problem`: generation 0 of seed 1, duplicates and programs that do not
+/// parse removed.
+fn population(problem: &Problem, size: usize, depth: u32) -> Result<(Vec<Phenotype>, Vec<Program>)> {
+    let config =
+        EvolutionConfig { population: size, seed: 1, init_max_depth: depth, ..EvolutionConfig::default() };
+    let unique = Evolution::new(problem, config)?.dedup().unique;
+    let mut phenotypes = Vec::new();
+    let mut programs = Vec::new();
+    for p in unique {
+        if let Ok(program) = Program::compile(problem, &p) {
+            phenotypes.push(p);
+            programs.push(program);
+        }
+    }
+    Ok((phenotypes, programs))
+}
+
+/// Runs every workload; `progress` hears one line per row.
+pub fn run(
+    config: &BreakEvenConfig,
+    farm: &mut dyn Compiler,
+    mut progress: impl FnMut(&str),
+) -> Result<Vec<BreakEvenRow>> {
+    let mut workloads: Vec<(Problem, u32)> = Vec::new();
+    if config.builtins {
+        for name in Problem::builtin_names() {
+            workloads.push((Problem::builtin(name)?, EvolutionConfig::default().init_max_depth));
+        }
+    }
+    for &n in &config.cases {
+        let problem = regression(n)?;
+        for &d in &config.depths {
+            workloads.push((problem.clone(), d));
+        }
+    }
+    let options =
+        CompileOptions { flags: vec![gpfarm_evolve::NO_FMAD.into()], ..CompileOptions::cubin(config.arch) };
+    let ptx_options = CompileOptions {
+        link_flags: gpfarm_evolve::LINK_FLAGS.iter().map(|f| f.to_string()).collect(),
+        ..options.clone()
+    };
+    let threads = std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN);
+    let mut rows = Vec::new();
+    let mut evaluator: Option<(String, GpuEvaluator)> = None;
+    for (problem, depth) in &workloads {
+        let (phenotypes, programs) = population(problem, config.population, *depth)?;
+        let cases = problem.cases().len();
+        let name = problem.name().to_owned();
+        if evaluator.as_ref().is_none_or(|(n, _)| *n != name) {
+            drop(evaluator.take()); // free the last problem's cases first
+            let compile = |src: String, what: &str, farm: &mut dyn Compiler| -> Result<Vec<u8>> {
+                let b = farm.compile(&[Unit::new(what, src)], &options)?;
+                b.results[0]
+                    .cubin()
+                    .map(<[u8]>::to_vec)
+                    .ok_or_else(|| anyhow!("{what} does not compile: {}", b.results[0].log))
+            };
+            let kernels = Kernels {
+                fitness: Some(compile(gpu::fitness_source(problem)?, "fitness.cu", farm)?),
+                interpreter: Some(compile(interp::interpreter_source(problem)?, "interp.cu", farm)?),
+            };
+            evaluator = Some((name.clone(), GpuEvaluator::with_kernels(problem, &kernels)?));
+        }
+        let gpu = &mut evaluator.as_mut().expect("made above").1;
+        let n = programs.len();
+        let row = |route: &str, compile_ms: f64, load_ms: f64, eval_ms: f64, ops: f64| BreakEvenRow {
+            problem: name.clone(),
+            cases,
+            depth: *depth,
+            programs: n,
+            mean_ops: ops,
+            route: route.to_owned(),
+            compile_ms,
+            load_ms,
+            eval_ms,
+            generation_ms: compile_ms + load_ms + eval_ms,
+            ops_per_s: ops * n as f64 * cases as f64 / (eval_ms / 1000.0),
+        };
+        let mut keep = |r: BreakEvenRow, progress: &mut dyn FnMut(&str)| {
+            progress(&format!(
+                "{} cases {} depth {} ({} programs, {:.1} ops): {} compile {:.2} load {:.2} eval {:.3} ms ({:.3e} ops/s)",
+                r.problem,
+                r.cases,
+                r.depth,
+                r.programs,
+                r.mean_ops,
+                r.route,
+                r.compile_ms,
+                r.load_ms,
+                r.eval_ms,
+                r.ops_per_s
+            ));
+            rows.push(r);
+        };
+        // The interpreter.
+        let t = Instant::now();
+        let codes: Vec<_> = programs.iter().map(|p| interp::compile(problem, p)).collect::<Result<_, _>>()?;
+        let packed = PackedPopulation::new(&codes);
+        let compile_ms = t.elapsed().as_secs_f64() * 1e3;
+        let ops = packed.ops() as f64 / n.max(1) as f64;
+        let wire = WirePopulation {
+            words: packed.words.clone(),
+            offsets: packed.offsets.clone(),
+            depth: packed.depth as u64,
+            max_steps: gpfarm_gp::interp::DEFAULT_MAX_STEPS,
+        };
+        let mut times = Vec::new();
+        let mut interpreted = Vec::new();
+        for _ in 0..=config.repeats {
+            let t = Instant::now();
+            interpreted = gpu.interpret(&wire)?.fitness;
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        times.remove(0); // the first launch loads the module's code on the device
+        let by_text: HashMap<&str, Option<f64>> =
+            phenotypes.iter().map(Phenotype::as_str).zip(interpreted.iter().copied()).collect();
+        keep(row("interpreter", compile_ms, 0.0, median(times), ops), &mut progress);
+        // The compile routes, on the engine's units.
+        for route in [Route::Ptx, Route::Nvrtc] {
+            let (ordered, parts) = crate::sample::guided(problem, &phenotypes, route, farm.workers());
+            let units: Vec<gpfarm_kernels::RenderedUnit> = match route {
+                Route::Ptx => {
+                    gpfarm_kernels::render_ptx_units(problem, &ordered, 0, &parts, config.arch, Shape::Switch)
+                        .units
+                }
+                Route::Nvrtc => gpfarm_kernels::render_units(problem, &ordered, 0, &parts, Shape::Switch),
+            };
+            let wire: Vec<Unit> = units
+                .iter()
+                .map(|u| match route {
+                    Route::Ptx => Unit::ptx(u.name.clone(), u.source.clone()),
+                    Route::Nvrtc => Unit::new(u.name.clone(), u.source.clone()),
+                })
+                .collect();
+            let opts = if route == Route::Ptx { &ptx_options } else { &options };
+            let t = Instant::now();
+            let batch = crate::queued(farm, &wire, opts)?;
+            let compile_ms = t.elapsed().as_secs_f64() * 1e3;
+            let built: Vec<(Vec<u8>, &gpfarm_kernels::RenderedUnit)> = batch
+                .results
+                .iter()
+                .zip(&units)
+                .filter_map(|(r, u)| r.cubin().map(|c| (c.to_vec(), u)))
+                .collect();
+            let views: Vec<CompiledUnit<'_>> = built
+                .iter()
+                .map(|(c, u)| CompiledUnit { cubin: c, kernels: &u.kernels, members: &u.members })
+                .collect();
+            let (mut loads, mut evals) = (Vec::new(), Vec::new());
+            for k in 0..=config.repeats {
+                let out = gpu.evaluate(&views, n)?;
+                if k == 0 {
+                    // Same fitness as the interpreter's, bit for bit, or the comparison is void.
+                    let differ = out
+                        .fitness
+                        .iter()
+                        .zip(&ordered)
+                        .filter(|(a, p)| match (a, by_text.get(p.as_str())) {
+                            (Some(a), Some(Some(b))) => {
+                                a.to_bits() != b.to_bits() && !(a.is_nan() && b.is_nan())
+                            }
+                            _ => false,
+                        })
+                        .count();
+                    if differ > 0 {
+                        progress(&format!(
+                            "{name}: {differ} of {n} programs differ between {route} and the interpreter"
+                        ));
+                    }
+                    continue;
+                }
+                loads.push(out.load.as_secs_f64() * 1e3);
+                evals.push((out.launch + out.readback).as_secs_f64() * 1e3);
+            }
+            keep(row(route.as_str(), compile_ms, median(loads), median(evals), ops), &mut progress);
+        }
+        // The CPU evaluator.
+        if cases <= config.cpu_max_cases {
+            let mut times = Vec::new();
+            for _ in 0..config.repeats.clamp(1, 3) {
+                let t = Instant::now();
+                evaluate_all(problem, &phenotypes, threads);
+                times.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+            keep(row("cpu", 0.0, 0.0, median(times), ops), &mut progress);
+        }
+    }
+    Ok(rows)
+}
+
+/// Writes `rows` as CSV.
+pub fn write_csv(rows: &[BreakEvenRow], path: &Path) -> Result<()> {
+    let mut w = csv::Writer::from_path(path).with_context(|| format!("writing {}", path.display()))?;
+    for r in rows {
+        w.serialize(r)?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
+/// Reads rows written by [`write_csv`].
+pub fn read_csv(path: &Path) -> Result<Vec<BreakEvenRow>> {
+    let mut r = csv::Reader::from_path(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(r.deserialize().collect::<Result<_, _>>()?)
+}
+
+/// The evaluations `k` of one population after which `a` (compiled) costs less than `b`
+/// (interpreted): `a.compile + a.load + k a.eval < b.compile + k b.eval`; `None` if never.
+pub fn break_even_evaluations(a: &BreakEvenRow, b: &BreakEvenRow) -> Option<f64> {
+    let gain = b.eval_ms - a.eval_ms;
+    (gain > 0.0).then(|| ((a.compile_ms + a.load_ms - b.compile_ms) / gain).max(1.0))
+}
+
+/// A markdown table: one line per workload, each route's generation time, the fastest route,
+/// and the evaluations of the same population after which the best compile route overtakes
+/// the interpreter.
+pub fn table(rows: &[BreakEvenRow], heading: &str) -> String {
+    let mut s = format!(
+        "{heading}\n\n| problem | cases | depth | programs | mean ops | interpreter ms | ptx ms | nvrtc ms | cpu ms | fastest | interpreter ops/s | compiled wins after k evaluations |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |\n"
+    );
+    let mut keys: Vec<(String, usize, u32)> =
+        rows.iter().map(|r| (r.problem.clone(), r.cases, r.depth)).collect();
+    keys.dedup();
+    for (p, c, d) in keys {
+        let of = |route: &str| {
+            rows.iter().find(|r| r.problem == p && r.cases == c && r.depth == d && r.route == route)
+        };
+        let cell = |route: &str| of(route).map_or("-".into(), |r| format!("{:.2}", r.generation_ms));
+        let Some(i) = of("interpreter") else { continue };
+        let fastest = ["interpreter", "ptx", "nvrtc", "cpu"]
+            .iter()
+            .filter_map(|r| of(r))
+            .min_by(|a, b| a.generation_ms.total_cmp(&b.generation_ms))
+            .map_or("-".into(), |r| r.route.clone());
+        let k = ["ptx", "nvrtc"]
+            .iter()
+            .filter_map(|r| of(r).and_then(|a| break_even_evaluations(a, i)))
+            .min_by(f64::total_cmp)
+            .map_or("never".into(), |k| format!("{k:.0}"));
+        s.push_str(&format!(
+            "| {p} | {c} | {d} | {} | {:.1} | {} | {} | {} | {} | {fastest} | {:.2e} | {k} |\n",
+            i.programs,
+            i.mean_ops,
+            cell("interpreter"),
+            cell("ptx"),
+            cell("nvrtc"),
+            cell("cpu"),
+            i.ops_per_s
+        ));
+    }
+    s
+}
