@@ -132,6 +132,13 @@ fn machine_description(cuda: Option<&Path>) -> String {
 
 /// Runs `gpfarm bench`.
 pub fn run(args: BenchArgs, cuda: Option<&Path>) -> Result<()> {
+    if let (Some(dir), true) = (&args.replot, args.break_even) {
+        let rows = gpfarm_bench::breakeven::read_csv(&dir.join("breakeven.csv"))?;
+        for p in plot::draw_crossover(&rows, dir)? {
+            eprintln!("wrote {p}");
+        }
+        return Ok(());
+    }
     if let Some(dir) = &args.replot {
         let rows = report::read_csv(&dir.join("bench.csv"))?;
         let machine = std::fs::read_to_string(dir.join("machine.txt")).unwrap_or_default();

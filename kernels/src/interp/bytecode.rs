@@ -388,20 +388,20 @@ struct Emitter<'a> {
 /// The value of `x` where the PTX route (and NVVM) computes it when compiling: a literal, its
 /// conversion or negation, arithmetic of constants, and a math function of constants
 /// ([`crate::fold`]); `None` for anything computed at run time.
-fn constant(x: &Expr, slot_types: &[Ty]) -> Option<Value> {
+fn constant(x: &Expr) -> Option<Value> {
     match x {
         Expr::Const(v) => Some(*v),
-        Expr::Convert(ty, a) => constant(a, slot_types).map(|v| v.to(*ty)),
-        Expr::Neg(a) => Some(match constant(a, slot_types)? {
+        Expr::Convert(ty, a) => constant(a).map(|v| v.to(*ty)),
+        Expr::Neg(a) => Some(match constant(a)? {
             Value::Int(i) => Value::Int(i.wrapping_neg()),
             Value::Float(f) => Value::Float(-f),
             Value::Double(d) => Value::Double(-d),
         }),
         Expr::Chain(first, rest) => {
-            let mut acc = constant(first, slot_types)?;
+            let mut acc = constant(first)?;
             for (op, e) in rest {
                 let Bin::Arith(o) = op else { return None };
-                let b = constant(e, slot_types)?;
+                let b = constant(e)?;
                 let u = Ty::usual(acc.ty(), b.ty());
                 acc = crate::fold::arith(*o, acc.to(u), b.to(u))?;
             }
@@ -409,12 +409,12 @@ fn constant(x: &Expr, slot_types: &[Ty]) -> Option<Value> {
         }
         Expr::Call1(f, ty, a) => {
             let ty = if *ty == Ty::Int { Ty::Double } else { *ty };
-            let v = constant(a, slot_types)?.to(ty);
+            let v = constant(a)?.to(ty);
             crate::fold::call(f.c_name(), ty, &[v])
         }
         Expr::Call2(f, ty, a, b) => {
             let ty = if *ty == Ty::Int { Ty::Double } else { *ty };
-            let (a, b) = (constant(a, slot_types)?.to(ty), constant(b, slot_types)?.to(ty));
+            let (a, b) = (constant(a)?.to(ty), constant(b)?.to(ty));
             crate::fold::call(f.c_name(), ty, &[a, b])
         }
         _ => None,
@@ -488,7 +488,7 @@ impl Emitter<'_> {
     fn expr(&mut self, x: &Expr) -> Ty {
         if self.fold
             && !matches!(x, Expr::Const(_))
-            && let Some(v) = constant(x, self.slot_types)
+            && let Some(v) = constant(x)
         {
             return self.constant(v);
         }
