@@ -251,9 +251,9 @@ impl Engine {
                 return Err(EvolveError::NoGpu("individuals must be compiled to run on it".into()));
             }
             (Some(_), Some(c)) if interpret => {
-                Evaluator::Interpreter(Box::new(self.start_interpreter(c, &options)?))
+                Evaluator::Interpreter(Box::new(self.start_worker(c, &options, true)?))
             }
-            (Some(_), Some(c)) => Evaluator::Gpu(Box::new(self.start_gpu_worker(c, &options)?)),
+            (Some(_), Some(c)) => Evaluator::Gpu(Box::new(self.start_worker(c, &options, false)?)),
         };
         // The interpreter's kernel is compiled; individuals are not.
         if interpret {
@@ -308,46 +308,29 @@ impl Engine {
         })
     }
 
-    /// Compiles the problem's fitness kernel and starts a GPU worker process with it.
-    fn start_gpu_worker(
+    /// Compiles the problem's fitness kernel, or its interpreter (once; no daemon is needed for
+    /// it), and starts a GPU worker process with it.
+    fn start_worker(
         &self,
         compiler: &mut (dyn Compiler + Send + '_),
         options: &CompileOptions,
+        interpreter: bool,
     ) -> Result<GpuWorker, EvolveError> {
         let source =
             self.source.clone().ok_or_else(|| EvolveError::NoGpu("the problem has no source".into()))?;
-        let kernel = gpu::fitness_source(&self.problem)?;
-        let batch = compiler.compile(&[Unit::new("gpfarm_fitness.cu", kernel)], options)?;
+        let (name, kernel) = if interpreter {
+            ("gpfarm_interpreter.cu", gpfarm_kernels::interp::interpreter_source(&self.problem)?)
+        } else {
+            ("gpfarm_fitness.cu", gpu::fitness_source(&self.problem)?)
+        };
+        let batch = compiler.compile(&[Unit::new(name, kernel)], options)?;
         let result = batch.results.into_iter().next().ok_or(EvolveError::CompilerStopped)?;
-        let cubin = match result.outcome {
-            UnitOutcome::Cubin(c) => c,
-            UnitOutcome::Failed(failure) => {
+        let cubin = match (result.outcome, interpreter) {
+            (UnitOutcome::Cubin(c), _) => c,
+            (UnitOutcome::Failed(failure), false) => {
                 return Err(EvolveError::FitnessKernel { failure, log: result.log });
             }
-        };
-        Ok(match &self.options.gpu_worker {
-            Some(exe) => GpuWorker::spawn(exe, source, cubin)?,
-            None => GpuWorker::spawn_located(source, cubin)?,
-        })
-    }
-}
-
-impl Engine {
-    /// Compiles the problem's interpreter (once; no daemon is needed) and starts a GPU worker
-    /// with it.
-    fn start_interpreter(
-        &self,
-        compiler: &mut (dyn Compiler + Send + '_),
-        options: &CompileOptions,
-    ) -> Result<GpuWorker, EvolveError> {
-        let source =
-            self.source.clone().ok_or_else(|| EvolveError::NoGpu("the problem has no source".into()))?;
-        let kernel = gpfarm_kernels::interp::interpreter_source(&self.problem)?;
-        let batch = compiler.compile(&[Unit::new("gpfarm_interpreter.cu", kernel)], options)?;
-        let result = batch.results.into_iter().next().ok_or(EvolveError::CompilerStopped)?;
-        let cubin = match result.outcome {
-            UnitOutcome::Cubin(c) => c,
-            UnitOutcome::Failed(failure) => {
+            (UnitOutcome::Failed(failure), true) => {
                 return Err(EvolveError::InterpreterKernel { failure, log: result.log });
             }
         };
@@ -355,7 +338,8 @@ impl Engine {
             Some(exe) => exe.clone(),
             None => gpfarm_client::gpu_worker_executable().map_err(gpfarm_client::WorkerError::from)?,
         };
-        Ok(GpuWorker::spawn_with(&exe, source, None, Some(cubin))?)
+        let (fitness, interpreter) = if interpreter { (None, Some(cubin)) } else { (Some(cubin), None) };
+        Ok(GpuWorker::spawn_with(&exe, source, fitness, interpreter)?)
     }
 }
 
