@@ -38,6 +38,13 @@ pub mod tree {
     pub use super::{Body, Source};
 }
 
+/// The evaluator's arithmetic where C leaves it undefined, and the templates' wrapped array read,
+/// for other runners of the same programs (the interpreter's CPU run) to share.
+pub mod semantics {
+    pub use super::run::wrapped;
+    pub use super::value::{int_div, int_rem, shl, shr};
+}
+
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
 

@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaView, DriverError, LaunchConfig,
-    PushKernelArg,
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaView, DriverError, LaunchArgs,
+    LaunchConfig, PushKernelArg,
 };
 use cudarc::nvrtc::Ptx;
 use gpfarm_gp::problem::{Column, InputColumn, ScalarType};
@@ -172,6 +172,14 @@ impl DevCol {
             DevCol::Int(s) => DevView::Int(s.slice(range)),
             DevCol::Float(s) => DevView::Float(s.slice(range)),
         }
+    }
+
+    /// Passes the whole buffer as the next kernel argument.
+    fn pass<'a>(&'a self, b: &mut LaunchArgs<'a>) {
+        match self {
+            DevCol::Int(s) => b.arg(s),
+            DevCol::Float(s) => b.arg(s),
+        };
     }
 
     fn whole(&self) -> DevView<'_> {
@@ -339,15 +347,9 @@ impl Device {
         let reduce = self.reduce.as_ref().ok_or_else(|| no_kernel("the fitness kernel"))?;
         let mut b = self.stream.launch_builder(reduce);
         for o in &self.outputs {
-            match o {
-                DevCol::Int(s) => b.arg(s),
-                DevCol::Float(s) => b.arg(s),
-            };
+            o.pass(&mut b);
         }
-        match &self.targets {
-            DevCol::Int(s) => b.arg(s),
-            DevCol::Float(s) => b.arg(s),
-        };
+        self.targets.pass(&mut b);
         b.arg(&nc);
         b.arg(&mut self.fitness);
         let cfg = LaunchConfig { grid_dim: (n as u32, 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 };
@@ -382,16 +384,10 @@ impl Device {
             if matches!(p.role, ParamRole::Input(_) | ParamRole::Lengths(_))
                 && let Some(buf) = &self.params[k]
             {
-                match buf {
-                    DevCol::Int(s) => b.arg(s),
-                    DevCol::Float(s) => b.arg(s),
-                };
+                buf.pass(&mut b);
             }
         }
-        match &self.targets {
-            DevCol::Int(s) => b.arg(s),
-            DevCol::Float(s) => b.arg(s),
-        };
+        self.targets.pass(&mut b);
         b.arg(&nc);
         b.arg(&words);
         b.arg(&offsets);

@@ -107,7 +107,7 @@ impl Machine<'_> {
 
 /// The index rule of the templates' array reads: `k` wrapped into `[0, len)`; an empty
 /// array reads 0.
-pub(super) fn wrapped(data: &[i32], k: i32) -> i32 {
+pub fn wrapped(data: &[i32], k: i32) -> i32 {
     let n = data.len() as i32;
     if n <= 0 {
         return 0;

@@ -114,22 +114,22 @@ impl Value {
 
 /// Signed overflow wraps (C leaves it undefined; GPUs wrap). Division and remainder
 /// by zero give 0 (undefined in C; no built-in grammar can produce them).
-pub(super) fn int_div(a: i32, b: i32) -> i32 {
+pub fn int_div(a: i32, b: i32) -> i32 {
     if b == 0 { 0 } else { a.wrapping_div(b) }
 }
 
-pub(super) fn int_rem(a: i32, b: i32) -> i32 {
+pub fn int_rem(a: i32, b: i32) -> i32 {
     if b == 0 { 0 } else { a.wrapping_rem(b) }
 }
 
 /// Shift counts outside 0..32 (undefined in C) are clamped as PTX `shl`/`shr` do:
 /// everything shifted out, with the sign filling in for `>>`.
-pub(super) fn shl(a: i32, count: i32) -> i32 {
+pub fn shl(a: i32, count: i32) -> i32 {
     let n = count as u32;
     if n >= 32 { 0 } else { ((a as u32) << n) as i32 }
 }
 
-pub(super) fn shr(a: i32, count: i32) -> i32 {
+pub fn shr(a: i32, count: i32) -> i32 {
     let n = count as u32;
     if n >= 32 { a >> 31 } else { a >> n }
 }

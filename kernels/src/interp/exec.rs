@@ -6,6 +6,7 @@
 
 use gpfarm_gp::Problem;
 use gpfarm_gp::interp::RunError;
+use gpfarm_gp::interp::semantics::{int_div, int_rem, shl, shr, wrapped};
 use gpfarm_gp::interp::tree::{Source, Ty};
 use gpfarm_gp::problem::{Column, InputColumn, ScalarType};
 
@@ -164,7 +165,7 @@ impl Machine<'_> {
                 Op::AddI => Cell::int(a.i().wrapping_add(t.i())),
                 Op::SubI => Cell::int(a.i().wrapping_sub(t.i())),
                 Op::MulI => Cell::int(a.i().wrapping_mul(t.i())),
-                Op::DivI => Cell::int(if t.i() == 0 { 0 } else { a.i().wrapping_div(t.i()) }),
+                Op::DivI => Cell::int(int_div(a.i(), t.i())),
                 Op::AddF => Cell::float(a.f() + t.f()),
                 Op::SubF => Cell::float(a.f() - t.f()),
                 Op::MulF => Cell::float(a.f() * t.f()),
@@ -173,12 +174,12 @@ impl Machine<'_> {
                 Op::SubD => Cell::double(a.d() - t.d()),
                 Op::MulD => Cell::double(a.d() * t.d()),
                 Op::DivD => Cell::double(a.d() / t.d()),
-                Op::Rem => Cell::int(if t.i() == 0 { 0 } else { a.i().wrapping_rem(t.i()) }),
+                Op::Rem => Cell::int(int_rem(a.i(), t.i())),
                 Op::And | Op::LAnd => Cell::int(a.i() & t.i()),
                 Op::Or | Op::LOr => Cell::int(a.i() | t.i()),
                 Op::Xor => Cell::int(a.i() ^ t.i()),
-                Op::Shl => Cell::int(if (t.i() as u32) >= 32 { 0 } else { ((a.i() as u32) << t.i()) as i32 }),
-                Op::Shr => Cell::int(if (t.i() as u32) >= 32 { a.i() >> 31 } else { a.i() >> t.i() }),
+                Op::Shl => Cell::int(shl(a.i(), t.i())),
+                Op::Shr => Cell::int(shr(a.i(), t.i())),
                 Op::LtI => Cell::bool(a.i() < t.i()),
                 Op::GtI => Cell::bool(a.i() > t.i()),
                 Op::LeI => Cell::bool(a.i() <= t.i()),
@@ -231,17 +232,4 @@ impl Machine<'_> {
             };
         }
     }
-}
-
-/// The templates' wrapped read: 0 for an empty list, else element `k mod len` in `[0, len)`.
-fn wrapped(data: &[i32], k: i32) -> i32 {
-    let n = data.len() as i32;
-    if n <= 0 {
-        return 0;
-    }
-    let mut m = k.wrapping_rem(n);
-    if m < 0 {
-        m += n;
-    }
-    data.get(m as usize).copied().unwrap_or(0)
 }
