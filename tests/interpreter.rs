@@ -12,7 +12,7 @@ use gpfarm_client::partition::per_unit;
 use gpfarm_client::{CompileOptions, Compiler, FailureKind, Farm, InProcess, SmArch, Unit, UnitOutcome};
 use gpfarm_gp::{Evolution, EvolutionConfig, Phenotype, Problem, Program};
 use gpfarm_kernels::gpu::{self, CompiledUnit, GpuEvaluator, Kernels, WirePopulation};
-use gpfarm_kernels::interp::{PackedPopulation, compile, interpreter_source};
+use gpfarm_kernels::interp::{PackedPopulation, compile, interpreter_source, interpreter_source_with};
 use gpfarm_kernels::render_units;
 use gpfarm_protocol::Shape;
 
@@ -40,12 +40,23 @@ fn the_interpreter_kernel_compiles_for_every_built_in_problem() {
     let mut nvrtc = InProcess::new(&toolchain, &options).unwrap();
     for name in Problem::builtin_names() {
         let problem = Problem::builtin(name).unwrap();
-        let cubin = cubin_of(&mut nvrtc, name, interpreter_source(&problem).unwrap(), &options);
-        // Both kernels are in it.
+        for interleave in [1, 2, 4, 8, 16] {
+            let source = interpreter_source_with(&problem, interleave).unwrap();
+            let cubin = cubin_of(&mut nvrtc, name, source, &options);
+            // All three kernels are in it.
+            let text = String::from_utf8_lossy(&cubin);
+            for kernel in [
+                gpfarm_kernels::interp::INTERP_KERNEL_SMALL,
+                gpfarm_kernels::interp::INTERP_KERNEL_LARGE,
+                gpu::TILES_KERNEL,
+            ] {
+                assert!(text.contains(kernel), "{name}, {interleave} at once: {kernel}");
+            }
+        }
+        assert!(interpreter_source_with(&problem, 3).is_err(), "3 does not divide a tile's rows");
+        let cubin = cubin_of(&mut nvrtc, name, gpu::fitness_source(&problem).unwrap(), &options);
         let text = String::from_utf8_lossy(&cubin);
-        for kernel in
-            [gpfarm_kernels::interp::INTERP_KERNEL_SMALL, gpfarm_kernels::interp::INTERP_KERNEL_LARGE]
-        {
+        for kernel in [gpu::FITNESS_KERNEL, gpu::TILES_KERNEL] {
             assert!(text.contains(kernel), "{name}: {kernel}");
         }
     }

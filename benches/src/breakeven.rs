@@ -43,6 +43,9 @@ pub struct BreakEvenConfig {
     pub cpu_max_cases: usize,
     /// The GPU's architecture.
     pub arch: SmArch,
+    /// Cases per thread at once of the interpreter for programs without jumps: the first is
+    /// the `interpreter` route, each other one an extra row `interpreter-xK`.
+    pub interleaves: Vec<usize>,
     /// Where CSV, table and plots go.
     pub out: PathBuf,
 }
@@ -54,7 +57,8 @@ pub struct BreakEvenRow {
     pub problem: String,
     /// Test cases.
     pub cases: usize,
-    /// Largest derivation depth of the population.
+    /// Largest derivation depth of the population's sensible initialisation (0: the engine's
+    /// default initialisation, for the built-in problems).
     pub depth: u32,
     /// Distinct programs evaluated.
     pub programs: usize,
@@ -72,6 +76,14 @@ pub struct BreakEvenRow {
     pub generation_ms: f64,
     /// Ops evaluated per second in one evaluation (programs x mean ops x cases / eval).
     pub ops_per_s: f64,
+}
+
+/// The same fitness, bit for bit (any NaN is the same).
+fn same(a: &Option<f64>, b: &Option<f64>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => a.to_bits() == b.to_bits() || a.is_nan() && b.is_nan(),
+        (a, b) => a.is_none() && b.is_none(),
+    }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -99,10 +111,14 @@ pub fn regression(n: usize) -> Result<Problem> {
 }
 
 /// One population of `problem`: generation 0 of seed 1, duplicates and programs that do not
-/// parse removed.
-fn population(problem: &Problem, size: usize, depth: u32) -> Result<(Vec<Phenotype>, Vec<Program>)> {
-    let config =
-        EvolutionConfig { population: size, seed: 1, init_max_depth: depth, ..EvolutionConfig::default() };
+/// parse removed. With a `depth`, sensible initialisation up to that derivation depth sets the
+/// programs' size; without, the engine's default initialisation.
+fn population(problem: &Problem, size: usize, depth: Option<u32>) -> Result<(Vec<Phenotype>, Vec<Program>)> {
+    let mut config = EvolutionConfig { population: size, seed: 1, ..EvolutionConfig::default() };
+    if let Some(depth) = depth {
+        config.init = gpfarm_gp::InitMethod::Sensible;
+        config.init_max_depth = depth;
+    }
     let unique = Evolution::new(problem, config)?.dedup().unique;
     let mut phenotypes = Vec::new();
     let mut programs = Vec::new();
@@ -121,18 +137,20 @@ pub fn run(
     farm: &mut dyn Compiler,
     mut progress: impl FnMut(&str),
 ) -> Result<Vec<BreakEvenRow>> {
-    let mut workloads: Vec<(Problem, u32)> = Vec::new();
+    let mut workloads: Vec<(Problem, Option<u32>)> = Vec::new();
     if config.builtins {
         for name in Problem::builtin_names() {
-            workloads.push((Problem::builtin(name)?, EvolutionConfig::default().init_max_depth));
+            workloads.push((Problem::builtin(name)?, None));
         }
     }
     for &n in &config.cases {
         let problem = regression(n)?;
         for &d in &config.depths {
-            workloads.push((problem.clone(), d));
+            workloads.push((problem.clone(), Some(d)));
         }
     }
+    let interleaves =
+        if config.interleaves.is_empty() { vec![interp::INTERLEAVE] } else { config.interleaves.clone() };
     let options =
         CompileOptions { flags: vec![gpfarm_evolve::NO_FMAD.into()], ..CompileOptions::cubin(config.arch) };
     let ptx_options = CompileOptions {
@@ -141,13 +159,14 @@ pub fn run(
     };
     let threads = std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN);
     let mut rows = Vec::new();
-    let mut evaluator: Option<(String, GpuEvaluator)> = None;
-    for (problem, depth) in &workloads {
-        let (phenotypes, programs) = population(problem, config.population, *depth)?;
+    let mut evaluators: Option<(String, Vec<GpuEvaluator>)> = None;
+    for &(ref problem, depth_limit) in &workloads {
+        let (phenotypes, programs) = population(problem, config.population, depth_limit)?;
+        let depth = depth_limit.unwrap_or(0);
         let cases = problem.cases().len();
         let name = problem.name().to_owned();
-        if evaluator.as_ref().is_none_or(|(n, _)| *n != name) {
-            drop(evaluator.take()); // free the last problem's cases first
+        if evaluators.as_ref().is_none_or(|(n, _)| *n != name) {
+            drop(evaluators.take()); // free the last problem's cases first
             let compile = |src: String, what: &str, farm: &mut dyn Compiler| -> Result<Vec<u8>> {
                 let b = farm.compile(&[Unit::new(what, src)], &options)?;
                 b.results[0]
@@ -155,18 +174,28 @@ pub fn run(
                     .map(<[u8]>::to_vec)
                     .ok_or_else(|| anyhow!("{what} does not compile: {}", b.results[0].log))
             };
-            let kernels = Kernels {
-                fitness: Some(compile(gpu::fitness_source(problem)?, "fitness.cu", farm)?),
-                interpreter: Some(compile(interp::interpreter_source(problem)?, "interp.cu", farm)?),
-            };
-            evaluator = Some((name.clone(), GpuEvaluator::with_kernels(problem, &kernels)?));
+            let fitness = compile(gpu::fitness_source(problem)?, "fitness.cu", farm)?;
+            let mut all = Vec::new();
+            for (k, &x) in interleaves.iter().enumerate() {
+                let kernels = Kernels {
+                    fitness: (k == 0).then(|| fitness.clone()),
+                    interpreter: Some(compile(
+                        interp::interpreter_source_with(problem, x)?,
+                        "interp.cu",
+                        farm,
+                    )?),
+                };
+                all.push(GpuEvaluator::with_kernels(problem, &kernels)?);
+            }
+            evaluators = Some((name.clone(), all));
         }
-        let gpu = &mut evaluator.as_mut().expect("made above").1;
+        let (first, others) = evaluators.as_mut().expect("made above").1.split_at_mut(1);
+        let gpu = &mut first[0];
         let n = programs.len();
         let row = |route: &str, compile_ms: f64, load_ms: f64, eval_ms: f64, ops: f64| BreakEvenRow {
             problem: name.clone(),
             cases,
-            depth: *depth,
+            depth,
             programs: n,
             mean_ops: ops,
             route: route.to_owned(),
@@ -215,6 +244,23 @@ pub fn run(
         let by_text: HashMap<&str, Option<f64>> =
             phenotypes.iter().map(Phenotype::as_str).zip(interpreted.iter().copied()).collect();
         keep(row("interpreter", compile_ms, 0.0, median(times), ops), &mut progress);
+        for (other, &x) in others.iter_mut().zip(&interleaves[1..]) {
+            let mut times = Vec::new();
+            for _ in 0..=config.repeats {
+                let t = Instant::now();
+                let fitness = other.interpret(&wire)?.fitness;
+                times.push(t.elapsed().as_secs_f64() * 1e3);
+                let differ = fitness.iter().zip(&interpreted).filter(|(a, b)| !same(a, b)).count();
+                if differ > 0 {
+                    progress(&format!(
+                        "{name}: {differ} of {n} programs differ between {x} and {} cases at once",
+                        interleaves[0]
+                    ));
+                }
+            }
+            times.remove(0);
+            keep(row(&format!("interpreter-x{x}"), compile_ms, 0.0, median(times), ops), &mut progress);
+        }
         // The compile routes, on the engine's units.
         for route in [Route::Ptx, Route::Nvrtc] {
             let (ordered, parts) = crate::sample::guided(problem, &phenotypes, route, farm.workers());

@@ -33,8 +33,21 @@ use crate::interp::{INTERP_KERNEL_LARGE, INTERP_KERNEL_SMALL, SMALL_DEPTH};
 
 /// Threads per block for individuals' kernels and for the fitness reduction.
 pub(crate) const BLOCK: u32 = 256;
-/// Name of the fitness kernel in [`fitness_source`].
+/// Cases each lane of a tile sums ([`TILE`]).
+pub(crate) const ROWS: u32 = 16;
+/// Cases per tile. How every GPU route sums a program's per-case fitness terms, so that all give the same bits.
+/// The cases are cut into tiles of [`BLOCK`] × [`ROWS`]. In a tile, lane `l` of
+/// the block adds the terms of cases `l`, `l + BLOCK`, … (`ROWS` of them, in this order, from
+/// 0.0) to its own `double`; the `BLOCK` lane sums are then added pairwise (lane `l` takes lane
+/// `l + w` for `w` = 128, 64, …, 1). The tile sums are summed the same way: lane `l` adds tiles
+/// `l`, `l + BLOCK`, … in order, then pairwise. Tiles let a program's cases spread over as many
+/// blocks as the GPU holds, whatever the population's size.
+pub const TILE: u32 = BLOCK * ROWS;
+/// Name of the fitness kernel in [`fitness_source`]: the sum of each tile of cases.
 pub const FITNESS_KERNEL: &str = "gpfarm_fitness";
+/// Name of the kernel that sums each program's tiles into its fitness, in [`fitness_source`] and
+/// in the interpreter's source.
+pub const TILES_KERNEL: &str = "gpfarm_tiles";
 
 /// The GPU could not be used at all.
 #[derive(Debug, Error)]
@@ -82,10 +95,15 @@ pub fn probe() -> Result<(String, (i32, i32)), GpuError> {
     Ok((ctx.name().map_err(driver)?, ctx.compute_capability().map_err(driver)?))
 }
 
-/// CUDA C of the fitness reduction for `problem`: one block per individual, reading the output
-/// slabs (`ncases` values per individual) and writing one `double` per individual. It computes
-/// what the CPU scorer computes: RMSE accumulated in double, count of exact matches, or summed
-/// popcount of packed output bits against the target.
+/// CUDA C of the fitness reduction for `problem`, in two kernels. [`FITNESS_KERNEL`] runs one
+/// block per individual and tile of [`TILE`] cases (grid: individuals × tiles), reading the
+/// output slabs (`ncases` values per individual) and writing the tile's sum of per-case terms;
+/// [`TILES_KERNEL`] sums each individual's tiles and writes one `double` per individual. It
+/// computes what the CPU scorer computes: RMSE accumulated in double, count of exact matches,
+/// or summed popcount of packed output bits against the target.
+///
+/// The order of summation is the one every GPU route keeps ([`TILE`]), so the
+/// interpreter, which computes its terms itself, gets the same bits.
 pub fn fitness_source(problem: &Problem) -> Result<String, GpuError> {
     let spec = problem.spec();
     let ty = |t: ScalarType| t.c_name();
@@ -97,12 +115,33 @@ pub fn fitness_source(problem: &Problem) -> Result<String, GpuError> {
         .collect();
     params.push(format!("const {}* __restrict__ target", ty(spec.target.ty)));
     params.push("int ncases".into());
-    params.push("double* __restrict__ fitness".into());
+    params.push("int ntiles".into());
+    params.push("double* __restrict__ partial".into());
     let (term, finish) = fitness_term(problem, &|k| format!("o{k}[base + c]"))?;
     Ok(format!(
-        "extern \"C\" __global__ void {FITNESS_KERNEL}({params})\n{{\n    __shared__ double part[{BLOCK}];\n    const size_t base = (size_t)blockIdx.x * (size_t)ncases;\n    double s = 0.0;\n    for (int c = threadIdx.x; c < ncases; c += blockDim.x) {{\n        {term}\n    }}\n    part[threadIdx.x] = s;\n    __syncthreads();\n    for (int w = blockDim.x / 2; w > 0; w >>= 1) {{\n        if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];\n        __syncthreads();\n    }}\n    if (threadIdx.x == 0) fitness[blockIdx.x] = {finish};\n}}\n",
-        params = params.join(", ")
+        "extern \"C\" __global__ void __launch_bounds__({BLOCK}) {FITNESS_KERNEL}({params})\n{{\n    __shared__ double part[{BLOCK}];\n    const size_t base = (size_t)blockIdx.x * (size_t)ncases;\n    const int first = blockIdx.y * {TILE} + threadIdx.x;\n    double s = 0.0;\n    for (int j = 0; j < {ROWS}; ++j) {{\n        const int c = first + j * {BLOCK};\n        if (c >= ncases) break;\n        {term}\n    }}\n{tail}}}\n\n{tiles}",
+        params = params.join(", "),
+        tail = block_sum("partial[(size_t)blockIdx.x * ntiles + blockIdx.y] = part[0];"),
+        tiles = tiles_source(finish),
     ))
+}
+
+/// The end of a block's sum: every lane's `s` into shared `part`, the pairwise sum into
+/// `part[0]`, then `store` by lane 0.
+pub(crate) fn block_sum(store: &str) -> String {
+    format!(
+        "    part[threadIdx.x] = s;\n    __syncthreads();\n    for (int w = {BLOCK} / 2; w > 0; w >>= 1) {{\n        if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];\n        __syncthreads();\n    }}\n    if (threadIdx.x == 0) {store}\n"
+    )
+}
+
+/// CUDA C of [`TILES_KERNEL`]: one block per program sums its `ntiles` tile sums into its
+/// fitness, ending with `finish` (the fitness of the sum `part[0]` over `ncases` cases). A NaN
+/// tile (a failed program) gives a NaN fitness.
+pub(crate) fn tiles_source(finish: &str) -> String {
+    format!(
+        "extern \"C\" __global__ void __launch_bounds__({BLOCK}) {TILES_KERNEL}(const double* __restrict__ partial, int ntiles, int ncases, double* __restrict__ fitness)\n{{\n    __shared__ double part[{BLOCK}];\n    const double* __restrict__ p = partial + (size_t)blockIdx.x * ntiles;\n    double s = 0.0;\n    for (int k = threadIdx.x; k < ntiles; k += {BLOCK}) s += p[k];\n{tail}}}\n",
+        tail = block_sum(&format!("fitness[blockIdx.x] = {finish};"))
+    )
 }
 
 /// The per-case term and the final expression of `problem`'s fitness, in CUDA C: the term adds
@@ -200,13 +239,20 @@ struct Device {
     /// One slab per output, `capacity * ncases` values.
     outputs: Vec<DevCol>,
     capacity: usize,
+    /// One fitness per individual or program.
     fitness: CudaSlice<f64>,
-    /// The fitness kernel, when compiled individuals are evaluated.
-    reduce: Option<CudaFunction>,
-    /// The interpreter's kernels (small stack, large stack), when programs are interpreted.
-    interpret: Option<(CudaFunction, CudaFunction)>,
-    /// One fitness per interpreted program.
-    interpreted: CudaSlice<f64>,
+    /// The sum of each tile of cases, `ntiles` per individual or program.
+    partial: CudaSlice<f64>,
+    /// The fitness kernels (tile sums, fitness), when compiled individuals are evaluated.
+    reduce: Option<(CudaFunction, CudaFunction)>,
+    /// The interpreter's kernels (small stack, large stack) and its [`TILES_KERNEL`], when
+    /// programs are interpreted.
+    interpret: Option<(CudaFunction, CudaFunction, CudaFunction)>,
+}
+
+/// Tiles of [`TILE`] cases that `ncases` cases fill (at least one).
+fn tiles(ncases: usize) -> usize {
+    ncases.div_ceil(TILE as usize).max(1)
 }
 
 /// Evaluates compiled individuals of one problem on GPU 0.
@@ -254,7 +300,10 @@ impl Device {
         let reduce = match &kernels.fitness {
             Some(cubin) => {
                 let module = ctx.load_module(Ptx::from_binary(cubin.clone())).map_err(driver)?;
-                Some(module.load_function(FITNESS_KERNEL).map_err(driver)?)
+                Some((
+                    module.load_function(FITNESS_KERNEL).map_err(driver)?,
+                    module.load_function(TILES_KERNEL).map_err(driver)?,
+                ))
             }
             None => None,
         };
@@ -264,12 +313,13 @@ impl Device {
                 Some((
                     module.load_function(INTERP_KERNEL_SMALL).map_err(driver)?,
                     module.load_function(INTERP_KERNEL_LARGE).map_err(driver)?,
+                    module.load_function(TILES_KERNEL).map_err(driver)?,
                 ))
             }
             None => None,
         };
         let fitness = stream.alloc_zeros::<f64>(1).map_err(driver)?;
-        let interpreted = stream.alloc_zeros::<f64>(1).map_err(driver)?;
+        let partial = stream.alloc_zeros::<f64>(1).map_err(driver)?;
         Ok(Device {
             ctx,
             stream,
@@ -278,9 +328,9 @@ impl Device {
             outputs: Vec::new(),
             capacity: 0,
             fitness,
+            partial,
             reduce,
             interpret,
-            interpreted,
         })
     }
 
@@ -293,9 +343,42 @@ impl Device {
             .into_iter()
             .map(|f| DevCol::zeros(&self.stream, f, cap * ncases))
             .collect::<Result<_, _>>()?;
-        self.fitness = self.stream.alloc_zeros::<f64>(cap)?;
         self.capacity = cap;
+        self.ensure_fitness(cap, ncases)
+    }
+
+    /// Room for the tile sums and the fitness of `n` programs.
+    fn ensure_fitness(&mut self, n: usize, ncases: usize) -> Result<(), DriverError> {
+        if self.fitness.len() < n {
+            self.fitness = self.stream.alloc_zeros::<f64>(n.next_power_of_two())?;
+        }
+        let need = self.fitness.len() * tiles(ncases);
+        if self.partial.len() < need {
+            self.partial = self.stream.alloc_zeros::<f64>(need)?;
+        }
         Ok(())
+    }
+
+    /// Launches [`TILES_KERNEL`] over `n` programs' tile sums and reads their fitness back.
+    fn sum_tiles(
+        &mut self,
+        tiles_kernel: &CudaFunction,
+        n: usize,
+        ncases: usize,
+    ) -> Result<Vec<f64>, GpuError> {
+        let (nc, nt) = (ncases as i32, tiles(ncases) as i32);
+        let mut b = self.stream.launch_builder(tiles_kernel);
+        b.arg(&self.partial);
+        b.arg(&nt);
+        b.arg(&nc);
+        b.arg(&mut self.fitness);
+        let cfg = LaunchConfig { grid_dim: (n as u32, 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 };
+        // SAFETY: `tiles_source` declares the tile sums, the tile count, the case count and the
+        // fitness array; `ensure_fitness` made room for `ntiles` sums and one fitness per program.
+        unsafe { b.launch(cfg) }.map_err(driver)?;
+        let mut all = self.stream.clone_dtoh(&self.fitness.slice(..n)).map_err(driver)?;
+        all.truncate(n);
+        Ok(all)
     }
 
     /// Launches `run` over all cases (asynchronously): its kernel for one individual, or rows
@@ -343,27 +426,30 @@ impl Device {
     }
 
     fn reduce(&mut self, n: usize, ncases: usize) -> Result<Vec<f64>, GpuError> {
-        let nc = ncases as i32;
-        let reduce = self.reduce.as_ref().ok_or_else(|| no_kernel("the fitness kernel"))?;
-        let mut b = self.stream.launch_builder(reduce);
+        let (nc, nt) = (ncases as i32, tiles(ncases) as i32);
+        let (reduce, sum) = self.reduce.clone().ok_or_else(|| no_kernel("the fitness kernel"))?;
+        let mut b = self.stream.launch_builder(&reduce);
         for o in &self.outputs {
             o.pass(&mut b);
         }
         self.targets.pass(&mut b);
         b.arg(&nc);
-        b.arg(&mut self.fitness);
-        let cfg = LaunchConfig { grid_dim: (n as u32, 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 };
+        b.arg(&nt);
+        b.arg(&mut self.partial);
+        let cfg = LaunchConfig {
+            grid_dim: (n as u32, nt as u32, 1),
+            block_dim: (BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
         // SAFETY: `fitness_source` declares one pointer per output slab, the targets, the case
-        // count and the fitness array, in this order; slabs and fitness hold `capacity >= n`
-        // individuals.
+        // count, the tile count and the tile sums, in this order; slabs hold `capacity >= n`
+        // individuals, the tile sums `ntiles` per individual (`ensure_capacity`).
         unsafe { b.launch(cfg) }.map_err(driver)?;
-        let mut all = self.stream.clone_dtoh(&self.fitness).map_err(driver)?;
-        all.truncate(n);
-        Ok(all)
+        self.sum_tiles(&sum, n, ncases)
     }
 
-    /// Launches the interpreter over `population` (asynchronously), one block per program,
-    /// writing one fitness per program into `interpreted`.
+    /// Launches the interpreter over `population` (asynchronously), one block per program and
+    /// tile of cases, writing the tile sums into `partial`.
     fn launch_interpreter(
         &mut self,
         problem: &Problem,
@@ -371,15 +457,13 @@ impl Device {
         ncases: usize,
     ) -> Result<(), GpuError> {
         let n = population.offsets.len();
-        let (small, large) = self.interpret.as_ref().ok_or_else(|| no_kernel("the interpreter"))?;
+        let (small, large, _) = self.interpret.clone().ok_or_else(|| no_kernel("the interpreter"))?;
         let function = if population.depth as usize <= SMALL_DEPTH { small } else { large };
-        if self.interpreted.len() < n {
-            self.interpreted = self.stream.alloc_zeros::<f64>(n.next_power_of_two()).map_err(driver)?;
-        }
+        self.ensure_fitness(n, ncases).map_err(driver)?;
         let words = self.stream.clone_htod(&population.words).map_err(driver)?;
         let offsets = self.stream.clone_htod(&population.offsets).map_err(driver)?;
-        let nc = ncases as i32;
-        let mut b = self.stream.launch_builder(function);
+        let (nc, nt) = (ncases as i32, tiles(ncases) as i32);
+        let mut b = self.stream.launch_builder(&function);
         for (k, p) in problem.kernel_params().iter().enumerate() {
             if matches!(p.role, ParamRole::Input(_) | ParamRole::Lengths(_))
                 && let Some(buf) = &self.params[k]
@@ -392,12 +476,18 @@ impl Device {
         b.arg(&words);
         b.arg(&offsets);
         b.arg(&population.max_steps);
-        b.arg(&mut self.interpreted);
-        let cfg = LaunchConfig { grid_dim: (n as u32, 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 };
+        b.arg(&nt);
+        b.arg(&mut self.partial);
+        let cfg = LaunchConfig {
+            grid_dim: (n as u32, nt as u32, 1),
+            block_dim: (BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
         // SAFETY: `interpreter_source` declares the problem's input and length pointers in
         // kernel-parameter order, the targets, the case count, the words, the offsets (one per
-        // program, each the start of a program the bytecode compiler wrote, ending in `End`), the
-        // step limit and the fitness array, which holds at least `n` values.
+        // program, each the start of a program the bytecode compiler wrote, ending in `End`,
+        // flagged when it has no jump), the step limit, the tile count and the tile sums, which
+        // hold `ntiles` values per program (`ensure_fitness`).
         unsafe { b.launch(cfg) }.map_err(driver)?;
         Ok(())
     }
@@ -502,8 +592,8 @@ impl GpuEvaluator {
     }
 
     /// Interprets a population: one program per individual, all over every case in one launch,
-    /// fitness reduced on the device. `load` is the upload of the bytecode, `launch` the kernel,
-    /// `readback` the copy of the fitness values. A program that fails (its loop ran past the
+    /// fitness reduced on the device. `launch` is the upload of the bytecode and the kernel,
+    /// `readback` the sum of the tiles and the copy of the fitness values. A program that fails (its loop ran past the
     /// step limit) has a NaN fitness.
     pub fn interpret(&mut self, population: &WirePopulation) -> Result<GpuGeneration, GpuError> {
         if let Some(why) = &self.poisoned {
@@ -523,7 +613,8 @@ impl GpuEvaluator {
         }
         outcome.launch = t.elapsed();
         let t = Instant::now();
-        let all = self.device.stream.clone_dtoh(&self.device.interpreted).map_err(driver)?;
+        let (_, _, sum) = self.device.interpret.clone().ok_or_else(|| no_kernel("the interpreter"))?;
+        let all = self.device.sum_tiles(&sum, n, self.ncases)?;
         outcome.readback = t.elapsed();
         for (slot, v) in outcome.fitness.iter_mut().zip(all) {
             *slot = Some(v);

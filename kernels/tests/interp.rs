@@ -8,7 +8,7 @@ use gpfarm_gp::interp::{DEFAULT_MAX_STEPS, RunError};
 use gpfarm_gp::problem::{Column, ProblemSources, standard_template};
 use gpfarm_gp::{Phenotype, Problem, Program};
 use gpfarm_kernels::interp::{
-    self, Folding, MAX_DEPTH, Op, PackedPopulation, SMALL_DEPTH, compile, compile_with, exec,
+    self, Folding, MAX_DEPTH, Op, PackedPopulation, SMALL_DEPTH, STRAIGHT, compile, compile_with, exec,
     interp_supported, interpreter_source,
 };
 
@@ -222,7 +222,8 @@ fn deep_programs_take_the_large_stack_and_every_accepted_one_fits() {
     let packed = PackedPopulation::new([&shallow, &code]);
     assert_eq!(packed.kernel(), interp::INTERP_KERNEL_LARGE);
     assert_eq!(PackedPopulation::new([&shallow]).kernel(), interp::INTERP_KERNEL_SMALL);
-    assert_eq!(packed.offsets, vec![0, shallow.words.len() as u32]);
+    assert_eq!(packed.offsets, vec![STRAIGHT, shallow.words.len() as u32 | STRAIGHT]);
+    assert_eq!(packed.program(1), &code.words[..]);
     // The deep program still runs as on the CPU.
     agree(&problem, &text, DEFAULT_MAX_STEPS);
 }
@@ -267,4 +268,33 @@ fn constants_fold_as_the_ptx_route_folds_them() {
     for (x, y) in a.iter().zip(b) {
         assert!((x - y).abs() <= 1e-5 * y.abs().max(1.0), "{x} {y}");
     }
+}
+
+/// Programs without jumps are flagged, so the GPU runs them on several cases per thread; the
+/// flag reads ops, not value words: a constant whose bits look like a jump is still a constant.
+#[test]
+fn programs_without_jumps_and_only_those_are_straight() {
+    let keijzer6 = Problem::builtin("keijzer6").unwrap();
+    let jz = f32::from_bits(0x4000_0000 | Op::Jz as u32);
+    let text = format!("x * {jz:.40}f");
+    let program = Program::compile(&keijzer6, &Phenotype::new(&text)).unwrap();
+    let code = compile(&keijzer6, &program).unwrap();
+    assert!(code.words.iter().any(|&w| Op::decode(w) == Some(Op::Jz)), "{text}: {:?}", code.words);
+    assert!(code.is_straight(), "{text}");
+    let packed = PackedPopulation::new([&code]);
+    assert_eq!(packed.offsets[0] & STRAIGHT, STRAIGHT);
+    assert_eq!(packed.ops(), 5, "{:?}", code.words); // load, push, mul, out, end
+
+    // Search's grammar writes loops and ifs: those programs are not straight, the rest are.
+    let search = Problem::builtin("search").unwrap();
+    let (mut straight, mut not) = (0, 0);
+    for phenotype in common::populations(&search, &[3], 300).concat() {
+        let Ok(program) = Program::compile(&search, &phenotype) else { continue };
+        let code = compile(&search, &program).unwrap();
+        let text = phenotype.as_str();
+        let control = text.contains("if") || text.contains("for") || text.contains("while");
+        assert_eq!(code.is_straight(), !control, "{text}");
+        if control { not += 1 } else { straight += 1 }
+    }
+    assert!(straight > 0 && not > 0, "{straight} straight, {not} with jumps");
 }

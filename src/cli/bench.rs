@@ -70,6 +70,10 @@ pub struct BenchArgs {
     /// each.
     #[arg(long, value_delimiter = ',', requires = "break_even")]
     depths: Option<Vec<u32>>,
+    /// With --break-even: the interpreter's cases per thread at once (programs without jumps);
+    /// the first is the `interpreter` route, the others extra rows `interpreter-xK` of the CSV.
+    #[arg(long, value_delimiter = ',', requires = "break_even")]
+    interleaves: Option<Vec<usize>>,
     /// With --break-even: timed evaluations per route and workload (the median is kept).
     #[arg(long, default_value_t = 5, requires = "break_even")]
     repeats: usize,
@@ -227,6 +231,7 @@ fn break_even(args: &BenchArgs, cuda: Option<&Path>, cores: usize) -> Result<()>
         repeats: args.repeats.max(1),
         cpu_max_cases: 100_000,
         arch: args.arch,
+        interleaves: args.interleaves.clone().unwrap_or_default(),
         out: args.out.clone(),
     };
     std::fs::create_dir_all(&config.out).with_context(|| format!("creating {}", config.out.display()))?;

@@ -227,6 +227,31 @@ impl Op {
     pub fn decode(word: u32) -> Option<Op> {
         Op::ALL.get((word & 0xff) as usize).copied()
     }
+
+    /// Whether the op moves `pc` other than to the next op (a jump) or counts loop steps.
+    pub fn is_control(self) -> bool {
+        matches!(self, Op::Jz | Op::Jmp | Op::Step)
+    }
+
+    /// Words the op takes, itself and its constant's value words.
+    pub fn width(self) -> usize {
+        match self {
+            Op::PushI | Op::PushF => 2,
+            Op::PushD => 3,
+            _ => 1,
+        }
+    }
+}
+
+/// The ops of `words`, skipping constants' value words; `None` for a word that is no op.
+pub fn walk(words: &[u32]) -> impl Iterator<Item = Option<Op>> + '_ {
+    let mut pc = 0;
+    std::iter::from_fn(move || {
+        let w = *words.get(pc)?;
+        let op = Op::decode(w);
+        pc += op.map_or(1, Op::width);
+        Some(op)
+    })
 }
 
 /// Why a program cannot become bytecode.
@@ -251,6 +276,14 @@ pub struct Bytecode {
     pub words: Vec<u32>,
     /// The most cells on the stack at once, the top included.
     pub depth: usize,
+}
+
+impl Bytecode {
+    /// Whether the program runs straight through, every case the same ops: no `if`, no loop.
+    /// The GPU runs such programs on several cases per thread at once.
+    pub fn is_straight(&self) -> bool {
+        walk(&self.words).all(|op| op.is_some_and(|op| !op.is_control()))
+    }
 }
 
 /// The variable slots every program of `problem` has, in the order the CPU evaluator binds

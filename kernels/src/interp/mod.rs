@@ -28,8 +28,11 @@ pub mod bytecode;
 pub mod exec;
 mod source;
 
-pub use bytecode::{Bytecode, BytecodeError, Folding, MAX_DEPTH, Op, compile, compile_with};
-pub use source::{INTERP_KERNEL_LARGE, INTERP_KERNEL_SMALL, SMALL_DEPTH, interpreter_source};
+pub use bytecode::{Bytecode, BytecodeError, Folding, MAX_DEPTH, Op, compile, compile_with, walk};
+pub use source::{
+    INTERLEAVE, INTERP_KERNEL_LARGE, INTERP_KERNEL_SMALL, SMALL_DEPTH, interpreter_source,
+    interpreter_source_with,
+};
 
 use gpfarm_gp::Problem;
 use gpfarm_gp::problem::compare_with_standard;
@@ -52,13 +55,17 @@ pub fn interp_supported(problem: &Problem) -> Result<(), InterpUnsupported> {
         .map_err(|difference| InterpUnsupported { problem: problem.name().to_owned(), difference })
 }
 
+/// The bit of an offset in [`PackedPopulation::offsets`] that marks a program without jumps.
+pub const STRAIGHT: u32 = 1 << 31;
+
 /// A population's bytecode, laid out for one launch: every program's words one after the other,
 /// and where each starts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PackedPopulation {
     /// All programs' words.
     pub words: Vec<u32>,
-    /// The first word of each program.
+    /// The first word of each program, with [`STRAIGHT`] set when the program has no jump
+    /// ([`Bytecode::is_straight`]).
     pub offsets: Vec<u32>,
     /// The deepest stack of any program, in cells.
     pub depth: usize,
@@ -69,7 +76,8 @@ impl PackedPopulation {
     pub fn new<'a>(programs: impl IntoIterator<Item = &'a Bytecode>) -> PackedPopulation {
         let mut p = PackedPopulation::default();
         for b in programs {
-            p.offsets.push(p.words.len() as u32);
+            let flag = if b.is_straight() { STRAIGHT } else { 0 };
+            p.offsets.push(p.words.len() as u32 | flag);
             p.words.extend_from_slice(&b.words);
             p.depth = p.depth.max(b.depth);
         }
@@ -94,20 +102,13 @@ impl PackedPopulation {
     /// The ops the programs hold (a constant's value words not counted): the interpreter's work
     /// per case when no loop repeats any.
     pub fn ops(&self) -> usize {
-        let mut n = 0;
-        for (k, &start) in self.offsets.iter().enumerate() {
-            let end = self.offsets.get(k + 1).map_or(self.words.len(), |&e| e as usize);
-            let mut pc = start as usize;
-            while pc < end {
-                let op = Op::decode(self.words[pc]);
-                pc += match op {
-                    Some(Op::PushI | Op::PushF) => 2,
-                    Some(Op::PushD) => 3,
-                    _ => 1,
-                };
-                n += 1;
-            }
-        }
-        n
+        (0..self.len()).map(|k| bytecode::walk(self.program(k)).count()).sum()
+    }
+
+    /// The words of program `k`.
+    pub fn program(&self, k: usize) -> &[u32] {
+        let start = (self.offsets[k] & !STRAIGHT) as usize;
+        let end = self.offsets.get(k + 1).map_or(self.words.len(), |&e| (e & !STRAIGHT) as usize);
+        &self.words[start..end]
     }
 }

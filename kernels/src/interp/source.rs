@@ -15,12 +15,14 @@ use gpfarm_gp::interp::tree::{Source, Ty};
 use gpfarm_gp::problem::{InputType, ParamRole, ScalarType};
 
 use super::bytecode::{MAX_DEPTH, Op, array_layout, slot_layout};
-use crate::gpu::{BLOCK, GpuError, fitness_term};
+use crate::gpu::{BLOCK, GpuError, ROWS, TILE, block_sum, fitness_term, tiles_source};
 
 /// The kernel for programs whose stack is at most [`SMALL_DEPTH`] cells deep.
 pub const INTERP_KERNEL_SMALL: &str = "gpfarm_interpret_small";
 /// The kernel for deeper programs (up to [`MAX_DEPTH`]).
 pub const INTERP_KERNEL_LARGE: &str = "gpfarm_interpret_large";
+/// Cases a thread runs at once, for programs without jumps, in [`INTERP_KERNEL_SMALL`].
+pub const INTERLEAVE: usize = 4;
 /// The stack of [`INTERP_KERNEL_SMALL`], in cells.
 pub const SMALL_DEPTH: usize = 32;
 
@@ -30,6 +32,16 @@ pub const SMALL_DEPTH: usize = 32;
 /// offset of each program, the step limit per case (`unsigned long long`), and one `double`
 /// of fitness per program.
 pub fn interpreter_source(problem: &Problem) -> Result<String, GpuError> {
+    interpreter_source_with(problem, INTERLEAVE)
+}
+
+/// As [`interpreter_source`], running programs without jumps on `interleave` cases per thread
+/// at once (a divisor of the tile's rows, 16; 1 turns it off). For measuring; every setting
+/// gives the same bits.
+pub fn interpreter_source_with(problem: &Problem, interleave: usize) -> Result<String, GpuError> {
+    if interleave == 0 || !(ROWS as usize).is_multiple_of(interleave) {
+        return Err(GpuError::Problem(format!("{interleave} cases per thread do not divide {ROWS}")));
+    }
     let spec = problem.spec();
     let params = problem.kernel_params();
     let mut decl = Vec::new();
@@ -45,8 +57,9 @@ pub fn interpreter_source(problem: &Problem) -> Result<String, GpuError> {
     decl.push("const unsigned* __restrict__ code".into());
     decl.push("const unsigned* __restrict__ offsets".into());
     decl.push("unsigned long long max_steps".into());
-    decl.push("double* __restrict__ fitness".into());
-    args.extend(["target", "ncases", "code", "offsets", "max_steps", "fitness"].map(String::from));
+    decl.push("int ntiles".into());
+    decl.push("double* __restrict__ partial".into());
+    args.extend(["target", "ncases", "code", "offsets", "max_steps", "ntiles", "partial"].map(String::from));
     let decl = decl.join(", ");
     let args = args.join(", ");
 
@@ -89,30 +102,79 @@ pub fn interpreter_source(problem: &Problem) -> Result<String, GpuError> {
     read.push_str("        return 0;\n    };\n");
 
     let outputs = &spec.outputs;
-    let (term, finish) = fitness_term(problem, &|k| {
-        let f = match outputs[k].ty {
-            ScalarType::Int => "i",
-            ScalarType::Float => "f",
-        };
-        format!("out[{k}].{f}")
-    })?;
+    let out_field = |k: usize| match outputs[k].ty {
+        ScalarType::Int => "i",
+        ScalarType::Float => "f",
+    };
+    let (term, finish) = fitness_term(problem, &|k| format!("out[{k}].{}", out_field(k)))?;
+    let (term_k, _) = fitness_term(problem, &|k| format!("OUT[q][{k}].{}", out_field(k)))?;
     let mut cases = String::new();
+    let mut cases_k = String::new();
     for (code, op) in Op::ALL.iter().enumerate() {
         writeln!(cases, "            case {code}: {} break; // {op:?}", op.cuda()).ok();
+        if !op.is_control() {
+            writeln!(cases_k, "                case {code}: {{ {} }} break; // {op:?}", interleaved(*op))
+                .ok();
+        }
     }
     let nslots = layout.len().max(1);
     let nout = outputs.len().max(1);
+    let init_k = rename(&init, "q");
     Ok(format!(
         "// gpfarm interpreter for problem `{problem}`\n\
 union V {{ int i; float f; double d; }};\n\n\
-template <int DEPTH>\n\
+// One block per program and tile of {TILE} cases; lane l runs cases l, l + {BLOCK}, ... of the\n\
+// tile and adds their fitness terms in that order. A program without jumps runs K cases at once.\n\
+template <int DEPTH, int K>\n\
 __device__ __forceinline__ void gpfarm_interpret({decl})\n{{\n\
     __shared__ double part[{BLOCK}];\n\
-    const unsigned* __restrict__ prog = code + offsets[blockIdx.x];\n\
+    const unsigned o = offsets[blockIdx.x];\n\
+    const unsigned* __restrict__ prog = code + (o & 0x7fffffffu);\n\
+    const int first = blockIdx.y * {TILE} + threadIdx.x;\n\
 {read}\
     double s = 0.0;\n\
     int failed = 0;\n\
-    for (int c = threadIdx.x; c < ncases; c += blockDim.x) {{\n\
+    if (K > 1 && (o >> 31)) {{\n\
+        for (int j0 = 0; j0 < {ROWS}; j0 += K) {{\n\
+            if (first + j0 * {BLOCK} >= ncases) break;\n\
+            int C[K];\n\
+            V VARS[K][{nslots}];\n\
+            V OUT[K][{nout}];\n\
+            V ST[K][DEPTH + 1];\n\
+            V T[K];\n\
+#pragma unroll\n\
+            for (int q = 0; q < K; ++q) {{\n\
+                const int cq = first + (j0 + q) * {BLOCK};\n\
+                C[q] = cq < ncases ? cq : first + j0 * {BLOCK};\n\
+{init_k}\
+                for (int k = 0; k < {nout}; ++k) OUT[q][k].d = 0.0;\n\
+                ST[q][0].d = 0.0;\n\
+                T[q].d = 0.0;\n\
+            }}\n\
+            int sp = 1;\n\
+            unsigned pc = 0;\n\
+            for (;;) {{\n\
+                const unsigned w = prog[pc++];\n\
+                const unsigned arg = w >> 8;\n\
+                switch (w & 0xffu) {{\n\
+{cases_k}\
+                default: failed = 1; goto finished_k;\n\
+                }}\n\
+            }}\n\
+        finished_k:\n\
+            if (failed) break;\n\
+#pragma unroll\n\
+            for (int q = 0; q < K; ++q) {{\n\
+                const int c = C[q];\n\
+                if (first + (j0 + q) * {BLOCK} < ncases) {{\n\
+                {term_k}\n\
+                }}\n\
+            }}\n\
+        }}\n\
+    }} else {{\n\
+    for (int j = 0; j < {ROWS}; ++j) {{\n\
+        const int c = first + j * {BLOCK};\n\
+        if (c >= ncases) break;\n\
         V vars[{nslots}];\n\
         V out[{nout}];\n\
         V st[DEPTH + 1];\n\
@@ -138,21 +200,84 @@ __device__ __forceinline__ void gpfarm_interpret({decl})\n{{\n\
         {term}\n\
         }}\n\
     }}\n\
-    const int any_failed = __syncthreads_or(failed);\n\
-    part[threadIdx.x] = s;\n\
-    __syncthreads();\n\
-    for (int w = blockDim.x / 2; w > 0; w >>= 1) {{\n\
-        if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];\n\
-        __syncthreads();\n\
     }}\n\
-    if (threadIdx.x == 0) fitness[blockIdx.x] = any_failed ? __longlong_as_double(0x7ff8000000000000LL) : {finish};\n\
+    const int any_failed = __syncthreads_or(failed);\n\
+{tail}\
 }}\n\n\
 extern \"C\" __global__ void __launch_bounds__({BLOCK}) {INTERP_KERNEL_SMALL}({decl})\n\
-{{\n    gpfarm_interpret<{SMALL_DEPTH}>({args});\n}}\n\n\
+{{\n    gpfarm_interpret<{SMALL_DEPTH}, {interleave}>({args});\n}}\n\n\
 extern \"C\" __global__ void __launch_bounds__({BLOCK}) {INTERP_KERNEL_LARGE}({decl})\n\
-{{\n    gpfarm_interpret<{MAX_DEPTH}>({args});\n}}\n",
+{{\n    gpfarm_interpret<{MAX_DEPTH}, 1>({args});\n}}\n\n\
+{tiles}",
         problem = problem.name(),
+        tail = block_sum(
+            "partial[(size_t)blockIdx.x * ntiles + blockIdx.y] = any_failed ? __longlong_as_double(0x7ff8000000000000LL) : part[0];"
+        ),
+        tiles = tiles_source(finish),
     ))
+}
+
+/// The CUDA C of `op` on `K` cases at once, `q` = 0..K (unrolled): each case has its own top
+/// `T[q]`, stack `ST[q]`, variables `VARS[q]`, outputs `OUT[q]` and case index `C[q]`. The stack
+/// pointer and `pc` move alike for every case, as the op moves them for one.
+fn interleaved(op: Op) -> String {
+    let body = rename(op.cuda(), "q");
+    if op == Op::End {
+        return body;
+    }
+    let moves = |name: &str| idents(op.cuda()).any(|i| i == name);
+    let (sp, pc) = (moves("sp"), moves("pc"));
+    let mut open = String::new();
+    let mut inner = String::new();
+    let mut after = String::new();
+    let mut close = String::new();
+    for (name, ty, on) in [("sp", "int", sp), ("pc", "unsigned", pc)] {
+        if on {
+            open.push_str(&format!("const {ty} {name}0 = {name}; {ty} {name}1 = {name}; "));
+            inner.push_str(&format!("{ty} {name} = {name}0; "));
+            after.push_str(&format!(" {name}1 = {name};"));
+            close.push_str(&format!(" {name} = {name}1;"));
+        }
+    }
+    format!(
+        "{open}\n#pragma unroll\n                    for (int q = 0; q < K; ++q) {{ {inner}{body}{after} }}{close}"
+    )
+}
+
+/// `code` with the per-case names `t`, `st`, `vars`, `out`, `c` made arrays indexed by `q`
+/// (`T[q]`, ...), and the label `finished` made `finished_k`.
+fn rename(code: &str, q: &str) -> String {
+    let mut out = String::with_capacity(code.len() * 2);
+    let mut rest = code;
+    while let Some(ch) = rest.chars().next() {
+        if ch.is_ascii_alphabetic() || ch == '_' || ch.is_ascii_digit() {
+            let len = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.' && ch.is_ascii_digit()));
+            let word = &rest[..len.unwrap_or(rest.len())];
+            let member = out.ends_with('.');
+            match word {
+                "t" | "st" | "vars" | "out" | "c" if !member => {
+                    out.push_str(&format!(
+                        "{}[{q}]",
+                        if word == "c" { "C".into() } else { word.to_uppercase() }
+                    ));
+                }
+                "finished" => out.push_str("finished_k"),
+                _ => out.push_str(word),
+            }
+            rest = &rest[word.len()..];
+        } else {
+            out.push(ch);
+            rest = &rest[ch.len_utf8()..];
+        }
+    }
+    out
+}
+
+/// The identifiers in `code`.
+fn idents(code: &str) -> impl Iterator<Item = &str> {
+    code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_'))
 }
 
 fn field(ty: Ty) -> &'static str {
@@ -160,5 +285,32 @@ fn field(ty: Ty) -> &'static str {
         Ty::Int => "i",
         Ty::Float => "f",
         Ty::Double => "d",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_case_names_become_arrays_and_nothing_else_changes() {
+        let code = "{ V a = st[--sp]; t.f = a.f + vars[arg].f; out[arg] = t; } t.i = gpfarm_read(arg, t.i, c); \
+                    t.f = 0.5f + 1e3; const int cq = c; goto finished;";
+        assert_eq!(
+            rename(code, "q"),
+            "{ V a = ST[q][--sp]; T[q].f = a.f + VARS[q][arg].f; OUT[q][arg] = T[q]; } T[q].i = gpfarm_read(arg, T[q].i, C[q]); \
+             T[q].f = 0.5f + 1e3; const int cq = C[q]; goto finished_k;"
+        );
+    }
+
+    #[test]
+    fn an_interleaved_op_moves_sp_and_pc_once() {
+        let push = interleaved(Op::PushI);
+        assert!(push.starts_with("const int sp0 = sp; int sp1 = sp; const unsigned pc0 = pc;"), "{push}");
+        assert!(push.ends_with("sp = sp1; pc = pc1;"), "{push}");
+        let neg = interleaved(Op::NegF);
+        assert!(!neg.contains("sp") && !neg.contains("pc"), "{neg}");
+        assert!(neg.contains("T[q].f = -T[q].f;"), "{neg}");
+        assert_eq!(interleaved(Op::End), "goto finished_k;");
     }
 }
