@@ -61,7 +61,7 @@ impl Engine {
         let arch = options.arch.or(gpu.as_ref().map(|g| g.1)).unwrap_or(SmArch::SM_90);
         let (route, route_why) = match options.route {
             Some(route) => (route, "asked for".to_owned()),
-            None => crate::route::choose(&problem),
+            None => crate::route::choose(&problem, &options.evolution),
         };
         let shape = options.shape.unwrap_or_else(|| default_shape(route.compiled().unwrap_or(Route::Nvrtc)));
         let mut engine = Engine {

@@ -1,31 +1,119 @@
 //! The automatic choice of route ([`crate::Options::route`] `None`): which way from a phenotype
-//! to fitness finishes a generation first, predicted from the problem and the options alone.
+//! to fitness finishes a generation first, predicted from the problem and the run's first
+//! generation with costs calibrated by the break-even benchmark.
 //!
-//! Must never look at this machine (timings, core count, the GPU present): a seeded run must
-//! evolve the same on every machine. On the GPU the three routes give the same fitness bit for
-//! bit (see [`gpfarm_kernels::interp`]), so the choice changes only the time a generation takes;
-//! deciding from the problem alone also keeps it the same on a machine without a GPU, where the
-//! CPU evaluator scores every route.
+//! It never looks at this machine (timings, core count, the GPU present), so a seeded run takes
+//! the same route, and evolves the same, everywhere. On the GPU the three routes give the same
+//! fitness bit for bit anyway (see [`gpfarm_kernels::interp`]); the choice changes only the time
+//! a generation takes.
 //!
-//! The rule comes from the break-even benchmark (`gpfarm bench --break-even`, results under
-//! `benches/results/`): over the problems and case counts measured, one interpreter launch for
-//! the whole population finished a generation before the farm had compiled it, so a problem the
-//! interpreter can run is interpreted; a problem whose template is not the standard harness can
-//! only be compiled, by NVRTC.
+//! A problem whose template is not the standard harness can only be compiled by NVRTC. For the
+//! others the choice is between the interpreter and the PTX route (which compiles 3-6 times
+//! faster than NVRTC and evaluates as fast), by [`predict`]: the interpreter's time grows with
+//! programs × ops × cases, the PTX route's with programs (its compile) and programs × cases (its
+//! memory-bound evaluation). The constants ([`Costs::H100`]) come from `gpfarm bench
+//! --break-even` on the H100 host with 16 daemons (`benches/results/`).
 
-use gpfarm_gp::Problem;
+use gpfarm_gp::{Evolution, EvolutionConfig, Problem, Program};
 
 use crate::options::EvalRoute;
 
-/// The route auto takes for `problem`, and why, in words for the run's header and records.
-pub fn choose(problem: &Problem) -> (EvalRoute, String) {
-    match gpfarm_kernels::interp::interp_supported(problem) {
-        Ok(()) => (
-            EvalRoute::Interpreter,
-            "auto: the problem's template is the standard harness, which the interpreter runs \
-             without compiling any individual"
-                .to_owned(),
-        ),
-        Err(e) => (EvalRoute::Nvrtc, format!("auto: {}; only NVRTC compiles its template", e.difference)),
+/// Calibrated costs of one generation's evaluation by each route.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Costs {
+    /// Interpreter: ops per second over all programs and cases.
+    pub interp_ops_per_s: f64,
+    /// Interpreter: the work of one case beyond its ops (setting variables, the fitness
+    /// term), in ops.
+    pub interp_case_ops: f64,
+    /// Interpreter: each launch's fixed cost, seconds.
+    pub interp_fixed_s: f64,
+    /// PTX route: compiling and loading one individual, seconds, on the reference farm.
+    pub ptx_per_program_s: f64,
+    /// PTX route: evaluating one program on one case (writing and reducing its output), seconds.
+    pub ptx_per_case_s: f64,
+}
+
+impl Costs {
+    /// Measured on the H100 host (16 cores, 16 daemons), 2026-11-23.
+    pub const H100: Costs = Costs {
+        interp_ops_per_s: 1.2e12,
+        interp_case_ops: 6.0,
+        interp_fixed_s: 60e-6,
+        ptx_per_program_s: 250e-6,
+        ptx_per_case_s: 1.2e-11,
+    };
+}
+
+/// A generation's predicted evaluation time by the interpreter and by the PTX route, in
+/// seconds, for `programs` distinct programs of `mean_ops` ops over `cases` cases. Ops are
+/// counted once: a loop's repeats make the interpreter slower than predicted.
+pub fn predict(costs: &Costs, programs: usize, mean_ops: f64, cases: usize) -> (f64, f64) {
+    let (n, c) = (programs as f64, cases as f64);
+    let interp = costs.interp_fixed_s + n * c * (mean_ops + costs.interp_case_ops) / costs.interp_ops_per_s;
+    let ptx = n * costs.ptx_per_program_s + n * c * costs.ptx_per_case_s;
+    (interp, ptx)
+}
+
+/// The route auto takes for `problem` under `config` (the run's GP parameters, which fix its
+/// first generation), and why, in words for the run's header and records.
+pub fn choose(problem: &Problem, config: &EvolutionConfig) -> (EvalRoute, String) {
+    if let Err(e) = gpfarm_kernels::interp::interp_supported(problem) {
+        return (EvalRoute::Nvrtc, format!("auto: {}; only NVRTC compiles its template", e.difference));
+    }
+    let (programs, mean_ops) = first_generation(problem, config);
+    let cases = problem.cases().len();
+    let (interp, ptx) = predict(&Costs::H100, programs, mean_ops, cases);
+    let route = if interp <= ptx { EvalRoute::Interpreter } else { EvalRoute::Ptx };
+    let why = format!(
+        "auto: {programs} programs of {mean_ops:.1} ops over {cases} cases, predicted {:.2} ms interpreted, \
+         {:.2} ms by PTX (H100 costs)",
+        interp * 1e3,
+        ptx * 1e3
+    );
+    (route, why)
+}
+
+/// Distinct programs of the run's first generation and their mean ops (bytecode). A program
+/// the interpreter cannot take counts as one op, as the CPU evaluates it.
+fn first_generation(problem: &Problem, config: &EvolutionConfig) -> (usize, f64) {
+    let Ok(evolution) = Evolution::new(problem, config.clone()) else { return (0, 0.0) };
+    let unique = evolution.dedup().unique;
+    let ops: usize = unique
+        .iter()
+        .filter_map(|p| Program::compile(problem, p).ok())
+        .map(|p| {
+            gpfarm_kernels::interp::compile(problem, &p)
+                .map_or(1, |b| gpfarm_kernels::interp::walk(&b.words).count())
+        })
+        .sum();
+    (unique.len(), ops as f64 / unique.len().max(1) as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_interpreter_wins_small_programs_and_ptx_wins_large_programs_over_many_cases() {
+        let c = Costs::H100;
+        // keijzer6's first generation: 209 programs of 6.9 ops over 20 cases.
+        let (i, p) = predict(&c, 209, 6.9, 20);
+        assert!(i < p / 100.0, "{i} {p}");
+        // 10^7 cases: small programs still interpreted, bloated ones compiled.
+        let (i, p) = predict(&c, 189, 27.6, 10_000_000);
+        assert!(i < p, "{i} {p}");
+        let (i, p) = predict(&c, 300, 60.0, 10_000_000);
+        assert!(i > p, "{i} {p}");
+    }
+
+    #[test]
+    fn auto_interprets_the_built_in_problems_and_says_why() {
+        for name in Problem::builtin_names() {
+            let problem = Problem::builtin(name).unwrap();
+            let (route, why) = choose(&problem, &EvolutionConfig::default());
+            assert_eq!(route, EvalRoute::Interpreter, "{name}: {why}");
+            assert!(why.starts_with("auto: ") && why.contains("ms interpreted"), "{why}");
+        }
     }
 }

@@ -250,6 +250,9 @@ struct Device {
     interpret: Option<(CudaFunction, CudaFunction, CudaFunction)>,
 }
 
+/// The most blocks a launch may have along y.
+const MAX_GRID_Y: usize = 65_535;
+
 /// Tiles of [`TILE`] cases that `ncases` cases fill (at least one).
 fn tiles(ncases: usize) -> usize {
     ncases.div_ceil(TILE as usize).max(1)
@@ -455,41 +458,54 @@ impl Device {
         problem: &Problem,
         population: &WirePopulation,
         ncases: usize,
-    ) -> Result<(), GpuError> {
+    ) -> Result<Vec<usize>, GpuError> {
         let n = population.offsets.len();
         let (small, large, _) = self.interpret.clone().ok_or_else(|| no_kernel("the interpreter"))?;
         let function = if population.depth as usize <= SMALL_DEPTH { small } else { large };
         self.ensure_fitness(n, ncases).map_err(driver)?;
+        // Longest programs first: the GPU starts blocks in order, so the slowest programs' tiles
+        // do not trail at the end of the launch.
+        let start = |k: usize| (population.offsets[k] & !crate::interp::STRAIGHT) as usize;
+        let len =
+            |k: usize| if k + 1 < n { start(k + 1) } else { population.words.len() }.saturating_sub(start(k));
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by_key(|&k| std::cmp::Reverse(len(k)));
+        let sorted: Vec<u32> = order.iter().map(|&k| population.offsets[k]).collect();
         let words = self.stream.clone_htod(&population.words).map_err(driver)?;
-        let offsets = self.stream.clone_htod(&population.offsets).map_err(driver)?;
+        let offsets = self.stream.clone_htod(&sorted).map_err(driver)?;
         let (nc, nt) = (ncases as i32, tiles(ncases) as i32);
-        let mut b = self.stream.launch_builder(&function);
-        for (k, p) in problem.kernel_params().iter().enumerate() {
-            if matches!(p.role, ParamRole::Input(_) | ParamRole::Lengths(_))
-                && let Some(buf) = &self.params[k]
-            {
-                buf.pass(&mut b);
+        for first in (0..n).step_by(MAX_GRID_Y) {
+            let rows = (n - first).min(MAX_GRID_Y);
+            let offsets = offsets.slice(first..first + rows);
+            let mut partial = self.partial.slice_mut(first * nt as usize..(first + rows) * nt as usize);
+            let mut b = self.stream.launch_builder(&function);
+            for (k, p) in problem.kernel_params().iter().enumerate() {
+                if matches!(p.role, ParamRole::Input(_) | ParamRole::Lengths(_))
+                    && let Some(buf) = &self.params[k]
+                {
+                    buf.pass(&mut b);
+                }
             }
+            self.targets.pass(&mut b);
+            b.arg(&nc);
+            b.arg(&words);
+            b.arg(&offsets);
+            b.arg(&population.max_steps);
+            b.arg(&nt);
+            b.arg(&mut partial);
+            let cfg = LaunchConfig {
+                grid_dim: (nt as u32, rows as u32, 1),
+                block_dim: (BLOCK, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: `interpreter_source` declares the problem's input and length pointers in
+            // kernel-parameter order, the targets, the case count, the words, the offsets (one per
+            // program of the launch, each the start of a program the bytecode compiler wrote, ending
+            // in `End`, flagged when it has no jump), the step limit, the tile count and the tile
+            // sums, which hold `ntiles` values per program of the launch (`ensure_fitness`).
+            unsafe { b.launch(cfg) }.map_err(driver)?;
         }
-        self.targets.pass(&mut b);
-        b.arg(&nc);
-        b.arg(&words);
-        b.arg(&offsets);
-        b.arg(&population.max_steps);
-        b.arg(&nt);
-        b.arg(&mut self.partial);
-        let cfg = LaunchConfig {
-            grid_dim: (n as u32, nt as u32, 1),
-            block_dim: (BLOCK, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: `interpreter_source` declares the problem's input and length pointers in
-        // kernel-parameter order, the targets, the case count, the words, the offsets (one per
-        // program, each the start of a program the bytecode compiler wrote, ending in `End`,
-        // flagged when it has no jump), the step limit, the tile count and the tile sums, which
-        // hold `ntiles` values per program (`ensure_fitness`).
-        unsafe { b.launch(cfg) }.map_err(driver)?;
-        Ok(())
+        Ok(order)
     }
 }
 
@@ -605,7 +621,7 @@ impl GpuEvaluator {
             return Ok(outcome);
         }
         let t = Instant::now();
-        self.device.launch_interpreter(&self.problem, population, self.ncases)?;
+        let order = self.device.launch_interpreter(&self.problem, population, self.ncases)?;
         if let Err(e) = self.device.stream.synchronize() {
             let why = format!("{e:?}");
             self.poisoned = Some(why.clone());
@@ -616,8 +632,8 @@ impl GpuEvaluator {
         let (_, _, sum) = self.device.interpret.clone().ok_or_else(|| no_kernel("the interpreter"))?;
         let all = self.device.sum_tiles(&sum, n, self.ncases)?;
         outcome.readback = t.elapsed();
-        for (slot, v) in outcome.fitness.iter_mut().zip(all) {
-            *slot = Some(v);
+        for (k, v) in order.into_iter().zip(all) {
+            outcome.fitness[k] = Some(v);
         }
         Ok(outcome)
     }

@@ -123,14 +123,14 @@ pub fn interpreter_source_with(problem: &Problem, interleave: usize) -> Result<S
     Ok(format!(
         "// gpfarm interpreter for problem `{problem}`\n\
 union V {{ int i; float f; double d; }};\n\n\
-// One block per program and tile of {TILE} cases; lane l runs cases l, l + {BLOCK}, ... of the\n\
+// One block per tile of {TILE} cases (x) and program (y); lane l runs cases l, l + {BLOCK}, ... of the\n\
 // tile and adds their fitness terms in that order. A program without jumps runs K cases at once.\n\
 template <int DEPTH, int K>\n\
 __device__ __forceinline__ void gpfarm_interpret({decl})\n{{\n\
     __shared__ double part[{BLOCK}];\n\
-    const unsigned o = offsets[blockIdx.x];\n\
+    const unsigned o = offsets[blockIdx.y];\n\
     const unsigned* __restrict__ prog = code + (o & 0x7fffffffu);\n\
-    const int first = blockIdx.y * {TILE} + threadIdx.x;\n\
+    const int first = blockIdx.x * {TILE} + threadIdx.x;\n\
 {read}\
     double s = 0.0;\n\
     int failed = 0;\n\
@@ -211,7 +211,7 @@ extern \"C\" __global__ void __launch_bounds__({BLOCK}) {INTERP_KERNEL_LARGE}({d
 {tiles}",
         problem = problem.name(),
         tail = block_sum(
-            "partial[(size_t)blockIdx.x * ntiles + blockIdx.y] = any_failed ? __longlong_as_double(0x7ff8000000000000LL) : part[0];"
+            "partial[(size_t)blockIdx.y * ntiles + blockIdx.x] = any_failed ? __longlong_as_double(0x7ff8000000000000LL) : part[0];"
         ),
         tiles = tiles_source(finish),
     ))
