@@ -9,49 +9,58 @@
 //!
 //! A problem whose template is not the standard harness can only be compiled by NVRTC. For the
 //! others the choice is between the interpreter and the PTX route (which compiles 3-6 times
-//! faster than NVRTC and evaluates as fast), by [`predict`]: the interpreter's time grows with
-//! programs × ops × cases, the PTX route's with programs (its compile) and programs × cases (its
-//! memory-bound evaluation). The constants ([`Costs::H100`]) come from `gpfarm bench
-//! --break-even` on the H100 host with 16 daemons (`benches/results/`).
+//! faster than NVRTC and evaluates as fast), by [`predict`]: both grow with programs × cases ×
+//! ops, the interpreter's 1.5 times as steeply, and the PTX route pays its compile per program.
+//! The constants ([`Costs::H100`]) come from `gpfarm bench --break-even` on the H100 host with 16
+//! daemons (`benches/results/`): there one interpreter launch evaluates a generation before the
+//! farm has compiled it up to some 10^7-10^8 cases, so auto interprets every problem measured.
 
 use gpfarm_gp::{Evolution, EvolutionConfig, Problem, Program};
 
 use crate::options::EvalRoute;
 
-/// Calibrated costs of one generation's evaluation by each route.
+/// Calibrated costs of one generation's evaluation by each route, linear in the programs'
+/// ops: a route's cost per program, and per program and case, is `base + per_op * ops`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Costs {
-    /// Interpreter: ops per second over all programs and cases.
-    pub interp_ops_per_s: f64,
-    /// Interpreter: the work of one case beyond its ops (setting variables, the fitness
-    /// term), in ops.
-    pub interp_case_ops: f64,
-    /// Interpreter: each launch's fixed cost, seconds.
+    /// Interpreter: each launch's fixed cost (upload, two launches, read-back), seconds.
     pub interp_fixed_s: f64,
-    /// PTX route: compiling and loading one individual, seconds, on the reference farm.
-    pub ptx_per_program_s: f64,
-    /// PTX route: evaluating one program on one case (writing and reducing its output), seconds.
-    pub ptx_per_case_s: f64,
+    /// Interpreter: seconds per program and case (setting variables, the fitness term).
+    pub interp_case_s: f64,
+    /// Interpreter: seconds per op, program and case.
+    pub interp_op_s: f64,
+    /// PTX route: compiling and loading one program, seconds, on the reference farm.
+    pub ptx_program_s: f64,
+    /// PTX route: compiling and loading, seconds per op of a program.
+    pub ptx_program_op_s: f64,
+    /// PTX route: evaluating one program on one case (writing and reducing its output).
+    pub ptx_case_s: f64,
+    /// PTX route: evaluating, seconds per op, program and case.
+    pub ptx_op_s: f64,
 }
 
 impl Costs {
-    /// Measured on the H100 host (16 cores, 16 daemons), 2026-11-23.
+    /// Fitted to `gpfarm bench --break-even` on the H100 host (16 cores, 16 daemons),
+    /// 2026-11-23: regressions of 10^5 to 10^7 cases, programs of 6.9, 9.5 and 27.6 ops
+    /// (`benches/results/2026-11-23-h100/interpreter/breakeven/`).
     pub const H100: Costs = Costs {
-        interp_ops_per_s: 1.2e12,
-        interp_case_ops: 6.0,
-        interp_fixed_s: 60e-6,
-        ptx_per_program_s: 250e-6,
-        ptx_per_case_s: 1.2e-11,
+        interp_fixed_s: 150e-6,
+        interp_case_s: 8.1e-12,
+        interp_op_s: 6.0e-13,
+        ptx_program_s: 173e-6,
+        ptx_program_op_s: 15.5e-6,
+        ptx_case_s: 5.1e-12,
+        ptx_op_s: 4.1e-13,
     };
 }
 
 /// A generation's predicted evaluation time by the interpreter and by the PTX route, in
 /// seconds, for `programs` distinct programs of `mean_ops` ops over `cases` cases. Ops are
 /// counted once: a loop's repeats make the interpreter slower than predicted.
-pub fn predict(costs: &Costs, programs: usize, mean_ops: f64, cases: usize) -> (f64, f64) {
-    let (n, c) = (programs as f64, cases as f64);
-    let interp = costs.interp_fixed_s + n * c * (mean_ops + costs.interp_case_ops) / costs.interp_ops_per_s;
-    let ptx = n * costs.ptx_per_program_s + n * c * costs.ptx_per_case_s;
+pub fn predict(c: &Costs, programs: usize, mean_ops: f64, cases: usize) -> (f64, f64) {
+    let (n, m, cases) = (programs as f64, mean_ops, cases as f64);
+    let interp = c.interp_fixed_s + n * cases * (c.interp_case_s + m * c.interp_op_s);
+    let ptx = n * (c.ptx_program_s + m * c.ptx_program_op_s) + n * cases * (c.ptx_case_s + m * c.ptx_op_s);
     (interp, ptx)
 }
 
@@ -95,15 +104,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_interpreter_wins_small_programs_and_ptx_wins_large_programs_over_many_cases() {
+    fn the_interpreter_wins_up_to_tens_of_millions_of_cases_and_ptx_beyond() {
         let c = Costs::H100;
         // keijzer6's first generation: 209 programs of 6.9 ops over 20 cases.
         let (i, p) = predict(&c, 209, 6.9, 20);
         assert!(i < p / 100.0, "{i} {p}");
-        // 10^7 cases: small programs still interpreted, bloated ones compiled.
+        // 10^7 cases, as measured: the interpreter 47 ms, PTX 151 ms.
         let (i, p) = predict(&c, 189, 27.6, 10_000_000);
-        assert!(i < p, "{i} {p}");
-        let (i, p) = predict(&c, 300, 60.0, 10_000_000);
+        assert!((0.035..0.06).contains(&i) && (0.1..0.2).contains(&p), "{i} {p}");
+        // 2 x 10^8 cases of bloated programs: compiling pays.
+        let (i, p) = predict(&c, 200, 100.0, 200_000_000);
         assert!(i > p, "{i} {p}");
     }
 

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The end-to-end tests that need the GPU host (GPU, faults, farm, evolve), from the carried test
 # executables, one log each under $r, with the tests ignored for needing a GPU included; prints each
-# result line and the figures the tests print.
+# result line and the figures the tests print. TESTS="a b" runs only those.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 echo "== tests"
-for name in gpu interpreter gpu_fault gpu_worker faults farm evolve crash; do
+for name in ${TESTS:-gpu interpreter gpu_fault gpu_worker faults farm evolve crash}; do
   timeout 300 "$carry/tests/$name" --include-ignored --test-threads=1 --nocapture > "$r/test_$name.log" 2>&1
   echo "$name: rc=$? $(grep -E '^test result' "$r/test_$name.log")"
 done
