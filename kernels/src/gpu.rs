@@ -2,8 +2,9 @@
 //!
 //! The context is created once and the problem's test cases are uploaded once; each generation
 //! loads its CUBINs, launches every individual over all cases (one thread per case, outputs in a
-//! slab per individual), reduces fitness on the GPU with one block per individual so that only
-//! one `double` per individual is read back, and unloads its modules again.
+//! slab per individual), reduces fitness on the GPU (one block per tile of cases and individual,
+//! then one per individual, [`TILE`]) so that only one `double` per individual is read back, and
+//! unloads its modules again.
 //!
 //! Faults: a launch the driver refuses (too many resources, ...) fails only that individual, with
 //! the reason. A kernel that faults while running (illegal address, trap) leaves a sticky error,

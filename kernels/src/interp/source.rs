@@ -1,12 +1,16 @@
 //! The interpreter kernel's CUDA C, generated for one problem: its inputs as the compiled
 //! kernels take them, its variable slots, its outputs and its fitness.
 //!
-//! One block of [`crate::gpu::BLOCK`] threads per program. Thread `l` runs the program on cases
-//! `l`, `l + 256`, `l + 512`, ... in turn and adds each case's fitness term to its own `double`
-//! as it goes; the block then sums the 256 partial sums pairwise, exactly as the fitness kernel
-//! of the compiled routes sums its slabs ([`crate::gpu::fitness_source`]). Each case's outputs
-//! are the compiled kernel's, op for op, so the fitness is the same bits. A program whose loop
-//! runs past the step limit in any case gets NaN, which the engine scores as the worst fitness.
+//! One block of [`crate::gpu::BLOCK`] threads per tile of [`crate::gpu::TILE`] cases (grid x)
+//! and program (grid y). Thread `l` runs the program on cases `l`, `l + 256`, ... of its tile and
+//! adds each case's fitness term to its own `double` in that order; the block then sums the 256
+//! partial sums pairwise into the tile's sum, and [`crate::gpu::TILES_KERNEL`] sums the tiles,
+//! exactly as the fitness kernel of the compiled routes sums its slabs
+//! ([`crate::gpu::fitness_source`]). A program without jumps runs [`INTERLEAVE`] of the thread's
+//! cases at once (one fetch and dispatch per op for all of them), still adding their terms in
+//! case order. Each case's outputs are the compiled kernel's, op for op, so the fitness is the
+//! same bits. A program whose loop runs past the step limit in any case gets NaN, which the
+//! engine scores as the worst fitness.
 
 use std::fmt::Write as _;
 
