@@ -33,9 +33,9 @@ pub use gpfarm_protocol::worker::{CompiledUnit, GpuGeneration, KernelRef, WirePo
 use crate::interp::{INTERP_KERNEL_LARGE, INTERP_KERNEL_SMALL, SMALL_DEPTH};
 
 /// Threads per block for individuals' kernels and for the fitness reduction.
-pub(crate) const BLOCK: u32 = 256;
+pub const BLOCK: u32 = 256;
 /// Cases each lane of a tile sums ([`TILE`]).
-pub(crate) const ROWS: u32 = 16;
+pub const ROWS: u32 = 16;
 /// Cases per tile. How every GPU route sums a program's per-case fitness terms, so that all give the same bits.
 /// The cases are cut into tiles of [`BLOCK`] × [`ROWS`]. In a tile, lane `l` of
 /// the block adds the terms of cases `l`, `l + BLOCK`, … (`ROWS` of them, in this order, from
