@@ -590,11 +590,7 @@ impl GpuEvaluator {
                 return Err(GpuError::FaultAt { individual: run.slot, why });
             }
         }
-        if let Err(e) = self.device.stream.synchronize() {
-            let why = format!("{e:?}");
-            self.poisoned = Some(why.clone());
-            return Err(GpuError::Fault(why));
-        }
+        self.wait()?;
         outcome.launch = t.elapsed();
         let t = Instant::now();
         let values = self.device.reduce(n, self.ncases)?;
@@ -623,11 +619,7 @@ impl GpuEvaluator {
         }
         let t = Instant::now();
         let order = self.device.launch_interpreter(&self.problem, population, self.ncases)?;
-        if let Err(e) = self.device.stream.synchronize() {
-            let why = format!("{e:?}");
-            self.poisoned = Some(why.clone());
-            return Err(GpuError::Fault(why));
-        }
+        self.wait()?;
         outcome.launch = t.elapsed();
         let t = Instant::now();
         let (_, _, sum) = self.device.interpret.clone().ok_or_else(|| no_kernel("the interpreter"))?;
@@ -637,6 +629,15 @@ impl GpuEvaluator {
             outcome.fitness[k] = Some(v);
         }
         Ok(outcome)
+    }
+
+    /// Waits for the stream; a fault poisons the evaluator.
+    fn wait(&mut self) -> Result<(), GpuError> {
+        self.device.stream.synchronize().map_err(|e| {
+            let why = format!("{e:?}");
+            self.poisoned = Some(why.clone());
+            GpuError::Fault(why)
+        })
     }
 
     /// Loads the units' modules and groups their members into launches: consecutive branches

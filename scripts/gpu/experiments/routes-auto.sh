@@ -8,16 +8,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/../harness/env.sh"
 timeout 300 "$carry/tests/interpreter" --include-ignored --test-threads=1 --nocapture > "$r/test_interpreter.log" 2>&1
 echo "interp tests: rc=$? $(grep -E '^test result' "$r/test_interpreter.log")"
 grep -E "^test |individuals,|ms per generation|panicked" "$r/test_interpreter.log" | cut -c1-300
-reg="$r/regression100k"; mkdir -p "$reg"
-cp gp/problems/keijzer6/{grammar.bnf,template.cu} "$reg/"
-sed 's/^name = "keijzer6"/name = "regression100k"/' gp/problems/keijzer6/problem.toml > "$reg/problem.toml"
-python3 - "$reg/cases.json" <<'PY'
-import json, math, struct, sys
-f32 = lambda v: struct.unpack("f", struct.pack("f", v))[0]
-n = 100_000
-cases = [{"x": f32(1 + 63 * c / (n - 1)), "target": f32(math.log(1 + 63 * c / (n - 1)) + 0.5772)} for c in range(n)]
-json.dump(cases, open(sys.argv[1], "w"))
-PY
+reg="$r/regression100k"
+bash "$(dirname "${BASH_SOURCE[0]}")/../harness/regression100k.sh" "$reg"
 echo "problem,route,chosen,mean_generation_ms,best" > "$r/routes.csv"
 for p in keijzer6 search multiplier5 regression100k; do
   if [ "$p" = regression100k ]; then what=(--problem-dir "$reg"); else what=(--problem "$p"); fi

@@ -6,16 +6,8 @@
 # Expects .carry/ from scripts/gpu/harness/pack.sh; writes $OUT/routes-repeat.tgz.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../harness/env.sh"
-reg="$r/regression100k"; mkdir -p "$reg"
-cp gp/problems/keijzer6/{grammar.bnf,template.cu} "$reg/"
-sed 's/^name = "keijzer6"/name = "regression100k"/' gp/problems/keijzer6/problem.toml > "$reg/problem.toml"
-python3 - "$reg/cases.json" <<'PY'
-import json, math, struct, sys
-f32 = lambda v: struct.unpack("f", struct.pack("f", v))[0]
-n = 100_000
-cases = [{"x": f32(1 + 63 * c / (n - 1)), "target": f32(math.log(1 + 63 * c / (n - 1)) + 0.5772)} for c in range(n)]
-json.dump(cases, open(sys.argv[1], "w"))
-PY
+reg="$r/regression100k"
+bash "$(dirname "${BASH_SOURCE[0]}")/../harness/regression100k.sh" "$reg"
 echo "problem,route,repeat,chosen,mean_generation_ms" > "$r/repeats.csv"
 for p in keijzer6 search multiplier5 regression100k; do
   if [ "$p" = regression100k ]; then what=(--problem-dir "$reg"); else what=(--problem "$p"); fi
