@@ -36,9 +36,9 @@ use crate::interp::{INTERP_KERNEL_LARGE, INTERP_KERNEL_SMALL, SMALL_DEPTH};
 pub const BLOCK: u32 = 256;
 /// Cases each lane of a tile sums ([`TILE`]).
 pub const ROWS: u32 = 16;
-/// Cases per tile. How every GPU route sums a program's per-case fitness terms, so that all give the same bits.
-/// The cases are cut into tiles of [`BLOCK`] × [`ROWS`]. In a tile, lane `l` of
-/// the block adds the terms of cases `l`, `l + BLOCK`, … (`ROWS` of them, in this order, from
+/// Cases per tile. How every GPU route sums a program's per-case fitness terms, so that all
+/// give the same bits: the cases are cut into tiles of [`BLOCK`] × [`ROWS`]. In a tile, lane `l`
+/// of the block adds the terms of cases `l`, `l + BLOCK`, … (`ROWS` of them, in this order, from
 /// 0.0) to its own `double`; the `BLOCK` lane sums are then added pairwise (lane `l` takes lane
 /// `l + w` for `w` = 128, 64, …, 1). The tile sums are summed the same way: lane `l` adds tiles
 /// `l`, `l + BLOCK`, … in order, then pairwise. Tiles let a program's cases spread over as many
@@ -380,9 +380,7 @@ impl Device {
         // SAFETY: `tiles_source` declares the tile sums, the tile count, the case count and the
         // fitness array; `ensure_fitness` made room for `ntiles` sums and one fitness per program.
         unsafe { b.launch(cfg) }.map_err(driver)?;
-        let mut all = self.stream.clone_dtoh(&self.fitness.slice(..n)).map_err(driver)?;
-        all.truncate(n);
-        Ok(all)
+        self.stream.clone_dtoh(&self.fitness.slice(..n)).map_err(driver)
     }
 
     /// Launches `run` over all cases (asynchronously): its kernel for one individual, or rows
@@ -466,9 +464,8 @@ impl Device {
         self.ensure_fitness(n, ncases).map_err(driver)?;
         // Longest programs first: the GPU starts blocks in order, so the slowest programs' tiles
         // do not trail at the end of the launch.
-        let start = |k: usize| (population.offsets[k] & !crate::interp::STRAIGHT) as usize;
         let len =
-            |k: usize| if k + 1 < n { start(k + 1) } else { population.words.len() }.saturating_sub(start(k));
+            |k: usize| crate::interp::program_range(&population.offsets, population.words.len(), k).len();
         let mut order: Vec<usize> = (0..n).collect();
         order.sort_by_key(|&k| std::cmp::Reverse(len(k)));
         let sorted: Vec<u32> = order.iter().map(|&k| population.offsets[k]).collect();

@@ -58,6 +58,14 @@ pub fn interp_supported(problem: &Problem) -> Result<(), InterpUnsupported> {
 /// The bit of an offset in [`PackedPopulation::offsets`] that marks a program without jumps.
 pub const STRAIGHT: u32 = 1 << 31;
 
+/// Where program `k` lies among `nwords` words laid out by [`PackedPopulation`], from its
+/// `offsets` (flags and all).
+pub fn program_range(offsets: &[u32], nwords: usize, k: usize) -> std::ops::Range<usize> {
+    let start = (offsets[k] & !STRAIGHT) as usize;
+    let end = offsets.get(k + 1).map_or(nwords, |&e| (e & !STRAIGHT) as usize);
+    start..end
+}
+
 /// A population's bytecode, laid out for one launch: every program's words one after the other,
 /// and where each starts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -107,8 +115,6 @@ impl PackedPopulation {
 
     /// The words of program `k`.
     pub fn program(&self, k: usize) -> &[u32] {
-        let start = (self.offsets[k] & !STRAIGHT) as usize;
-        let end = self.offsets.get(k + 1).map_or(self.words.len(), |&e| (e & !STRAIGHT) as usize);
-        &self.words[start..end]
+        &self.words[program_range(&self.offsets, self.words.len(), k)]
     }
 }
