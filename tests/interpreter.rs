@@ -12,7 +12,9 @@ use gpfarm_client::partition::per_unit;
 use gpfarm_client::{CompileOptions, Compiler, FailureKind, Farm, InProcess, SmArch, Unit, UnitOutcome};
 use gpfarm_gp::{Evolution, EvolutionConfig, Phenotype, Problem, Program};
 use gpfarm_kernels::gpu::{self, CompiledUnit, GpuEvaluator, Kernels, WirePopulation};
-use gpfarm_kernels::interp::{PackedPopulation, compile, interpreter_source, interpreter_source_with};
+use gpfarm_kernels::interp::{
+    PackedPopulation, Tuning, compile, interpreter_source, interpreter_source_with,
+};
 use gpfarm_kernels::render_units;
 use gpfarm_protocol::Shape;
 
@@ -40,8 +42,9 @@ fn the_interpreter_kernel_compiles_for_every_built_in_problem() {
     let mut nvrtc = InProcess::new(&toolchain, &options).unwrap();
     for name in Problem::builtin_names() {
         let problem = Problem::builtin(name).unwrap();
-        for interleave in [1, 2, 4, 8, 16] {
-            let source = interpreter_source_with(&problem, interleave).unwrap();
+        for interleave in [1, 2, 4] {
+            let tuning = Tuning { interleave, ..Tuning::default() };
+            let source = interpreter_source_with(&problem, tuning).unwrap();
             let cubin = cubin_of(&mut nvrtc, name, source, &options);
             // All three kernels are in it.
             let text = String::from_utf8_lossy(&cubin);
@@ -53,7 +56,8 @@ fn the_interpreter_kernel_compiles_for_every_built_in_problem() {
                 assert!(text.contains(kernel), "{name}, {interleave} at once: {kernel}");
             }
         }
-        assert!(interpreter_source_with(&problem, 3).is_err(), "3 does not divide a tile's rows");
+        let three = Tuning { interleave: 3, ..Tuning::default() };
+        assert!(interpreter_source_with(&problem, three).is_err(), "3 does not divide a tile's rows");
         let cubin = cubin_of(&mut nvrtc, name, gpu::fitness_source(&problem).unwrap(), &options);
         let text = String::from_utf8_lossy(&cubin);
         for kernel in [gpu::FITNESS_KERNEL, gpu::TILES_KERNEL] {
@@ -84,6 +88,33 @@ fn populations(problem: &Problem) -> Vec<Phenotype> {
     all
 }
 
+/// The fitness of `phenotypes` compiled by `compiler` (a kernel per individual) and evaluated on
+/// `gpu`; `None` where a unit was lost.
+fn compiled_fitness(
+    gpu: &mut GpuEvaluator,
+    compiler: &mut dyn Compiler,
+    problem: &Problem,
+    phenotypes: &[Phenotype],
+    options: &CompileOptions,
+) -> Vec<Option<f64>> {
+    let units = render_units(problem, phenotypes, 0, &per_unit(phenotypes.len(), 32), Shape::Kernels);
+    let sources: Vec<Unit> = units.iter().map(|u| Unit::new(u.name.clone(), u.source.clone())).collect();
+    let batch = compiler.compile(&sources, options).unwrap();
+    let mut built = Vec::new();
+    for (u, r) in units.iter().zip(&batch.results) {
+        match &r.outcome {
+            UnitOutcome::Cubin(c) => built.push((c.clone(), u)),
+            UnitOutcome::Failed(f) if f.kind == FailureKind::Lost => eprintln!("{}: left out: {f}", u.name),
+            UnitOutcome::Failed(f) => panic!("{}: {f}\n{}", u.name, r.log),
+        }
+    }
+    let views: Vec<CompiledUnit<'_>> = built
+        .iter()
+        .map(|(c, u)| CompiledUnit { cubin: c, kernels: &u.kernels, members: &u.members })
+        .collect();
+    gpu.evaluate(&views, phenotypes.len()).unwrap().fitness
+}
+
 #[test]
 #[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
 fn interpreted_fitness_is_the_compiled_routes_fitness_bit_for_bit() {
@@ -108,29 +139,11 @@ fn interpreted_fitness_is_the_compiled_routes_fitness_bit_for_bit() {
             )),
         };
         let mut gpu = GpuEvaluator::with_kernels(&problem, &kernels).unwrap();
-        // Compiled by NVRTC, a kernel per individual.
-        let units = render_units(&problem, &phenotypes, 0, &per_unit(phenotypes.len(), 32), Shape::Kernels);
-        let sources: Vec<Unit> = units.iter().map(|u| Unit::new(u.name.clone(), u.source.clone())).collect();
-        let batch = farm.compile(&sources, &options).unwrap();
-        let mut built = Vec::new();
-        for (u, r) in units.iter().zip(&batch.results) {
-            match &r.outcome {
-                UnitOutcome::Cubin(c) => built.push((c.clone(), u)),
-                UnitOutcome::Failed(f) if f.kind == FailureKind::Lost => {
-                    eprintln!("{}: left out: {f}", u.name)
-                }
-                UnitOutcome::Failed(f) => panic!("{}: {f}\n{}", u.name, r.log),
-            }
-        }
-        let views: Vec<CompiledUnit<'_>> = built
-            .iter()
-            .map(|(c, u)| CompiledUnit { cubin: c, kernels: &u.kernels, members: &u.members })
-            .collect();
-        let compiled = gpu.evaluate(&views, phenotypes.len()).unwrap();
+        let compiled = compiled_fitness(&mut gpu, &mut farm, &problem, &phenotypes, &options);
         let interpreted = gpu.interpret(&wire(&problem, &phenotypes, 1_000_000)).unwrap();
         let (mut same, mut differ) = (0, 0);
         for (i, p) in phenotypes.iter().enumerate() {
-            let Some(c) = compiled.fitness[i] else { continue };
+            let Some(c) = compiled[i] else { continue };
             let v = interpreted.fitness[i].unwrap();
             if c.to_bits() == v.to_bits() || (c.is_nan() && v.is_nan()) {
                 same += 1;
@@ -146,6 +159,44 @@ fn interpreted_fitness_is_the_compiled_routes_fitness_bit_for_bit() {
         );
         assert_eq!(differ, 0, "{name}");
         assert!(same > 1000, "{name}: {same}");
+    }
+}
+
+/// Programs deeper than the small kernel's stack run in the large kernel, the others in the
+/// small one, in one population: every fitness is the compiled one, and the same as when each
+/// program is interpreted alone.
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
+fn deep_and_shallow_programs_share_a_population() {
+    let arch = require_gpu("interpreter_deep_and_shallow");
+    let problem = Problem::builtin("keijzer6").unwrap();
+    let toolchain = gpfarm_toolchain::Toolchain::discover(None).unwrap();
+    let options = options(arch);
+    let mut nvrtc = InProcess::new(&toolchain, &options).unwrap();
+    let kernels = Kernels {
+        fitness: Some(cubin_of(&mut nvrtc, "fitness.cu", gpu::fitness_source(&problem).unwrap(), &options)),
+        interpreter: Some(cubin_of(&mut nvrtc, "interp.cu", interpreter_source(&problem).unwrap(), &options)),
+    };
+    let mut gpu = GpuEvaluator::with_kernels(&problem, &kernels).unwrap();
+    // Right-nested sums keep one value waiting per level: from shallow to deeper than the
+    // small kernel's stack, mixed with short programs.
+    let nested =
+        |levels: usize| (0..levels).fold(String::from("x"), |e, k| format!("{}.5f * x + ({e})", k % 7));
+    let mut phenotypes = Vec::new();
+    for levels in [1, 40, 3, 33, 60, 8, 31, 45] {
+        phenotypes.push(Phenotype::new(nested(levels)));
+        phenotypes.push(Phenotype::new(format!("sinf(x) * {levels}.25f")));
+    }
+    let population = wire(&problem, &phenotypes, 1_000_000);
+    let deep = population.offsets.iter().filter(|&&o| o & gpfarm_kernels::interp::DEEP != 0).count();
+    assert!(deep >= 3 && deep < phenotypes.len() / 2, "{deep} deep programs");
+    let together = gpu.interpret(&population).unwrap().fitness;
+    let compiled = compiled_fitness(&mut gpu, &mut nvrtc, &problem, &phenotypes, &options);
+    for (k, p) in phenotypes.iter().enumerate() {
+        let alone = gpu.interpret(&wire(&problem, std::slice::from_ref(p), 1_000_000)).unwrap().fitness[0];
+        let (t, a, c) = (together[k].unwrap(), alone.unwrap(), compiled[k].unwrap());
+        assert_eq!(t.to_bits(), a.to_bits(), "#{k} together {t:e} alone {a:e}: {}", p.as_str());
+        assert_eq!(t.to_bits(), c.to_bits(), "#{k} interpreted {t:e} compiled {c:e}: {}", p.as_str());
     }
 }
 

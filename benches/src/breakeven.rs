@@ -45,7 +45,7 @@ pub struct BreakEvenConfig {
     pub arch: SmArch,
     /// Cases per thread at once of the interpreter for programs without jumps: the first is
     /// the `interpreter` route, each other one an extra row `interpreter-xK`.
-    pub interleaves: Vec<usize>,
+    pub tunings: Vec<interp::Tuning>,
     /// Where CSV, table and plots go.
     pub out: PathBuf,
 }
@@ -149,8 +149,8 @@ pub fn run(
             workloads.push((problem.clone(), Some(d)));
         }
     }
-    let interleaves =
-        if config.interleaves.is_empty() { vec![interp::INTERLEAVE] } else { config.interleaves.clone() };
+    let tunings =
+        if config.tunings.is_empty() { vec![interp::Tuning::default()] } else { config.tunings.clone() };
     let options =
         CompileOptions { flags: vec![gpfarm_evolve::NO_FMAD.into()], ..CompileOptions::cubin(config.arch) };
     let ptx_options = CompileOptions {
@@ -176,7 +176,7 @@ pub fn run(
             };
             let fitness = compile(gpu::fitness_source(problem)?, "fitness.cu", farm)?;
             let mut all = Vec::new();
-            for (k, &x) in interleaves.iter().enumerate() {
+            for (k, &x) in tunings.iter().enumerate() {
                 let kernels = Kernels {
                     fitness: (k == 0).then(|| fitness.clone()),
                     interpreter: Some(compile(
@@ -244,7 +244,7 @@ pub fn run(
         let by_text: HashMap<&str, Option<f64>> =
             phenotypes.iter().map(Phenotype::as_str).zip(interpreted.iter().copied()).collect();
         keep(row("interpreter", compile_ms, 0.0, median(times), ops), &mut progress);
-        for (other, &x) in others.iter_mut().zip(&interleaves[1..]) {
+        for (other, &x) in others.iter_mut().zip(&tunings[1..]) {
             let mut times = Vec::new();
             for _ in 0..=config.repeats {
                 let t = Instant::now();
@@ -253,8 +253,8 @@ pub fn run(
                 let differ = fitness.iter().zip(&interpreted).filter(|(a, b)| !same(a, b)).count();
                 if differ > 0 {
                     progress(&format!(
-                        "{name}: {differ} of {n} programs differ between {x} and {} cases at once",
-                        interleaves[0]
+                        "{name}: {differ} of {n} programs differ between tunings {x} and {}",
+                        tunings[0]
                     ));
                 }
             }

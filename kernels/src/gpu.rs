@@ -30,12 +30,12 @@ use thiserror::Error;
 // same types as this evaluator.
 pub use gpfarm_protocol::worker::{CompiledUnit, GpuGeneration, KernelRef, WirePopulation};
 
-use crate::interp::{INTERP_KERNEL_LARGE, INTERP_KERNEL_SMALL, SMALL_DEPTH};
+use crate::interp::{DEEP, INTERP_KERNEL_LARGE, INTERP_KERNEL_SMALL};
 
 /// Threads per block for individuals' kernels and for the fitness reduction.
 pub const BLOCK: u32 = 256;
 /// Cases each lane of a tile sums ([`TILE`]).
-pub const ROWS: u32 = 16;
+pub const ROWS: u32 = 4;
 /// Cases per tile. How every GPU route sums a program's per-case fitness terms, so that all
 /// give the same bits: the cases are cut into tiles of [`BLOCK`] × [`ROWS`]. In a tile, lane `l`
 /// of the block adds the terms of cases `l`, `l + BLOCK`, … (`ROWS` of them, in this order, from
@@ -249,6 +249,10 @@ struct Device {
     /// The interpreter's kernels (small stack, large stack) and its [`TILES_KERNEL`], when
     /// programs are interpreted.
     interpret: Option<(CudaFunction, CudaFunction, CudaFunction)>,
+    /// The interpreted programs' words and their offsets in launch order, kept from one
+    /// population to the next (grown when too small) so that a launch allocates nothing.
+    words: CudaSlice<u32>,
+    offsets: CudaSlice<u32>,
 }
 
 /// The most blocks a launch may have along y.
@@ -324,6 +328,8 @@ impl Device {
         };
         let fitness = stream.alloc_zeros::<f64>(1).map_err(driver)?;
         let partial = stream.alloc_zeros::<f64>(1).map_err(driver)?;
+        let words = stream.alloc_zeros::<u32>(1).map_err(driver)?;
+        let offsets = stream.alloc_zeros::<u32>(1).map_err(driver)?;
         Ok(Device {
             ctx,
             stream,
@@ -335,6 +341,8 @@ impl Device {
             partial,
             reduce,
             interpret,
+            words,
+            offsets,
         })
     }
 
@@ -370,6 +378,17 @@ impl Device {
         n: usize,
         ncases: usize,
     ) -> Result<Vec<f64>, GpuError> {
+        self.launch_tiles(tiles_kernel, n, ncases)?;
+        self.read_fitness(n)
+    }
+
+    /// The fitness of the first `n` programs (waits for the stream).
+    fn read_fitness(&self, n: usize) -> Result<Vec<f64>, GpuError> {
+        self.stream.clone_dtoh(&self.fitness.slice(..n)).map_err(driver)
+    }
+
+    /// Launches [`TILES_KERNEL`] over `n` programs' tile sums (asynchronously).
+    fn launch_tiles(&mut self, tiles_kernel: &CudaFunction, n: usize, ncases: usize) -> Result<(), GpuError> {
         let (nc, nt) = (ncases as i32, tiles(ncases) as i32);
         let mut b = self.stream.launch_builder(tiles_kernel);
         b.arg(&self.partial);
@@ -380,7 +399,7 @@ impl Device {
         // SAFETY: `tiles_source` declares the tile sums, the tile count, the case count and the
         // fitness array; `ensure_fitness` made room for `ntiles` sums and one fitness per program.
         unsafe { b.launch(cfg) }.map_err(driver)?;
-        self.stream.clone_dtoh(&self.fitness.slice(..n)).map_err(driver)
+        Ok(())
     }
 
     /// Launches `run` over all cases (asynchronously): its kernel for one individual, or rows
@@ -460,51 +479,71 @@ impl Device {
     ) -> Result<Vec<usize>, GpuError> {
         let n = population.offsets.len();
         let (small, large, _) = self.interpret.clone().ok_or_else(|| no_kernel("the interpreter"))?;
-        let function = if population.depth as usize <= SMALL_DEPTH { small } else { large };
         self.ensure_fitness(n, ncases).map_err(driver)?;
-        // Longest programs first: the GPU starts blocks in order, so the slowest programs' tiles
-        // do not trail at the end of the launch.
+        // Programs deeper than the small kernel's stack first (they run in the large one), then
+        // the rest; longest first within each, as the GPU starts blocks in order and the slowest
+        // programs' tiles then do not trail at the end of the launch.
         let len =
             |k: usize| crate::interp::program_range(&population.offsets, population.words.len(), k).len();
+        let deep = |k: usize| population.offsets[k] & DEEP != 0;
         let mut order: Vec<usize> = (0..n).collect();
-        order.sort_by_key(|&k| std::cmp::Reverse(len(k)));
+        order.sort_by_key(|&k| std::cmp::Reverse((deep(k), len(k))));
+        let ndeep = order.iter().filter(|&&k| deep(k)).count();
         let sorted: Vec<u32> = order.iter().map(|&k| population.offsets[k]).collect();
-        let words = self.stream.clone_htod(&population.words).map_err(driver)?;
-        let offsets = self.stream.clone_htod(&sorted).map_err(driver)?;
+        grow_copy(&self.stream, &population.words, &mut self.words).map_err(driver)?;
+        grow_copy(&self.stream, &sorted, &mut self.offsets).map_err(driver)?;
+        let words = self.words.slice(..population.words.len().max(1));
+        let offsets = &self.offsets;
         let (nc, nt) = (ncases as i32, tiles(ncases) as i32);
-        for first in (0..n).step_by(MAX_GRID_Y) {
-            let rows = (n - first).min(MAX_GRID_Y);
-            let offsets = offsets.slice(first..first + rows);
-            let mut partial = self.partial.slice_mut(first * nt as usize..(first + rows) * nt as usize);
-            let mut b = self.stream.launch_builder(&function);
-            for (k, p) in problem.kernel_params().iter().enumerate() {
-                if matches!(p.role, ParamRole::Input(_) | ParamRole::Lengths(_))
-                    && let Some(buf) = &self.params[k]
-                {
-                    buf.pass(&mut b);
+        let groups = [(&large, 0..ndeep), (&small, ndeep..n)];
+        for (function, rows) in groups {
+            for first in rows.clone().step_by(MAX_GRID_Y) {
+                let rows = (rows.end - first).min(MAX_GRID_Y);
+                let offsets = offsets.slice(first..first + rows);
+                let mut partial = self.partial.slice_mut(first * nt as usize..(first + rows) * nt as usize);
+                let mut b = self.stream.launch_builder(function);
+                for (k, p) in problem.kernel_params().iter().enumerate() {
+                    if matches!(p.role, ParamRole::Input(_) | ParamRole::Lengths(_))
+                        && let Some(buf) = &self.params[k]
+                    {
+                        buf.pass(&mut b);
+                    }
                 }
+                self.targets.pass(&mut b);
+                b.arg(&nc);
+                b.arg(&words);
+                b.arg(&offsets);
+                b.arg(&population.max_steps);
+                b.arg(&nt);
+                b.arg(&mut partial);
+                let cfg = LaunchConfig {
+                    grid_dim: (nt as u32, rows as u32, 1),
+                    block_dim: (BLOCK, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // SAFETY: `interpreter_source` declares the problem's input and length pointers in
+                // kernel-parameter order, the targets, the case count, the words, the offsets (one
+                // per program of the launch, each the start of a program the bytecode compiler
+                // wrote, ending in `End`, flagged when it has no jump, and given to the large
+                // kernel when flagged deep), the step limit, the tile count and the tile sums,
+                // which hold `ntiles` values per program of the launch (`ensure_fitness`).
+                unsafe { b.launch(cfg) }.map_err(driver)?;
             }
-            self.targets.pass(&mut b);
-            b.arg(&nc);
-            b.arg(&words);
-            b.arg(&offsets);
-            b.arg(&population.max_steps);
-            b.arg(&nt);
-            b.arg(&mut partial);
-            let cfg = LaunchConfig {
-                grid_dim: (nt as u32, rows as u32, 1),
-                block_dim: (BLOCK, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            // SAFETY: `interpreter_source` declares the problem's input and length pointers in
-            // kernel-parameter order, the targets, the case count, the words, the offsets (one per
-            // program of the launch, each the start of a program the bytecode compiler wrote, ending
-            // in `End`, flagged when it has no jump), the step limit, the tile count and the tile
-            // sums, which hold `ntiles` values per program of the launch (`ensure_fitness`).
-            unsafe { b.launch(cfg) }.map_err(driver)?;
         }
         Ok(order)
     }
+}
+
+/// Copies `host` to the start of `dev`, first replacing `dev` by a buffer of the next power of
+/// two when it is too small.
+fn grow_copy(stream: &Arc<CudaStream>, host: &[u32], dev: &mut CudaSlice<u32>) -> Result<(), DriverError> {
+    if dev.len() < host.len() {
+        *dev = stream.alloc_zeros::<u32>(host.len().next_power_of_two())?;
+    }
+    if !host.is_empty() {
+        stream.memcpy_htod(host, &mut dev.slice_mut(..host.len()))?;
+    }
+    Ok(())
 }
 
 fn no_kernel(what: &str) -> GpuError {
@@ -602,9 +641,10 @@ impl GpuEvaluator {
     }
 
     /// Interprets a population: one program per individual, all over every case in one launch,
-    /// fitness reduced on the device. `launch` is the upload of the bytecode and the kernel,
-    /// `readback` the sum of the tiles and the copy of the fitness values. A program that fails (its loop ran past the
-    /// step limit) has a NaN fitness.
+    /// fitness reduced on the device. `launch` is the upload of the bytecode and both kernels
+    /// (the interpreter's and the sum of its tiles) until they end, `readback` the copy of the
+    /// fitness values. A program that fails (its loop ran past the step limit) has a NaN
+    /// fitness.
     pub fn interpret(&mut self, population: &WirePopulation) -> Result<GpuGeneration, GpuError> {
         if let Some(why) = &self.poisoned {
             return Err(GpuError::Fault(why.clone()));
@@ -616,11 +656,12 @@ impl GpuEvaluator {
         }
         let t = Instant::now();
         let order = self.device.launch_interpreter(&self.problem, population, self.ncases)?;
+        let (_, _, sum) = self.device.interpret.clone().ok_or_else(|| no_kernel("the interpreter"))?;
+        self.device.launch_tiles(&sum, n, self.ncases)?;
         self.wait()?;
         outcome.launch = t.elapsed();
         let t = Instant::now();
-        let (_, _, sum) = self.device.interpret.clone().ok_or_else(|| no_kernel("the interpreter"))?;
-        let all = self.device.sum_tiles(&sum, n, self.ncases)?;
+        let all = self.device.read_fitness(n)?;
         outcome.readback = t.elapsed();
         for (k, v) in order.into_iter().zip(all) {
             outcome.fitness[k] = Some(v);

@@ -70,10 +70,15 @@ pub struct BenchArgs {
     /// each.
     #[arg(long, value_delimiter = ',', requires = "break_even")]
     depths: Option<Vec<u32>>,
-    /// With --break-even: the interpreter's cases per thread at once (programs without jumps);
-    /// the first is the `interpreter` route, the others extra rows `interpreter-xK` of the CSV.
+    /// With --break-even: only the regressions, not the built-in problems.
+    #[arg(long, requires = "break_even")]
+    no_builtins: bool,
+    /// With --break-even: the interpreter kernel's tunings, each `K[bN][sN]`: K cases per
+    /// thread at once (programs without jumps), N blocks per multiprocessor asked of the
+    /// compiler, N variable slots kept in registers (e.g. 4, 2b6, 4s0). The first is the
+    /// `interpreter` route, the others extra rows `interpreter-xTUNING` of the CSV.
     #[arg(long, value_delimiter = ',', requires = "break_even")]
-    interleaves: Option<Vec<usize>>,
+    tunings: Option<Vec<gpfarm_kernels::interp::Tuning>>,
     /// With --break-even: timed evaluations per route and workload (the median is kept).
     #[arg(long, default_value_t = 5, requires = "break_even")]
     repeats: usize,
@@ -227,11 +232,11 @@ fn break_even(args: &BenchArgs, cuda: Option<&Path>, cores: usize) -> Result<()>
         cases: args.cases.clone().unwrap_or_else(|| vec![64, 1_000, 10_000, 100_000, 1_000_000, 10_000_000]),
         depths: args.depths.clone().unwrap_or_else(|| vec![6, 12]),
         population: args.sizes.as_ref().and_then(|s| s.first().copied()).unwrap_or(300),
-        builtins: true,
+        builtins: !args.no_builtins,
         repeats: args.repeats.max(1),
         cpu_max_cases: 100_000,
         arch: args.arch,
-        interleaves: args.interleaves.clone().unwrap_or_default(),
+        tunings: args.tunings.clone().unwrap_or_default(),
         out: args.out.clone(),
     };
     std::fs::create_dir_all(&config.out).with_context(|| format!("creating {}", config.out.display()))?;

@@ -30,8 +30,8 @@ mod source;
 
 pub use bytecode::{Bytecode, BytecodeError, Folding, MAX_DEPTH, Op, compile, compile_with, walk};
 pub use source::{
-    INTERLEAVE, INTERP_KERNEL_LARGE, INTERP_KERNEL_SMALL, SMALL_DEPTH, interpreter_source,
-    interpreter_source_with,
+    INTERLEAVE, INTERP_KERNEL_LARGE, INTERP_KERNEL_SMALL, REGISTER_SLOTS, SMALL_DEPTH, Tuning,
+    interpreter_source, interpreter_source_with,
 };
 
 use gpfarm_gp::Problem;
@@ -57,12 +57,18 @@ pub fn interp_supported(problem: &Problem) -> Result<(), InterpUnsupported> {
 
 /// The bit of an offset in [`PackedPopulation::offsets`] that marks a program without jumps.
 pub const STRAIGHT: u32 = 1 << 31;
+/// The bit of an offset in [`PackedPopulation::offsets`] that marks a program whose stack is
+/// deeper than [`SMALL_DEPTH`]: it runs in [`INTERP_KERNEL_LARGE`], the others in
+/// [`INTERP_KERNEL_SMALL`].
+pub const DEEP: u32 = 1 << 30;
+/// The flag bits of an offset.
+pub const FLAGS: u32 = STRAIGHT | DEEP;
 
 /// Where program `k` lies among `nwords` words laid out by [`PackedPopulation`], from its
 /// `offsets` (flags and all).
 pub fn program_range(offsets: &[u32], nwords: usize, k: usize) -> std::ops::Range<usize> {
-    let start = (offsets[k] & !STRAIGHT) as usize;
-    let end = offsets.get(k + 1).map_or(nwords, |&e| (e & !STRAIGHT) as usize);
+    let start = (offsets[k] & !FLAGS) as usize;
+    let end = offsets.get(k + 1).map_or(nwords, |&e| (e & !FLAGS) as usize);
     start..end
 }
 
@@ -73,7 +79,7 @@ pub struct PackedPopulation {
     /// All programs' words.
     pub words: Vec<u32>,
     /// The first word of each program, with [`STRAIGHT`] set when the program has no jump
-    /// ([`Bytecode::is_straight`]).
+    /// ([`Bytecode::is_straight`]) and [`DEEP`] when its stack needs the large kernel.
     pub offsets: Vec<u32>,
     /// The deepest stack of any program, in cells.
     pub depth: usize,
@@ -84,8 +90,9 @@ impl PackedPopulation {
     pub fn new<'a>(programs: impl IntoIterator<Item = &'a Bytecode>) -> PackedPopulation {
         let mut p = PackedPopulation::default();
         for b in programs {
-            let flag = if b.is_straight() { STRAIGHT } else { 0 };
-            p.offsets.push(p.words.len() as u32 | flag);
+            let straight = if b.is_straight() { STRAIGHT } else { 0 };
+            let deep = if b.depth > SMALL_DEPTH { DEEP } else { 0 };
+            p.offsets.push(p.words.len() as u32 | straight | deep);
             p.words.extend_from_slice(&b.words);
             p.depth = p.depth.max(b.depth);
         }
@@ -102,9 +109,9 @@ impl PackedPopulation {
         self.offsets.is_empty()
     }
 
-    /// The kernel that runs it: the small stack's when every program fits.
-    pub fn kernel(&self) -> &'static str {
-        if self.depth <= SMALL_DEPTH { INTERP_KERNEL_SMALL } else { INTERP_KERNEL_LARGE }
+    /// The kernel that runs program `k`: the small stack's when it fits.
+    pub fn kernel(&self, k: usize) -> &'static str {
+        if self.offsets[k] & DEEP == 0 { INTERP_KERNEL_SMALL } else { INTERP_KERNEL_LARGE }
     }
 
     /// The ops the programs hold (a constant's value words not counted): the interpreter's work

@@ -29,6 +29,84 @@ pub const INTERP_KERNEL_LARGE: &str = "gpfarm_interpret_large";
 pub const INTERLEAVE: usize = 4;
 /// The stack of [`INTERP_KERNEL_SMALL`], in cells.
 pub const SMALL_DEPTH: usize = 32;
+/// [`Tuning::register_slots`] of the kernel gpfarm runs.
+pub const REGISTER_SLOTS: usize = 4;
+
+/// How the interpreter kernel is built: a setting for measuring it. Every tuning gives the same
+/// bits; [`Tuning::default`] is the one gpfarm runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tuning {
+    /// Cases a thread runs at once for programs without jumps in [`INTERP_KERNEL_SMALL`]: a
+    /// divisor of a tile's rows ([`ROWS`]); 1 turns it off.
+    pub interleave: usize,
+    /// Blocks per multiprocessor asked of the compiler (`__launch_bounds__`), which caps the
+    /// registers per thread; 0 leaves it to the compiler.
+    pub min_blocks: u32,
+    /// The most variable slots (and, apart, outputs) kept in registers: an op reaching slot
+    /// `arg` picks it by comparing `arg` with each slot, rather than indexing an array the
+    /// compiler must keep in local memory. 0 keeps them in local memory.
+    pub register_slots: usize,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning { interleave: INTERLEAVE, min_blocks: 0, register_slots: REGISTER_SLOTS }
+    }
+}
+
+impl std::fmt::Display for Tuning {
+    /// `4`, or `4b6s2`: cases at once, then `b` blocks per multiprocessor and `s` register
+    /// slots where they differ from the default.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let d = Tuning::default();
+        write!(f, "{}", self.interleave)?;
+        if self.min_blocks != d.min_blocks {
+            write!(f, "b{}", self.min_blocks)?;
+        }
+        if self.register_slots != d.register_slots {
+            write!(f, "s{}", self.register_slots)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::str::FromStr for Tuning {
+    type Err = String;
+
+    /// Parses what [`Display`](std::fmt::Display) writes: `K[bN][sN]`.
+    fn from_str(text: &str) -> Result<Self, String> {
+        let bad = || {
+            format!(
+                "`{text}` is not a tuning: cases at once, then optionally bN (blocks) and sN (register slots), e.g. 4b6s2"
+            )
+        };
+        let mut tuning = Tuning::default();
+        let mut field = None::<char>;
+        let mut rest = text;
+        while !rest.is_empty() {
+            let end = rest.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(rest.len());
+            let value: usize = rest[..end].parse().map_err(|_| bad())?;
+            match field {
+                None => tuning.interleave = value,
+                Some('b') => tuning.min_blocks = u32::try_from(value).map_err(|_| bad())?,
+                Some('s') => tuning.register_slots = value,
+                Some(_) => return Err(bad()),
+            }
+            rest = &rest[end..];
+            if let Some(c) = rest.chars().next() {
+                field = Some(c);
+                rest = &rest[1..];
+                if rest.is_empty() {
+                    return Err(bad());
+                }
+            }
+        }
+        if text.is_empty() {
+            return Err(bad());
+        }
+        Ok(tuning)
+    }
+}
 
 /// CUDA C of the interpreter for `problem`. Its parameters, in order: one pointer per input
 /// parameter of the problem's compiled kernels (inputs and `int[]` lengths, in
@@ -36,13 +114,13 @@ pub const SMALL_DEPTH: usize = 32;
 /// offset of each program, the step limit per case (`unsigned long long`), and one `double`
 /// of fitness per program.
 pub fn interpreter_source(problem: &Problem) -> Result<String, GpuError> {
-    interpreter_source_with(problem, INTERLEAVE)
+    interpreter_source_with(problem, Tuning::default())
 }
 
-/// As [`interpreter_source`], running programs without jumps on `interleave` cases per thread
-/// at once (a divisor of the tile's rows, 16; 1 turns it off). For measuring; every setting
-/// gives the same bits.
-pub fn interpreter_source_with(problem: &Problem, interleave: usize) -> Result<String, GpuError> {
+/// As [`interpreter_source`], built with `tuning`. For measuring; every tuning gives the same
+/// bits.
+pub fn interpreter_source_with(problem: &Problem, tuning: Tuning) -> Result<String, GpuError> {
+    let interleave = tuning.interleave;
     if interleave == 0 || !(ROWS as usize).is_multiple_of(interleave) {
         return Err(GpuError::Problem(format!("{interleave} cases per thread do not divide {ROWS}")));
     }
@@ -114,26 +192,40 @@ pub fn interpreter_source_with(problem: &Problem, interleave: usize) -> Result<S
     let (term_k, _) = fitness_term(problem, &|k| format!("OUT[q][{k}].{}", out_field(k)))?;
     let mut cases = String::new();
     let mut cases_k = String::new();
-    for (code, op) in Op::ALL.iter().enumerate() {
-        writeln!(cases, "            case {code}: {} break; // {op:?}", op.cuda()).ok();
-        if !op.is_control() {
-            writeln!(cases_k, "                case {code}: {{ {} }} break; // {op:?}", interleaved(*op))
-                .ok();
-        }
-    }
     let nslots = layout.len().max(1);
     let nout = outputs.len().max(1);
+    for (code, op) in Op::ALL.iter().enumerate() {
+        let body = slot_access(op.cuda(), nslots, nout, tuning.register_slots);
+        writeln!(cases, "            case {code}: {body} break; // {op:?}").ok();
+        if !op.is_control() {
+            writeln!(
+                cases_k,
+                "                case {code}: {{ {} }} break; // {op:?}",
+                interleaved(*op, &body)
+            )
+            .ok();
+        }
+    }
+    let bounds = match tuning.min_blocks {
+        0 => format!("{BLOCK}"),
+        b => format!("{BLOCK}, {b}"),
+    };
     let init_k = rename(&init, "q");
     Ok(format!(
         "// gpfarm interpreter for problem `{problem}`\n\
 union V {{ int i; float f; double d; }};\n\n\
+// Slot k of a variable or output array kept in registers: every index is a constant once unrolled.\n\
+template <int N> __device__ __forceinline__ V gpfarm_get(const V (&a)[N], unsigned k)\n\
+{{\n    V r = a[0];\n#pragma unroll\n    for (int j = 1; j < N; ++j) if (k == (unsigned)j) r = a[j];\n    return r;\n}}\n\
+template <int N> __device__ __forceinline__ void gpfarm_set(V (&a)[N], unsigned k, V v)\n\
+{{\n#pragma unroll\n    for (int j = 0; j < N; ++j) if (k == (unsigned)j) a[j] = v;\n}}\n\n\
 // One block per tile of {TILE} cases (x) and program (y); lane l runs cases l, l + {BLOCK}, ... of the\n\
 // tile and adds their fitness terms in that order. A program without jumps runs K cases at once.\n\
 template <int DEPTH, int K>\n\
 __device__ __forceinline__ void gpfarm_interpret({decl})\n{{\n\
     __shared__ double part[{BLOCK}];\n\
     const unsigned o = offsets[blockIdx.y];\n\
-    const unsigned* __restrict__ prog = code + (o & 0x7fffffffu);\n\
+    const unsigned* __restrict__ prog = code + (o & 0x3fffffffu);\n\
     const int first = blockIdx.x * {TILE} + threadIdx.x;\n\
 {read}\
     double s = 0.0;\n\
@@ -208,7 +300,7 @@ __device__ __forceinline__ void gpfarm_interpret({decl})\n{{\n\
     const int any_failed = __syncthreads_or(failed);\n\
 {tail}\
 }}\n\n\
-extern \"C\" __global__ void __launch_bounds__({BLOCK}) {INTERP_KERNEL_SMALL}({decl})\n\
+extern \"C\" __global__ void __launch_bounds__({bounds}) {INTERP_KERNEL_SMALL}({decl})\n\
 {{\n    gpfarm_interpret<{SMALL_DEPTH}, {interleave}>({args});\n}}\n\n\
 extern \"C\" __global__ void __launch_bounds__({BLOCK}) {INTERP_KERNEL_LARGE}({decl})\n\
 {{\n    gpfarm_interpret<{MAX_DEPTH}, 1>({args});\n}}\n\n\
@@ -224,12 +316,12 @@ extern \"C\" __global__ void __launch_bounds__({BLOCK}) {INTERP_KERNEL_LARGE}({d
 /// The CUDA C of `op` on `K` cases at once, `q` = 0..K (unrolled): each case has its own top
 /// `T[q]`, stack `ST[q]`, variables `VARS[q]`, outputs `OUT[q]` and case index `C[q]`. The stack
 /// pointer and `pc` move alike for every case, as the op moves them for one.
-fn interleaved(op: Op) -> String {
-    let body = rename(op.cuda(), "q");
+fn interleaved(op: Op, code: &str) -> String {
+    let body = rename(code, "q");
     if op == Op::End {
         return body;
     }
-    let moves = |name: &str| idents(op.cuda()).any(|i| i == name);
+    let moves = |name: &str| idents(code).any(|i| i == name);
     let (sp, pc) = (moves("sp"), moves("pc"));
     let mut open = String::new();
     let mut inner = String::new();
@@ -246,6 +338,20 @@ fn interleaved(op: Op) -> String {
     format!(
         "{open}\n#pragma unroll\n                    for (int q = 0; q < K; ++q) {{ {inner}{body}{after} }}{close}"
     )
+}
+
+/// `code` (an op's CUDA C) reaching variable slot or output `arg` through `gpfarm_get` and
+/// `gpfarm_set` where the problem has at most `max` of them, so the arrays stay in registers.
+fn slot_access(code: &str, nslots: usize, nout: usize, max: usize) -> String {
+    let mut code = code.to_owned();
+    if nslots <= max {
+        code = code.replace("t = vars[arg];", "t = gpfarm_get(vars, arg);");
+        code = code.replace("vars[arg] = t;", "gpfarm_set(vars, arg, t);");
+    }
+    if nout <= max {
+        code = code.replace("out[arg] = t;", "gpfarm_set(out, arg, t);");
+    }
+    code
 }
 
 /// `code` with the per-case names `t`, `st`, `vars`, `out`, `c` made arrays indexed by `q`
@@ -308,13 +414,40 @@ mod tests {
     }
 
     #[test]
+    fn kept_in_registers_no_op_indexes_the_slots() {
+        for op in Op::ALL {
+            let code = slot_access(op.cuda(), 3, 1, 4);
+            assert!(!code.contains("vars[arg]") && !code.contains("out[arg]"), "{op:?}: {code}");
+            let code = slot_access(op.cuda(), 5, 5, 4);
+            assert_eq!(code, op.cuda(), "{op:?}: more slots than registers kept");
+        }
+        assert_eq!(slot_access(Op::Store.cuda(), 1, 1, 1), "gpfarm_set(vars, arg, t); t = st[--sp];");
+    }
+
+    #[test]
+    fn a_tuning_reads_back_what_it_writes() {
+        for text in ["4", "1", "16b8", "4s0", "2b6s8"] {
+            let tuning: Tuning = text.parse().unwrap();
+            assert_eq!(tuning.to_string(), text);
+        }
+        assert_eq!("4".parse::<Tuning>().unwrap(), Tuning::default());
+        assert_eq!(
+            "2b6s0".parse::<Tuning>().unwrap(),
+            Tuning { interleave: 2, min_blocks: 6, register_slots: 0 }
+        );
+        for bad in ["", "b6", "4b", "4x2", "4b6b", "-1"] {
+            assert!(bad.parse::<Tuning>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn an_interleaved_op_moves_sp_and_pc_once() {
-        let push = interleaved(Op::PushI);
+        let push = interleaved(Op::PushI, Op::PushI.cuda());
         assert!(push.starts_with("const int sp0 = sp; int sp1 = sp; const unsigned pc0 = pc;"), "{push}");
         assert!(push.ends_with("sp = sp1; pc = pc1;"), "{push}");
-        let neg = interleaved(Op::NegF);
+        let neg = interleaved(Op::NegF, Op::NegF.cuda());
         assert!(!neg.contains("sp") && !neg.contains("pc"), "{neg}");
         assert!(neg.contains("T[q].f = -T[q].f;"), "{neg}");
-        assert_eq!(interleaved(Op::End), "goto finished_k;");
+        assert_eq!(interleaved(Op::End, Op::End.cuda()), "goto finished_k;");
     }
 }

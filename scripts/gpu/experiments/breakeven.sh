@@ -5,7 +5,7 @@
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../harness/env.sh"
 timeout 540 "$bin" bench --break-even --out "$r/breakeven" --cases "${CASES:-64,1000,10000,100000,1000000,10000000}" \
-  --depths "${DEPTHS:-6,10,14}" --interleaves "${INTERLEAVES:-4,1}" --repeats 5 2> "$r/breakeven.log"
+  --depths "${DEPTHS:-6,10,14}" --tunings "${TUNINGS:-4,1}" --repeats 5 2> "$r/breakeven.log"
 echo "bench rc=$?"
 grep -E "differ|error|Error" "$r/breakeven.log" | head
 cat "$r/breakeven/breakeven.md"

@@ -11,7 +11,7 @@ for name in interpreter gpu; do
   grep -E "^test |individuals,|ms per generation|panicked|differ" "$r/test_$name.log" | cut -c1-300
 done
 timeout 420 "$bin" bench --break-even --out "$r/interleave" --cases "${CASES:-100000,1000000,10000000}" \
-  --depths "${DEPTHS:-6,10,14}" --interleaves "${INTERLEAVES:-4,1,2,8}" --repeats 5 2> "$r/interleave.log"
+  --depths "${DEPTHS:-6,10,14}" --tunings "${TUNINGS:-4,1,2,8}" --repeats 5 2> "$r/interleave.log"
 echo "bench rc=$?"
 grep -E "interpreter|differ|error|Error" "$r/interleave.log" | cut -c1-200
 tar czf "$out/interleave.tgz" -C "$r" . && rm -rf "$r"
