@@ -10,6 +10,7 @@ use std::time::Instant;
 use gpfarm_client::CacheKey;
 use gpfarm_gp::Born;
 use gpfarm_gp::{Fitness, Program};
+use gpfarm_kernels::interp::Bytecode;
 use gpfarm_kernels::keyed_source;
 use gpfarm_kernels::ptx::ptx_unit;
 use gpfarm_protocol::Route;
@@ -25,62 +26,42 @@ impl Driver<'_> {
         let mut progress = false;
         let mut from_disk: BTreeMap<String, Ready> = BTreeMap::new();
         let now = Instant::now();
-        for b in born {
+        let prepared = self.prepare(&born);
+        for (b, prepared) in born.into_iter().zip(prepared) {
             self.account(b.generation).born += 1;
             self.totals.individuals_evaluated += 1;
+            let Prepared { program, code, key } = prepared;
             // The PTX route emits from the typed tree: a phenotype the parser refuses cannot be
             // emitted, and gets the worst fitness, as the CPU evaluator gives it.
-            let program = match (self.settings.interpret, self.settings.route) {
-                (false, Route::Nvrtc) => None,
-                (true, _) | (false, Route::Ptx) => match Program::compile(self.problem, &b.phenotype) {
-                    Ok(program) => Some(Arc::new(program)),
-                    Err(e) => {
-                        tracing::warn!(
-                            "individual {} of generation {} cannot take the {} route: {e}; phenotype: {}",
-                            b.slot,
-                            b.generation,
-                            if self.settings.interpret { "interpreter" } else { "PTX" },
-                            b.phenotype.as_str()
-                        );
-                        let worst = Fitness::worst(self.problem.direction());
-                        self.pipeline.set_fitness(b.generation, b.slot, worst)?;
-                        let a = self.account(b.generation);
-                        a.failed += 1;
-                        a.known(Chain::without_compile(now, now));
-                        self.totals.failed += 1;
-                        progress = true;
-                        continue;
-                    }
-                },
+            let program = match program {
+                Ok(program) => program,
+                Err(e) => {
+                    tracing::warn!(
+                        "individual {} of generation {} cannot take the {} route: {e}; phenotype: {}",
+                        b.slot,
+                        b.generation,
+                        if self.settings.interpret { "interpreter" } else { "PTX" },
+                        b.phenotype.as_str()
+                    );
+                    let worst = Fitness::worst(self.problem.direction());
+                    self.pipeline.set_fitness(b.generation, b.slot, worst)?;
+                    let a = self.account(b.generation);
+                    a.failed += 1;
+                    a.known(Chain::without_compile(now, now));
+                    self.totals.failed += 1;
+                    progress = true;
+                    continue;
+                }
             };
-            // Bytecode, on the interpreter route; a program the interpreter cannot hold (deeper
-            // than its stack) is evaluated on the CPU instead.
-            let code = match (&program, self.settings.interpret) {
-                (Some(p), true) => match gpfarm_kernels::interp::compile(self.problem, p) {
-                    Ok(code) => Some(Arc::new(code)),
-                    Err(e) => {
-                        tracing::warn!(
-                            "individual {} of generation {} is evaluated on the CPU: {e}",
-                            b.slot,
-                            b.generation
-                        );
-                        None
-                    }
-                },
-                _ => None,
+            // A program the interpreter cannot hold (deeper than its stack) is evaluated on the
+            // CPU instead.
+            let code = match code {
+                Ok(code) => code,
+                Err(e) => {
+                    tracing::warn!("individual {} of generation {} is evaluated on the CPU: {e}", b.slot, b.generation);
+                    None
+                }
             };
-            // Keyed by the code it compiles to: its kernel alone under a fixed name, or its
-            // bytecode.
-            let key = self.settings.cache.then(|| {
-                let text = match (&code, &program) {
-                    (Some(c), _) => c.words.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>(),
-                    (None, Some(p)) => {
-                        ptx_unit(self.problem, &[("gpfarm_individual", p)], self.options.arch).into_bytes()
-                    }
-                    (None, None) => keyed_source(self.problem.template(), &b.phenotype).into_bytes(),
-                };
-                CacheKey::new(&text, self.options, &self.toolchain)
-            });
             let member = Member {
                 generation: b.generation,
                 slot: b.slot,
@@ -140,4 +121,79 @@ impl Driver<'_> {
         }
         Ok(progress)
     }
+}
+
+/// What admitting an individual computes before placing it: its typed tree (on the PTX and
+/// interpreter routes; `Err` when the parser refuses it), its bytecode (on the interpreter
+/// route; `Err` when the interpreter cannot hold it) and its key.
+struct Prepared {
+    program: Result<Option<Arc<Program>>, String>,
+    code: Result<Option<Arc<Bytecode>>, String>,
+    key: Option<CacheKey>,
+}
+
+/// Individuals per thread below which [`Driver::prepare`] starts no more threads.
+const PREPARE_PER_THREAD: usize = 16;
+
+impl Driver<'_> {
+    /// Parses, compiles to bytecode and keys `born`, in order: on up to `eval_threads` threads
+    /// when there are many. Each individual's result depends on it alone, so the threads change
+    /// nothing but the time.
+    fn prepare(&self, born: &[Born]) -> Vec<Prepared> {
+        let (problem, options, toolchain) = (self.problem, self.options, self.toolchain.as_str());
+        let (interpret, route, cache) = (self.settings.interpret, self.settings.route, self.settings.cache);
+        let one = |b: &Born| prepare_one(problem, options, toolchain, (interpret, route, cache), b);
+        let threads = self.eval_threads.get().min(born.len() / PREPARE_PER_THREAD);
+        if threads <= 1 {
+            return born.iter().map(one).collect();
+        }
+        let chunk = born.len().div_ceil(threads);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = born
+                .chunks(chunk)
+                .map(|part| scope.spawn(move || part.iter().map(one).collect::<Vec<_>>()))
+                .collect();
+            handles.into_iter().flat_map(|h| h.join().expect("preparing an individual panicked")).collect()
+        })
+    }
+}
+
+/// [`Prepared`] for `b`, with the run's `(interpret, route, cache)`.
+fn prepare_one(
+    problem: &gpfarm_gp::Problem,
+    options: &gpfarm_client::CompileOptions,
+    toolchain: &str,
+    (interpret, route, cache): (bool, Route, bool),
+    b: &Born,
+) -> Prepared {
+    let program = match (interpret, route) {
+        (false, Route::Nvrtc) => Ok(None),
+        (true, _) | (false, Route::Ptx) => {
+            Program::compile(problem, &b.phenotype).map(|p| Some(Arc::new(p))).map_err(|e| e.to_string())
+        }
+    };
+    let code = match (&program, interpret) {
+        (Ok(Some(p)), true) => {
+            gpfarm_kernels::interp::compile(problem, p).map(|c| Some(Arc::new(c))).map_err(|e| e.to_string())
+        }
+        _ => Ok(None),
+    };
+    // Keyed by the code it compiles to: its bytecode, its kernel alone under a fixed name, or
+    // its CUDA C.
+    let key = match (&program, &code) {
+        (Err(_), _) => None,
+        _ if !cache => None,
+        (_, Ok(Some(c))) => {
+            let bytes: Vec<u8> = c.words.iter().flat_map(|w| w.to_le_bytes()).collect();
+            Some(CacheKey::new(&bytes, options, toolchain))
+        }
+        (Ok(Some(p)), _) => {
+            let unit = ptx_unit(problem, &[("gpfarm_individual", p)], options.arch);
+            Some(CacheKey::new(unit.as_bytes(), options, toolchain))
+        }
+        (Ok(None), _) => {
+            Some(CacheKey::new(keyed_source(problem.template(), &b.phenotype).as_bytes(), options, toolchain))
+        }
+    };
+    Prepared { program, code, key }
 }

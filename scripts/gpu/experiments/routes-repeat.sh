@@ -14,7 +14,7 @@ reg="$r/regression100k"
 bash "$(dirname "${BASH_SOURCE[0]}")/../harness/regression100k.sh" "$reg"
 echo "problem,route,repeat,chosen,mean_generation_ms,median_generation_ms" > "$r/repeats.csv"
 echo "problem,route,repeat,generation,generation_ms" > "$r/generations.csv"
-for p in keijzer6 search multiplier5 regression100k; do
+for p in ${PROBLEMS:-keijzer6 search multiplier5 regression100k}; do
   if [ "$p" = regression100k ]; then what=(--problem-dir "$reg"); else what=(--problem "$p"); fi
   for k in $(seq 1 "${REPEATS:-10}"); do
     routes=(auto interpreter ptx)
@@ -48,12 +48,15 @@ print("Generation ms: median over repeats of each run's median generation / medi
 print("| problem | auto (route) | interpreter | ptx | auto / best fixed |")
 print("| --- | ---: | ---: | ---: | ---: |")
 for p in dict.fromkeys(r["problem"] for r in rows):
-    med = {k: statistics.median(float(r["median_generation_ms"]) for r in rows if r["problem"] == p and r["route"] == k) for k in routes}
-    pool = {k: statistics.median(float(g["generation_ms"]) for g in gens if g["problem"] == p and g["route"] == k) for k in routes}
+    def median(xs):
+        xs = list(xs)
+        return statistics.median(xs) if xs else float("inf")
+    med = {k: median(float(r["median_generation_ms"]) for r in rows if r["problem"] == p and r["route"] == k) for k in routes}
+    pool = {k: median(float(g["generation_ms"]) for g in gens if g["problem"] == p and g["route"] == k) for k in routes}
     chosen = {r["chosen"] for r in rows if r["problem"] == p and r["route"] == "auto"}
     best = min(med["interpreter"], med["ptx"])
     best_pool = min(pool["interpreter"], pool["ptx"])
-    cells = " | ".join(f'{med[k]:.2f} / {pool[k]:.2f}' for k in routes[1:])
+    cells = " | ".join(f'{med[k]:.2f} / {pool[k]:.2f}' if med[k] != float("inf") else "-" for k in routes[1:])
     print(f'| {p} | {med["auto"]:.2f} / {pool["auto"]:.2f} ({",".join(chosen)}) | {cells} | {med["auto"] / best:.3f} / {pool["auto"] / best_pool:.3f} |')
 PY
 rm -rf "$reg" "$r/run.jsonl" "$r/run.err"
