@@ -132,18 +132,21 @@ struct Prepared {
     key: Option<CacheKey>,
 }
 
-/// Individuals per thread below which [`Driver::prepare`] starts no more threads.
-const PREPARE_PER_THREAD: usize = 16;
+/// Phenotype bytes per thread below which [`Driver::prepare`] starts no more threads: parsing
+/// takes some 0.1 µs a byte, starting a thread tens of µs, so short generations stay on the
+/// driver thread.
+const PREPARE_BYTES_PER_THREAD: usize = 8 << 10;
 
 impl Driver<'_> {
     /// Parses, compiles to bytecode and keys `born`, in order: on up to `eval_threads` threads
-    /// when there are many. Each individual's result depends on it alone, so the threads change
-    /// nothing but the time.
+    /// when their phenotypes are long enough to pay for them. Each individual's result depends
+    /// on it alone, so the threads change nothing but the time.
     fn prepare(&self, born: &[Born]) -> Vec<Prepared> {
         let (problem, options, toolchain) = (self.problem, self.options, self.toolchain.as_str());
         let (interpret, route, cache) = (self.settings.interpret, self.settings.route, self.settings.cache);
         let one = |b: &Born| prepare_one(problem, options, toolchain, (interpret, route, cache), b);
-        let threads = self.eval_threads.get().min(born.len() / PREPARE_PER_THREAD);
+        let bytes: usize = born.iter().map(|b| b.phenotype.as_str().len()).sum();
+        let threads = self.eval_threads.get().min(bytes / PREPARE_BYTES_PER_THREAD).min(born.len());
         if threads <= 1 {
             return born.iter().map(one).collect();
         }
