@@ -41,16 +41,17 @@ pub struct Costs {
 
 impl Costs {
     /// Fitted to `gpfarm bench --break-even` on the H100 host (16 cores, 16 daemons),
-    /// 2026-11-23: regressions of 10^5 to 10^7 cases, programs of 6.9, 9.5 and 27.6 ops
-    /// (`benches/results/2026-11-23-h100/interpreter/breakeven/`).
+    /// 2026-11-23, tuned interpreter: regressions of 10^5 to 10^7 cases, programs of 6.9, 9.5
+    /// and 27.6 ops (`benches/results/2026-11-23-h100/interpreter-tuned/breakeven/`): the
+    /// interpreter's generation, PTX's evaluation, and PTX's compile and load from 64 cases up.
     pub const H100: Costs = Costs {
-        interp_fixed_s: 150e-6,
-        interp_case_s: 8.1e-12,
-        interp_op_s: 6.0e-13,
-        ptx_program_s: 173e-6,
-        ptx_program_op_s: 15.5e-6,
-        ptx_case_s: 5.1e-12,
-        ptx_op_s: 4.1e-13,
+        interp_fixed_s: 265e-6,
+        interp_case_s: 2.4e-12,
+        interp_op_s: 6.7e-13,
+        ptx_program_s: 139e-6,
+        ptx_program_op_s: 21.1e-6,
+        ptx_case_s: 5.9e-12,
+        ptx_op_s: 4.5e-13,
     };
 }
 
@@ -109,7 +110,7 @@ mod tests {
         // keijzer6's first generation: 209 programs of 6.9 ops over 20 cases.
         let (i, p) = predict(&c, 209, 6.9, 20);
         assert!(i < p / 100.0, "{i} {p}");
-        // 10^7 cases, as measured: the interpreter 47 ms, PTX 151 ms.
+        // 10^7 cases, as measured: the interpreter 38 ms, PTX 171 ms.
         let (i, p) = predict(&c, 189, 27.6, 10_000_000);
         assert!((0.035..0.06).contains(&i) && (0.1..0.2).contains(&p), "{i} {p}");
         // 2 x 10^8 cases of bloated programs: compiling pays.

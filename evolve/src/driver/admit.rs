@@ -58,7 +58,11 @@ impl Driver<'_> {
             let code = match code {
                 Ok(code) => code,
                 Err(e) => {
-                    tracing::warn!("individual {} of generation {} is evaluated on the CPU: {e}", b.slot, b.generation);
+                    tracing::warn!(
+                        "individual {} of generation {} is evaluated on the CPU: {e}",
+                        b.slot,
+                        b.generation
+                    );
                     None
                 }
             };
