@@ -3,8 +3,9 @@
 # wheels if no CUDA 13 toolkit is found, then runs every test. GPU-only tests are ignored, with
 # the reason "needs a GPU" (the GPU host runs them with --include-ignored); NVRTC tests may not
 # skip here (GPFARM_REQUIRE_NVRTC=1). After cargo's own output comes a summary over all test
-# executables: how many passed, failed and were ignored, and which were ignored and why. The exit
-# status is cargo's.
+# executables: how many passed, failed and were ignored, and which were ignored and why. Then the
+# Python package is installed from python/ (maturin, pinned pytest) and its tests run. The exit
+# status is cargo's if it failed, else pytest's.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -52,4 +53,13 @@ awk '
     if (failures != "") printf "failed:%s\n", failures
   }
 ' "$log"
-exit "$status"
+
+# The Python package, built from this checkout (its build reuses cargo's release build above).
+echo "== python package"
+python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "pytest==8.3.3" ./python
+set +e
+python3 -m pytest -q -rs python/tests
+pystatus=$?
+set -e
+if [ "$status" -ne 0 ]; then exit "$status"; fi
+exit "$pystatus"

@@ -1,10 +1,8 @@
 //! `gpfarm`: compile GP populations on a farm of resident NVRTC daemons, evolve programs with
 //! grammatical GP, and measure it all.
 
-mod cli;
-mod stderr;
-
 use clap::Parser;
+use gpfarm::{cli, stderr};
 
 fn main() -> std::process::ExitCode {
     // Die quietly when a reader such as `head` closes the pipe, as command-line tools do.

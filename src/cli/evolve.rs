@@ -12,7 +12,7 @@ use gpfarm_gp::EvolutionConfig;
 use gpfarm_protocol::{FarmName, SmArch};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use gpfarm_client::CompilerSpec;
+use gpfarm_client::{Compiler, CompilerSpec};
 
 use super::compilers::{self, FarmSource};
 use table::{footer, header, row};
@@ -154,7 +154,7 @@ enum RouteArg {
 
 impl EvolveArgs {
     /// Which problem the run is on.
-    fn problem(&self) -> ProblemRef {
+    pub fn problem(&self) -> ProblemRef {
         match &self.problem_dir {
             Some(dir) => ProblemRef::Dir(dir.clone()),
             None => ProblemRef::Builtin(self.problem.clone()),
@@ -162,7 +162,7 @@ impl EvolveArgs {
     }
 
     /// The engine's options.
-    fn options(&self) -> Result<Options> {
+    pub fn options(&self) -> Result<Options> {
         let disk_cache = match (&self.cache_dir, self.disk_cache) {
             (Some(dir), _) => Some(dir.clone()),
             (None, true) => Some(
@@ -215,8 +215,10 @@ impl EvolveArgs {
     }
 }
 
-/// Runs `gpfarm evolve`.
-pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
+/// The engine for `args` and the compiler it needs (none for the interpreter on the CPU, or with
+/// `--no-compile`), started and checked against the engine's options: what `gpfarm evolve` and
+/// the Python package's `evolve` run.
+pub fn prepare(args: &EvolveArgs, cuda: Option<&Path>) -> Result<(Engine, Option<Box<dyn Compiler + Send>>)> {
     let problem = args.problem();
     let engine = Engine::new(problem.clone(), args.options()?).map_err(|e| match &problem {
         ProblemRef::Dir(dir) => anyhow::Error::new(e).context(format!("loading problem {}", dir.display())),
@@ -259,6 +261,12 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
     if let Some(c) = compiler.as_deref_mut() {
         engine.check_options(c)?;
     }
+    Ok((engine, compiler))
+}
+
+/// Runs `gpfarm evolve`.
+pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
+    let (engine, mut compiler) = prepare(&args, cuda)?;
     if let Some(notice) = engine.notice() {
         eprintln!("note: {notice}");
     }

@@ -2,9 +2,9 @@
 
 mod bench;
 mod compile;
-mod compilers;
+pub mod compilers;
 mod daemons;
-mod evolve;
+pub mod evolve;
 mod random;
 
 use std::fmt;

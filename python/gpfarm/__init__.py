@@ -1,0 +1,96 @@
+"""gpfarm from Python: evolve CUDA C programs with grammatical GP, on the GPU when there is one.
+
+    import gpfarm
+    result = gpfarm.evolve("keijzer6", population=300, generations=30, seed=1)
+    print(result.best_fitness, result.best_phenotype)
+
+``evolve`` takes the options of ``gpfarm evolve`` as keyword arguments (``route="ptx"``,
+``eval="cpu"``, ``no_cache=True``, ``flag=["-O3"]``, ...): the package parses them with the
+command line's own definitions, so both accept the same options and give the same runs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from os import PathLike
+from typing import Any, Callable, Dict, List, Optional, Union
+
+from ._gpfarm import __version__, builtin_problems
+from ._gpfarm import evolve as _evolve
+
+__all__ = ["Result", "__version__", "builtin_problems", "evolve"]
+
+
+@dataclass
+class Result:
+    """What a run found: the best program, its fitness, and one record per generation."""
+
+    #: Best fitness of the run (lower is better for error measures, as the problem states).
+    best_fitness: float
+    #: Its phenotype, the CUDA C expression or statements (None if no individual mapped).
+    best_phenotype: Optional[str]
+    #: How fitness was computed: "interpreter", "ptx" or "nvrtc"; and why.
+    route: str
+    route_reason: str
+    #: One dict per generation (generation 0 first), as ``gpfarm evolve --json`` prints them;
+    #: ``pandas.DataFrame(result.history)`` makes a table of it.
+    history: List[Dict[str, Any]] = field(repr=False)
+    #: The run's summary, as ``gpfarm evolve --json`` ends with it.
+    summary: Dict[str, Any] = field(repr=False)
+
+
+def _argv(problem: Optional[str], problem_dir: Optional[Union[str, PathLike]], options: Dict[str, Any]) -> List[str]:
+    argv = []
+    if problem_dir is not None:
+        argv.append(f"--problem-dir={problem_dir}")
+    elif problem is not None:
+        argv.append(f"--problem={problem}")
+    for key, value in options.items():
+        flag = "--" + key.replace("_", "-")
+        if value is None or value is False:
+            continue
+        if value is True:
+            argv.append(flag)
+        elif isinstance(value, (list, tuple)):
+            argv.extend(f"{flag}={v}" for v in value)
+        else:
+            argv.append(f"{flag}={value}")
+    return argv
+
+
+def evolve(
+    problem: Optional[str] = "keijzer6",
+    *,
+    problem_dir: Optional[Union[str, PathLike]] = None,
+    on_generation: Optional[Callable[[Dict[str, Any]], Any]] = None,
+    cuda: Optional[Union[str, PathLike]] = None,
+    **options: Any,
+) -> Result:
+    """Evolves programs for a built-in ``problem`` (see ``builtin_problems()``) or the problem in
+    the directory ``problem_dir``, with ``gpfarm evolve``'s options as keyword arguments
+    (``population``, ``generations``, ``seed``, ``route``, ``eval``, ...; ``True`` for a flag,
+    a list for a repeatable option). ``on_generation(record)`` is called with each generation's
+    record (a dict) as soon as it is complete; an exception it raises ends the run and
+    propagates. ``cuda`` is the CUDA toolkit or wheel directory (as ``gpfarm --cuda``).
+
+    The run holds no interpreter lock while it works; Ctrl-C raises ``KeyboardInterrupt`` at the
+    end of the current generation, and every daemon and shared-memory segment the run started is
+    gone when ``evolve`` returns or raises. An unknown option raises ``TypeError``, a bad value
+    ``ValueError``, a run that cannot start ``RuntimeError``.
+    """
+    callback = None
+    if on_generation is not None:
+        def callback(text: str) -> None:
+            on_generation(json.loads(text))
+
+    records, summary = _evolve(_argv(problem, problem_dir, options), callback, None if cuda is None else str(cuda))
+    summary = json.loads(summary)
+    return Result(
+        best_fitness=summary["best_fitness"],
+        best_phenotype=summary.get("best_phenotype"),
+        route=summary.get("route", ""),
+        route_reason=summary.get("route_reason", ""),
+        history=[json.loads(r) for r in records],
+        summary=summary,
+    )

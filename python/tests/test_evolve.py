@@ -1,0 +1,150 @@
+"""gpfarm.evolve from Python: the CLI's runs, its options and its errors, callbacks, Ctrl-C.
+
+Runs on the CPU evaluator (the interpreter route needs no daemons and, without a GPU, no GPU);
+the Ctrl-C test starts a farm of daemons, so it needs NVRTC and `gpfarmd` (the checkout's
+`target/release`, which the test command builds first).
+"""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import gpfarm
+
+ROOT = Path(__file__).resolve().parents[2]
+RELEASE = ROOT / "target" / "release"
+
+
+def small(**extra):
+    options = dict(population=60, generations=5, seed=3, eval="cpu")
+    options.update(extra)
+    return options
+
+
+def test_a_run_has_a_record_per_generation_and_its_best_never_worsens():
+    seen = []
+    result = gpfarm.evolve("keijzer6", on_generation=seen.append, **small())
+    assert [r["generation"] for r in result.history] == list(range(6))
+    assert seen == result.history
+    bests = [r["best"] for r in result.history]
+    assert all(b <= a for a, b in zip(bests, bests[1:])), bests
+    assert result.best_fitness == min(bests)
+    assert result.best_phenotype and "x" in result.best_phenotype
+    assert result.route == "interpreter" and result.route_reason.startswith("auto: ")
+    assert result.summary["generations"] == 5
+
+
+def test_a_seed_fixes_the_run_and_another_seed_changes_it():
+    a = gpfarm.evolve("multiplier5", **small(seed=11))
+    b = gpfarm.evolve("multiplier5", **small(seed=11))
+    c = gpfarm.evolve("multiplier5", **small(seed=12))
+    trajectory = lambda r: [(g["best"], g["mean"], g["median"]) for g in r.history]
+    assert trajectory(a) == trajectory(b)
+    assert trajectory(a) != trajectory(c)
+
+
+@pytest.mark.skipif(not (RELEASE / "gpfarm").is_file(), reason="needs the CLI built: cargo build --release")
+def test_the_same_options_give_the_cli_s_run():
+    options = ["--problem=search", "--population=80", "--generations=4", "--seed=5", "--eval=cpu", "--tournament=4"]
+    out = subprocess.run([str(RELEASE / "gpfarm"), "evolve", "--json", *options], capture_output=True, text=True, check=True)
+    cli = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    py = gpfarm.evolve("search", population=80, generations=4, seed=5, eval="cpu", tournament=4)
+    assert [(g["best"], g["mean"], g["median"]) for g in cli[:-1]] == [
+        (g["best"], g["mean"], g["median"]) for g in py.history
+    ]
+    assert cli[-1]["best_fitness"] == py.best_fitness
+    assert cli[-1]["best_phenotype"] == py.best_phenotype
+
+
+def test_an_unknown_option_is_a_type_error_naming_it():
+    with pytest.raises(TypeError, match="--populaton"):
+        gpfarm.evolve("keijzer6", populaton=10)
+
+
+def test_a_bad_value_is_a_value_error_naming_the_option():
+    with pytest.raises(ValueError, match="--population"):
+        gpfarm.evolve("keijzer6", population="many")
+    with pytest.raises(ValueError, match="--route"):
+        gpfarm.evolve("keijzer6", route="teleport")
+
+
+def test_an_unknown_problem_says_which_ones_exist():
+    with pytest.raises(RuntimeError, match="keijzer7") as e:
+        gpfarm.evolve("keijzer7", **small())
+    assert "keijzer6" in str(e.value)
+
+
+def test_an_exception_in_the_callback_ends_the_run_and_propagates():
+    calls = []
+
+    def stop(record):
+        calls.append(record["generation"])
+        if record["generation"] == 2:
+            raise KeyError("enough")
+
+    with pytest.raises(KeyError, match="enough"):
+        gpfarm.evolve("keijzer6", on_generation=stop, **small(generations=50))
+    assert calls == [0, 1, 2]
+
+
+def test_the_built_in_problems_are_listed():
+    assert set(gpfarm.builtin_problems()) == {"keijzer6", "search", "multiplier5"}
+    assert gpfarm.__version__
+
+
+def gpfarm_segments():
+    uid = os.getuid()
+    return sorted(p.name for p in Path("/dev/shm").glob(f"gpfarm-{uid}-*"))
+
+
+def daemons_of(pid):
+    """gpfarmd processes whose parent is `pid`."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            name = (stat.parent / "comm").read_text().strip()
+        except OSError:
+            continue
+        if name == "gpfarmd" and int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.skipif(not (RELEASE / "gpfarmd").is_file(), reason="needs gpfarmd built: cargo build --release")
+def test_ctrl_c_raises_keyboard_interrupt_and_leaves_no_daemon_or_segment():
+    before = gpfarm_segments()
+    script = (
+        "import gpfarm, sys\n"
+        "try:\n"
+        "    gpfarm.evolve('keijzer6', route='ptx', eval='cpu', daemons=2, population=100, generations=100000,\n"
+        "                  seed=1, on_generation=lambda r: print(r['generation'], flush=True))\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', flush=True)\n"
+        "    sys.exit(7)\n"
+    )
+    env = dict(os.environ, GPFARMD=str(RELEASE / "gpfarmd"))
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
+    # Wait for a few generations, so that the farm is up and compiling.
+    for line in child.stdout:
+        if line.strip() == "3":
+            break
+    daemons = daemons_of(child.pid)
+    assert len(daemons) == 2, daemons
+    sent = time.monotonic()
+    child.send_signal(signal.SIGINT)
+    rest = child.stdout.read()
+    code = child.wait(timeout=30)
+    took = time.monotonic() - sent
+    assert code == 7 and "interrupted" in rest, (code, rest[-500:])
+    assert took < 5, took
+    for pid in daemons:
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+    assert gpfarm_segments() == before
