@@ -19,7 +19,15 @@ from typing import Any, Callable, Dict, List, Optional, Union
 from ._gpfarm import __version__, builtin_problems
 from ._gpfarm import evolve as _evolve
 
-__all__ = ["Result", "__version__", "builtin_problems", "evolve"]
+__all__ = [
+    "Result",
+    "SymbolicRegressor",
+    "__version__",
+    "builtin_problems",
+    "default_grammar",
+    "evolve",
+    "regression_problem",
+]
 
 
 @dataclass
@@ -94,3 +102,6 @@ def evolve(
         history=[json.loads(r) for r in records],
         summary=summary,
     )
+
+
+from .regression import SymbolicRegressor, default_grammar, regression_problem  # noqa: E402

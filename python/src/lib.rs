@@ -88,6 +88,46 @@ enum Failure {
     Run(EvolveError),
 }
 
+/// The standard `template.cu` for the problem that `problem_toml` (a `problem.toml`'s text)
+/// declares: the harness the interpreter and the PTX route run. `ValueError` if the TOML is
+/// not a problem.
+#[pyfunction]
+fn standard_template(problem_toml: &str) -> PyResult<String> {
+    let spec: gpfarm_gp::problem::ProblemSpec =
+        toml::from_str(problem_toml).map_err(|e| PyValueError::new_err(format!("problem.toml: {e}")))?;
+    Ok(gpfarm_gp::problem::standard_template(&spec))
+}
+
+/// Loads the problem in `directory` (as `gpfarm evolve --problem-dir` does) and returns its
+/// name; `ValueError` saying which file and what is wrong otherwise.
+#[pyfunction]
+fn check_problem(directory: std::path::PathBuf) -> PyResult<String> {
+    let problem = gpfarm_gp::Problem::load(&directory)
+        .map_err(|e| PyValueError::new_err(stderr_line(&anyhow::Error::new(e))))?;
+    Ok(problem.name().to_owned())
+}
+
+/// The first output of `phenotype` on every case of the problem in `directory`, computed by the
+/// CPU evaluator (the reference every GPU route agrees with to 1e-4 or better). `ValueError` if
+/// the phenotype does not compile or fails to run.
+#[pyfunction]
+fn outputs(py: Python<'_>, directory: std::path::PathBuf, phenotype: &str) -> PyResult<Vec<f64>> {
+    let problem = gpfarm_gp::Problem::load(&directory)
+        .map_err(|e| PyValueError::new_err(stderr_line(&anyhow::Error::new(e))))?;
+    let phenotype = gpfarm_gp::Phenotype::new(phenotype);
+    let evaluation = py.detach(|| gpfarm_gp::evaluate_phenotype(&problem, &phenotype));
+    let failure = evaluation.failure.map(|f| f.to_string());
+    match evaluation.outputs.as_ref().and_then(|o| o.first()) {
+        Some(gpfarm_gp::Column::Float(v)) => Ok(v.iter().map(|&x| f64::from(x)).collect()),
+        Some(gpfarm_gp::Column::Int(v)) => Ok(v.iter().map(|&x| f64::from(x)).collect()),
+        None => Err(PyValueError::new_err(format!(
+            "`{}` gives no output: {}",
+            phenotype.as_str(),
+            failure.unwrap_or_else(|| "the problem declares none".into())
+        ))),
+    }
+}
+
 /// The names of the built-in problems.
 #[pyfunction]
 fn builtin_problems() -> Vec<String> {
@@ -98,6 +138,9 @@ fn builtin_problems() -> Vec<String> {
 fn _gpfarm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(evolve, m)?)?;
     m.add_function(wrap_pyfunction!(builtin_problems, m)?)?;
+    m.add_function(wrap_pyfunction!(standard_template, m)?)?;
+    m.add_function(wrap_pyfunction!(check_problem, m)?)?;
+    m.add_function(wrap_pyfunction!(outputs, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -1,0 +1,146 @@
+"""SymbolicRegressor and regression problems from arrays: fit/predict on the CPU evaluator, the
+scikit-learn conventions, and bad input."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gpfarm
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def data(n=200, seed=0):
+    rng = np.random.RandomState(seed)
+    X = rng.uniform(-3, 3, size=(n, 2))
+    y = X[:, 0] ** 2 + 0.5 * X[:, 1]
+    return X, y
+
+
+def test_fit_reaches_the_stated_rmse_and_predict_computes_the_fitted_program():
+    X, y = data()
+    model = gpfarm.SymbolicRegressor(population=300, generations=30, random_state=1, eval="cpu").fit(X, y)
+    rmse = float(np.sqrt(np.mean((model.predict(X) - y) ** 2)))
+    # y has standard deviation 3.0; a run of 30 generations of 300 gets well under a third of it.
+    assert y.std() > 2.5
+    assert rmse < 1.0, (rmse, model.program_)
+    # predict runs the fitted program, so its error is the training fitness (float32 outputs,
+    # summed in another order).
+    assert rmse == pytest.approx(model.fitness_, rel=1e-5)
+    assert model.score(X, y) > 0.85
+    assert model.n_features_in_ == 2 and model.names_ == ["x0", "x1"]
+    assert len(model.history_) == 31 and model.route_ == "interpreter"
+    # Unseen data: the same expression.
+    X2, y2 = data(50, seed=9)
+    assert np.sqrt(np.mean((model.predict(X2) - y2) ** 2)) < 2.0
+
+
+def test_a_random_state_fixes_the_fit():
+    X, y = data(80)
+    a = gpfarm.SymbolicRegressor(population=80, generations=5, random_state=7, eval="cpu").fit(X, y)
+    b = gpfarm.SymbolicRegressor(population=80, generations=5, random_state=7, eval="cpu").fit(X, y)
+    assert a.program_ == b.program_ and a.fitness_ == b.fitness_
+
+
+@pytest.mark.filterwarnings("ignore:X does not have valid feature names")
+def test_data_frame_columns_name_the_variables():
+    pd = pytest.importorskip("pandas")
+    X, y = data(100)
+    frame = pd.DataFrame(X, columns=["speed", "load"])
+    model = gpfarm.SymbolicRegressor(population=100, generations=10, random_state=2, eval="cpu").fit(frame, pd.Series(y))
+    assert list(model.feature_names_in_) == ["speed", "load"]
+    assert "x0" not in model.program_ and ("speed" in model.program_ or "load" in model.program_)
+    assert np.allclose(model.predict(frame), model.predict(X))
+
+
+def test_scikit_learn_conventions():
+    sklearn = pytest.importorskip("sklearn")
+    from sklearn.base import clone
+    from sklearn.exceptions import NotFittedError
+
+    model = gpfarm.SymbolicRegressor(population=50, generations=3, random_state=4, eval="cpu")
+    params = model.get_params()
+    assert params["population"] == 50 and params["random_state"] == 4
+    copy = clone(model).set_params(generations=2)
+    assert copy.generations == 2 and model.generations == 3
+    with pytest.raises(ValueError, match="populaton"):
+        model.set_params(populaton=5)
+    with pytest.raises(NotFittedError):
+        model.predict(np.zeros((3, 2)))
+    X, y = data(60)
+    fitted = model.fit(X, y)
+    assert fitted is model and not hasattr(clone(model), "program_")
+    assert sklearn.__version__
+
+
+# Each message as gpfarm words it | as scikit-learn's validation does (when it is installed).
+@pytest.mark.parametrize(
+    "X, y, message",
+    [
+        (np.arange(10.0), np.arange(10.0), "must be 2-D|Expected 2D array, got 1D array"),
+        (np.ones((5, 2)), np.array([1.0, 2.0, np.nan, 4.0, 5.0]), "y has a NaN|Input y contains NaN"),
+        (np.array([[1.0, np.inf], [2.0, 3.0]]), np.ones(2), "X has a NaN or infinite value at row 0, column 1|Input X contains infinity"),
+        (np.ones((5, 2)), np.ones(4), "5 rows but y has 4|inconsistent numbers of samples: \\[5, 4\\]"),
+        (np.ones((5, 2)), np.ones((5, 2)), "y must be 1-D|y should be a 1d array"),
+        (np.zeros((0, 2)), np.zeros(0), "X has no rows|Found array with 0 sample"),
+    ],
+)
+def test_bad_input_is_a_value_error_that_says_what_is_wrong(X, y, message):
+    with pytest.raises(ValueError, match=message):
+        gpfarm.SymbolicRegressor(population=20, generations=1, eval="cpu").fit(X, y)
+
+
+def test_predict_checks_the_columns_and_names_must_be_identifiers():
+    X, y = data(40)
+    model = gpfarm.SymbolicRegressor(population=40, generations=2, random_state=3, eval="cpu").fit(X, y)
+    with pytest.raises(ValueError, match="3 columns, the regressor was fitted on 2|X has 3 features, but SymbolicRegressor is expecting 2"):
+        model.predict(np.ones((4, 3)))
+    with pytest.raises(ValueError, match="`my speed` cannot be a variable name"):
+        gpfarm.regression_problem(X, y, names=["my speed", "load"])
+    with pytest.raises(ValueError, match="`float` cannot be a variable name"):
+        gpfarm.regression_problem(X, y, names=["float", "load"])
+
+
+def test_a_regression_problem_directory_runs_under_evolve_as_on_the_command_line(tmp_path):
+    X, y = data(64)
+    directory = gpfarm.regression_problem(X, y, names=["a", "b"], directory=tmp_path / "p")
+    assert sorted(p.name for p in directory.iterdir()) == ["cases.json", "grammar.bnf", "problem.toml", "template.cu"]
+    result = gpfarm.evolve(None, problem_dir=directory, population=60, generations=3, seed=1, eval="cpu")
+    # The standard harness: the interpreter can run it, so auto picks it.
+    assert result.route == "interpreter", result.route_reason
+    binary = ROOT / "target" / "release" / "gpfarm"
+    if binary.is_file():
+        out = subprocess.run(
+            [str(binary), "evolve", "--json", f"--problem-dir={directory}", "--population=60", "--generations=3",
+             "--seed=1", "--eval=cpu"],
+            capture_output=True, text=True, check=True,
+        )
+        assert json.loads(out.stdout.splitlines()[-1])["best_fitness"] == result.best_fitness
+
+
+def test_the_example_fits_a_csv(tmp_path):
+    csv = tmp_path / "data.csv"
+    X, y = data(120, seed=5)
+    csv.write_text("u,v,target\n" + "".join(f"{a},{b},{t}\n" for (a, b), t in zip(X, y)))
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "regression_csv.py"), str(csv), "--target", "target",
+         "--generations", "10", "--seed", "1", "--eval", "cpu"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "program:" in out.stdout and "test RMSE" in out.stdout
+
+
+def test_every_scikit_learn_estimator_check_passes():
+    pytest.importorskip("sklearn")
+    from sklearn.utils.estimator_checks import check_estimator
+
+    model = gpfarm.SymbolicRegressor(population=40, generations=3, random_state=0, eval="cpu")
+    results = check_estimator(model, on_fail=None)
+    failed = [(r["check_name"], str(r["exception"])[:200]) for r in results if r["status"] != "passed"]
+    assert not failed, failed
+    assert len(results) >= 40, len(results)
