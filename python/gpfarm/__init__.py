@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from os import PathLike
 from typing import Any, Callable, Dict, List, Optional, Union
 
-from ._gpfarm import __version__, builtin_problems
+from ._gpfarm import Farm, __version__, builtin_problems
 from ._gpfarm import evolve as _evolve
 
 __all__ = [
+    "Farm",
     "Result",
     "SymbolicRegressor",
     "__version__",

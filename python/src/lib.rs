@@ -2,13 +2,19 @@
 //! as the command line spells them, so the package and the CLI parse them with one definition
 //! (`gpfarm::cli::evolve::EvolveArgs`); `gpfarm/__init__.py` turns keyword arguments into them.
 
+use std::sync::Mutex;
+
 use clap::Parser;
 use gpfarm::cli::UsageError;
+use gpfarm::cli::compilers::{FarmSource, build};
 use gpfarm::cli::evolve::{EvolveArgs, prepare};
 use gpfarm::stderr::one_line as stderr_line;
+use gpfarm_client::{CompileOptions, Compiler, CompilerSpec, FailureKind, SmArch, Unit, UnitOutcome};
 use gpfarm_evolve::{CallbackError, EvolveError};
+use gpfarm_protocol::FarmName;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
 
 /// `gpfarm evolve`'s arguments, parsed on their own.
 #[derive(Debug, Parser)]
@@ -128,6 +134,140 @@ fn outputs(py: Python<'_>, directory: std::path::PathBuf, phenotype: &str) -> Py
     }
 }
 
+/// A compiler from Python: by default a farm of `gpfarmd` daemons, one per core, started when it
+/// is made and ended (daemons stopped, segments removed) by `close()` or at the end of a
+/// `with` block, also when the block raises.
+#[pyclass(module = "gpfarm._gpfarm")]
+struct Farm {
+    compiler: Mutex<Option<Box<dyn Compiler + Send>>>,
+    options: CompileOptions,
+    name: String,
+}
+
+#[pymethods]
+impl Farm {
+    /// `compiler`: `farm` (daemons), `farm:N`, `threads:N`, `inprocess` or `nvcc`; `workers`
+    /// fills a count it leaves open (default one per core). `arch` (`sm_90`, ...) and `flags`
+    /// (NVRTC options) apply to every unit. `attach` compiles on resident daemons started by
+    /// `gpfarm daemons start` ("" for the default farm, or its name) instead of starting any.
+    #[new]
+    #[pyo3(signature = (compiler="farm", workers=None, arch="sm_90", flags=Vec::new(), cuda=None, attach=None))]
+    fn new(
+        py: Python<'_>,
+        compiler: &str,
+        workers: Option<usize>,
+        arch: &str,
+        flags: Vec<String>,
+        cuda: Option<std::path::PathBuf>,
+        attach: Option<String>,
+    ) -> PyResult<Farm> {
+        let spec: CompilerSpec =
+            compiler.parse().map_err(|e| PyValueError::new_err(format!("compiler: {e}")))?;
+        let arch: SmArch = arch.parse().map_err(|e| PyValueError::new_err(format!("arch: {e}")))?;
+        let attach = match attach.as_deref() {
+            None => None,
+            Some("") => Some(None),
+            Some(name) => Some(Some(
+                name.parse::<FarmName>().map_err(|e| PyValueError::new_err(format!("attach: {e}")))?,
+            )),
+        };
+        let options = CompileOptions { flags, ..CompileOptions::cubin(arch) };
+        let source = FarmSource { attach, deadline_s: None };
+        let built = py
+            .detach(|| build(spec, workers, cuda.as_deref(), &options, &source))
+            .map_err(|e| PyRuntimeError::new_err(stderr_line(&e)))?;
+        let name = built.name();
+        Ok(Farm { compiler: Mutex::new(Some(built)), options, name })
+    }
+
+    /// Compiles `units`, a list of CUDA C sources (named `unit0`, `unit1`, ...) or a dict of
+    /// name to source, without the interpreter lock. Returns one dict per unit, in order:
+    /// `name`, `ok`, `cubin` (bytes, or None), `failure` (None, or its kind: `compilation`,
+    /// `invalid_source`, `internal`, `jit`, `lost`), `message`, `log`, and the times
+    /// `compile_us`, `extract_us`, `jit_us`.
+    fn compile(&self, py: Python<'_>, units: &Bound<'_, PyAny>) -> PyResult<Vec<Py<PyDict>>> {
+        let named: Vec<(String, String)> = if let Ok(map) = units.cast::<PyDict>() {
+            map.iter()
+                .map(|(k, v)| Ok((k.extract::<String>()?, v.extract::<String>()?)))
+                .collect::<PyResult<_>>()?
+        } else {
+            let list: Vec<String> = units.extract().map_err(|_| {
+                PyTypeError::new_err("units must be a list of CUDA C sources or a dict of name to source")
+            })?;
+            list.into_iter().enumerate().map(|(k, s)| (format!("unit{k}"), s)).collect()
+        };
+        let wire: Vec<Unit> = named.iter().map(|(n, s)| Unit::new(n.clone(), s.clone())).collect();
+        let batch = py.detach(|| {
+            let mut guard = self.compiler.lock().unwrap_or_else(|p| p.into_inner());
+            let compiler = guard.as_mut().ok_or_else(|| "the farm is closed".to_owned())?;
+            compiler.compile(&wire, &self.options).map_err(|e| e.to_string())
+        });
+        let batch = batch.map_err(PyRuntimeError::new_err)?;
+        let mut out = Vec::with_capacity(named.len());
+        for ((name, _), r) in named.iter().zip(&batch.results) {
+            let d = PyDict::new(py);
+            d.set_item("name", name)?;
+            d.set_item("ok", r.cubin().is_some())?;
+            d.set_item("cubin", r.cubin().map(|c| PyBytes::new(py, c)))?;
+            let (kind, message) = match &r.outcome {
+                UnitOutcome::Cubin(_) => (None, String::new()),
+                UnitOutcome::Failed(f) => (Some(failure_kind(f.kind)), f.message.clone()),
+            };
+            d.set_item("failure", kind)?;
+            d.set_item("message", message)?;
+            d.set_item("log", &r.log)?;
+            d.set_item("compile_us", r.timings.compile_us)?;
+            d.set_item("extract_us", r.timings.extract_us)?;
+            d.set_item("jit_us", r.timings.jit_us)?;
+            out.push(d.unbind());
+        }
+        py.check_signals()?;
+        Ok(out)
+    }
+
+    /// Ends the compiler: its daemons are stopped and their segments removed. Idempotent.
+    fn close(&self, py: Python<'_>) {
+        let taken = self.compiler.lock().unwrap_or_else(|p| p.into_inner()).take();
+        py.detach(|| drop(taken));
+    }
+
+    /// Whether `close()` has run.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.compiler.lock().unwrap_or_else(|p| p.into_inner()).is_none()
+    }
+
+    /// What the compiler is, e.g. `farm:16`.
+    #[getter]
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close(py);
+        false
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Farm({:?}{})", self.name, if self.closed() { ", closed" } else { "" })
+    }
+}
+
+fn failure_kind(kind: FailureKind) -> &'static str {
+    match kind {
+        FailureKind::Compilation => "compilation",
+        FailureKind::InvalidSource => "invalid_source",
+        FailureKind::Internal => "internal",
+        FailureKind::Jit => "jit",
+        FailureKind::Lost => "lost",
+    }
+}
+
 /// The names of the built-in problems.
 #[pyfunction]
 fn builtin_problems() -> Vec<String> {
@@ -141,6 +281,7 @@ fn _gpfarm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(standard_template, m)?)?;
     m.add_function(wrap_pyfunction!(check_problem, m)?)?;
     m.add_function(wrap_pyfunction!(outputs, m)?)?;
+    m.add_class::<Farm>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

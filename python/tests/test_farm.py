@@ -1,0 +1,85 @@
+"""gpfarm.Farm: daemons from Python, a compile round trip, and cleanup however the block ends.
+
+Needs NVRTC (the checkout's `.toolchain/`, which the test command installs, or a CUDA 13 toolkit)
+and `gpfarmd` (the checkout's `target/release`, which the test command builds first).
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+
+import gpfarm
+
+ROOT = Path(__file__).resolve().parents[2]
+DAEMON = ROOT / "target" / "release" / "gpfarmd"
+WHEELS = ROOT / ".toolchain" / "site" / "nvidia" / "cu13"
+CUDA = str(WHEELS) if WHEELS.is_dir() else None
+
+pytestmark = pytest.mark.skipif(not DAEMON.is_file(), reason="needs gpfarmd built: cargo build --release")
+
+GOOD = 'extern "C" __global__ void twice(float* a) { a[threadIdx.x] *= 2.0f; }'
+BAD = "this is not C"
+
+
+@pytest.fixture(autouse=True)
+def daemon_binary(monkeypatch):
+    monkeypatch.setenv("GPFARMD", str(DAEMON))
+
+
+def segments():
+    return sorted(p.name for p in Path("/dev/shm").glob(f"gpfarm-{os.getuid()}-*"))
+
+
+def daemons():
+    """This process's gpfarmd children."""
+    mine = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            name = (stat.parent / "comm").read_text().strip()
+        except OSError:
+            continue
+        if name == "gpfarmd" and int(fields[1]) == os.getpid() and fields[0] != "Z":
+            mine.append(int(stat.parent.name))
+    return mine
+
+
+def test_a_compile_round_trip_gives_cubin_or_the_compiler_s_log_and_ends_the_daemons():
+    before = segments()
+    with gpfarm.Farm(workers=2, cuda=CUDA) as farm:
+        assert farm.name == "farm:2" and not farm.closed
+        assert len(daemons()) == 2
+        results = farm.compile({"good": GOOD, "bad": BAD, "also_good": GOOD.replace("twice", "thrice")})
+        again = farm.compile([GOOD])
+    assert [r["name"] for r in results] == ["good", "bad", "also_good"]
+    good, bad, also = results
+    assert good["ok"] and good["cubin"][:4] == b"\x7fELF" and good["failure"] is None
+    assert b"twice" in good["cubin"] and b"thrice" in also["cubin"]
+    assert good["compile_us"] > 0
+    assert not bad["ok"] and bad["cubin"] is None and bad["failure"] == "compilation"
+    assert "error" in bad["log"]
+    assert again[0]["name"] == "unit0" and again[0]["ok"]
+    assert farm.closed and daemons() == [] and segments() == before
+    with pytest.raises(RuntimeError, match="closed"):
+        farm.compile([GOOD])
+
+
+def test_an_exception_in_the_block_still_ends_the_daemons():
+    before = segments()
+    with pytest.raises(KeyError):
+        with gpfarm.Farm(workers=2, cuda=CUDA) as farm:
+            assert len(daemons()) == 2
+            raise KeyError("out")
+    assert farm.closed and daemons() == [] and segments() == before
+
+
+def test_bad_arguments_say_what_is_wrong():
+    with pytest.raises(ValueError, match="compiler"):
+        gpfarm.Farm(compiler="teleporter")
+    with pytest.raises(ValueError, match="arch"):
+        gpfarm.Farm(arch="sm_9000x")
+    with gpfarm.Farm(compiler="inprocess", cuda=CUDA) as farm:
+        with pytest.raises(TypeError, match="list of CUDA C sources or a dict"):
+            farm.compile(42)
+        assert farm.compile([GOOD])[0]["ok"]
