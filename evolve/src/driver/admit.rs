@@ -140,6 +140,9 @@ struct Prepared {
 /// takes some 0.1 µs a byte, starting a thread tens of µs, so short generations stay on the
 /// driver thread.
 const PREPARE_BYTES_PER_THREAD: usize = 8 << 10;
+/// Stack of a thread that parses: deep phenotypes recurse once per nesting level (as the CPU
+/// evaluator's threads, 16 MiB).
+const PREPARE_STACK: usize = 16 << 20;
 
 impl Driver<'_> {
     /// Parses, compiles to bytecode and keys `born`, in order: on up to `eval_threads` threads
@@ -158,9 +161,22 @@ impl Driver<'_> {
         std::thread::scope(|scope| {
             let handles: Vec<_> = born
                 .chunks(chunk)
-                .map(|part| scope.spawn(move || part.iter().map(one).collect::<Vec<_>>()))
+                .map(|part| {
+                    // The parser recurses once per nesting level: the CPU evaluator's stack.
+                    std::thread::Builder::new()
+                        .stack_size(PREPARE_STACK)
+                        .spawn_scoped(scope, move || part.iter().map(one).collect::<Vec<_>>())
+                })
                 .collect();
-            handles.into_iter().flat_map(|h| h.join().expect("preparing an individual panicked")).collect()
+            let mut out = Vec::with_capacity(born.len());
+            for (h, part) in handles.into_iter().zip(born.chunks(chunk)) {
+                match h {
+                    Ok(h) => out.extend(h.join().expect("preparing an individual panicked")),
+                    // No thread to be had: this part on the driver thread.
+                    Err(_) => out.extend(part.iter().map(one)),
+                }
+            }
+            out
         })
     }
 }
