@@ -268,6 +268,23 @@ fn failure_kind(kind: FailureKind) -> &'static str {
     }
 }
 
+/// Runs `gpfarmd` in this process with `argv` (its options) and returns its exit status: the
+/// package's `gpfarmd` command, so that a farm started from Python finds a daemon beside the
+/// interpreter without a build of the checkout. Only for that command's fresh process.
+#[pyfunction]
+fn daemon_main(py: Python<'_>, argv: Vec<String>) -> u8 {
+    let args: Vec<String> = std::iter::once("gpfarmd".to_owned()).chain(argv).collect();
+    py.detach(|| gpfarm::cli::daemon::main(args))
+}
+
+/// Runs `gpfarm-gpu-worker` in this process with `argv` (its options) and returns its exit
+/// status: the package's `gpfarm-gpu-worker` command. Only for that command's fresh process.
+#[pyfunction]
+fn gpu_worker_main(py: Python<'_>, argv: Vec<String>) -> u8 {
+    let args: Vec<String> = std::iter::once("gpfarm-gpu-worker".to_owned()).chain(argv).collect();
+    py.detach(|| gpfarm::cli::gpu_worker::main(args))
+}
+
 /// The names of the built-in problems.
 #[pyfunction]
 fn builtin_problems() -> Vec<String> {
@@ -282,6 +299,8 @@ fn _gpfarm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(check_problem, m)?)?;
     m.add_function(wrap_pyfunction!(outputs, m)?)?;
     m.add_class::<Farm>()?;
+    m.add_function(wrap_pyfunction!(daemon_main, m)?)?;
+    m.add_function(wrap_pyfunction!(gpu_worker_main, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

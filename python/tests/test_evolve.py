@@ -119,7 +119,8 @@ def daemons_of(pid):
 
 
 @pytest.mark.skipif(not (RELEASE / "gpfarmd").is_file(), reason="needs gpfarmd built: cargo build --release")
-def test_ctrl_c_raises_keyboard_interrupt_and_leaves_no_daemon_or_segment():
+@pytest.mark.parametrize("daemon", ["the checkout's gpfarmd", "the package's gpfarmd command"])
+def test_ctrl_c_raises_keyboard_interrupt_and_leaves_no_daemon_or_segment(daemon):
     before = gpfarm_segments()
     script = (
         "import gpfarm, sys\n"
@@ -131,6 +132,8 @@ def test_ctrl_c_raises_keyboard_interrupt_and_leaves_no_daemon_or_segment():
         "    sys.exit(7)\n"
     )
     env = dict(os.environ, GPFARMD=str(RELEASE / "gpfarmd"))
+    if daemon.startswith("the package"):
+        del env["GPFARMD"]
     child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
     # Wait for a few generations, so that the farm is up and compiling.
     for line in child.stdout:

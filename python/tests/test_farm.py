@@ -5,6 +5,8 @@ and `gpfarmd` (the checkout's `target/release`, which the test command builds fi
 """
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -83,3 +85,29 @@ def test_bad_arguments_say_what_is_wrong():
         with pytest.raises(TypeError, match="list of CUDA C sources or a dict"):
             farm.compile(42)
         assert farm.compile([GOOD])[0]["ok"]
+
+
+def test_without_a_build_the_package_s_own_daemon_command_serves(monkeypatch):
+    # pip put `gpfarmd` beside the interpreter, where gpfarm looks when GPFARMD is not set.
+    monkeypatch.delenv("GPFARMD")
+    command = Path(sys.executable).parent / "gpfarmd"
+    assert command.is_file(), command
+    before = segments()
+    with gpfarm.Farm(workers=2, cuda=CUDA) as farm:
+        pids = daemons()
+        assert len(pids) == 2
+        for pid in pids:
+            assert str(command) in Path(f"/proc/{pid}/cmdline").read_bytes().decode().replace("\0", " ")
+        result = farm.compile([GOOD, BAD])
+    assert result[0]["ok"] and result[0]["cubin"][:4] == b"\x7fELF"
+    assert result[1]["failure"] == "compilation"
+    assert daemons() == [] and segments() == before
+
+
+@pytest.mark.parametrize("command", ["gpfarmd", "gpfarm-gpu-worker"])
+def test_the_package_s_commands_parse_their_command_lines(command):
+    path = Path(sys.executable).parent / command
+    shown = subprocess.run([str(path), "--help"], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0 and "Usage" in shown.stdout, shown.stderr
+    wrong = subprocess.run([str(path), "--no-such-option"], capture_output=True, text=True, timeout=60)
+    assert wrong.returncode == 2 and "--no-such-option" in wrong.stderr

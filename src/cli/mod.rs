@@ -3,8 +3,10 @@
 mod bench;
 mod compile;
 pub mod compilers;
+pub mod daemon;
 mod daemons;
 pub mod evolve;
+pub mod gpu_worker;
 mod random;
 
 use std::fmt;
