@@ -145,7 +145,17 @@ fn hostile_units_each_get_a_clear_error_and_the_farm_keeps_working() {
     );
     let mut invalid_utf8 = b"extern \"C\" __global__ void bad(float* y) { y[0] = ".to_vec();
     invalid_utf8.extend_from_slice(&[0xff, 0xfe, b';', b' ', b'}', b'\n']);
+    // A byte that is not UTF-8 after a whole kernel: NVRTC used to compile the first kernel and
+    // drop the rest without a word.
+    let first = "extern \"C\" __global__ void first(float* y) { y[0] = 1.0f; }\n";
+    let mut after_first = first.as_bytes().to_vec();
+    after_first.push(0xff);
+    after_first.extend_from_slice(b"\nextern \"C\" __global__ void second(float* y) { y[0] = 2.0f; }\n");
     let hostile = [
+        (
+            "a non-UTF-8 byte after the first kernel",
+            Unit { name: "two.cu".into(), source: after_first, route: Default::default() },
+        ),
         (
             "include of a file on disk",
             Unit::new("inc.cu", "#include \"/etc/hostname\"\n__global__ void k() {}\n"),
@@ -189,6 +199,12 @@ fn hostile_units_each_get_a_clear_error_and_the_farm_keeps_working() {
         let UnitOutcome::Failed(f) = &r.outcome else { panic!("{what} ({}) compiled", unit.name) };
         assert!(!f.message.is_empty(), "{what}: empty reason");
         eprintln!("{what}: {:?}: {}", f.kind, f.message.lines().next().unwrap_or(""));
+    }
+    // Both units that are not UTF-8 are refused before NVRTC, saying where.
+    for (k, at) in [(0, first.len()), (3, 50)] {
+        let UnitOutcome::Failed(f) = &batch.results[k].outcome else { unreachable!("checked above") };
+        assert_eq!(f.kind, FailureKind::InvalidSource, "{}: {f}", hostile[k].0);
+        assert!(f.message.contains(&format!("not valid UTF-8 at byte offset {at}")), "{}: {f}", hostile[k].0);
     }
     let fine = &batch.results[hostile.len()..hostile.len() + 3];
     assert!(fine.iter().all(|r| r.cubin().is_some()), "good units beside the bad ones");

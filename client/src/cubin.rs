@@ -1,5 +1,6 @@
 //! Reading a CUBIN: is it a CUDA ELF, for which `sm_XX`, with which kernels.
 
+use gpfarm_protocol::worker::KernelRef;
 use object::read::elf::{ElfFile64, FileHeader, Sym};
 use object::{Object, ObjectSymbol};
 
@@ -37,4 +38,16 @@ pub fn inspect(bytes: &[u8]) -> Option<CubinInfo> {
     kernels.sort();
     kernels.dedup();
     Some(CubinInfo { sm, kernels })
+}
+
+/// Why `cubin` cannot be what a unit whose members are at `kernels` compiled to (each a
+/// [`KernelRef`] text: `NAME` or branch `NAME@J` of a switch kernel): it is not a CUDA ELF, or a
+/// kernel named is not among its kernels. `None` when every one is there.
+pub fn missing_kernel(cubin: &[u8], kernels: &[String]) -> Option<String> {
+    let Some(info) = inspect(cubin) else {
+        return Some(format!("the CUBIN ({} bytes) is not a CUDA ELF", cubin.len()));
+    };
+    let name = |k: &String| KernelRef::parse(k).map_or_else(|| k.clone(), |r| r.kernel.to_owned());
+    let missing = kernels.iter().map(name).find(|k| info.kernels.binary_search(k).is_err())?;
+    Some(format!("the CUBIN lacks kernel `{missing}` (it has {})", info.kernels.join(", ")))
 }

@@ -494,6 +494,17 @@ mod tests {
         let UnitOutcome::Failed(f) = &r.outcome else { panic!("linked: {}", r.log) };
         assert_eq!(f.kind, FailureKind::Compilation, "{f}");
         assert!(r.log.contains("gpm_nosuch"), "{f}\n{}", r.log);
+        let mut bad = ptx("latin", "sm_90").into_bytes();
+        let at = bad.len() - 2;
+        bad.insert(at, 0xff);
+        let r = nvrtc.compile_unit(
+            &Unit { name: "latin.ptx".into(), source: bad, route: Route::Ptx },
+            &options,
+            None,
+        );
+        let UnitOutcome::Failed(f) = &r.outcome else { panic!("linked: {}", r.log) };
+        assert_eq!(f.kind, FailureKind::InvalidSource, "{f}");
+        assert!(f.message.contains(&format!("not valid UTF-8 at byte offset {at}")), "{f}");
         let nul = Unit { name: "nul.ptx".into(), source: b".version 9.0\0".to_vec(), route: Route::Ptx };
         let r = nvrtc.compile_unit(&nul, &options, None);
         assert!(

@@ -259,6 +259,13 @@ impl NvJitLink {
         for ((name, kind, data), cname) in inputs.iter().zip(&names) {
             let mut owned;
             let data: &[u8] = if *kind == Input::Ptx {
+                if let Err(e) = std::str::from_utf8(data) {
+                    return Err(fail(
+                        FailureKind::InvalidSource,
+                        format!("{name}: PTX is not valid UTF-8 at byte offset {}", e.valid_up_to()),
+                        String::new(),
+                    ));
+                }
                 if let Some(at) = data.iter().position(|&b| b == 0) {
                     return Err(fail(
                         FailureKind::InvalidSource,

@@ -191,6 +191,15 @@ impl Nvrtc {
             log,
             compile: start.elapsed(),
         };
+        // NVRTC reads C strings and stops at what it cannot take: a byte that is not UTF-8 would
+        // silently drop the rest of the unit (its later kernels), so it is refused here.
+        if let Err(e) = std::str::from_utf8(source) {
+            return Err(fail(
+                FailureKind::InvalidSource,
+                format!("source is not valid UTF-8 at byte offset {}", e.valid_up_to()),
+                String::new(),
+            ));
+        }
         let source = CString::new(source).map_err(|e| {
             fail(
                 FailureKind::InvalidSource,

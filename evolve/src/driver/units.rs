@@ -8,9 +8,10 @@ use std::io::Write;
 use std::num::NonZeroUsize;
 use std::time::{Duration, Instant};
 
+use gpfarm_client::cubin::missing_kernel;
 use gpfarm_client::{
-    BuildConfig, CacheKey, CompileOptions, Compiler, CompilerSpec, FailureKind, Finished, Job, Submitter,
-    Unit, UnitOutcome, Workers,
+    BuildConfig, CacheKey, CompileOptions, Compiler, CompilerSpec, Failure, FailureKind, Finished, Job,
+    Submitter, Unit, UnitOutcome, Workers,
 };
 use gpfarm_gp::KernelName;
 use gpfarm_gp::{Fitness, Program};
@@ -296,8 +297,12 @@ impl Driver<'_> {
         let a = self.account(info.generation);
         a.busy += busy;
         let mut ready = Vec::new();
-        for r in finished.results {
+        for mut r in finished.results {
             self.account(info.generation).nvrtc += Duration::from_micros(r.timings.compile_us);
+            // A CUBIN without a kernel the unit named is a failed unit, not fitness from elsewhere.
+            if let Some(why) = r.cubin().and_then(|c| missing_kernel(c, &info.kernels)) {
+                r.outcome = UnitOutcome::Failed(Failure { kind: FailureKind::Internal, message: why });
+            }
             match r.outcome {
                 UnitOutcome::Cubin(cubin) => ready.push(Ready {
                     retried: false,
