@@ -6,7 +6,6 @@ the Ctrl-C test starts a farm of daemons, so it needs NVRTC and `gpfarmd` (the c
 """
 
 import json
-import math
 import os
 import signal
 import subprocess
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import gpfarm
+from procs import gpfarmd_children, segments
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASE = ROOT / "target" / "release"
@@ -99,29 +99,10 @@ def test_the_built_in_problems_are_listed():
     assert gpfarm.__version__
 
 
-def gpfarm_segments():
-    uid = os.getuid()
-    return sorted(p.name for p in Path("/dev/shm").glob(f"gpfarm-{uid}-*"))
-
-
-def daemons_of(pid):
-    """gpfarmd processes whose parent is `pid`."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            name = (stat.parent / "comm").read_text().strip()
-        except OSError:
-            continue
-        if name == "gpfarmd" and int(fields[1]) == pid:
-            found.append(int(stat.parent.name))
-    return found
-
-
 @pytest.mark.skipif(not (RELEASE / "gpfarmd").is_file(), reason="needs gpfarmd built: cargo build --release")
 @pytest.mark.parametrize("daemon", ["the checkout's gpfarmd", "the package's gpfarmd command"])
 def test_ctrl_c_raises_keyboard_interrupt_and_leaves_no_daemon_or_segment(daemon):
-    before = gpfarm_segments()
+    before = segments()
     script = (
         "import gpfarm, sys\n"
         "try:\n"
@@ -139,7 +120,7 @@ def test_ctrl_c_raises_keyboard_interrupt_and_leaves_no_daemon_or_segment(daemon
     for line in child.stdout:
         if line.strip() == "3":
             break
-    daemons = daemons_of(child.pid)
+    daemons = gpfarmd_children(child.pid)
     assert len(daemons) == 2, daemons
     sent = time.monotonic()
     child.send_signal(signal.SIGINT)
@@ -150,4 +131,4 @@ def test_ctrl_c_raises_keyboard_interrupt_and_leaves_no_daemon_or_segment(daemon
     assert took < 5, took
     for pid in daemons:
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
-    assert gpfarm_segments() == before
+    assert segments() == before

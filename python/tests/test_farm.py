@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import gpfarm
+from procs import gpfarmd_children, segments
 
 ROOT = Path(__file__).resolve().parents[2]
 DAEMON = ROOT / "target" / "release" / "gpfarmd"
@@ -29,22 +30,9 @@ def daemon_binary(monkeypatch):
     monkeypatch.setenv("GPFARMD", str(DAEMON))
 
 
-def segments():
-    return sorted(p.name for p in Path("/dev/shm").glob(f"gpfarm-{os.getuid()}-*"))
-
-
 def daemons():
     """This process's gpfarmd children."""
-    mine = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            name = (stat.parent / "comm").read_text().strip()
-        except OSError:
-            continue
-        if name == "gpfarmd" and int(fields[1]) == os.getpid() and fields[0] != "Z":
-            mine.append(int(stat.parent.name))
-    return mine
+    return gpfarmd_children(os.getpid())
 
 
 def test_a_compile_round_trip_gives_cubin_or_the_compiler_s_log_and_ends_the_daemons():

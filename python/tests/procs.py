@@ -1,0 +1,24 @@
+"""What the tests look for after a farm ends: this user's gpfarm segments and a process's
+gpfarmd children."""
+
+import os
+from pathlib import Path
+
+
+def segments():
+    """This user's gpfarm shared-memory segments."""
+    return sorted(p.name for p in Path("/dev/shm").glob(f"gpfarm-{os.getuid()}-*"))
+
+
+def gpfarmd_children(pid):
+    """The gpfarmd processes whose parent is `pid` (zombies left out)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            name = (stat.parent / "comm").read_text().strip()
+        except OSError:
+            continue
+        if name == "gpfarmd" and int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
