@@ -220,14 +220,7 @@ impl Drop for Supervised {
 
 /// Whether a process we did not start is running: it exists and is not a zombie.
 pub fn process_running(pid: u32) -> bool {
-    if !gpfarm_protocol::segment::process_alive(pid) {
-        return false;
-    }
-    // A zombie still answers kill(0); its state letter in /proc says what it is.
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with(['Z', 'X'])),
-        Err(_) => false,
-    }
+    gpfarm_protocol::segment::process_alive(pid)
 }
 
 /// Kills `pid` (SIGKILL) if it is a process we may signal; for daemons we attached to, which

@@ -485,24 +485,31 @@ pub fn unlink(name: &SegmentName) -> bool {
     unsafe { libc::shm_unlink(path.as_ptr()) == 0 }
 }
 
-/// Whether a process with this pid exists (it may belong to another user).
+/// Whether a process with this pid is running (it may belong to another user): it exists and is
+/// not a zombie. A process that has died answers `kill(pid, 0)` until its parent reaps it, which
+/// a parent that never reaps makes forever; its state in `/proc` says it is dead at once.
 pub fn process_alive(pid: u32) -> bool {
     if pid == 0 || pid > i32::MAX as u32 {
         return false;
     }
     // SAFETY: signal 0 only checks for existence and permission.
     let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    let exists = r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    exists && !is_zombie(pid)
+}
+
+/// Whether `pid` has died and waits to be reaped (`Z`) or is being reaped (`X`). Where `/proc`
+/// cannot say, no.
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| s.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with(['Z', 'X'])))
+        .unwrap_or(false)
 }
 
 /// Whether `pid` is a live (not zombie) gpfarmd.
 pub fn is_daemon_process(pid: u32) -> bool {
-    // A zombie still answers kill(pid, 0), and a recycled pid may belong to another program.
-    let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| s.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')))
-        .unwrap_or(false);
+    // A recycled pid may belong to another program.
     process_alive(pid)
-        && !zombie
         && std::fs::read_to_string(format!("/proc/{pid}/comm"))
             .map(|c| c.trim_end().starts_with("gpfarmd"))
             .unwrap_or(true)
@@ -554,6 +561,24 @@ mod tests {
 
     fn fresh_name() -> SegmentName {
         SegmentName::new(&FarmName::random(), DaemonId(0))
+    }
+
+    #[test]
+    fn a_dead_child_not_yet_reaped_is_not_alive() {
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id();
+        assert!(process_alive(pid));
+        child.kill().unwrap(); // SIGKILL, not reaped: a zombie until `wait`
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while !is_zombie(pid) {
+            assert!(std::time::Instant::now() < until, "{pid} never became a zombie");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // SAFETY: signal 0 only checks for existence.
+        assert_eq!(unsafe { libc::kill(pid as libc::pid_t, 0) }, 0, "the zombie still answers kill(pid, 0)");
+        assert!(!process_alive(pid), "a zombie counts as dead");
+        child.wait().unwrap();
+        assert!(!process_alive(pid));
     }
 
     #[test]
