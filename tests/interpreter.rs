@@ -72,8 +72,7 @@ fn wire(problem: &Problem, phenotypes: &[Phenotype], max_steps: u64) -> WirePopu
         .iter()
         .map(|p| compile(problem, &Program::compile(problem, p).unwrap()).unwrap())
         .collect();
-    let packed = PackedPopulation::new(&codes);
-    WirePopulation { words: packed.words, offsets: packed.offsets, depth: packed.depth as u64, max_steps }
+    PackedPopulation::new(&codes).into_wire(max_steps)
 }
 
 /// Generation 0 of three seeds and three bred generations of the first, deduplicated.

@@ -21,7 +21,7 @@ use anyhow::{Context, Result, anyhow};
 use gpfarm_client::{CompileOptions, Compiler, Unit};
 use gpfarm_gp::problem::ProblemSources;
 use gpfarm_gp::{Evolution, EvolutionConfig, Phenotype, Problem, Program, evaluate_all};
-use gpfarm_kernels::gpu::{self, CompiledUnit, GpuEvaluator, Kernels, WirePopulation};
+use gpfarm_kernels::gpu::{self, CompiledUnit, GpuEvaluator, Kernels};
 use gpfarm_kernels::interp::{self, PackedPopulation};
 use gpfarm_protocol::{Route, Shape, SmArch};
 use serde::{Deserialize, Serialize};
@@ -227,12 +227,7 @@ pub fn run(
         let packed = PackedPopulation::new(&codes);
         let compile_ms = t.elapsed().as_secs_f64() * 1e3;
         let ops = packed.ops() as f64 / n.max(1) as f64;
-        let wire = WirePopulation {
-            words: packed.words.clone(),
-            offsets: packed.offsets.clone(),
-            depth: packed.depth as u64,
-            max_steps: gpfarm_gp::interp::DEFAULT_MAX_STEPS,
-        };
+        let wire = packed.into_wire(gpfarm_gp::interp::DEFAULT_MAX_STEPS);
         let mut times = Vec::new();
         let mut interpreted = Vec::new();
         for _ in 0..=config.repeats {

@@ -78,10 +78,9 @@ pub enum Request {
 pub struct WirePopulation {
     /// All programs' words.
     pub words: Vec<u32>,
-    /// The first word of each program.
+    /// The first word of each program, with the interpreter's flags (no jump, deep stack) in
+    /// its top bits.
     pub offsets: Vec<u32>,
-    /// The deepest stack of any program, in cells.
-    pub depth: u64,
     /// Loop iterations allowed per case before a program fails.
     pub max_steps: u64,
 }

@@ -9,7 +9,6 @@ use gpfarm_client::{CompiledUnit, GpuWorker, WorkerError};
 use gpfarm_gp::interp::DEFAULT_MAX_STEPS;
 use gpfarm_gp::{Fitness, Phenotype, evaluate_all};
 use gpfarm_kernels::interp::PackedPopulation;
-use gpfarm_protocol::worker::WirePopulation;
 
 use super::{Driver, Member, Ready};
 use crate::account::Chain;
@@ -140,13 +139,8 @@ impl Driver<'_> {
         let (coded, rest): (Vec<Member>, Vec<Member>) = members.into_iter().partition(|m| m.code.is_some());
         if !coded.is_empty() {
             let t = Instant::now();
-            let packed = PackedPopulation::new(coded.iter().filter_map(|m| m.code.as_deref()));
-            let wire = WirePopulation {
-                words: packed.words,
-                offsets: packed.offsets,
-                depth: packed.depth as u64,
-                max_steps: DEFAULT_MAX_STEPS,
-            };
+            let wire = PackedPopulation::new(coded.iter().filter_map(|m| m.code.as_deref()))
+                .into_wire(DEFAULT_MAX_STEPS);
             match worker.interpret(&wire) {
                 Ok(out) => {
                     let took = t.elapsed();

@@ -81,8 +81,6 @@ pub struct PackedPopulation {
     /// The first word of each program, with [`STRAIGHT`] set when the program has no jump
     /// ([`Bytecode::is_straight`]) and [`DEEP`] when its stack needs the large kernel.
     pub offsets: Vec<u32>,
-    /// The deepest stack of any program, in cells.
-    pub depth: usize,
 }
 
 impl PackedPopulation {
@@ -94,9 +92,14 @@ impl PackedPopulation {
             let deep = if b.depth > SMALL_DEPTH { DEEP } else { 0 };
             p.offsets.push(p.words.len() as u32 | straight | deep);
             p.words.extend_from_slice(&b.words);
-            p.depth = p.depth.max(b.depth);
         }
         p
+    }
+
+    /// The population as the GPU evaluator and its worker take it, `max_steps` loop iterations
+    /// allowed per case.
+    pub fn into_wire(self, max_steps: u64) -> crate::gpu::WirePopulation {
+        crate::gpu::WirePopulation { words: self.words, offsets: self.offsets, max_steps }
     }
 
     /// Programs held.
