@@ -80,29 +80,17 @@ impl std::str::FromStr for Tuning {
                 "`{text}` is not a tuning: cases at once, then optionally bN (blocks) and sN (register slots), e.g. 4b6s2"
             )
         };
-        let mut tuning = Tuning::default();
-        let mut field = None::<char>;
-        let mut rest = text;
-        while !rest.is_empty() {
-            let end = rest.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(rest.len());
-            let value: usize = rest[..end].parse().map_err(|_| bad())?;
+        let number = |s: &str| s.parse::<usize>().map_err(|_| bad());
+        // The numbers, each after its letter (none before the first).
+        let mut values = text.split(|c: char| c.is_ascii_alphabetic());
+        let mut tuning = Tuning { interleave: number(values.next().unwrap_or(""))?, ..Tuning::default() };
+        for (field, value) in text.chars().filter(char::is_ascii_alphabetic).zip(values) {
+            let value = number(value)?;
             match field {
-                None => tuning.interleave = value,
-                Some('b') => tuning.min_blocks = u32::try_from(value).map_err(|_| bad())?,
-                Some('s') => tuning.register_slots = value,
-                Some(_) => return Err(bad()),
+                'b' => tuning.min_blocks = u32::try_from(value).map_err(|_| bad())?,
+                's' => tuning.register_slots = value,
+                _ => return Err(bad()),
             }
-            rest = &rest[end..];
-            if let Some(c) = rest.chars().next() {
-                field = Some(c);
-                rest = &rest[1..];
-                if rest.is_empty() {
-                    return Err(bad());
-                }
-            }
-        }
-        if text.is_empty() {
-            return Err(bad());
         }
         Ok(tuning)
     }
