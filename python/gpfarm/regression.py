@@ -257,9 +257,9 @@ class SymbolicRegressor(_Mixin, _Base):
         X, y = self._validate(X, y, reset=True)
         rows, _ = _rows(X)
         _targets(y, len(rows))
+        names = check_names(frame_names if frame_names is not None else [f"x{j}" for j in range(len(rows[0]))])
         with tempfile.TemporaryDirectory(prefix="gpfarm-fit-") as tmp:
-            directory = regression_problem(rows, y, names=frame_names, grammar=self.grammar, directory=tmp)
-            names = [i["name"] for i in _inputs(directory)]
+            directory = regression_problem(rows, y, names=names, grammar=self.grammar, directory=tmp)
             result = evolve(
                 None,
                 problem_dir=directory,
@@ -302,11 +302,6 @@ class SymbolicRegressor(_Mixin, _Base):
             return numpy.asarray(values, dtype=float)
         except ImportError:  # pragma: no cover
             return values
-
-
-def _inputs(directory: Path) -> List[Dict[str, str]]:
-    text = (Path(directory) / "problem.toml").read_text()
-    return [{"name": n} for n in re.findall(r'\[\[inputs\]\]\nname = "([^"]+)"', text)]
 
 
 def _not_fitted(estimator: Any) -> Exception:
