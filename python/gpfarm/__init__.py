@@ -12,12 +12,32 @@ command line's own definitions, so both accept the same options and give the sam
 from __future__ import annotations
 
 import json
+import os
+import sys
 from dataclasses import dataclass, field
 from os import PathLike
 from typing import Any, Callable, Dict, List, Optional, Union
 
-from ._gpfarm import Farm, __version__, builtin_problems
-from ._gpfarm import evolve as _evolve
+
+def _environment_cuda(path: Optional[List[str]] = None) -> Optional[str]:
+    """The ``nvidia/cu13`` directory of NVIDIA's NVRTC wheel in this environment (``pip install
+    'gpfarm[cuda]'`` puts it there), or None."""
+    for entry in sys.path if path is None else path:
+        candidate = os.path.join(entry or ".", "nvidia", "cu13")
+        if os.path.isfile(os.path.join(candidate, "lib", "libnvrtc.so.13")):
+            return os.path.abspath(candidate)
+    return None
+
+
+# NVRTC is looked for as the command line looks for it (--cuda / ``cuda=``, GPFARM_CUDA, CUDA_HOME,
+# /usr/local/cuda, a checkout's .toolchain/), and last in this environment's wheels: the variable
+# names them for this process and the daemons it starts.
+_WHEELS = _environment_cuda()
+if _WHEELS is not None:
+    os.environ.setdefault("GPFARM_PYTHON_CUDA", _WHEELS)
+
+from ._gpfarm import Farm, __version__, builtin_problems  # noqa: E402
+from ._gpfarm import evolve as _evolve  # noqa: E402
 
 __all__ = [
     "Farm",

@@ -99,3 +99,41 @@ def test_the_package_s_commands_parse_their_command_lines(command):
     assert shown.returncode == 0 and "Usage" in shown.stdout, shown.stderr
     wrong = subprocess.run([str(path), "--no-such-option"], capture_output=True, text=True, timeout=60)
     assert wrong.returncode == 2 and "--no-such-option" in wrong.stderr
+
+
+SYSTEM_CUDA = any(
+    os.path.isfile(os.path.join(d, sub, "libnvrtc.so.13"))
+    for d in [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+    if d
+    for sub in ("lib64", "lib")
+)
+
+
+@pytest.mark.skipif(CUDA is None, reason="needs the checkout's NVRTC wheels (.toolchain/)")
+def test_nvrtc_wheels_in_the_python_environment_are_found_without_cuda(tmp_path):
+    # `pip install 'gpfarm[cuda]'` leaves nvidia/cu13 in site-packages: stand one up on sys.path
+    # (linked to the checkout's wheels) and compile from outside the checkout with nothing set.
+    site = tmp_path / "site"
+    (site / "nvidia").mkdir(parents=True)
+    (site / "nvidia" / "cu13").symlink_to(WHEELS)
+    env = {k: v for k, v in os.environ.items() if k not in ("GPFARM_CUDA", "GPFARM_PYTHON_CUDA")}
+    script = (
+        "import sys, gpfarm\n"
+        "print(gpfarm._WHEELS)\n"
+        "with gpfarm.Farm(workers=1) as farm:\n"
+        f"    print(farm.compile([{GOOD!r}])[0]['ok'])\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", f"import sys; sys.path.append({str(site)!r}); exec({script!r})"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == [str(site / "nvidia" / "cu13"), "True"], run.stdout
+    if SYSTEM_CUDA:
+        return
+    # Without them, the error says how to get NVRTC from Python.
+    bare = subprocess.run(
+        [sys.executable, "-c", "import gpfarm; gpfarm.Farm(workers=1)"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env,
+    )
+    assert bare.returncode == 1 and "gpfarm[cuda]" in bare.stderr and "no NVRTC" in bare.stderr, bare.stderr

@@ -21,7 +21,7 @@ pub use compile::{
     Allocator, LinkError, Linked, NO_LINKER, PTX_IN_JIT_MODE, PtxLinker, StartError, WarmNvrtc,
     compile_math_library, library_options, link_options, nvrtc_options,
 };
-pub use locate::{Origin, Toolchain, ToolchainError};
+pub use locate::{Origin, PYTHON_WHEELS_VAR, Toolchain, ToolchainError};
 pub use nvjitlink::{Input, JitLinkFailure, JitLinkLoadError, JitLinked, NVJITLINK_HINT, NvJitLink};
 pub use nvrtc::{Compiled, LoadError, Nvrtc, NvrtcFailure, Output};
 
@@ -30,7 +30,8 @@ pub const NVRTC_MAJOR: u32 = 13;
 
 /// What to tell a user who has no usable CUDA 13 toolchain.
 pub const INSTALL_HINT: &str = "install the pinned NVRTC 13.0 wheels with `scripts/install-toolchain.sh` \
-     (no GPU or CUDA needed), or point --cuda / GPFARM_CUDA at a CUDA 13 toolkit";
+     (no GPU or CUDA needed; from Python, `pip install 'gpfarm[cuda]'`), or point --cuda / GPFARM_CUDA at a \
+     CUDA 13 toolkit";
 
 /// The environment variable that switches the CUDA driver's compute cache on (`0`) or off (`1`).
 pub const DRIVER_CACHE_VAR: &str = "CUDA_CACHE_DISABLE";

@@ -15,7 +15,8 @@ pub enum Origin {
     CudaHome,
     /// `/usr/local/cuda`.
     System,
-    /// The project-local pinned wheels (`.toolchain/`).
+    /// The project-local pinned wheels (`.toolchain/`), or the wheels of the Python environment
+    /// that loaded gpfarm (`GPFARM_PYTHON_CUDA`, set by the Python package).
     Wheels,
 }
 
@@ -55,6 +56,9 @@ pub enum ToolchainError {
 
 const WHEEL_SUBDIR: &str = "site/nvidia/cu13";
 
+/// The Python environment's `nvidia/cu13` directory, looked at last.
+pub const PYTHON_WHEELS_VAR: &str = "GPFARM_PYTHON_CUDA";
+
 impl Toolchain {
     /// Finds a toolchain, trying `explicit` first, then the environment and the usual places.
     pub fn discover(explicit: Option<&Path>) -> Result<Toolchain, ToolchainError> {
@@ -76,6 +80,11 @@ impl Toolchain {
         candidates.push((PathBuf::from("/usr/local/cuda"), Origin::System));
         for dir in project_dirs() {
             candidates.push((dir.join(".toolchain").join(WHEEL_SUBDIR), Origin::Wheels));
+        }
+        // `pip install gpfarm[cuda]` puts NVIDIA's wheels into the environment's site-packages;
+        // the Python package names their directory here, for itself and the daemons it starts.
+        if let Some(p) = env_path(PYTHON_WHEELS_VAR) {
+            candidates.push((p, Origin::Wheels));
         }
         for (path, origin) in candidates {
             if let Some(tc) = Toolchain::at(&path, origin) {
