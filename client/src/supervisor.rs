@@ -62,14 +62,24 @@ pub enum LocateError {
     },
 }
 
-/// Finds the helper executable `name`: the path in environment variable `env` if set, then
-/// beside the current executable (and one level up, where test binaries live), then on `PATH`.
+/// The directory of the Python interpreter that loaded gpfarm, as it was started (a virtual
+/// environment's `bin/`, which the current executable's path, links followed, is not): pip puts
+/// the package's commands there. Set by the Python package.
+pub const PYTHON_BIN_VAR: &str = "GPFARM_PYTHON_BIN";
+
+/// Finds the helper executable `name`: the path in environment variable `env` if set, then in
+/// [`PYTHON_BIN_VAR`] (the environment of the Python that loaded gpfarm, ahead of the installation
+/// its interpreter links to), then beside the current executable (and one level up, where test
+/// binaries live), then on `PATH`.
 pub fn locate_executable(name: &'static str, env: &'static str) -> Result<PathBuf, LocateError> {
     if let Some(p) = std::env::var_os(env).filter(|p| !p.is_empty()) {
         return Ok(PathBuf::from(p));
     }
     let exe = std::env::current_exe().map_err(LocateError::CurrentExe)?;
-    let mut candidates: Vec<PathBuf> = exe.ancestors().skip(1).take(2).map(|d| d.join(name)).collect();
+    let python =
+        std::env::var_os(PYTHON_BIN_VAR).filter(|p| !p.is_empty()).map(|d| PathBuf::from(d).join(name));
+    let mut candidates: Vec<PathBuf> =
+        python.into_iter().chain(exe.ancestors().skip(1).take(2).map(|d| d.join(name))).collect();
     if let Some(path) = std::env::var_os("PATH") {
         candidates.extend(std::env::split_paths(&path).map(|d| d.join(name)));
     }

@@ -35,6 +35,9 @@ def _environment_cuda(path: Optional[List[str]] = None) -> Optional[str]:
 _WHEELS = _environment_cuda()
 if _WHEELS is not None:
     os.environ.setdefault("GPFARM_PYTHON_CUDA", _WHEELS)
+# pip puts the commands gpfarmd and gpfarm-gpu-worker beside the interpreter as it was started: in a
+# virtual environment that is its bin/, not where the interpreter's links lead.
+os.environ.setdefault("GPFARM_PYTHON_BIN", os.path.dirname(os.path.abspath(sys.executable)))
 
 from ._gpfarm import Farm, __version__, builtin_problems  # noqa: E402
 from ._gpfarm import evolve as _evolve  # noqa: E402

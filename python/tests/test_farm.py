@@ -137,3 +137,41 @@ def test_nvrtc_wheels_in_the_python_environment_are_found_without_cuda(tmp_path)
         capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env,
     )
     assert bare.returncode == 1 and "gpfarm[cuda]" in bare.stderr and "no NVRTC" in bare.stderr, bare.stderr
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory):
+    """A fresh virtual environment with the package installed from a wheel of this checkout."""
+    base = tmp_path_factory.mktemp("venv")
+    if subprocess.run([sys.executable, "-m", "venv", str(base / "env")], capture_output=True).returncode != 0:
+        pytest.skip("this Python cannot make a virtual environment")
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(base / "wheels"), str(ROOT / "python")],
+        capture_output=True, text=True, timeout=900,
+    )
+    assert built.returncode == 0, built.stderr
+    python = base / "env" / "bin" / "python"
+    installed = subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "--no-index", "--find-links", str(base / "wheels"), "gpfarm"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert installed.returncode == 0, installed.stderr
+    return python
+
+
+@pytest.mark.skipif(CUDA is None, reason="needs the checkout's NVRTC wheels (.toolchain/)")
+def test_in_a_virtual_environment_the_environment_s_own_commands_serve(venv, tmp_path):
+    # The venv's python is a link to the system's: gpfarm must look in the venv's bin/, where pip
+    # put gpfarmd, not beside the interpreter the link leads to.
+    env = {k: v for k, v in os.environ.items() if k not in ("GPFARMD", "GPFARM_GPU_WORKER", "GPFARM_PYTHON_BIN")}
+    script = (
+        "import os, gpfarm\n"
+        f"with gpfarm.Farm(workers=1, cuda={CUDA!r}) as farm:\n"
+        "    pid = [p for p in os.listdir('/proc') if p.isdigit() and open(f'/proc/{p}/stat').read().split()[3] == str(os.getpid())]\n"
+        "    print([' '.join(open(f'/proc/{p}/cmdline').read().split(chr(0))[:2]) for p in pid])\n"
+        f"    print(farm.compile([{GOOD!r}])[0]['ok'])\n"
+    )
+    run = subprocess.run([str(venv), "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert str(venv.parent / "gpfarmd") in lines[0] and lines[-1] == "True", run.stdout
