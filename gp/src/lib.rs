@@ -22,6 +22,6 @@ pub use grammar::{Grammar, GrammarError};
 pub use init::InitMethod;
 pub use interp::{Evaluation, Program, evaluate, evaluate_all, evaluate_phenotype};
 pub use mapping::{Derivation, Genome, InvalidReason, Mapping, MappingLimits, Phenotype, map};
-pub use pipeline::{Born, GenerationStats, Pipeline};
+pub use pipeline::{Born, GenerationStats, Migrant, Pipeline};
 pub use population::{EvolutionConfig, EvolutionError, Individual};
 pub use problem::{Column, KernelName, KernelParam, ParamRole, Problem, ProblemError, Template};

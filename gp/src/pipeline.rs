@@ -99,7 +99,16 @@ pub struct Pipeline {
     generations: VecDeque<Generation>,
     born: Vec<Born>,
     best_ever: Option<(Individual, Fitness)>,
+    /// Generations between migrations (island model), if any.
+    migrate_every: Option<usize>,
+    /// The next generation that must take its immigrants ([`Pipeline::immigrate`]) before
+    /// anything is bred from it.
+    next_migration: Option<usize>,
 }
+
+/// An individual that moves between islands, with the fitness it was given on its own island
+/// (every island evaluates the same problem the same way, so it is not evaluated again).
+pub type Migrant = (Individual, Fitness);
 
 impl Pipeline {
     /// Builds the initial population for `problem`'s grammar; at most `depth` generations are
@@ -129,6 +138,8 @@ impl Pipeline {
             generations: VecDeque::new(),
             born: Vec::new(),
             best_ever: None,
+            migrate_every: None,
+            next_migration: None,
         };
         let mut first = Generation {
             index: 0,
@@ -261,7 +272,9 @@ impl Pipeline {
                 changed |= self.breed_into(i);
             }
             let retire = self.generations.front().is_some_and(|g| {
-                g.is_complete() && (g.index == self.config.generations || self.generations.len() > 1)
+                g.is_complete()
+                    && self.next_migration != Some(g.index)
+                    && (g.index == self.config.generations || self.generations.len() > 1)
             });
             if retire && let Some(g) = self.generations.pop_front() {
                 completed.push(self.stats(g));
@@ -280,6 +293,11 @@ impl Pipeline {
         let mut generations = std::mem::take(&mut self.generations);
         let (parents, children) = generations.make_contiguous().split_at_mut(child);
         let (parent, next) = (&parents[child - 1], &mut children[0]);
+        if self.next_migration == Some(parent.index) {
+            // Nothing is bred from a generation until its immigrants are in.
+            self.generations = generations;
+            return false;
+        }
         if next.elites_pending && parent.is_complete() {
             let fitness: Vec<Fitness> =
                 parent.fitness.iter().map(|f| f.unwrap_or(Fitness::worst(self.direction))).collect();
@@ -325,6 +343,63 @@ impl Pipeline {
             }
         }
         stats
+    }
+
+    /// Makes this pipeline an island: after every `every`-th generation (generations `every - 1`,
+    /// `2 * every - 1`, ...; never the last), it stops breeding until that generation's
+    /// immigrants are in. [`Pipeline::awaiting_migration`] says when; the caller sends
+    /// [`Pipeline::emigrants`] to the next island and hands what the previous one sent to
+    /// [`Pipeline::immigrate`]. Call before the first [`Pipeline::advance`]. `every` of 0 is
+    /// taken as 1.
+    pub fn migrate_every(&mut self, every: usize) {
+        let every = every.max(1);
+        self.migrate_every = Some(every);
+        self.next_migration = Some(every - 1).filter(|&g| g < self.config.generations);
+    }
+
+    /// The generation that is complete and waits for its immigrants, if one does: nothing more
+    /// can be bred until they are handed to [`Pipeline::immigrate`].
+    pub fn awaiting_migration(&self) -> Option<usize> {
+        let g = self.generations.front()?;
+        (Some(g.index) == self.next_migration && g.is_complete()).then_some(g.index)
+    }
+
+    /// The best `count` individuals of generation `generation` (the first ones, on ties), with
+    /// their fitness, once it is complete and while the pipeline holds it.
+    pub fn emigrants(&self, generation: usize, count: usize) -> Option<Vec<Migrant>> {
+        let g = self.held(generation).filter(|g| g.is_complete())?;
+        let fitness: Vec<Fitness> =
+            g.fitness.iter().map(|f| f.unwrap_or(Fitness::worst(self.direction))).collect();
+        elites(&fitness, count)
+            .into_iter()
+            .map(|i| g.individuals[i].clone().map(|ind| (ind, fitness[i])))
+            .collect()
+    }
+
+    /// Replaces the worst individuals of generation `generation` (the one
+    /// [`Pipeline::awaiting_migration`] names), one per immigrant, by the immigrants, which
+    /// keep their fitness; then breeding goes on. Worst first, the later slot first on ties, so
+    /// the same immigrants always land in the same slots.
+    pub fn immigrate(&mut self, generation: usize, immigrants: Vec<Migrant>) -> Result<(), EvolutionError> {
+        if self.awaiting_migration() != Some(generation) {
+            return Err(EvolutionError::NotAwaitingMigration { generation });
+        }
+        if let Some((_, f)) = immigrants.iter().find(|(_, f)| f.direction() != self.direction) {
+            return Err(EvolutionError::FitnessDirection { expected: self.direction, found: f.direction() });
+        }
+        let direction = self.direction;
+        let g = self.generations.front_mut().expect("awaiting_migration found it");
+        let fitness: Vec<Fitness> =
+            g.fitness.iter().map(|f| f.unwrap_or(Fitness::worst(direction))).collect();
+        let mut worst: Vec<usize> = (0..fitness.len()).collect();
+        worst.sort_by(|&a, &b| fitness[a].cmp_quality(&fitness[b]).then(b.cmp(&a)));
+        for (slot, (individual, f)) in worst.into_iter().zip(immigrants) {
+            g.individuals[slot] = Some(individual);
+            g.fitness[slot] = Some(f);
+        }
+        let every = self.migrate_every.unwrap_or(1);
+        self.next_migration = Some(generation + every).filter(|&n| n < self.config.generations);
+        Ok(())
     }
 
     /// Whether the last generation is complete and reported.

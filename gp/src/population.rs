@@ -87,6 +87,9 @@ pub enum EvolutionError {
     /// `stats` or `breed` before `set_fitness`.
     #[error("the current generation has no fitness yet: call set_fitness first")]
     NoFitness,
+    /// Immigrants for a generation that is not waiting for them.
+    #[error("generation {generation} is not waiting for immigrants")]
+    NotAwaitingMigration { generation: usize },
     /// A fitness was given for an individual that is not waiting for one.
     #[error("generation {generation} has no individual {slot} waiting for a fitness")]
     UnknownIndividual { generation: usize, slot: usize },

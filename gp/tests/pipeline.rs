@@ -219,3 +219,123 @@ fn the_loop_repeats_the_recorded_runs_of_the_classic_loop() {
         assert_eq!(stepped, report.generations, "{name}");
     }
 }
+
+/// Runs a ring of island pipelines in one thread, answering each island's fitness in a shuffled
+/// order a few at a time; when every island waits for its immigrants, the best `migrants` of
+/// each go to the next. Returns each island's statistics.
+fn run_islands(
+    problem: &Problem,
+    seeds: &[u64],
+    depth: usize,
+    order_seed: u64,
+    every: Option<usize>,
+    migrants: usize,
+) -> Vec<Vec<GenerationStats>> {
+    let depth = NonZeroUsize::new(depth).unwrap();
+    let mut islands: Vec<Pipeline> = seeds
+        .iter()
+        .map(|&s| {
+            let mut p = Pipeline::new(problem, config(s), depth).unwrap();
+            if let Some(every) = every {
+                p.migrate_every(every);
+            }
+            p
+        })
+        .collect();
+    let mut rng = ChaCha8Rng::seed_from_u64(order_seed);
+    let mut waiting = vec![Vec::new(); seeds.len()];
+    let mut stats = vec![Vec::new(); seeds.len()];
+    while !islands.iter().all(Pipeline::is_finished) {
+        let awaiting: Vec<Option<usize>> = islands.iter().map(Pipeline::awaiting_migration).collect();
+        if awaiting.iter().all(Option::is_some) {
+            let g = awaiting[0].unwrap();
+            assert!(
+                awaiting.iter().all(|a| *a == Some(g)),
+                "islands wait at different generations: {awaiting:?}"
+            );
+            let out: Vec<_> = islands.iter().map(|p| p.emigrants(g, migrants).unwrap()).collect();
+            let n = islands.len();
+            for (i, p) in islands.iter_mut().enumerate() {
+                p.immigrate(g, out[(i + n - 1) % n].clone()).unwrap();
+            }
+        }
+        // One island at a time, drawn at random: they progress at different speeds.
+        let i = rng.random_range(0..islands.len());
+        let p = &mut islands[i];
+        waiting[i].extend(p.take_born());
+        waiting[i].shuffle(&mut rng);
+        let n = rng.random_range(1..=8).min(waiting[i].len());
+        for b in waiting[i].drain(..n) {
+            p.set_fitness(b.generation, b.slot, evaluate_phenotype(problem, &b.phenotype).fitness).unwrap();
+        }
+        stats[i].extend(p.advance());
+    }
+    stats
+}
+
+#[test]
+fn islands_migrate_the_same_way_at_any_depth_and_in_any_order() {
+    let problem = Problem::builtin("keijzer6").unwrap();
+    let seeds = [7, 8, 9];
+    let reference = run_islands(&problem, &seeds, 1, 1, Some(3), 2);
+    assert!(reference.iter().all(|s| s.len() == 9));
+    for depth in [1, 2] {
+        for order in [2, 3] {
+            assert_eq!(
+                run_islands(&problem, &seeds, depth, order, Some(3), 2),
+                reference,
+                "depth {depth}, order {order}"
+            );
+        }
+    }
+    // Without migration each island is the run of its own seed; with it, generations up to the
+    // first migration (after generation 2) are the same, and later ones are not.
+    let apart = run_islands(&problem, &seeds, 2, 1, None, 2);
+    for (i, &seed) in seeds.iter().enumerate() {
+        let alone = run_cpu_with(&problem, &config(seed), NonZeroUsize::MIN, |_| {}).unwrap();
+        assert_eq!(apart[i], alone.generations, "island {i} without migration");
+        assert_eq!(reference[i][..2], alone.generations[..2], "island {i} before migrating");
+    }
+    assert_ne!(reference, apart, "migration changed nothing");
+}
+
+#[test]
+fn immigrants_replace_the_worst_and_keep_their_fitness() {
+    let problem = Problem::builtin("keijzer6").unwrap();
+    let stats = run_islands(&problem, &[1, 2], 1, 4, Some(1), 3);
+    // Generation g of island 1 holds island 0's best 3 of generation g (immigrated after it was
+    // evaluated), so its best is at least island 0's best. Not the last generation: no
+    // migration after it.
+    for g in 0..8 {
+        let (mine, theirs) = (stats[1][g].best, stats[0][g].best);
+        assert!(!theirs.is_better_than(&mine), "generation {g}: island 1 {mine:?}, island 0 {theirs:?}");
+    }
+}
+
+#[test]
+fn immigrants_are_refused_when_no_generation_waits_for_them() {
+    let problem = Problem::builtin("keijzer6").unwrap();
+    let mut p = Pipeline::new(&problem, config(1), NonZeroUsize::MIN).unwrap();
+    p.migrate_every(2);
+    assert_eq!(p.awaiting_migration(), None);
+    let err = p.immigrate(0, Vec::new()).unwrap_err();
+    assert!(matches!(err, EvolutionError::NotAwaitingMigration { generation: 0 }), "{err}");
+    // Generation 0 complete: generation 1 waits only once it is complete too.
+    for b in p.take_born() {
+        p.set_fitness(b.generation, b.slot, evaluate_phenotype(&problem, &b.phenotype).fitness).unwrap();
+    }
+    p.advance();
+    assert_eq!(p.awaiting_migration(), None);
+    for b in p.take_born() {
+        p.set_fitness(b.generation, b.slot, evaluate_phenotype(&problem, &b.phenotype).fitness).unwrap();
+    }
+    // Complete, but not reported (its statistics include its immigrants) and not bred from.
+    assert!(p.advance().is_empty() && p.awaiting_migration() == Some(1));
+    assert!(p.take_born().is_empty(), "bred from a generation waiting for immigrants");
+    let emigrants = p.emigrants(1, 2).unwrap();
+    assert_eq!(emigrants.len(), 2);
+    assert!(!emigrants[1].1.is_better_than(&emigrants[0].1));
+    p.immigrate(1, emigrants).unwrap();
+    assert_eq!(p.advance().len(), 1, "generation 1 retires once its immigrants are in");
+    assert!(!p.take_born().is_empty());
+}
