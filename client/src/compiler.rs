@@ -53,7 +53,7 @@ pub trait Compiler {
                 ended: Instant::now(),
                 busy_us,
             };
-            if work.finished.send(finished).is_err() {
+            if !work.finish(finished) {
                 break;
             }
             work.set_free(usize::from(work.jobs.is_empty()));

@@ -40,5 +40,5 @@ pub use gpfarm_protocol::{
 pub use gpu_worker::{GpuWorker, WorkerError, gpu_worker_executable};
 pub use inprocess::{InProcess, Threads};
 pub use nvcc::Nvcc;
-pub use queue::{Finished, Job, Submitter, Worklist, job_queue};
+pub use queue::{Finished, Job, Submitter, Worklist, job_queue, shared_job_queue};
 pub use spec::{BuildConfig, BuildError, CompilerSpec, SpecError, Workers};

@@ -264,7 +264,7 @@ impl Farm {
                 .into_iter()
                 .map(|r| r.unwrap_or_else(|| UnitResult::failed(FailureKind::Lost, "lost")))
                 .collect();
-            let _ = work.finished.send(Finished {
+            work.finish(Finished {
                 id: job.id,
                 results,
                 queued: job.queued,
