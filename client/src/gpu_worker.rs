@@ -81,6 +81,8 @@ pub struct GpuWorker {
     pub name: String,
     /// Workers started after the first, over the whole run.
     pub restarts: usize,
+    /// The GPU it runs on, by ordinal among those this process sees (`None`: the first).
+    device: Option<usize>,
 }
 
 impl GpuWorker {
@@ -99,10 +101,33 @@ impl GpuWorker {
         fitness_cubin: Option<Vec<u8>>,
         interpreter_cubin: Option<Vec<u8>>,
     ) -> Result<GpuWorker, WorkerError> {
+        GpuWorker::spawn_on(exe, problem, fitness_cubin, interpreter_cubin, None)
+    }
+
+    /// As [`GpuWorker::spawn_with`], on GPU `device` (an ordinal among the GPUs this process
+    /// sees): the worker is started with `CUDA_VISIBLE_DEVICES` naming that GPU alone.
+    pub fn spawn_on(
+        exe: &Path,
+        problem: ProblemRef,
+        fitness_cubin: Option<Vec<u8>>,
+        interpreter_cubin: Option<Vec<u8>>,
+        device: Option<usize>,
+    ) -> Result<GpuWorker, WorkerError> {
         let init = Request::Init { fitness_cubin, interpreter_cubin };
-        let mut child = Supervised::spawn(worker_command(exe, &problem), ParentDeath::Signal(libc::SIGKILL))?;
+        let command = worker_command(exe, &problem, device);
+        let mut child = Supervised::spawn(command, ParentDeath::Signal(libc::SIGKILL))?;
         let (stdin, stdout, name) = handshake(&mut child, &init)?;
-        Ok(GpuWorker { exe: exe.to_path_buf(), problem, init, child, stdin, stdout, name, restarts: 0 })
+        Ok(GpuWorker {
+            exe: exe.to_path_buf(),
+            problem,
+            init,
+            child,
+            stdin,
+            stdout,
+            name,
+            restarts: 0,
+            device,
+        })
     }
 
     /// As [`GpuWorker::spawn`], with the worker binary found by [`gpu_worker_executable`].
@@ -117,7 +142,7 @@ impl GpuWorker {
 
     /// Replaces the worker with a fresh one.
     fn restart(&mut self) -> Result<(), WorkerError> {
-        self.child.restart(worker_command(&self.exe, &self.problem))?;
+        self.child.restart(worker_command(&self.exe, &self.problem, self.device))?;
         let (stdin, stdout, _) = handshake(&mut self.child, &self.init)?;
         (self.stdin, self.stdout) = (stdin, stdout);
         self.restarts += 1;
@@ -198,10 +223,25 @@ impl GpuWorker {
     }
 }
 
-fn worker_command(exe: &Path, problem: &ProblemRef) -> Command {
+fn worker_command(exe: &Path, problem: &ProblemRef, device: Option<usize>) -> Command {
     let mut cmd = Command::new(exe);
     cmd.args(problem.args()).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+    if let Some(d) = device {
+        cmd.env(
+            "CUDA_VISIBLE_DEVICES",
+            visible_device(std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref(), d),
+        );
+    }
     cmd
+}
+
+/// What `CUDA_VISIBLE_DEVICES` names GPU `ordinal` by for a child, when this process sees the
+/// GPUs that `visible` (its own `CUDA_VISIBLE_DEVICES`, if set) lists: that entry (an index or
+/// a UUID), or the ordinal itself.
+fn visible_device(visible: Option<&str>, ordinal: usize) -> String {
+    visible
+        .and_then(|v| v.split(',').map(str::trim).filter(|e| !e.is_empty()).nth(ordinal))
+        .map_or_else(|| ordinal.to_string(), str::to_owned)
 }
 
 /// Why the worker stopped answering: how it ended if it did, else the pipe's error.
@@ -238,4 +278,18 @@ fn handshake(child: &mut Supervised, init: &Request) -> Result<Pipes, WorkerErro
     };
     child.kill();
     Err(err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::visible_device;
+
+    #[test]
+    fn a_worker_sees_the_one_gpu_it_was_given() {
+        assert_eq!(visible_device(None, 1), "1");
+        assert_eq!(visible_device(Some("2,3"), 1), "3");
+        assert_eq!(visible_device(Some("GPU-ab12, GPU-cd34"), 0), "GPU-ab12");
+        // More GPUs asked for than listed: the ordinal, which the driver then refuses.
+        assert_eq!(visible_device(Some("5"), 2), "2");
+    }
 }

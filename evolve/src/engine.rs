@@ -4,6 +4,7 @@
 //! a person should see is returned ([`Engine::notice`], the records), or logged as a warning.
 
 use std::num::NonZeroUsize;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use gpfarm_client::{
@@ -15,10 +16,11 @@ use gpfarm_kernels::worker::LoadProblem;
 use gpfarm_protocol::{CompileMode, CompileOptions, SmArch, Unit};
 use gpfarm_protocol::{Route, Shape};
 
-use crate::driver::{CrashSettings, Driver, Evaluator, Settings};
+use crate::driver::{CrashSettings, Driver, Evaluator, Settings, with_queues};
 use crate::error::EvolveError;
+use crate::islands::{Link, island_seed, ring};
 use crate::options::{EvalMode, EvalRoute, LINK_FLAGS, NO_FMAD, Options, default_crash_dir, default_shape};
-use crate::record::{EvaluatorKind, GenerationRecord, Summary};
+use crate::record::{EvaluatorKind, GenerationRecord, Summary, Totals};
 
 /// What a per-generation callback may fail with; the run stops and returns it as
 /// [`EvolveError::Callback`].
@@ -40,6 +42,25 @@ pub struct Engine {
     shape: Shape,
     /// The run's own compile options were accepted ([`Engine::check_options`]).
     options_checked: AtomicBool,
+    /// Set to stop the run ([`Engine::stopper`]).
+    stop: Arc<AtomicBool>,
+}
+
+/// The islands a process runs, for a run spread over processes (MPI ranks): islands `first`,
+/// `first + 1`, ... of the whole ring, one per link ([`crate::islands::ring_stretch`]). A run
+/// in one process holds the whole ring ([`IslandPlace::whole`]).
+pub struct IslandPlace {
+    /// The ring index of the first island held here.
+    pub first: usize,
+    /// One per island held here, in ring order.
+    pub links: Vec<Link>,
+}
+
+impl IslandPlace {
+    /// All `n` islands of a ring, in this process.
+    pub fn whole(n: usize) -> IslandPlace {
+        IslandPlace { first: 0, links: ring(n) }
+    }
 }
 
 impl Engine {
@@ -75,10 +96,12 @@ impl Engine {
             route_why,
             shape,
             options_checked: AtomicBool::new(false),
+            stop: Arc::new(AtomicBool::new(false)),
         };
         // Refuse bad GP parameters and a route the problem cannot take now, before a compiler is
         // built for them.
-        engine.pipeline()?;
+        engine.pipeline(0)?;
+        engine.check_islands()?;
         if engine.options.compile && engine.route == EvalRoute::Ptx {
             gpfarm_kernels::ptx_supported(&engine.problem)?;
         }
@@ -208,10 +231,34 @@ impl Engine {
         Ok(())
     }
 
-    fn pipeline(&self) -> Result<Pipeline, EvolveError> {
+    /// The pipeline of island `island` (the run's own for island 0).
+    fn pipeline(&self, island: usize) -> Result<Pipeline, EvolveError> {
         let depth = if self.options.overlap { 2 } else { 1 };
         let depth = NonZeroUsize::new(depth).unwrap_or(NonZeroUsize::MIN);
-        Ok(Pipeline::new(&self.problem, self.options.evolution.clone(), depth)?)
+        let mut config = self.options.evolution.clone();
+        config.seed = island_seed(config.seed, island);
+        Ok(Pipeline::new(&self.problem, config, depth)?)
+    }
+
+    fn check_islands(&self) -> Result<(), EvolveError> {
+        let o = &self.options;
+        let why = if o.islands == 0 {
+            "--islands must be at least 1"
+        } else if o.islands > 1 && o.migrate_every == 0 {
+            "--migrate-every must be at least 1"
+        } else if o.islands > 1 && o.migrants >= o.evolution.population {
+            "--migrants must be fewer than the population"
+        } else {
+            return Ok(());
+        };
+        Err(EvolveError::Islands(why.to_owned()))
+    }
+
+    /// A flag that stops the run when set: it ends at its next step (a unit compiled, a
+    /// generation evaluated, 50 ms of waiting for migrants) with [`EvolveError::Stopped`], every
+    /// island of it. Setting it before the run makes the run stop at once.
+    pub fn stopper(&self) -> Arc<AtomicBool> {
+        self.stop.clone()
     }
 
     /// Runs every generation, compiling individuals on `compiler` (its `serve` runs on a thread
@@ -234,37 +281,55 @@ impl Engine {
         self.run_with(None, on_generation)
     }
 
-    /// [`Engine::run`] with a compiler, [`Engine::run_without_compiling`] without one.
+    /// [`Engine::run`] with a compiler, [`Engine::run_without_compiling`] without one. With
+    /// [`Options::islands`] above 1, every island runs here, sharing the compiler.
     pub fn run_with(
         &self,
-        mut compiler: Option<&mut (dyn Compiler + Send + '_)>,
+        compiler: Option<&mut (dyn Compiler + Send + '_)>,
+        on_generation: impl FnMut(&GenerationRecord) -> Result<(), CallbackError>,
+    ) -> Result<Summary, EvolveError> {
+        let place = IslandPlace::whole(self.options.islands.max(1));
+        self.run_islands(compiler.into_iter().collect(), place, on_generation)
+    }
+
+    /// Runs the islands `place` holds, each on a thread of its own with its own pipeline and
+    /// evaluator (GPUs taken round-robin by ring index), compiling on `compilers`: none (nothing
+    /// is compiled), one that every island shares, or one per island. `on_generation` gets every
+    /// island's records, on this thread, as they complete (their `island` says whose). The
+    /// summary's best is the best of these islands.
+    pub fn run_islands(
+        &self,
+        mut compilers: Vec<&mut (dyn Compiler + Send + '_)>,
+        place: IslandPlace,
         mut on_generation: impl FnMut(&GenerationRecord) -> Result<(), CallbackError>,
     ) -> Result<Summary, EvolveError> {
+        let n = place.links.len();
+        if n == 0 || (compilers.len() > 1 && compilers.len() != n) {
+            return Err(EvolveError::Islands(format!("{} compilers for {n} islands", compilers.len())));
+        }
         let options = self.compile_options();
-        if let Some(c) = compiler.as_deref_mut() {
-            self.check_options(c)?;
+        for c in compilers.iter_mut() {
+            self.check_options(&mut **c)?;
         }
         let interpret = self.route == EvalRoute::Interpreter;
-        let evaluator = match (&self.gpu, compiler.as_deref_mut()) {
-            (None, _) => Evaluator::Cpu,
+        // The evaluator's kernel is compiled once, here; each island's worker loads it.
+        let kernel = match (&self.gpu, compilers.first_mut()) {
+            (None, _) => None,
             (Some(_), None) => {
                 return Err(EvolveError::NoGpu("individuals must be compiled to run on it".into()));
             }
-            (Some(_), Some(c)) if interpret => {
-                Evaluator::Interpreter(Box::new(self.start_worker(c, &options, true)?))
-            }
-            (Some(_), Some(c)) => Evaluator::Gpu(Box::new(self.start_worker(c, &options, false)?)),
+            (Some(_), Some(c)) => Some(self.worker_kernel(&mut **c, &options, interpret)?),
         };
         // The interpreter's kernel is compiled; individuals are not.
         if interpret {
-            compiler = None;
+            compilers.clear();
         }
         let o = &self.options;
         let settings = Settings {
             cache: o.cache,
             overlap: o.overlap,
             per_unit: o.per_unit,
-            workers: compiler.as_ref().map_or(1, |c| c.workers()),
+            workers: compilers.first().map_or(1, |c| c.workers()),
             route: self.route.compiled().unwrap_or(Route::Nvrtc),
             interpret,
             shape: self.shape,
@@ -274,23 +339,124 @@ impl Engine {
                 dir: o.crash_dir.clone().unwrap_or_else(default_crash_dir),
             },
         };
-        let toolchain = compiler.as_ref().map_or_else(|| "none".into(), |c| c.toolchain());
-        let mut driver =
-            Driver::new(&self.problem, &options, toolchain, settings, self.pipeline()?, evaluator);
-        if let (Some(dir), true, Some(_)) = (&o.disk_cache, o.cache, &compiler) {
-            let disk = DiskCache::open(dir, DEFAULT_CACHE_LIMIT)
-                .map_err(|source| EvolveError::DiskCache { dir: dir.clone(), source })?;
-            driver.disk_cache(disk);
-        }
-        if let Some(path) = &o.trace_units {
-            let file = std::fs::File::create(path)
-                .map_err(|source| EvolveError::Trace { path: path.clone(), source })?;
-            driver.trace_units(file, path.clone());
-        }
-        let mut report = |r: GenerationRecord| on_generation(&r).map_err(EvolveError::Callback);
-        let (totals, pipeline) = driver.run(compiler, &mut report)?;
-        let best = pipeline.best_ever();
+        let toolchain = compilers.first().map_or_else(|| "none".into(), |c| c.toolchain());
+        let compiling = !compilers.is_empty();
+        let devices = if self.gpu.is_some() { gpu::device_count().max(1) } else { 1 };
+        let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
+        let eval_threads = NonZeroUsize::new(cores / n).unwrap_or(NonZeroUsize::MIN);
+        let migrants = o.migrants;
+        let stop = &self.stop;
+        let (records_tx, records_rx) = crossbeam_channel::unbounded::<GenerationRecord>();
+        let outcomes = with_queues(compilers, &options, n, |submitters| {
+            let (outcomes, callback) = std::thread::scope(|scope| {
+                let islands: Vec<_> = place
+                    .links
+                    .into_iter()
+                    .enumerate()
+                    .map(|(k, link)| {
+                        let island = place.first + k;
+                        let submitter = submitters.get(if submitters.len() == 1 { 0 } else { k });
+                        let (records, settings, toolchain) =
+                            (records_tx.clone(), settings.clone(), toolchain.clone());
+                        let (kernel, options) = (kernel.as_ref(), &options);
+                        let link = (n > 1 || island > 0).then_some((link, migrants));
+                        scope.spawn(move || {
+                            let run = || -> Result<(Totals, Pipeline), EvolveError> {
+                                let evaluator = match kernel {
+                                    None => Evaluator::Cpu,
+                                    Some(cubin) => {
+                                        let worker =
+                                            self.spawn_worker(cubin.clone(), interpret, island % devices)?;
+                                        let worker = Box::new(worker);
+                                        if interpret {
+                                            Evaluator::Interpreter(worker)
+                                        } else {
+                                            Evaluator::Gpu(worker)
+                                        }
+                                    }
+                                };
+                                let mut pipeline = self.pipeline(island)?;
+                                if link.is_some() {
+                                    pipeline.migrate_every(o.migrate_every);
+                                }
+                                let mut driver = Driver::new(
+                                    &self.problem,
+                                    options,
+                                    toolchain,
+                                    settings,
+                                    pipeline,
+                                    evaluator,
+                                );
+                                driver.island(island, link, stop.clone());
+                                driver.eval_threads(eval_threads);
+                                if let (Some(dir), true, true) = (&o.disk_cache, o.cache, compiling) {
+                                    let disk =
+                                        DiskCache::open(dir, DEFAULT_CACHE_LIMIT).map_err(|source| {
+                                            EvolveError::DiskCache { dir: dir.clone(), source }
+                                        })?;
+                                    driver.disk_cache(disk);
+                                }
+                                if let Some(path) = &o.trace_units {
+                                    let path = if n > 1 || island > 0 {
+                                        let mut p = path.clone().into_os_string();
+                                        p.push(format!(".island{island}"));
+                                        p.into()
+                                    } else {
+                                        path.clone()
+                                    };
+                                    let file = std::fs::File::create(&path).map_err(|source| {
+                                        EvolveError::Trace { path: path.clone(), source }
+                                    })?;
+                                    driver.trace_units(file, path);
+                                }
+                                let mut report =
+                                    |r: GenerationRecord| records.send(r).map_err(|_| EvolveError::Stopped);
+                                driver.run_on(submitter, &mut report)
+                            };
+                            let outcome = run();
+                            if outcome.is_err() {
+                                stop.store(true, Ordering::Relaxed);
+                            }
+                            outcome
+                        })
+                    })
+                    .collect();
+                drop(records_tx);
+                // Records reach the caller here, on its own thread, as they come.
+                let mut callback = None;
+                for record in records_rx.iter() {
+                    if callback.is_none()
+                        && let Err(e) = on_generation(&record)
+                    {
+                        callback = Some(e);
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                }
+                let outcomes: Vec<Result<(Totals, Pipeline), EvolveError>> = islands
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or(Err(EvolveError::CompilerStopped)))
+                    .collect();
+                (outcomes, callback)
+            });
+            match callback {
+                Some(e) => Err(EvolveError::Callback(e)),
+                None => first_failure(outcomes, place.first),
+            }
+        })?;
         let e = &o.evolution;
+        let mut totals = Totals::default();
+        let mut best: Option<(&gpfarm_gp::Individual, gpfarm_gp::Fitness)> = None;
+        let mut island_best = Vec::new();
+        for (t, pipeline) in &outcomes {
+            totals.add(t);
+            let b = pipeline.best_ever();
+            island_best.push(b.map_or(f64::NAN, |(_, f)| f.value()));
+            if let Some((i, f)) = b
+                && best.is_none_or(|(_, g)| f.is_better_than(&g))
+            {
+                best = Some((i, f));
+            }
+        }
         Ok(Summary {
             summary: true,
             problem: self.problem.name().to_owned(),
@@ -305,19 +471,19 @@ impl Engine {
             route_reason: self.route_why.clone(),
             mean_generation_ms: totals.wall_s * 1000.0 / (e.generations + 1) as f64,
             totals,
+            islands: n,
+            island_best,
         })
     }
 
     /// Compiles the problem's fitness kernel, or its interpreter (once; no daemon is needed for
-    /// it), and starts a GPU worker process with it.
-    fn start_worker(
+    /// it), for the GPU workers to load.
+    fn worker_kernel(
         &self,
         compiler: &mut (dyn Compiler + Send + '_),
         options: &CompileOptions,
         interpreter: bool,
-    ) -> Result<GpuWorker, EvolveError> {
-        let source =
-            self.source.clone().ok_or_else(|| EvolveError::NoGpu("the problem has no source".into()))?;
+    ) -> Result<Vec<u8>, EvolveError> {
         let (name, kernel) = if interpreter {
             ("gpfarm_interpreter.cu", gpfarm_kernels::interp::interpreter_source(&self.problem)?)
         } else {
@@ -325,21 +491,57 @@ impl Engine {
         };
         let batch = compiler.compile(&[Unit::new(name, kernel)], options)?;
         let result = batch.results.into_iter().next().ok_or(EvolveError::CompilerStopped)?;
-        let cubin = match (result.outcome, interpreter) {
-            (UnitOutcome::Cubin(c), _) => c,
+        match (result.outcome, interpreter) {
+            (UnitOutcome::Cubin(c), _) => Ok(c),
             (UnitOutcome::Failed(failure), false) => {
-                return Err(EvolveError::FitnessKernel { failure, log: result.log });
+                Err(EvolveError::FitnessKernel { failure, log: result.log })
             }
             (UnitOutcome::Failed(failure), true) => {
-                return Err(EvolveError::InterpreterKernel { failure, log: result.log });
+                Err(EvolveError::InterpreterKernel { failure, log: result.log })
             }
-        };
+        }
+    }
+
+    /// Starts a GPU worker process on GPU `device` with the kernel [`Engine::worker_kernel`]
+    /// compiled, on the calling thread (the worker ends with it).
+    fn spawn_worker(
+        &self,
+        cubin: Vec<u8>,
+        interpreter: bool,
+        device: usize,
+    ) -> Result<GpuWorker, EvolveError> {
+        let source =
+            self.source.clone().ok_or_else(|| EvolveError::NoGpu("the problem has no source".into()))?;
         let exe = match &self.options.gpu_worker {
             Some(exe) => exe.clone(),
             None => gpfarm_client::gpu_worker_executable().map_err(gpfarm_client::WorkerError::from)?,
         };
         let (fitness, interpreter) = if interpreter { (None, Some(cubin)) } else { (Some(cubin), None) };
-        Ok(GpuWorker::spawn_with(&exe, source, fitness, interpreter)?)
+        Ok(GpuWorker::spawn_on(&exe, source, fitness, interpreter, Some(device))?)
+    }
+}
+
+/// Every island's outcome, or the error that ended the run: the first island's own failure
+/// (not one that only followed from it: stopped, or a neighbour gone), named by its island when
+/// there are several.
+fn first_failure<T>(outcomes: Vec<Result<T, EvolveError>>, first: usize) -> Result<Vec<T>, EvolveError> {
+    let several = outcomes.len() > 1 || first > 0;
+    let mut failures: Vec<(usize, EvolveError)> = Vec::new();
+    let mut done = Vec::new();
+    for (k, outcome) in outcomes.into_iter().enumerate() {
+        match outcome {
+            Ok(v) => done.push(v),
+            Err(e) => failures.push((first + k, e)),
+        }
+    }
+    let secondary = |e: &EvolveError| matches!(e, EvolveError::Stopped | EvolveError::Migration { .. });
+    let pick = failures.iter().position(|(_, e)| !secondary(e)).unwrap_or(0);
+    match failures.into_iter().nth(pick) {
+        None => Ok(done),
+        Some((island, e)) if several && !matches!(e, EvolveError::Stopped) => {
+            Err(EvolveError::Island { island, source: Box::new(e) })
+        }
+        Some((_, e)) => Err(e),
     }
 }
 

@@ -103,6 +103,32 @@ pub enum EvolveError {
     /// No unit is compiling and no generation can complete (a bug, reported rather than hung on).
     #[error("the run stalled: no unit is compiling and no generation can complete")]
     Stalled,
+    /// The run was stopped: by its caller ([`crate::Engine::stopper`]), or because another
+    /// island of it failed.
+    #[error("the run was stopped")]
+    Stopped,
+    /// Migrants could not be sent or did not come.
+    #[error("island {island}, migration after generation {generation}: {why}")]
+    Migration {
+        /// The island that could not migrate.
+        island: usize,
+        /// The generation it migrated after.
+        generation: usize,
+        /// What went wrong.
+        why: String,
+    },
+    /// Island settings that cannot work.
+    #[error("{0}")]
+    Islands(String),
+    /// An island of a run with several failed; the others were stopped.
+    #[error("island {island}")]
+    Island {
+        /// Which.
+        island: usize,
+        /// Why.
+        #[source]
+        source: Box<EvolveError>,
+    },
     /// The caller's per-generation callback returned an error; the run stopped there.
     #[error("the per-generation callback stopped the run")]
     Callback(#[source] Box<dyn std::error::Error + Send + Sync>),

@@ -63,12 +63,13 @@ pub mod chunks;
 mod driver;
 mod engine;
 mod error;
+pub mod islands;
 pub mod memo;
 mod options;
 pub mod record;
 pub mod route;
 
-pub use engine::{CallbackError, Engine};
+pub use engine::{CallbackError, Engine, IslandPlace};
 pub use error::EvolveError;
 pub use gpfarm_client::ProblemRef;
 pub use options::{

@@ -127,6 +127,15 @@ pub struct Options {
     /// `gpfarm compile --source FILE` (default: [`default_crash_dir`], created on the first
     /// failure and kept after the run).
     pub crash_dir: Option<PathBuf>,
+    /// Sub-populations evolved side by side, each of `evolution.population` individuals, each
+    /// with its own evaluator (GPUs taken round-robin), sharing the compiler; migrants move
+    /// along a ring ([`crate::islands`]). 1 (the default): one population.
+    pub islands: usize,
+    /// Generations between migrations (after generations M - 1, 2M - 1, ...).
+    pub migrate_every: usize,
+    /// How many of its best individuals an island sends to the next at each migration; they
+    /// replace that island's worst.
+    pub migrants: usize,
 }
 
 /// NVRTC 13.0.88 segfaults on about 1 in 900 valid random Search programs for sm_75/80/90, in
@@ -186,6 +195,9 @@ impl Default for Options {
             crash_retry_flags: CRASH_RETRY_FLAGS.iter().map(|f| (*f).to_owned()).collect(),
             crash_retry_on_gpu: true,
             crash_dir: None,
+            islands: 1,
+            migrate_every: 10,
+            migrants: 2,
         }
     }
 }

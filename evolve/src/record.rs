@@ -124,6 +124,9 @@ pub enum EvaluatorKind {
 /// One generation's record (`--json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GenerationRecord {
+    /// The island whose generation it is (0 for a run of one population).
+    #[serde(default)]
+    pub island: usize,
     /// 0 for the initial population.
     pub generation: usize,
     /// Best fitness in the generation.
@@ -174,6 +177,7 @@ impl GenerationRecord {
         let a = account;
         let hits = a.reused + a.duplicates + a.disk_hits;
         GenerationRecord {
+            island: 0,
             generation: stats.generation,
             best: stats.best.value(),
             mean: stats.mean,
@@ -288,8 +292,42 @@ pub struct Summary {
     /// Why that route: "asked for", or the automatic choice's reason.
     #[serde(default)]
     pub route_reason: String,
-    /// What the run did, in total.
+    /// What the run did, in total (over every island).
     pub totals: Totals,
+    /// Islands (sub-populations) of the run; 1 without the island model.
+    #[serde(default = "one")]
+    pub islands: usize,
+    /// The best fitness of each island, island 0 first (the run's best is the best of them).
+    #[serde(default)]
+    pub island_best: Vec<f64>,
+}
+
+fn one() -> usize {
+    1
+}
+
+impl Totals {
+    /// Adds another island's totals to these: counts and times add up, the wall time is the
+    /// longer of the two.
+    pub fn add(&mut self, other: &Totals) {
+        self.individuals_evaluated += other.individuals_evaluated;
+        self.reused += other.reused;
+        self.duplicates += other.duplicates;
+        self.disk_hits += other.disk_hits;
+        self.compiled += other.compiled;
+        self.failed += other.failed;
+        self.crash_retried += other.crash_retried;
+        self.crash_retry_used += other.crash_retry_used;
+        if self.failed_units_dir.is_none() {
+            self.failed_units_dir.clone_from(&other.failed_units_dir);
+        }
+        self.units += other.units;
+        self.compile_busy_s += other.compile_busy_s;
+        self.eval_s += other.eval_s;
+        self.breed_s += other.breed_s;
+        self.wall_s = self.wall_s.max(other.wall_s);
+        self.memo_entries += other.memo_entries;
+    }
 }
 
 #[cfg(test)]

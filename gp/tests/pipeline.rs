@@ -306,8 +306,8 @@ fn immigrants_replace_the_worst_and_keep_their_fitness() {
     // Generation g of island 1 holds island 0's best 3 of generation g (immigrated after it was
     // evaluated), so its best is at least island 0's best. Not the last generation: no
     // migration after it.
-    for g in 0..8 {
-        let (mine, theirs) = (stats[1][g].best, stats[0][g].best);
+    for (g, (mine, theirs)) in stats[1].iter().zip(&stats[0]).take(8).enumerate() {
+        let (mine, theirs) = (mine.best, theirs.best);
         assert!(!theirs.is_better_than(&mine), "generation {g}: island 1 {mine:?}, island 0 {theirs:?}");
     }
 }

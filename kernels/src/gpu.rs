@@ -82,6 +82,15 @@ fn driver(e: DriverError) -> GpuError {
     GpuError::Driver(format!("{e:?}"))
 }
 
+/// How many GPUs this process sees (0 without a driver). Never panics.
+pub fn device_count() -> usize {
+    // SAFETY: only dlopens the driver library to see whether it exists.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return 0;
+    }
+    CudaContext::device_count().map_or(0, |n| n.max(0) as usize)
+}
+
 /// The first GPU's name and compute capability, or why there is none. Never panics.
 pub fn probe() -> Result<(String, (i32, i32)), GpuError> {
     // SAFETY: only dlopens the driver library to see whether it exists.

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use clap::Parser;
 use gpfarm::cli::UsageError;
 use gpfarm::cli::compilers::{FarmSource, build};
-use gpfarm::cli::evolve::{EvolveArgs, prepare};
+use gpfarm::cli::evolve::{EvolveArgs, prepare, run_engine};
 use gpfarm::stderr::one_line as stderr_line;
 use gpfarm_client::{CompileOptions, Compiler, CompilerSpec, FailureKind, SmArch, Unit, UnitOutcome};
 use gpfarm_evolve::{CallbackError, EvolveError};
@@ -28,12 +28,14 @@ struct Evolve {
 type Records = (Vec<String>, String);
 
 /// Runs `gpfarm evolve` with `argv` (its options, without the subcommand), calling
-/// `on_record(json)` after each generation (the interpreter lock is taken for it and released
-/// again; Ctrl-C is noticed there). Returns every generation's record and the summary, each as
-/// JSON text. Options the command line refuses raise `TypeError` (an unknown option) or
-/// `ValueError`; a run that cannot start or fails raises `RuntimeError`; an exception raised by
-/// `on_record`, `KeyboardInterrupt` included, ends the run and propagates as it is. Daemons and
-/// segments the run started are gone when it returns, in every case.
+/// `on_record(json)` after each generation. The run works on a thread of its own, without the
+/// interpreter lock; this thread takes the lock to call `on_record` and, at least every 100 ms,
+/// to let Python handle signals: Ctrl-C stops the run within a step of it (a unit compiled, a
+/// generation evaluated) and raises `KeyboardInterrupt`. Returns every generation's record and
+/// the summary, each as JSON text. Options the command line refuses raise `TypeError` (an
+/// unknown option) or `ValueError`; a run that cannot start or fails raises `RuntimeError`; an
+/// exception raised by `on_record` ends the run and propagates as it is. Daemons and segments
+/// the run started are gone when it returns, in every case.
 #[pyfunction]
 #[pyo3(signature = (argv, on_record=None, cuda=None))]
 fn evolve(
@@ -50,48 +52,67 @@ fn evolve(
             _ => PyValueError::new_err(text.to_owned()),
         }
     })?;
-    let outcome = py.detach(|| -> Result<Records, Failure> {
-        let cuda = cuda.as_deref().map(std::path::Path::new);
-        let (engine, mut compiler) = prepare(&args, cuda).map_err(Failure::Start)?;
-        let mut records = Vec::new();
-        let summary = engine.run_with(compiler.as_deref_mut(), |record| {
-            let text = serde_json::to_string(record)?;
-            Python::attach(|py| -> PyResult<()> {
-                py.check_signals()?;
-                if let Some(f) = &on_record {
-                    f.call1(py, (text.clone(),))?;
-                }
-                Ok(())
-            })
-            .map_err(|e| Box::new(e) as CallbackError)?;
-            records.push(text);
-            Ok(())
+    let cuda = cuda.as_deref().map(std::path::Path::new);
+    let (engine, mut compilers) = py.detach(|| prepare(&args, cuda)).map_err(|e| start_error(&e))?;
+    let stop = engine.stopper();
+    let (tx, rx) = crossbeam_channel::unbounded::<String>();
+    let mut records = Vec::new();
+    let mut raised: Option<PyErr> = None;
+    let summary = std::thread::scope(|scope| {
+        let running = scope.spawn(|| {
+            let tx = tx;
+            let summary = run_engine(&engine, &mut compilers, |record| {
+                tx.send(serde_json::to_string(record)?)
+                    .map_err(|_| Box::new(EvolveError::Stopped) as CallbackError)
+            });
+            // The farm (daemons, segments) ends here, whatever the run's outcome.
+            compilers.clear();
+            summary
         });
-        // The farm (daemons, segments) ends here, whatever the run's outcome.
-        drop(compiler);
-        let summary = summary.map_err(Failure::Run)?;
-        let summary = serde_json::to_string(&summary).map_err(|e| Failure::Start(e.into()))?;
-        Ok((records, summary))
-    });
-    outcome.map_err(|f| match f {
-        Failure::Start(e) if e.chain().any(|c| c.is::<UsageError>()) => {
-            PyValueError::new_err(stderr_line(&e))
+        loop {
+            match py.detach(|| rx.recv_timeout(std::time::Duration::from_millis(100))) {
+                Ok(text) => {
+                    if raised.is_none()
+                        && let Some(f) = &on_record
+                        && let Err(e) = f.call1(py, (text.clone(),))
+                    {
+                        raised = Some(e);
+                        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    records.push(text);
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+            }
+            if raised.is_none()
+                && let Err(e) = py.check_signals()
+            {
+                raised = Some(e);
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
         }
-        Failure::Start(e) => PyRuntimeError::new_err(stderr_line(&e)),
-        Failure::Run(EvolveError::Callback(source)) => match source.downcast::<PyErr>() {
-            Ok(e) => *e,
-            Err(other) => PyRuntimeError::new_err(format!("the generation callback failed: {other}")),
-        },
-        Failure::Run(e) => PyRuntimeError::new_err(stderr_line(&e.into())),
-    })
+        py.detach(|| running.join())
+    });
+    if let Some(e) = raised {
+        return Err(e);
+    }
+    let summary = match summary {
+        Ok(Ok(summary)) => summary,
+        Ok(Err(e)) => return Err(PyRuntimeError::new_err(stderr_line(&e.into()))),
+        Err(_) => return Err(PyRuntimeError::new_err("the run panicked")),
+    };
+    let summary = serde_json::to_string(&summary).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+    Ok((records, summary))
 }
 
-/// Why a run did not end well.
-enum Failure {
-    /// The engine or its compiler could not start.
-    Start(anyhow::Error),
-    /// The run stopped.
-    Run(EvolveError),
+/// The exception for a run that could not start: `ValueError` for a usage error, else
+/// `RuntimeError`.
+fn start_error(e: &anyhow::Error) -> PyErr {
+    if e.chain().any(|c| c.is::<UsageError>()) {
+        PyValueError::new_err(stderr_line(e))
+    } else {
+        PyRuntimeError::new_err(stderr_line(e))
+    }
 }
 
 /// The standard `template.cu` for the problem that `problem_toml` (a `problem.toml`'s text)

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use clap::Args;
 use gpfarm_client::DiskCache;
-use gpfarm_evolve::{Engine, EvalMode, EvalRoute, EvaluatorKind, Options, ProblemRef};
+use gpfarm_evolve::{
+    Engine, EvalMode, EvalRoute, EvaluatorKind, GenerationRecord, IslandPlace, Options, ProblemRef, Summary,
+};
 use gpfarm_gp::EvolutionConfig;
 use gpfarm_protocol::{FarmName, SmArch};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -140,6 +142,30 @@ pub struct EvolveArgs {
     /// retried once (farm only).
     #[arg(long, default_value_t = gpfarm_client::DEFAULT_UNIT_DEADLINE.as_secs())]
     deadline: u64,
+    /// Sub-populations evolved side by side (the island model), each of --population
+    /// individuals, each with its own evaluator (GPUs taken round-robin); under mpirun, per
+    /// rank.
+    #[arg(long, default_value_t = 1)]
+    pub islands: usize,
+    /// Generations between migrations: after generations M-1, 2M-1, ... each island sends its
+    /// best to the next island on a ring.
+    #[arg(long, default_value_t = 10)]
+    migrate_every: usize,
+    /// Individuals each island sends at a migration; they replace the next island's worst.
+    #[arg(long, default_value_t = 2)]
+    migrants: usize,
+    /// Whether islands share one farm (all its daemons) or split its daemons between them.
+    #[arg(long, value_enum, default_value_t = IslandFarm::Shared)]
+    island_farm: IslandFarm,
+}
+
+/// `--island-farm`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum IslandFarm {
+    /// One farm of -n daemons; every island's units go to its queue.
+    Shared,
+    /// A farm per island, the -n daemons divided between them.
+    Split,
 }
 
 /// `--route`.
@@ -211,14 +237,20 @@ impl EvolveArgs {
             },
             crash_retry_on_gpu: !self.no_crash_retry_on_gpu,
             crash_dir: self.crash_dir.clone(),
+            islands: self.islands,
+            migrate_every: self.migrate_every,
+            migrants: self.migrants,
         })
     }
 }
 
-/// The engine for `args` and the compiler it needs (none for the interpreter on the CPU, or with
-/// `--no-compile`), started and checked against the engine's options: what `gpfarm evolve` and
-/// the Python package's `evolve` run.
-pub fn prepare(args: &EvolveArgs, cuda: Option<&Path>) -> Result<(Engine, Option<Box<dyn Compiler + Send>>)> {
+/// The compilers of a run: none, one (every island shares it), or one per island.
+pub type Compilers = Vec<Box<dyn Compiler + Send>>;
+
+/// The engine for `args` and the compilers it needs (none for the interpreter on the CPU, or
+/// with `--no-compile`; one per island with `--island-farm split`), started and checked against
+/// the engine's options: what `gpfarm evolve` and the Python package's `evolve` run.
+pub fn prepare(args: &EvolveArgs, cuda: Option<&Path>) -> Result<(Engine, Compilers)> {
     let problem = args.problem();
     let engine = Engine::new(problem.clone(), args.options()?).map_err(|e| match &problem {
         ProblemRef::Dir(dir) => anyhow::Error::new(e).context(format!("loading problem {}", dir.display())),
@@ -238,56 +270,93 @@ pub fn prepare(args: &EvolveArgs, cuda: Option<&Path>) -> Result<(Engine, Option
                    add --route ptx or --route nvrtc";
         return Err(super::UsageError(why.into()).into());
     }
-    let mut compiler = if args.no_compile {
-        None
+    let split = args.island_farm == IslandFarm::Split && args.islands > 1;
+    let mut compilers: Compilers = if args.no_compile {
+        Vec::new()
     } else if !engine.needs_daemons() {
         // The interpreter: its one kernel is compiled in this process, and only for the GPU.
         match engine.evaluator() {
-            EvaluatorKind::Gpu => Some(compilers::build(
+            EvaluatorKind::Gpu => vec![compilers::build(
                 CompilerSpec::InProcess,
                 Some(1),
                 cuda,
                 &options,
                 &FarmSource::default(),
-            )?),
-            EvaluatorKind::Cpu => None,
+            )?],
+            EvaluatorKind::Cpu => Vec::new(),
         }
+    } else if split {
+        if args.attach {
+            return Err(super::UsageError(
+                "--island-farm split starts its own farms: leave out --attach".into(),
+            )
+            .into());
+        }
+        // The daemons (-n, else one per core) divided between the islands, at least one each.
+        let total =
+            args.daemons.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let source = FarmSource { attach: None, deadline_s: Some(args.deadline) };
+        (0..args.islands)
+            .map(|k| {
+                let share = (total / args.islands + usize::from(k < total % args.islands)).max(1);
+                compilers::build(args.compiler, Some(share), cuda, &options, &source)
+            })
+            .collect::<Result<_>>()?
     } else {
         let source =
             FarmSource { attach: args.attach.then(|| args.farm.clone()), deadline_s: Some(args.deadline) };
-        Some(compilers::build(args.compiler, args.daemons, cuda, &options, &source)?)
+        vec![compilers::build(args.compiler, args.daemons, cuda, &options, &source)?]
     };
-    // After the compiler is built: a configuration error is what a person should see first.
-    if let Some(c) = compiler.as_deref_mut() {
-        engine.check_options(c)?;
+    // After the compilers are built: a configuration error is what a person should see first.
+    if let Some(c) = compilers.first_mut() {
+        engine.check_options(c.as_mut())?;
     }
-    Ok((engine, compiler))
+    Ok((engine, compilers))
+}
+
+/// Runs `engine` on `compilers` (see [`prepare`]), every island in this process.
+pub fn run_engine(
+    engine: &Engine,
+    compilers: &mut Compilers,
+    on_generation: impl FnMut(&GenerationRecord) -> Result<(), gpfarm_evolve::CallbackError>,
+) -> Result<Summary, gpfarm_evolve::EvolveError> {
+    let place = IslandPlace::whole(engine.options().islands.max(1));
+    let compilers = compilers.iter_mut().map(|c| c.as_mut() as &mut (dyn Compiler + Send)).collect();
+    engine.run_islands(compilers, place, on_generation)
 }
 
 /// Runs `gpfarm evolve`.
 pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
-    let (engine, mut compiler) = prepare(&args, cuda)?;
+    let (engine, mut compilers) = prepare(&args, cuda)?;
     if let Some(notice) = engine.notice() {
         eprintln!("note: {notice}");
     }
     let bar = if args.json {
         ProgressBar::hidden()
     } else {
-        let bar = ProgressBar::new(args.generations as u64 + 1);
+        let bar = ProgressBar::new((args.generations as u64 + 1) * args.islands.max(1) as u64);
         bar.set_style(
             ProgressStyle::with_template("{bar:30} {pos}/{len} generations, {elapsed} {msg}")
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
-        let compiler = compiler.as_ref().map_or("no compiler".to_string(), |c| c.name());
+        let compiler = match compilers.as_slice() {
+            [] => "no compiler".to_string(),
+            [one] => one.name(),
+            split => format!(
+                "{} farms ({})",
+                split.len(),
+                split.iter().map(|c| c.name()).collect::<Vec<_>>().join(", ")
+            ),
+        };
         bar.suspend(|| header(&args, &engine, &compiler));
         bar
     };
-    let json = args.json;
-    let summary = engine.run_with(compiler.as_deref_mut(), |r| {
+    let (json, islands) = (args.json, args.islands > 1);
+    let summary = run_engine(&engine, &mut compilers, |r| {
         if json {
             println!("{}", serde_json::to_string(r)?);
         } else {
-            bar.suspend(|| row(r));
+            bar.suspend(|| row(r, islands));
         }
         bar.inc(1);
         Ok(())

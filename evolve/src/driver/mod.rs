@@ -24,15 +24,18 @@ use std::io::{BufWriter, Write};
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use gpfarm_client::{CacheKey, Compiler, DiskCache, Submitter, job_queue};
+use crossbeam_channel::RecvTimeoutError;
+use gpfarm_client::{CacheKey, Compiler, DiskCache, Submitter, shared_job_queue};
 use gpfarm_gp::{Born, Fitness, GenerationStats, Phenotype, Pipeline, Problem, Program};
 use gpfarm_kernels::interp::Bytecode;
 use gpfarm_protocol::{CompileOptions, Route, Shape};
 
 use crate::account::{Account, Chain};
 use crate::error::EvolveError;
+use crate::islands::Link;
 use crate::memo::{self, FitnessMemo};
 use crate::record::{EvalSplit, GenerationRecord, Totals};
 
@@ -136,6 +139,57 @@ pub(crate) struct Driver<'a> {
     start: Instant,
     previous_done: Instant,
     totals: Totals,
+    /// Its island, in the records.
+    island: usize,
+    /// Its ends of the ring of islands and the migrants it sends, if it migrates.
+    link: Option<(Link, usize)>,
+    /// Set when the run must end (another island failed, the caller stopped it).
+    stop: Arc<AtomicBool>,
+}
+
+/// Runs `body` with one submitter per island (`islands` of them) whose jobs `compilers` serve,
+/// each on a thread of its own: one compiler shared by every island, or one per island. No
+/// compiler: no submitters. On success every submitter is closed and the compilers finish; on an
+/// error they are dropped unclosed, and the compilers drop what is queued.
+pub(crate) fn with_queues<T>(
+    compilers: Vec<&mut (dyn Compiler + Send + '_)>,
+    options: &CompileOptions,
+    islands: usize,
+    body: impl FnOnce(&[Submitter]) -> Result<T, EvolveError>,
+) -> Result<T, EvolveError> {
+    if compilers.is_empty() {
+        return body(&[]);
+    }
+    let shared = compilers.len() == 1;
+    let (mut submitters, worklists) = if shared {
+        let (submitters, work) = shared_job_queue(islands);
+        (submitters, vec![work])
+    } else {
+        (0..compilers.len()).map(|_| shared_job_queue(1)).map(|(mut s, w)| (s.remove(0), w)).unzip()
+    };
+    std::thread::scope(|scope| {
+        let serving: Vec<_> = compilers
+            .into_iter()
+            .zip(worklists)
+            .map(|(compiler, work)| scope.spawn(move || compiler.serve(options, work)))
+            .collect();
+        let outcome = body(&submitters);
+        if outcome.is_ok() {
+            submitters.iter_mut().for_each(Submitter::close);
+        }
+        drop(submitters);
+        let mut served = Ok(());
+        for s in serving {
+            let result = s
+                .join()
+                .map_err(|_| EvolveError::CompilerStopped)
+                .and_then(|r| r.map(|_| ()).map_err(EvolveError::from));
+            served = served.and(result);
+        }
+        let value = outcome?;
+        served?;
+        Ok(value)
+    })
 }
 
 impl<'a> Driver<'a> {
@@ -172,7 +226,22 @@ impl<'a> Driver<'a> {
             start: now,
             previous_done: now,
             totals: Totals::default(),
+            island: 0,
+            link: None,
+            stop: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// Makes this run island `island` of a ring: it sends its best `migrants` along `link`
+    /// whenever its pipeline waits for immigrants, and takes what arrives. It ends with
+    /// [`EvolveError::Stopped`] once `stop` is set.
+    pub fn island(&mut self, island: usize, link: Option<(Link, usize)>, stop: Arc<AtomicBool>) {
+        (self.island, self.link, self.stop) = (island, link, stop);
+    }
+
+    /// Evaluates on the CPU with at most `threads` threads (default: one per core).
+    pub fn eval_threads(&mut self, threads: NonZeroUsize) {
+        self.eval_threads = threads;
     }
 
     /// Looks up and stores CUBIN in `disk`.
@@ -180,37 +249,17 @@ impl<'a> Driver<'a> {
         self.disk = Some(disk);
     }
 
-    /// Runs to the last generation, compiling on `compiler` (or, without one, evaluating on the
-    /// CPU only), calling `report` with each generation's record as it completes.
-    pub fn run(
+    /// Runs to the last generation, submitting units through `submitter` (or, without one,
+    /// evaluating on the CPU or the interpreter only), calling `report` with each generation's
+    /// record as it completes.
+    pub fn run_on(
         mut self,
-        compiler: Option<&mut (dyn Compiler + Send + '_)>,
+        submitter: Option<&Submitter>,
         report: &mut Report<'_>,
     ) -> Result<(Totals, Pipeline), EvolveError> {
         self.start = Instant::now();
         self.previous_done = self.start;
-        let Some(compiler) = compiler else {
-            self.drive(None, report)?;
-            return Ok(self.finish());
-        };
-        let (submitter, work) = job_queue();
-        let mut submitter = Some(submitter);
-        let options = self.options;
-        let outcome = std::thread::scope(|scope| {
-            let serving = scope.spawn(move || compiler.serve(options, work));
-            let driven = self.drive(submitter.as_ref(), report);
-            // On success there is nothing left to compile; on an error, dropping the queue
-            // lets the compiler drop what is left.
-            match (&driven, &mut submitter) {
-                (Ok(()), Some(s)) => s.close(),
-                _ => submitter = None,
-            }
-            let served = serving.join().map_err(|_| EvolveError::CompilerStopped)?;
-            driven?;
-            served?;
-            Ok::<(), EvolveError>(())
-        });
-        outcome?;
+        self.drive(submitter, report)?;
         Ok(self.finish())
     }
 
@@ -238,6 +287,9 @@ impl<'a> Driver<'a> {
 
     fn drive(&mut self, submitter: Option<&Submitter>, report: &mut Report<'_>) -> Result<(), EvolveError> {
         loop {
+            if self.stop.load(Ordering::Relaxed) {
+                return Err(EvolveError::Stopped);
+            }
             let bred_at = Instant::now();
             let completed = self.pipeline.advance();
             let born = self.pipeline.take_born();
@@ -249,6 +301,10 @@ impl<'a> Driver<'a> {
                 return Ok(());
             }
             let progress = self.admit(born)?;
+            if let Some(generation) = self.pipeline.awaiting_migration() {
+                self.migrate(generation)?;
+                continue;
+            }
             let Some(submitter) = submitter else {
                 // Nothing to compile: everything in the pools is interpreted, or evaluated on the
                 // CPU, right away.
@@ -277,6 +333,33 @@ impl<'a> Driver<'a> {
                 self.evaluate(ready)?;
             }
         }
+    }
+
+    /// Sends the best of `generation` to the next island and puts what the previous one sent
+    /// in place of the worst; waits for it (the stop flag is looked at every 50 ms).
+    fn migrate(&mut self, generation: usize) -> Result<(), EvolveError> {
+        let island = self.island;
+        let Some((link, count)) = &self.link else {
+            return Err(EvolveError::Stalled);
+        };
+        let emigrants = self.pipeline.emigrants(generation, *count).ok_or(EvolveError::Stalled)?;
+        let gone = |why: &str| EvolveError::Migration { island, generation, why: why.to_owned() };
+        link.to_next.send((generation, emigrants)).map_err(|_| gone("the next island has ended"))?;
+        let (sent_for, immigrants) = loop {
+            match link.from_previous.recv_timeout(Duration::from_millis(50)) {
+                Ok(parcel) => break parcel,
+                Err(RecvTimeoutError::Timeout) if self.stop.load(Ordering::Relaxed) => {
+                    return Err(EvolveError::Stopped);
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return Err(gone("the previous island has ended")),
+            }
+        };
+        if sent_for != generation {
+            return Err(gone(&format!("the previous island sent migrants of generation {sent_for}")));
+        }
+        self.pipeline.immigrate(generation, immigrants)?;
+        Ok(())
     }
 
     /// Breeding time goes to the generations bred, by their share of the individuals.
@@ -315,7 +398,7 @@ impl<'a> Driver<'a> {
             fell_back_to_cpu: self.fell_back.clone(),
             ..EvalSplit::default()
         };
-        let record = GenerationRecord::new(
+        let mut record = GenerationRecord::new(
             stats,
             &account,
             split,
@@ -324,6 +407,7 @@ impl<'a> Driver<'a> {
             done,
             self.evaluator.kind(),
         );
+        record.island = self.island;
         self.previous_done = done;
         report(record)
     }

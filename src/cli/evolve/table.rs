@@ -41,8 +41,8 @@ pub(super) fn header(args: &EvolveArgs, engine: &Engine, compiler: &str) {
         println!("route {} ({})", engine.route(), engine.route_reason());
     }
     println!(
-        "{:>4} {:>12} {:>12} {:>7} {:>6} {:>6} {:>6} {:>9} {:>10} {:>9} {:>8}",
-        "gen",
+        "{:>w$} {:>12} {:>12} {:>7} {:>6} {:>6} {:>6} {:>9} {:>10} {:>9} {:>8}",
+        if options.islands > 1 { "isl:gen" } else { "gen" },
         "best",
         "median",
         "invalid",
@@ -52,15 +52,18 @@ pub(super) fn header(args: &EvolveArgs, engine: &Engine, compiler: &str) {
         "gen ms",
         "compile s",
         "crit ms",
-        "eval ms"
+        "eval ms",
+        w = if options.islands > 1 { 7 } else { 4 }
     );
 }
 
-pub(super) fn row(r: &GenerationRecord) {
+/// A generation's row; with `islands`, its island before its generation.
+pub(super) fn row(r: &GenerationRecord, islands: bool) {
     let i = &r.individuals;
+    let (generation, w) =
+        if islands { (format!("{}:{}", r.island, r.generation), 7) } else { (r.generation.to_string(), 4) };
     println!(
-        "{:>4} {:>12} {:>12} {:>7} {:>6} {:>6} {:>6} {:>9.1} {:>10.2} {:>9.1} {:>8.1}",
-        r.generation,
+        "{generation:>w$} {:>12} {:>12} {:>7} {:>6} {:>6} {:>6} {:>9.1} {:>10.2} {:>9.1} {:>8.1}",
         number(r.best),
         r.median.map_or("-".into(), number),
         r.invalid,
@@ -107,6 +110,10 @@ pub(super) fn footer(s: &Summary) {
     }
     if let Some(dir) = &t.failed_units_dir {
         println!("units that did not compile are in {}", dir.display());
+    }
+    if s.islands > 1 {
+        let best: Vec<String> = s.island_best.iter().map(|&b| number(b)).collect();
+        println!("{} islands, best of each: {}", s.islands, best.join(", "));
     }
     println!("best individual:\n{}", s.best_phenotype.as_deref().unwrap_or("<invalid>"));
 }
