@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test suite, runnable on a fresh machine without GPU or CUDA: installs the pinned NVRTC
 # wheels if no CUDA 13 toolkit is found, then runs every test. GPU-only tests are ignored, with
-# the reason "needs a GPU" (the GPU host runs them with --include-ignored); NVRTC tests may not
+# the reason "needs a GPU" (the GPU host runs them with --include-ignored); Open MPI is installed
+# and the MPI build tested (`--features gpfarm/mpi`); NVRTC tests may not
 # skip here (GPFARM_REQUIRE_NVRTC=1). After cargo's own output comes a summary over all test
 # executables: how many passed, failed and were ignored, and which were ignored and why. Then the
 # Python package is installed from python/ (maturin, pinned pytest) and its tests run. The exit
@@ -10,12 +11,14 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 scripts/install-toolchain.sh
+# Open MPI and libclang for the islands-over-MPI build and its test (tests/mpi.rs).
+scripts/install-mpi.sh
 export GPFARM_REQUIRE_NVRTC=1
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e
-cargo test --workspace --release "$@" 2>&1 | tee "$log"
+cargo test --workspace --release --features gpfarm/mpi "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 

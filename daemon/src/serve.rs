@@ -84,10 +84,13 @@ pub fn run(args: Args) -> Result<()> {
         let name = name.clone();
         ctrlc::set_handler(move || {
             stop.store(true, Ordering::SeqCst);
+            // The segment goes at once: a SIGKILL may follow the SIGTERM closely (mpirun ends a
+            // job's process groups so) and must not find it still there. Both sides keep their
+            // mappings.
+            segment::unlink(&name);
             // Idle, the serve loop sees `stop` within one poll. Inside NVRTC, a compile can take
             // minutes: leave now rather than make whoever stops us wait.
             if BUSY.load(Ordering::SeqCst) {
-                segment::unlink(&name);
                 // SAFETY: _exit ends the process without running destructors, which is what is
                 // wanted while another thread is inside NVRTC.
                 unsafe { libc::_exit(0) };

@@ -17,7 +17,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use gpfarm_client::{Compiler, CompilerSpec};
 
 use super::compilers::{self, FarmSource};
-use table::{footer, header, row};
+pub(crate) use table::row;
+use table::{footer, header};
 
 mod table;
 
@@ -32,13 +33,13 @@ pub struct EvolveArgs {
     problem_dir: Option<PathBuf>,
     /// Individuals per generation.
     #[arg(long, default_value_t = 300)]
-    population: usize,
+    pub(super) population: usize,
     /// Generations bred after the initial one.
     #[arg(long, default_value_t = 30)]
-    generations: usize,
+    pub(super) generations: usize,
     /// Compile daemons (or threads); default: one per core.
     #[arg(long, short = 'n')]
-    daemons: Option<usize>,
+    pub(super) daemons: Option<usize>,
     /// Compiler: farm[:K], threads[:K], inprocess or nvcc (K daemons or threads; default: -n,
     /// else one per core).
     #[arg(long, default_value = "farm")]
@@ -90,7 +91,7 @@ pub struct EvolveArgs {
     fmad: bool,
     /// Seed: the same seed gives the same run.
     #[arg(long, default_value_t = 1)]
-    seed: u64,
+    pub(super) seed: u64,
     /// Tournament size.
     #[arg(long, default_value_t = 3)]
     tournament: usize,
@@ -121,7 +122,7 @@ pub struct EvolveArgs {
     trace_units: Option<PathBuf>,
     /// Print one JSON record per generation (and a final summary record) instead of a table.
     #[arg(long)]
-    json: bool,
+    pub(super) json: bool,
     /// Where the unit of each individual that does not compile is written, for reproducing it
     /// with `gpfarm compile --source FILE` (default: gpfarm-crashes-PID in the temporary
     /// directory; kept after the run).
@@ -327,6 +328,18 @@ pub fn run_engine(
 
 /// Runs `gpfarm evolve`.
 pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
+    if let Some(_ranks) = launched_by_mpi() {
+        #[cfg(feature = "mpi")]
+        return super::mpi::run(args, cuda);
+        #[cfg(not(feature = "mpi"))]
+        if _ranks > 1 {
+            let why = format!(
+                "started by an MPI launcher with {_ranks} ranks, but this gpfarm was built without MPI: every rank \
+                 would run the whole job alone; build it with `cargo build --release --features mpi`"
+            );
+            return Err(super::UsageError(why).into());
+        }
+    }
     let (engine, mut compilers) = prepare(&args, cuda)?;
     if let Some(notice) = engine.notice() {
         eprintln!("note: {notice}");
@@ -362,10 +375,24 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
         Ok(())
     })?;
     bar.finish_and_clear();
+    print_summary(&summary, json)
+}
+
+/// Prints the summary: a JSON record, or the table's footer.
+pub(super) fn print_summary(summary: &Summary, json: bool) -> Result<()> {
     if json {
-        println!("{}", serde_json::to_string(&summary)?);
+        println!("{}", serde_json::to_string(summary)?);
     } else {
-        footer(&summary);
+        footer(summary);
     }
     Ok(())
+}
+
+/// The number of ranks when an MPI launcher (Open MPI's mpirun, a PMI or PMIx launcher such as
+/// Slurm's srun) started this process.
+pub fn launched_by_mpi() -> Option<usize> {
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok()?.parse().ok())
+        .or_else(|| std::env::var_os("PMIX_RANK").map(|_| 1))
 }

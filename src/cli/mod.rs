@@ -7,6 +7,8 @@ pub mod daemon;
 mod daemons;
 pub mod evolve;
 pub mod gpu_worker;
+#[cfg(feature = "mpi")]
+mod mpi;
 mod random;
 
 use std::fmt;

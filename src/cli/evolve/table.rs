@@ -58,7 +58,7 @@ pub(super) fn header(args: &EvolveArgs, engine: &Engine, compiler: &str) {
 }
 
 /// A generation's row; with `islands`, its island before its generation.
-pub(super) fn row(r: &GenerationRecord, islands: bool) {
+pub(crate) fn row(r: &GenerationRecord, islands: bool) {
     let i = &r.individuals;
     let (generation, w) =
         if islands { (format!("{}:{}", r.island, r.generation), 7) } else { (r.generation.to_string(), 4) };
