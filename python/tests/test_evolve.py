@@ -132,3 +132,16 @@ def test_ctrl_c_raises_keyboard_interrupt_and_leaves_no_daemon_or_segment(daemon
     for pid in daemons:
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
     assert segments() == before
+
+
+def test_islands_from_python_give_every_island_s_records_and_a_fixed_run():
+    a = gpfarm.evolve("keijzer6", **small(islands=3, migrate_every=2, migrants=2))
+    b = gpfarm.evolve("keijzer6", **small(islands=3, migrate_every=2, migrants=2))
+    assert a.summary["islands"] == 3 and len(a.summary["island_best"]) == 3
+    assert sorted({r["island"] for r in a.history}) == [0, 1, 2]
+    assert len(a.history) == 3 * 6
+    key = lambda r: (r["island"], r["generation"])
+    assert [(key(r), r["best"]) for r in sorted(a.history, key=key)] == [(key(r), r["best"]) for r in sorted(b.history, key=key)]
+    assert a.best_fitness == min(a.summary["island_best"])
+    with pytest.raises(RuntimeError, match="--migrants"):
+        gpfarm.evolve("keijzer6", **small(islands=2, migrants=60))
