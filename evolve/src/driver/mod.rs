@@ -74,7 +74,7 @@ pub(crate) struct CrashSettings {
     pub dir: PathBuf,
 }
 
-/// What [`Driver::run`] calls with each generation's record.
+/// What [`Driver::run_on`] calls with each generation's record.
 pub(crate) type Report<'r> = dyn FnMut(GenerationRecord) -> Result<(), EvolveError> + 'r;
 
 /// An individual waiting for its fitness.
