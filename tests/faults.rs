@@ -269,7 +269,7 @@ fn resident_daemons_free_themselves_when_their_client_dies() {
         .env("GPFARMD", env!("CARGO_BIN_EXE_gpfarmd"))
         .output()
         .unwrap();
-    assert!(start.status.success());
+    assert!(start.status.success(), "{}", String::from_utf8_lossy(&start.stderr));
     let mut farm = Farm::attach(Some(&name), config(1)).unwrap();
     farm.compile(&units(1), &options()).unwrap();
     // Simulate this client dying: a dead pid holds the lock.

@@ -155,6 +155,15 @@ pub enum CompilerError {
         /// What went wrong and what to do.
         message: String,
     },
+    /// A daemon was killed from outside (a signal it did not raise itself) before it was ready;
+    /// starting it again may well work, and start-up does, a bounded number of times.
+    #[error("daemon {id}: {message}")]
+    Killed {
+        /// Which daemon.
+        id: DaemonId,
+        /// How it ended.
+        message: String,
+    },
     /// The OS refused to start a daemon's process.
     #[error("daemon {id}")]
     Spawn {

@@ -8,8 +8,9 @@
 //! Also here: where the helper executables are found ([`locate_executable`]) and liveness of a
 //! process we did not start ([`process_running`]).
 //!
-//! Must never block without a bound, and never signal a pid it does not own (processes of
-//! others are only ever looked at).
+//! Must never block without a bound, and never signal a pid it does not own: processes it did
+//! not start are signalled only through [`signal_daemon`], which checks that the pid is this
+//! user's daemon of the named segment.
 
 use std::io;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -102,7 +103,8 @@ pub enum Liveness {
 }
 
 /// Signals that mean a process crashed by itself.
-const CRASH_SIGNALS: [i32; 5] = [libc::SIGSEGV, libc::SIGABRT, libc::SIGBUS, libc::SIGILL, libc::SIGFPE];
+pub(crate) const CRASH_SIGNALS: [i32; 5] =
+    [libc::SIGSEGV, libc::SIGABRT, libc::SIGBUS, libc::SIGILL, libc::SIGFPE];
 
 /// A child process that is ended and reaped when dropped (unless detached).
 #[derive(Debug)]
@@ -233,24 +235,7 @@ pub fn process_running(pid: u32) -> bool {
     gpfarm_protocol::segment::process_alive(pid)
 }
 
-/// Kills `pid` (SIGKILL) if it is a process we may signal; for daemons we attached to, which
-/// are not our children. Returns whether a signal was sent.
-pub fn kill_pid(pid: u32) -> bool {
-    if pid == 0 || !process_running(pid) {
-        return false;
-    }
-    // SAFETY: kill(2) with a plain signal to a positive pid.
-    unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) == 0 }
-}
-
-/// Sends `signal` to `pid` if it runs; for stopping daemons of another process's farm.
-pub fn signal_pid(pid: u32, signal: i32) -> bool {
-    if pid == 0 || !process_running(pid) {
-        return false;
-    }
-    // SAFETY: kill(2) with a plain signal to a positive pid.
-    unsafe { libc::kill(pid as libc::pid_t, signal) == 0 }
-}
+pub use gpfarm_protocol::process::signal_daemon;
 
 #[cfg(test)]
 mod tests {

@@ -21,6 +21,54 @@ use crate::jit::Jit;
 
 /// Set while the daemon is compiling, so that a stop signal ends it at once.
 static BUSY: AtomicBool = AtomicBool::new(false);
+/// Set once the daemon is warm and serving; before that a stop signal ends it at once.
+static SERVING: AtomicBool = AtomicBool::new(false);
+
+/// The signals that ask a daemon to stop: SIGTERM (its farm's shutdown, `gpfarm daemons stop`,
+/// its parent's death), SIGINT and SIGHUP.
+const STOP_SIGNALS: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+
+/// Blocks the stop signals in this thread, and so in every thread started after it (NVRTC's
+/// included), and takes them on a thread of their own with `sigwait`. No signal handler ever
+/// runs: NVRTC installs handlers of its own, and one that ran inside an interrupted `malloc` and
+/// called `exit()` deadlocked a daemon for good. A stop signal removes the segment at once (a
+/// SIGKILL may follow closely, as mpirun sends it, and must not find it there), then ends the
+/// daemon at once if it is starting or compiling, or lets the serve loop end it within a poll.
+/// Call before any other thread starts.
+fn watch_stop_signals(name: SegmentName, stop: Arc<AtomicBool>) -> std::io::Result<()> {
+    // SAFETY: an empty signal set, filled with valid signal numbers, then used as the mask of
+    // this thread; the sigset_t lives on the stack of the calls that use it.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in STOP_SIGNALS {
+            libc::sigaddset(&mut set, sig);
+        }
+        let r = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        if r != 0 {
+            return Err(std::io::Error::from_raw_os_error(r));
+        }
+        set
+    };
+    std::thread::Builder::new().name("stop-signals".into()).spawn(move || {
+        loop {
+            let mut sig: libc::c_int = 0;
+            // SAFETY: `set` is a valid signal set blocked in every thread; `sig` is an out-param.
+            if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
+                continue;
+            }
+            stop.store(true, Ordering::SeqCst);
+            // Both sides keep their mappings; only the name goes.
+            segment::unlink(&name);
+            if BUSY.load(Ordering::SeqCst) || !SERVING.load(Ordering::SeqCst) {
+                // SAFETY: _exit ends the process without running destructors, which is what is
+                // wanted while another thread is inside NVRTC or warming it up.
+                unsafe { libc::_exit(0) };
+            }
+        }
+    })?;
+    Ok(())
+}
 
 /// How often a waiting daemon looks up from its event to check for signals and its parent.
 const POLL: Duration = Duration::from_millis(100);
@@ -79,25 +127,8 @@ pub enum Malloc {
 pub fn run(args: Args) -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     let name = SegmentName::new(&args.farm, args.id);
-    {
-        let stop = Arc::clone(&stop);
-        let name = name.clone();
-        ctrlc::set_handler(move || {
-            stop.store(true, Ordering::SeqCst);
-            // The segment goes at once: a SIGKILL may follow the SIGTERM closely (mpirun ends a
-            // job's process groups so) and must not find it still there. Both sides keep their
-            // mappings.
-            segment::unlink(&name);
-            // Idle, the serve loop sees `stop` within one poll. Inside NVRTC, a compile can take
-            // minutes: leave now rather than make whoever stops us wait.
-            if BUSY.load(Ordering::SeqCst) {
-                // SAFETY: _exit ends the process without running destructors, which is what is
-                // wanted while another thread is inside NVRTC.
-                unsafe { libc::_exit(0) };
-            }
-        })
-        .context("installing the SIGINT/SIGTERM handler")?;
-    }
+    // Before the segment exists: a stop signal at any moment after it is created removes it.
+    watch_stop_signals(name.clone(), Arc::clone(&stop)).context("taking over SIGTERM, SIGINT and SIGHUP")?;
     if let Some(parent) = args.parent_pid {
         // SAFETY: prctl(PR_SET_PDEATHSIG) only registers a signal for this process.
         unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) };
@@ -106,7 +137,7 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     let mut seg = match Segment::create(&name, args.id) {
-        Err(SegmentError::Exists(_)) => {
+        Err(SegmentError::Exists { .. }) => {
             segment::remove_stale_segments(Some(&args.farm));
             Segment::create(&name, args.id)
         }
@@ -141,6 +172,7 @@ pub fn run(args: Args) -> Result<()> {
     let seen = seg.go().load(Ordering::Acquire);
     seg.set_state(DaemonState::Available);
     event::signal(seg.done());
+    SERVING.store(true, Ordering::SeqCst);
     let served = serve(&mut seg, &nvrtc, jit.as_ref(), &info, &stop, args.parent_pid, seen);
     seg.set_state(DaemonState::Stopped);
     event::signal(seg.done());

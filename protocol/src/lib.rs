@@ -16,6 +16,7 @@ pub mod event;
 pub mod limits;
 pub mod message;
 pub mod names;
+pub mod process;
 pub mod ptx_math;
 pub mod segment;
 pub mod types;
@@ -30,7 +31,7 @@ pub use types::{
 };
 
 /// Version of the segment layout and message set; both sides must agree exactly.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// An error and its causes on one line, joined with ": ", for sending to another process as
 /// text (the receiver cannot walk the chain).

@@ -4,6 +4,7 @@
 //! 0      magic "GPFARMsg" | version | header_len | capacity (data bytes, may grow)
 //!        state | go counter | done counter | client pid (attach lock) | daemon pid | daemon id
 //!        request length | response length | progress (units of the request finished)
+//!        request checksum | response checksum (CRC-32 of the message bytes)
 //! 4096   data region: one bincode message (the request, then the response over it)
 //! ```
 //!
@@ -11,19 +12,30 @@
 //! the client opens it. A message bigger than the data region grows the segment (the writer
 //! extends the file, remaps and publishes the new capacity; the reader follows before reading),
 //! so nothing is ever truncated. Every value read from the header is checked against the size
-//! of the file before it is used, so a corrupt or hostile segment yields an error, not a crash.
+//! of the file before it is used, so a corrupt or hostile segment yields an error, not a crash;
+//! every message carries a CRC-32 that its reader checks, so bytes changed in shared memory are
+//! an error, not a different answer.
+//!
+//! Nothing in `/dev/shm` is trusted for its name alone: a segment is opened (with `O_NOFOLLOW`)
+//! and listed only if this user owns it, it is a plain file of mode 0600 and has one link, so
+//! another user cannot plant, link or truncate a segment that a process of this user then uses.
+//! Whether a segment's daemon lives is asked of the process ([`crate::process`]), never of the
+//! header.
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::time::{Duration, SystemTime};
+#[cfg(test)]
+use std::time::Duration;
 
 use thiserror::Error;
 
 use crate::PROTOCOL_VERSION;
 use crate::message::{self, MessageError, Request, Response};
-use crate::names::{DaemonId, FarmName, NameError, SEGMENT_PREFIX, SegmentName, current_uid};
+use crate::names::{DaemonId, FarmName, NameError, SegmentName, current_uid};
+pub use crate::process::process_alive;
+use crate::process::{effective_uid, live_daemons};
 
 pub use crate::limits::{HEADER_LEN, INITIAL_CAPACITY, MAX_CAPACITY};
 const MAGIC: u64 = u64::from_le_bytes(*b"GPFARMsg");
@@ -43,6 +55,8 @@ struct Header {
     request_len: AtomicU64,
     response_len: AtomicU64,
     progress: AtomicU32,
+    request_sum: AtomicU32,
+    response_sum: AtomicU32,
 }
 
 const _: () = assert!(std::mem::size_of::<Header>() <= HEADER_LEN);
@@ -89,9 +103,35 @@ pub enum SegmentError {
         /// The OS error.
         source: std::io::Error,
     },
-    /// A segment of that name already exists (a stale one, or another farm's).
-    #[error("segment {0} already exists (stale segments are removed by `gpfarm daemons clean`)")]
-    Exists(String),
+    /// A segment of that name already exists; `why` says whose it is and what to do.
+    #[error("segment /dev/shm/{name} already exists: {why}")]
+    Exists {
+        /// The segment.
+        name: String,
+        /// What is in the way.
+        why: String,
+    },
+    /// The file is not one this user created as a segment (another owner, another mode, more
+    /// than one link, not a plain file), so it is not used.
+    #[error("/dev/shm/{name} is not this user's segment ({why}); it is left alone")]
+    NotOurs {
+        /// The segment.
+        name: String,
+        /// What gave it away.
+        why: String,
+    },
+    /// A message's bytes do not match the checksum written with them.
+    #[error("the {what} in segment {name} is corrupt: checksum {found:08x}, written as {expected:08x}")]
+    Corrupt {
+        /// The segment.
+        name: String,
+        /// "request" or "response".
+        what: &'static str,
+        /// Checksum of the bytes found.
+        found: u32,
+        /// Checksum written with them.
+        expected: u32,
+    },
     /// There is no segment of that name.
     #[error("segment {0} does not exist")]
     Missing(String),
@@ -151,7 +191,7 @@ impl Segment {
         if fd < 0 {
             let err = std::io::Error::last_os_error();
             if err.raw_os_error() == Some(libc::EEXIST) {
-                return Err(SegmentError::Exists(name.to_string()));
+                return Err(SegmentError::Exists { name: name.to_string(), why: whose(name) });
             }
             return Err(SegmentError::Os { what: "shm_open", name: name.to_string(), source: err });
         }
@@ -186,7 +226,7 @@ impl Segment {
     pub fn open(name: &SegmentName) -> Result<Segment, SegmentError> {
         let path = shm_cstring(name);
         // SAFETY: as in `create`.
-        let fd = unsafe { libc::shm_open(path.as_ptr(), libc::O_RDWR, 0) };
+        let fd = unsafe { libc::shm_open(path.as_ptr(), libc::O_RDWR | libc::O_NOFOLLOW, 0) };
         if fd < 0 {
             let err = std::io::Error::last_os_error();
             if err.raw_os_error() == Some(libc::ENOENT) {
@@ -196,6 +236,10 @@ impl Segment {
         }
         // SAFETY: fresh descriptor owned by nobody else.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // Before anything is mapped: a file of another user could be truncated under the mapping.
+        if let Some(why) = foreign(&fstat(&fd, name)?) {
+            return Err(SegmentError::NotOurs { name: name.to_string(), why });
+        }
         let size = file_size(&fd, name)?;
         if size < HEADER_LEN {
             return Err(invalid(name, format!("file is {size} bytes, shorter than its header")));
@@ -314,6 +358,12 @@ impl Segment {
         self.header().client_pid.load(Ordering::Acquire)
     }
 
+    /// How many names the segment's file has: 1 while it is in `/dev/shm`, 0 once it has been
+    /// removed (`None` if that cannot be read).
+    pub fn links(&self) -> Option<u64> {
+        fstat(&self.fd, &self.name).ok().map(|st| st.st_nlink as u64)
+    }
+
     /// Bytes of data region currently mapped.
     pub fn capacity(&self) -> usize {
         self.mapped - HEADER_LEN
@@ -376,19 +426,23 @@ impl Segment {
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(HEADER_LEN), self.capacity()) }
     }
 
-    fn write_message<T: bincode::Encode>(&mut self, msg: &T) -> Result<usize, SegmentError> {
-        match message::encode_into(msg, self.data_mut()) {
-            Ok(n) => Ok(n),
+    /// Writes a message into the data region (growing it if needed); returns its size and
+    /// checksum.
+    fn write_message<T: bincode::Encode>(&mut self, msg: &T) -> Result<(usize, u32), SegmentError> {
+        let n = match message::encode_into(msg, self.data_mut()) {
+            Ok(n) => n,
             Err(_) => {
                 let bytes = message::encode_to_vec(msg)?;
                 self.ensure_capacity(bytes.len())?;
                 self.data_mut()[..bytes.len()].copy_from_slice(&bytes);
-                Ok(bytes.len())
+                bytes.len()
             }
-        }
+        };
+        Ok((n, crc32fast::hash(&self.data()[..n])))
     }
 
-    fn message_bytes(&mut self, len: u64) -> Result<&[u8], SegmentError> {
+    /// The `len` message bytes at the start of the data region, checked against `sum`.
+    fn message_bytes(&mut self, len: u64, sum: u32, what: &'static str) -> Result<&[u8], SegmentError> {
         self.sync_capacity()?;
         if len as usize > self.capacity() {
             return Err(invalid(
@@ -396,7 +450,12 @@ impl Segment {
                 format!("message length {len} exceeds capacity {}", self.capacity()),
             ));
         }
-        Ok(&self.data()[..len as usize])
+        let bytes = &self.data()[..len as usize];
+        let found = crc32fast::hash(bytes);
+        if found != sum {
+            return Err(SegmentError::Corrupt { name: self.name.to_string(), what, found, expected: sum });
+        }
+        Ok(bytes)
     }
 
     /// Client side: writes a request (growing the segment if needed); returns its size.
@@ -404,7 +463,8 @@ impl Segment {
         &mut self,
         req: &T,
     ) -> Result<usize, SegmentError> {
-        let n = self.write_message(req)?;
+        let (n, sum) = self.write_message(req)?;
+        self.header().request_sum.store(sum, Ordering::Relaxed);
         self.header().request_len.store(n as u64, Ordering::Release);
         Ok(n)
     }
@@ -412,12 +472,14 @@ impl Segment {
     /// Daemon side: reads and validates the request.
     pub fn read_request(&mut self) -> Result<Request, SegmentError> {
         let len = self.header().request_len.load(Ordering::Acquire);
-        Ok(message::decode_request(self.message_bytes(len)?)?)
+        let sum = self.header().request_sum.load(Ordering::Relaxed);
+        Ok(message::decode_request(self.message_bytes(len, sum, "request")?)?)
     }
 
     /// Daemon side: writes a response (growing the segment if needed); returns its size.
     pub fn write_response(&mut self, resp: &Response) -> Result<usize, SegmentError> {
-        let n = self.write_message(resp)?;
+        let (n, sum) = self.write_message(resp)?;
+        self.header().response_sum.store(sum, Ordering::Relaxed);
         self.header().response_len.store(n as u64, Ordering::Release);
         Ok(n)
     }
@@ -425,7 +487,8 @@ impl Segment {
     /// Client side: reads and validates the response.
     pub fn read_response(&mut self) -> Result<Response, SegmentError> {
         let len = self.header().response_len.load(Ordering::Acquire);
-        Ok(message::decode_response(self.message_bytes(len)?)?)
+        let sum = self.header().response_sum.load(Ordering::Relaxed);
+        Ok(message::decode_response(self.message_bytes(len, sum, "response")?)?)
     }
 }
 
@@ -451,13 +514,63 @@ fn resize_file(fd: &OwnedFd, len: usize, name: &SegmentName) -> Result<(), Segme
     Ok(())
 }
 
-fn file_size(fd: &OwnedFd, name: &SegmentName) -> Result<usize, SegmentError> {
+fn fstat(fd: &OwnedFd, name: &SegmentName) -> Result<libc::stat, SegmentError> {
     // SAFETY: zeroed `stat` is a valid out-parameter; the descriptor is valid.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
         return Err(os_err("fstat", name));
     }
-    Ok(st.st_size.max(0) as usize)
+    Ok(st)
+}
+
+fn file_size(fd: &OwnedFd, name: &SegmentName) -> Result<usize, SegmentError> {
+    Ok(fstat(fd, name)?.st_size.max(0) as usize)
+}
+
+/// What makes a file unlike a segment this user created (`O_EXCL`, mode 0600, never linked):
+/// `None` if nothing does.
+fn foreign(st: &libc::stat) -> Option<String> {
+    ownership_problem(st.st_uid, st.st_mode, st.st_nlink as u64)
+}
+
+fn ownership_problem(uid: u32, mode: u32, links: u64) -> Option<String> {
+    let me = effective_uid();
+    if uid != me {
+        return Some(format!("owned by uid {uid}, not by uid {me}"));
+    }
+    if mode & libc::S_IFMT != libc::S_IFREG {
+        return Some("not a plain file".into());
+    }
+    if mode & 0o7777 != 0o600 {
+        return Some(format!("mode {:04o}, not 0600", mode & 0o7777));
+    }
+    if links != 1 {
+        return Some(format!("{links} links, not 1"));
+    }
+    None
+}
+
+/// Why segment `name` cannot be created now, if a file already holds its name: whose it is and
+/// what to do (for an error message); `None` if the name is free.
+pub fn name_taken(name: &SegmentName) -> Option<String> {
+    std::fs::symlink_metadata(format!("/dev/shm/{name}")).ok().map(|_| whose(name))
+}
+
+/// Who holds the name of a segment that could not be created, for the error.
+fn whose(name: &SegmentName) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::symlink_metadata(format!("/dev/shm/{name}")) else {
+        return "it was there a moment ago and is gone now; try again".into();
+    };
+    if let Some(why) = ownership_problem(meta.uid(), meta.mode(), meta.nlink()) {
+        return format!(
+            "it is not this user's segment ({why}): someone else holds the name; choose another farm name or have its owner remove it"
+        );
+    }
+    match crate::process::find_daemon(name) {
+        Some(pid) => format!("daemon pid {pid} of farm {} serves it; choose another farm name", name.farm),
+        None => "its daemon is gone; `gpfarm daemons clean` removes it".into(),
+    }
 }
 
 fn map(fd: &OwnedFd, len: usize, name: &SegmentName) -> Result<NonNull<u8>, SegmentError> {
@@ -485,72 +598,50 @@ pub fn unlink(name: &SegmentName) -> bool {
     unsafe { libc::shm_unlink(path.as_ptr()) == 0 }
 }
 
-/// Whether a process with this pid is running (it may belong to another user): it exists and is
-/// not a zombie. A process that has died answers `kill(pid, 0)` until its parent reaps it, which
-/// a parent that never reaps makes forever; its state in `/proc` says it is dead at once.
-pub fn process_alive(pid: u32) -> bool {
-    if pid == 0 || pid > i32::MAX as u32 {
-        return false;
-    }
-    // SAFETY: signal 0 only checks for existence and permission.
-    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    let exists = r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
-    exists && !is_zombie(pid)
-}
-
-/// Whether `pid` has died and waits to be reaped (`Z`) or is being reaped (`X`). Where `/proc`
-/// cannot say, no.
-fn is_zombie(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| s.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with(['Z', 'X'])))
-        .unwrap_or(false)
-}
-
-/// Whether `pid` is a live (not zombie) gpfarmd.
-pub fn is_daemon_process(pid: u32) -> bool {
-    // A recycled pid may belong to another program.
-    process_alive(pid)
-        && std::fs::read_to_string(format!("/proc/{pid}/comm"))
-            .map(|c| c.trim_end().starts_with("gpfarmd"))
-            .unwrap_or(true)
-}
-
-/// Every gpfarm segment of the current user found in `/dev/shm`.
-pub fn list_segments() -> Vec<SegmentName> {
+/// Files in `/dev/shm` named as this user's segments, each with what is wrong with it (`None`:
+/// it is this user's own).
+fn named_as_ours() -> Vec<(SegmentName, Option<String>)> {
+    use std::os::unix::fs::MetadataExt;
     let uid = current_uid();
     let Ok(dir) = std::fs::read_dir("/dev/shm") else { return Vec::new() };
-    let mut names: Vec<SegmentName> = dir
+    let mut names: Vec<(SegmentName, Option<String>)> = dir
         .filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| n.starts_with(SEGMENT_PREFIX))
-        .filter_map(|n| SegmentName::parse(&n).ok())
-        .filter(|n| n.uid == uid)
+        .filter_map(|e| {
+            let name = SegmentName::parse(e.file_name().to_str()?).ok().filter(|n| n.uid == uid)?;
+            // The entry itself, not what a link points to.
+            let meta = std::fs::symlink_metadata(e.path()).ok()?;
+            Some((name, ownership_problem(meta.uid(), meta.mode(), meta.nlink())))
+        })
         .collect();
-    names.sort_by(|a, b| (a.farm.as_str(), a.id).cmp(&(b.farm.as_str(), b.id)));
+    names.sort_by(|a, b| (a.0.farm.as_str(), a.0.id).cmp(&(b.0.farm.as_str(), b.0.id)));
     names
 }
 
-/// Removes this user's segments (of one farm, or of all) whose daemon is gone (killed,
-/// crashed); returns their names. A segment still being created (no magic yet, younger than ten
-/// seconds) is left alone.
-pub fn remove_stale_segments(only: Option<&FarmName>) -> Vec<SegmentName> {
-    let mut removed = Vec::new();
-    for name in list_segments().into_iter().filter(|n| only.is_none_or(|f| &n.farm == f)) {
-        let stale = match Segment::open(&name) {
-            Ok(seg) => !is_daemon_process(seg.daemon_pid()),
-            Err(SegmentError::Missing(_)) => false,
-            Err(_) => age(&name).is_some_and(|a| a > Duration::from_secs(10)),
-        };
-        if stale && unlink(&name) {
-            removed.push(name);
-        }
-    }
-    removed
+/// Every segment of the current user in `/dev/shm`: named for this user *and* owned by this
+/// user, a plain file of mode 0600 with one link. Files that only carry the name are left out
+/// ([`impostors`] lists them).
+pub fn list_segments() -> Vec<SegmentName> {
+    named_as_ours().into_iter().filter(|(_, problem)| problem.is_none()).map(|(n, _)| n).collect()
 }
 
-fn age(name: &SegmentName) -> Option<Duration> {
-    let meta = std::fs::metadata(format!("/dev/shm/{name}")).ok()?;
-    SystemTime::now().duration_since(meta.modified().ok()?).ok()
+/// Files named as this user's segments that are not (another owner, mode or link count), with
+/// what gave each away. Nothing of this user reads, signals or removes them.
+pub fn impostors() -> Vec<(SegmentName, String)> {
+    named_as_ours().into_iter().filter_map(|(n, problem)| Some((n, problem?))).collect()
+}
+
+/// Removes this user's segments (of one farm, or of all) that no live daemon serves (killed,
+/// crashed); returns their names. Whether a daemon serves a segment is asked of the processes,
+/// not read from the segment: a header that is corrupt or forged cannot make a live daemon's
+/// segment look stale, nor keep a dead one's.
+pub fn remove_stale_segments(only: Option<&FarmName>) -> Vec<SegmentName> {
+    let candidates: Vec<SegmentName> =
+        list_segments().into_iter().filter(|n| only.is_none_or(|f| &n.farm == f)).collect();
+    if candidates.is_empty() {
+        return Vec::new();
+    }
+    let live = live_daemons();
+    candidates.into_iter().filter(|name| !live.contains_key(name) && unlink(name)).collect()
 }
 
 #[cfg(test)]
@@ -570,7 +661,7 @@ mod tests {
         assert!(process_alive(pid));
         child.kill().unwrap(); // SIGKILL, not reaped: a zombie until `wait`
         let until = std::time::Instant::now() + Duration::from_secs(5);
-        while !is_zombie(pid) {
+        while !crate::process::is_zombie(pid) {
             assert!(std::time::Instant::now() < until, "{pid} never became a zombie");
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -601,7 +692,7 @@ mod tests {
     fn creating_an_existing_segment_fails() {
         let name = fresh_name();
         let _seg = Segment::create(&name, DaemonId(0)).unwrap();
-        assert!(matches!(Segment::create(&name, DaemonId(0)), Err(SegmentError::Exists(_))));
+        assert!(matches!(Segment::create(&name, DaemonId(0)), Err(SegmentError::Exists { .. })));
     }
 
     #[test]
@@ -657,6 +748,103 @@ mod tests {
         };
         assert_eq!(seg.lock_client(dead), Ok(()));
         assert_eq!(seg.lock_client(std::process::id()), Ok(()));
+    }
+
+    #[test]
+    fn a_second_link_or_another_mode_makes_a_segment_foreign() {
+        use std::os::unix::fs::PermissionsExt;
+        let name = fresh_name();
+        let _seg = Segment::create(&name, DaemonId(0)).unwrap();
+        let path = format!("/dev/shm/{name}");
+        // A link planted under another name of this user's, as an impostor would.
+        let twin = fresh_name();
+        std::fs::hard_link(&path, format!("/dev/shm/{twin}")).unwrap();
+        for n in [&name, &twin] {
+            let e = Segment::open(n).err().expect("a linked segment was opened");
+            assert!(matches!(&e, SegmentError::NotOurs { why, .. } if why.contains("2 links")), "{e}");
+            assert!(!list_segments().contains(n));
+            assert!(impostors().iter().any(|(i, why)| i == n && why.contains("2 links")));
+        }
+        assert!(remove_stale_segments(Some(&twin.farm)).is_empty(), "an impostor was removed");
+        assert!(unlink(&twin));
+        assert!(Segment::open(&name).is_ok(), "one link again: the segment is ours");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = Segment::open(&name).err().expect("a 0644 segment was opened");
+        assert!(e.to_string().contains("mode 0644, not 0600"), "{e}");
+    }
+
+    #[test]
+    fn a_file_of_another_user_is_refused_before_it_is_mapped() {
+        if effective_uid() != 0 {
+            eprintln!(
+                "SKIPPED a_file_of_another_user_is_refused_before_it_is_mapped: giving a file away needs root"
+            );
+            return;
+        }
+        let name = fresh_name();
+        let seg = Segment::create(&name, DaemonId(0)).unwrap();
+        let path = CString::new(format!("/dev/shm/{name}")).unwrap();
+        // SAFETY: a valid path; 65534 is `nobody`.
+        assert_eq!(unsafe { libc::chown(path.as_ptr(), 65534, 65534) }, 0);
+        let e = Segment::open(&name).err().expect("another user's file was opened");
+        assert!(e.to_string().contains("owned by uid 65534"), "{e}");
+        assert!(!list_segments().contains(&name));
+        assert!(remove_stale_segments(Some(&name.farm)).is_empty(), "another user's file was removed");
+        let e = Segment::create(&name, DaemonId(0)).err().expect("created over another user's file");
+        assert!(e.to_string().contains("someone else holds the name"), "{e}");
+        drop(seg);
+    }
+
+    #[test]
+    fn an_existing_name_says_whose_it_is() {
+        let name = fresh_name();
+        let _seg = Segment::create(&name, DaemonId(0)).unwrap();
+        let e = Segment::create(&name, DaemonId(0)).err().unwrap().to_string();
+        // This test process is not a gpfarmd: the name is held by a segment nobody serves.
+        assert!(e.contains("its daemon is gone; `gpfarm daemons clean` removes it"), "{e}");
+    }
+
+    #[test]
+    fn bytes_changed_in_a_message_are_caught_by_its_checksum() {
+        use crate::types::{UnitOutcome, UnitResult, UnitTimings};
+        let name = fresh_name();
+        let mut daemon = Segment::create(&name, DaemonId(0)).unwrap();
+        let mut client = Segment::open(&name).unwrap();
+        let results = (0..8)
+            .map(|i| UnitResult {
+                outcome: UnitOutcome::Cubin(vec![i as u8; 4000]),
+                log: String::new(),
+                timings: UnitTimings::default(),
+            })
+            .collect();
+        let response = Response::Compiled { results, daemon_us: 1, decode_us: 2 };
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut changed = 0;
+        for _ in 0..500 {
+            let n = daemon.write_response(&response).unwrap();
+            let at = (next() as usize) % (n - 32);
+            let original = client.data()[at..at + 32].to_vec();
+            let noise: Vec<u8> = (0..32).map(|_| next() as u8).collect();
+            client.data_mut()[at..at + 32].copy_from_slice(&noise);
+            match client.read_response() {
+                Err(SegmentError::Corrupt { what: "response", .. }) => changed += 1,
+                other => {
+                    assert_eq!(noise, original, "32 changed bytes at {at} went unnoticed: {other:?}");
+                }
+            }
+        }
+        assert!(changed > 490, "only {changed} of 500 corruptions were real");
+        daemon.write_response(&response).unwrap();
+        assert_eq!(client.read_response().unwrap(), response);
+        let n = client.write_request(&Request::Hello).unwrap();
+        client.data_mut()[n - 1] ^= 1;
+        assert!(matches!(daemon.read_request(), Err(SegmentError::Corrupt { what: "request", .. })));
     }
 
     #[test]

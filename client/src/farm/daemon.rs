@@ -12,7 +12,8 @@ use gpfarm_protocol::event::{self, Wake};
 use gpfarm_protocol::{DaemonId, DaemonInfo, DaemonState, Request, Response, Segment};
 
 use crate::compiler::CompilerError;
-use crate::supervisor::{Liveness, Supervised, process_running};
+use crate::supervisor::{Liveness, Supervised};
+use gpfarm_protocol::process::is_daemon_of;
 
 /// How often a waiting client looks up to check that its daemons are alive.
 pub(super) const POLL: Duration = Duration::from_millis(50);
@@ -25,6 +26,11 @@ pub(super) struct Daemon {
     pub(super) child: Option<Supervised>,
     pub(super) pid: u32,
     pub(super) info: DaemonInfo,
+    /// Resident memory right after the handshake, warm and idle (0 if it could not be read).
+    pub(super) warm_rss: u64,
+    /// For a daemon of a resident farm this process attached to, the process that keeps that
+    /// farm (the daemon's parent), which replaces it if it is lost; 0 otherwise.
+    pub(super) keeper: u32,
 }
 
 /// Why a daemon did not answer.
@@ -44,7 +50,7 @@ impl Daemon {
                 Liveness::Alive => Ok(()),
                 Liveness::Ended { status, crashed } => Err((format!("exited ({status})"), crashed)),
             },
-            None if process_running(self.pid) => Ok(()),
+            None if is_daemon_of(self.pid, self.seg.name()) => Ok(()),
             None => Err(("process is gone".into(), false)),
         }
     }
@@ -85,7 +91,11 @@ impl Daemon {
         event::signal(self.seg.go());
         match self.await_done(seen, timeout) {
             Ok(()) => Ok(self.seg.read_response()?),
-            Err(Lost::Died(m, _)) | Err(Lost::Protocol(m)) => Err(CompilerError::Daemon { id, message: m }),
+            // Killed from outside: trying again may work.
+            Err(Lost::Died(m, false)) => Err(CompilerError::Killed { id, message: m }),
+            Err(Lost::Died(m, true)) | Err(Lost::Protocol(m)) => {
+                Err(CompilerError::Daemon { id, message: m })
+            }
             Err(Lost::Hung) => {
                 Err(CompilerError::Daemon { id, message: format!("no answer within {timeout:?}") })
             }

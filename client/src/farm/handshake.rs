@@ -8,6 +8,7 @@
 use std::time::{Duration, Instant};
 
 use gpfarm_protocol::event::{self, Wake};
+use gpfarm_protocol::process;
 use gpfarm_protocol::{
     DaemonId, DaemonInfo, DaemonState, Request, Response, Segment, SegmentError, SegmentName,
 };
@@ -15,7 +16,8 @@ use gpfarm_protocol::{
 use super::FarmConfig;
 use super::daemon::{Daemon, POLL};
 use crate::compiler::CompilerError;
-use crate::supervisor::{Liveness, Supervised};
+use crate::supervisor::{CRASH_SIGNALS, Liveness, Supervised};
+use std::os::unix::process::ExitStatusExt;
 
 /// Waits for a daemon's segment to appear and its state to leave `Starting`.
 pub(super) fn await_available(
@@ -25,10 +27,27 @@ pub(super) fn await_available(
 ) -> Result<Segment, CompilerError> {
     let id = name.id;
     let deadline = Instant::now() + timeout;
-    let check_child = |child: &mut Option<&mut Supervised>| -> Result<(), CompilerError> {
+    // A daemon this process did not start is watched through `/proc` once it is found there.
+    let mut watched: Option<u32> = None;
+    let mut check_child = |child: &mut Option<&mut Supervised>| -> Result<(), CompilerError> {
+        if child.is_none() {
+            match watched {
+                None => watched = process::find_daemon(name),
+                Some(pid) if !process::is_daemon_of(pid, name) => {
+                    return Err(CompilerError::Killed { id, message: format!("gpfarmd {pid} is gone") });
+                }
+                Some(_) => {}
+            }
+        }
         if let Some(c) = child.as_deref_mut()
             && let Liveness::Ended { status, .. } = c.liveness()
         {
+            if status.signal().is_some_and(|s| !CRASH_SIGNALS.contains(&s)) {
+                return Err(CompilerError::Killed {
+                    id,
+                    message: format!("killed during start-up ({status})"),
+                });
+            }
             return Err(CompilerError::Daemon {
                 id,
                 message: format!("exited during start-up ({status}); its message is above"),
@@ -80,7 +99,14 @@ pub(super) fn hello(
     config: &FarmConfig,
 ) -> Result<Daemon, CompilerError> {
     let id = seg.name().id;
-    let pid = seg.daemon_pid();
+    // The process, not the header, says who the daemon is.
+    let pid = match &child {
+        Some(c) => c.pid(),
+        None => gpfarm_protocol::process::find_daemon(seg.name()).ok_or_else(|| CompilerError::Daemon {
+            id,
+            message: format!("no live gpfarmd serves segment {}", seg.name()),
+        })?,
+    };
     let me = std::process::id();
     if let Err(holder) = seg.lock_client(me) {
         return Err(CompilerError::Daemon {
@@ -90,10 +116,12 @@ pub(super) fn hello(
             ),
         });
     }
-    let mut d = Daemon { id, seg, child, pid, info: DaemonInfo::default_for(id, pid) };
+    let keeper = if child.is_some() { 0 } else { gpfarm_protocol::process::parent_of(pid).unwrap_or(0) };
+    let mut d = Daemon { id, seg, child, pid, info: DaemonInfo::default_for(id, pid), warm_rss: 0, keeper };
     let err = match d.round_trip(&Request::Hello, config.start_timeout) {
         Ok(Response::Hello(info)) => {
             d.info = info;
+            d.warm_rss = gpfarm_protocol::process::resident_bytes(pid).unwrap_or(0);
             return Ok(d);
         }
         Ok(other) => CompilerError::Daemon { id, message: format!("unexpected handshake answer {other:?}") },

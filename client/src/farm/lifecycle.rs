@@ -14,6 +14,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use gpfarm_protocol::event;
+use gpfarm_protocol::process;
 use gpfarm_protocol::segment::{self, list_segments, remove_stale_segments};
 use gpfarm_protocol::{DaemonId, DaemonState, FarmName, Request, SegmentName};
 
@@ -23,10 +24,15 @@ use super::ops::{FarmKind, group_by_farm};
 use super::size::Room;
 use super::{Farm, FarmConfig};
 use crate::compiler::CompilerError;
-use crate::supervisor::{ParentDeath, Supervised, kill_pid, locate_executable};
+use crate::supervisor::{Liveness, ParentDeath, Supervised, locate_executable, signal_daemon};
 
 /// Starts of a replacement daemon before its slot is given up.
 const RESPAWN_TRIES: usize = 3;
+/// Starts of one daemon that is killed from outside before it is ready, before start-up gives up.
+const START_TRIES: usize = 5;
+/// A daemon whose resident memory, idle after a unit, exceeds this many times its warm size is
+/// replaced (unless [`FarmConfig::max_rss`] sets the limit).
+pub const RSS_FACTOR: u64 = 4;
 /// How long dropped daemons get to shut down cleanly before they are killed.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
@@ -102,6 +108,14 @@ impl Farm {
         if !removed.is_empty() {
             tracing::info!(count = removed.len(), "removed stale segments");
         }
+        // A name held by a live farm or by another user's file is an error here, saying whose,
+        // rather than a daemon that exits with the reason on a stderr nobody may see.
+        for id in (0..config.daemons.min(usize::from(u16::MAX)) as u16).map(DaemonId) {
+            let seg_name = SegmentName::new(&name, id);
+            if let Some(why) = segment::name_taken(&seg_name) {
+                return Err(gpfarm_protocol::SegmentError::Exists { name: seg_name.to_string(), why }.into());
+            }
+        }
         let exe = match &config.executable {
             Some(p) => p.clone(),
             None => daemon_executable()?,
@@ -110,23 +124,15 @@ impl Farm {
         let n = config.daemons.clamp(1, u16::MAX as usize) as u16;
         let mut farm =
             Farm { name: name.clone(), daemons: Vec::new(), config: config.clone(), owns_daemons: true };
-        // On any error below, dropping what was started kills and reaps it.
+        // On any error below, dropping what was started kills and reaps it. All start at once,
+        // so their warm-ups overlap; one killed from outside on the way is started again.
         let mut children = Vec::with_capacity(usize::from(n));
         for id in (0..n).map(DaemonId) {
             children.push((id, spawn_daemon(&exe, &name, id, &config)?));
         }
-        for (id, mut child) in children {
-            let seg_name = SegmentName::new(&name, id);
-            let started = await_available(&seg_name, Some(&mut child), config.start_timeout)
-                .and_then(|seg| hello(seg, Some(child), &config));
-            match started {
-                Ok(d) => farm.daemons.push(d),
-                Err(e) => {
-                    // `farm` shuts down its started daemons; the rest are killed as they drop.
-                    segment::unlink(&seg_name);
-                    return Err(e);
-                }
-            }
+        for (id, child) in children {
+            // On an error, `farm` shuts down its started daemons; the rest are killed as they drop.
+            farm.daemons.push(start_daemon(&exe, &name, id, &config, Some(child))?);
         }
         check_versions(&farm.daemons)?;
         Ok(farm)
@@ -139,10 +145,9 @@ impl Farm {
         remove_stale_segments(None);
         let mut farms = group_by_farm(list_segments());
         if name.is_none() {
+            let live = process::live_daemons();
             farms.retain(|farm, ids| {
-                let pids = ids.iter().filter_map(|&id| {
-                    gpfarm_protocol::Segment::open(&SegmentName::new(farm, id)).ok().map(|s| s.daemon_pid())
-                });
+                let pids = ids.iter().filter_map(|&id| live.get(&SegmentName::new(farm, id)).copied());
                 FarmKind::of_daemons(pids) == FarmKind::Resident
             });
         }
@@ -188,7 +193,8 @@ impl Farm {
     }
 
     /// Brings a lost daemon back: restarts one this farm spawned; ends one it only attached to
-    /// if it is stuck (it is no use to anyone) and gives it up. Returns whether it is back.
+    /// if it still runs (hung, or it broke the protocol) and meets the fresh one its resident
+    /// farm's keeper starts in its place. Returns whether it is back.
     pub(super) fn recover(&self, d: &mut Daemon) -> bool {
         if self.owns_daemons {
             let mut last = None;
@@ -203,12 +209,96 @@ impl Farm {
             }
             false
         } else {
-            if segment::is_daemon_process(d.pid) {
-                kill_pid(d.pid);
-                segment::unlink(&SegmentName::new(&self.name, d.id));
+            match reattach(d, &self.name, &self.config) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!("daemon {} is lost: {e}", d.id);
+                    false
+                }
             }
-            false
         }
+    }
+
+    /// Whether daemon `d`, idle, holds more memory than a daemon of this farm may keep: the
+    /// configured limit, or [`RSS_FACTOR`] times its warm size. Returns its size and the limit.
+    pub(super) fn over_memory(&self, d: &Daemon) -> Option<(u64, u64)> {
+        let limit = self.config.max_rss.unwrap_or(RSS_FACTOR * d.warm_rss);
+        if limit == 0 {
+            return None;
+        }
+        let rss = process::resident_bytes(d.pid)?;
+        (rss > limit).then_some((rss, limit))
+    }
+
+    /// Keeps a resident farm whole; for the process that started it (`gpfarm daemons start`),
+    /// called every few tens of milliseconds. A daemon is replaced when it died (other than by a
+    /// clean exit: that is how `gpfarm daemons stop` ends one, and it is dropped from the farm),
+    /// when its segment was removed or its header no longer names it, when the client it was
+    /// working for died (the unit is abandoned with the daemon), or when, idle, it holds more
+    /// memory than [`Farm::over_memory`] allows. Returns what was done.
+    pub fn heal(&mut self) -> Vec<Healed> {
+        let me = std::process::id();
+        let mut report = Vec::new();
+        let mut kept = Vec::with_capacity(self.daemons.len());
+        for mut d in std::mem::take(&mut self.daemons) {
+            match self.trouble(&mut d) {
+                None => kept.push(d),
+                Some(Trouble::Stopped(why)) => {
+                    segment::remove_stale_segments(Some(&self.name));
+                    report.push(Healed { id: d.id, why, replaced: false });
+                }
+                Some(Trouble::Replace(why)) => {
+                    let replaced = self.owns_daemons && self.recover(&mut d);
+                    report.push(Healed { id: d.id, why, replaced });
+                    if replaced {
+                        d.seg.unlock_client(me);
+                        kept.push(d);
+                    }
+                }
+            }
+        }
+        self.daemons = kept;
+        report
+    }
+
+    fn trouble(&self, d: &mut Daemon) -> Option<Trouble> {
+        if let Some(child) = &mut d.child
+            && let Liveness::Ended { status, .. } = child.liveness()
+        {
+            return Some(if status.success() {
+                Trouble::Stopped(format!("stopped ({status})"))
+            } else {
+                Trouble::Replace(format!("exited ({status})"))
+            });
+        }
+        if d.seg.links() == Some(0) {
+            return Some(Trouble::Replace("its segment was removed".into()));
+        }
+        let state = match d.seg.state() {
+            Ok(s) => s,
+            Err(e) => return Some(Trouble::Replace(gpfarm_protocol::error_chain(&e))),
+        };
+        if d.seg.daemon_pid() != d.pid {
+            return Some(Trouble::Replace(format!(
+                "its segment's header names pid {}, not {}",
+                d.seg.daemon_pid(),
+                d.pid
+            )));
+        }
+        let client = d.seg.client_pid();
+        if state == DaemonState::Processing && client != 0 && !process::process_alive(client) {
+            return Some(Trouble::Replace(format!("its client {client} died while it was compiling")));
+        }
+        if state == DaemonState::Available
+            && let Some((rss, limit)) = self.over_memory(d)
+        {
+            return Some(Trouble::Replace(format!(
+                "holds {} MiB idle, over its {} MiB limit",
+                rss >> 20,
+                limit >> 20
+            )));
+        }
+        None
     }
 
     /// Asks every spawned daemon to exit, waits a bounded time, kills the ones still there, and
@@ -238,6 +328,60 @@ impl Farm {
     }
 }
 
+/// What [`Farm::heal`] found wrong with one daemon, and what came of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Healed {
+    /// The daemon.
+    pub id: DaemonId,
+    /// What was wrong.
+    pub why: String,
+    /// Whether a fresh daemon took its place (false: it was stopped on purpose, or could not be
+    /// started again).
+    pub replaced: bool,
+}
+
+enum Trouble {
+    /// Ended by a clean exit: stopped on purpose.
+    Stopped(String),
+    Replace(String),
+}
+
+/// Starts daemon `id` (or takes `first`, already spawned) and meets it. One killed from outside
+/// before it is ready is started again, up to [`START_TRIES`] times; any other failure (it
+/// crashed, NVRTC is missing, it timed out) is returned at once.
+fn start_daemon(
+    exe: &Path,
+    farm: &FarmName,
+    id: DaemonId,
+    config: &FarmConfig,
+    mut first: Option<Supervised>,
+) -> Result<Daemon, CompilerError> {
+    let seg_name = SegmentName::new(farm, id);
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let mut child = match first.take() {
+            Some(c) => c,
+            None => spawn_daemon(exe, farm, id, config)?,
+        };
+        // Whatever happens, `child` is killed and reaped once this statement ends unless it
+        // became the daemon.
+        let started = await_available(&seg_name, Some(&mut child), config.start_timeout)
+            .and_then(|seg| hello(seg, Some(child), config));
+        match started {
+            Ok(d) => return Ok(d),
+            Err(e) => {
+                // Its process is gone: nobody else serves the name.
+                segment::unlink(&seg_name);
+                if !matches!(e, CompilerError::Killed { .. }) || tries >= START_TRIES {
+                    return Err(e);
+                }
+                tracing::info!("daemon {id}: {e}; starting it again");
+            }
+        }
+    }
+}
+
 /// Ends a daemon that stopped answering and starts a fresh one with the same id in its place.
 /// Runs on the farm's own thread: a daemon's parent-death signal fires when the *thread* that
 /// started it ends.
@@ -246,28 +390,57 @@ fn respawn(d: &mut Daemon, name: &FarmName, config: &FarmConfig) -> Result<(), C
         Some(p) => p.clone(),
         None => daemon_executable()?,
     };
-    let id = d.id;
-    let seg_name = SegmentName::new(name, id);
-    // Unlinked before the fresh daemon creates its own under the same name; the old daemon is
+    let seg_name = SegmentName::new(name, d.id);
+    match d.child.take() {
+        Some(mut child) => child.kill(),
+        None => {
+            signal_daemon(d.pid, &seg_name, libc::SIGKILL);
+        }
+    }
+    // Unlinked before the fresh daemon creates its own under the same name; the old daemon was
     // killed without a handler, so it cannot unlink the new one.
     segment::unlink(&seg_name);
-    let mut child = match d.child.take() {
-        Some(mut child) => {
-            child
-                .restart(daemon_command(&exe, name, id, config))
-                .map_err(|source| CompilerError::Spawn { id, source })?;
-            child
-        }
-        None => {
-            kill_pid(d.pid);
-            spawn_daemon(&exe, name, id, config)?
-        }
-    };
-    let seg = await_available(&seg_name, Some(&mut child), config.start_timeout)?;
-    let fresh = hello(seg, Some(child), config)?;
+    let fresh = start_daemon(&exe, name, d.id, config, None)?;
     // The old segment was unlinked above; dropping the stale mapping is all that is left.
     drop(std::mem::replace(d, fresh));
     Ok(())
+}
+
+/// A daemon of a resident farm this process attached to was lost: ends it if it still runs, then
+/// waits (up to the start-up timeout, and only while the farm's keeper lives) for the fresh one
+/// the keeper starts under the same name, and meets it.
+fn reattach(d: &mut Daemon, name: &FarmName, config: &FarmConfig) -> Result<(), CompilerError> {
+    let id = d.id;
+    let seg_name = SegmentName::new(name, id);
+    let old = d.pid;
+    signal_daemon(old, &seg_name, libc::SIGKILL);
+    let deadline = Instant::now() + config.start_timeout;
+    let mut last = None;
+    loop {
+        if let Some(pid) = process::find_daemon(&seg_name).filter(|&p| p != old) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match await_available(&seg_name, None, left).and_then(|seg| hello(seg, None, config)) {
+                Ok(fresh) => {
+                    drop(std::mem::replace(d, fresh));
+                    return Ok(());
+                }
+                // The fresh one may be lost in its turn; its keeper starts another.
+                Err(e) => last = Some(format!("its replacement {pid}: {e}")),
+            }
+        }
+        let keeper_alive = d.keeper != 0 && process::process_alive(d.keeper);
+        if !keeper_alive || Instant::now() > deadline {
+            let why = match (keeper_alive, last) {
+                (false, _) => {
+                    "its farm has no keeper to replace it (started with an older gpfarm?)".to_string()
+                }
+                (true, Some(last)) => last,
+                (true, None) => format!("not replaced within {:?}", config.start_timeout),
+            };
+            return Err(CompilerError::Daemon { id, message: why });
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 impl Drop for Farm {

@@ -41,7 +41,7 @@ use crate::queue::{Job, Worklist, job_queue};
 use daemon::Daemon;
 use dispatch::too_large;
 
-pub use lifecycle::daemon_executable;
+pub use lifecycle::{Healed, RSS_FACTOR, daemon_executable};
 pub use ops::{DaemonStatus, FarmKind, FarmStatus, StopError, farm_status, farms_to_stop, stop_farm};
 pub use size::{DAEMON_RSS, FarmSizeError, Room, SEGMENT_BYTES};
 
@@ -73,6 +73,10 @@ pub struct FarmConfig {
     pub tuned_allocator: bool,
     /// Extra environment variables for the daemons.
     pub env: Vec<(String, String)>,
+    /// Resident memory (bytes) a daemon may keep after a unit before it is replaced by a fresh
+    /// one; `None`: [`RSS_FACTOR`] times its warm size. A hostile or huge unit can leave NVRTC's
+    /// allocator holding gigabytes for good; this gives them back.
+    pub max_rss: Option<u64>,
 }
 
 impl Default for FarmConfig {
@@ -89,6 +93,7 @@ impl Default for FarmConfig {
             resident: false,
             tuned_allocator: true,
             env: Vec::new(),
+            max_rss: None,
         }
     }
 }

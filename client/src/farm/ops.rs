@@ -6,16 +6,20 @@
 //! a resident farm's daemons lead process groups of their own ([`super::lifecycle`] starts them
 //! so, which also keeps a terminal's Ctrl-C away from them), while a temporary farm's daemons
 //! stay in their owner's group and are its direct children, so their parent is the owner.
-//! Must never signal a pid that was not read from one of the named farm's segments, and never
-//! select a temporary farm for stopping unless asked to with `all`.
+//! Which process serves which segment is read from `/proc` ([`gpfarm_protocol::process`]), never
+//! from a segment's header, which a corrupt or forged segment could make name any process.
+//! Must never signal a process that is not this user's daemon of the named farm (or, for a
+//! resident farm, the `gpfarm` that keeps it), and never select a temporary farm for stopping
+//! unless asked to with `all`.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use gpfarm_protocol::segment::{self, list_segments, remove_stale_segments};
+use gpfarm_protocol::process::{self, live_daemons};
+use gpfarm_protocol::segment::{list_segments, remove_stale_segments};
 use gpfarm_protocol::{DaemonId, FarmName, Segment, SegmentName};
 
-use crate::supervisor::{process_running, signal_pid};
+use crate::supervisor::signal_daemon;
 
 pub(super) fn group_by_farm(names: Vec<SegmentName>) -> BTreeMap<FarmName, Vec<DaemonId>> {
     let mut farms: BTreeMap<FarmName, Vec<DaemonId>> = BTreeMap::new();
@@ -33,9 +37,9 @@ pub(super) fn group_by_farm(names: Vec<SegmentName>) -> BTreeMap<FarmName, Vec<D
 pub struct DaemonStatus {
     /// Daemon id.
     pub id: DaemonId,
-    /// Its pid.
+    /// Its pid (found in `/proc`, not read from the segment).
     pub pid: u32,
-    /// Its state, or why it could not be read.
+    /// Its state, or why its segment could not be read.
     pub state: String,
     /// The client holding it (0: none).
     pub client_pid: u32,
@@ -160,18 +164,21 @@ pub fn farms_to_stop<'a>(
     }
 }
 
-/// Every farm of this user with a segment in `/dev/shm` (stale ones are removed first).
+/// Every farm of this user with a segment in `/dev/shm`. Segments no live daemon serves are
+/// removed first; one a live daemon serves stays, whatever its header says.
 pub fn farm_status() -> Vec<FarmStatus> {
     remove_stale_segments(None);
+    let live = live_daemons();
     group_by_farm(list_segments())
         .into_iter()
         .map(|(farm, ids)| {
             let daemons: Vec<DaemonStatus> = ids
                 .into_iter()
-                .map(|id| match Segment::open(&SegmentName::new(&farm, id)) {
+                .map(|id| (id, SegmentName::new(&farm, id)))
+                .map(|(id, name)| match Segment::open(&name) {
                     Ok(seg) => DaemonStatus {
                         id,
-                        pid: seg.daemon_pid(),
+                        pid: live.get(&name).copied().unwrap_or(0),
                         state: seg.state().map_or_else(
                             |e| gpfarm_protocol::error_chain(&e),
                             |s| format!("{s:?}").to_lowercase(),
@@ -181,7 +188,7 @@ pub fn farm_status() -> Vec<FarmStatus> {
                     },
                     Err(e) => DaemonStatus {
                         id,
-                        pid: 0,
+                        pid: live.get(&name).copied().unwrap_or(0),
                         state: gpfarm_protocol::error_chain(&e),
                         client_pid: 0,
                         capacity: 0,
@@ -194,29 +201,43 @@ pub fn farm_status() -> Vec<FarmStatus> {
         .collect()
 }
 
-/// Stops every daemon of a farm (SIGTERM, then SIGKILL after `grace`) and removes its segments.
-/// Returns how many daemons were stopped.
+/// Stops every daemon of a farm (SIGTERM, then SIGKILL after `grace`) and removes its segments;
+/// a resident farm's keeper (`gpfarm daemons start`, the daemons' parent) is asked to stop first,
+/// so that it does not replace them. Returns how many daemons were stopped.
 pub fn stop_farm(name: &FarmName, grace: Duration) -> usize {
-    let names: Vec<SegmentName> = list_segments().into_iter().filter(|n| &n.farm == name).collect();
-    let pids: Vec<(SegmentName, u32)> = names
-        .into_iter()
-        .map(|n| {
-            let pid = Segment::open(&n).map(|s| s.daemon_pid()).unwrap_or(0);
-            (n, pid)
-        })
-        .collect();
-    for (_, pid) in &pids {
-        signal_pid(*pid, libc::SIGTERM);
+    let pids: Vec<(SegmentName, u32)> = live_daemons().into_iter().filter(|(n, _)| &n.farm == name).collect();
+    let mut keepers = Vec::new();
+    if FarmKind::of_daemons(pids.iter().map(|(_, p)| *p)) == FarmKind::Resident {
+        let parents: std::collections::BTreeSet<u32> =
+            pids.iter().filter_map(|(_, p)| process::parent_of(*p)).collect();
+        keepers = parents.into_iter().filter(|&k| signal_keeper(k, name)).collect();
+    }
+    for (n, pid) in &pids {
+        signal_daemon(*pid, n, libc::SIGTERM);
     }
     let deadline = Instant::now() + grace;
-    while Instant::now() < deadline && pids.iter().any(|(_, p)| process_running(*p)) {
+    while Instant::now() < deadline && pids.iter().any(|(n, p)| process::is_daemon_of(*p, n)) {
         std::thread::sleep(Duration::from_millis(10));
     }
     for (n, pid) in &pids {
-        signal_pid(*pid, libc::SIGKILL);
-        segment::unlink(n);
+        signal_daemon(*pid, n, libc::SIGKILL);
     }
+    // A keeper that was replacing a daemon as it was told to stop shuts that one down itself.
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline && keepers.iter().any(|&k| process::process_alive(k)) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    remove_stale_segments(Some(name));
     pids.len()
+}
+
+/// Asks the `gpfarm daemons start` that keeps resident farm `farm` to stop (SIGTERM): only if it
+/// is this user's `gpfarm` process and the parent of a daemon of that farm.
+fn signal_keeper(pid: u32, farm: &FarmName) -> bool {
+    process::signal_checked(pid, libc::SIGTERM, |pid| {
+        process::comm_of(pid).is_some_and(|c| c == "gpfarm")
+            && live_daemons().iter().any(|(n, &d)| &n.farm == farm && process::parent_of(d) == Some(pid))
+    })
 }
 
 #[cfg(test)]
