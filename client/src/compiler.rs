@@ -164,6 +164,16 @@ pub enum CompilerError {
         /// How it ended.
         message: String,
     },
+    /// Another process holds the daemon (one client at a time).
+    #[error(
+        "daemon {id}: in use by process {holder}; one client at a time (start another farm with `gpfarm daemons start`)"
+    )]
+    InUse {
+        /// Which daemon.
+        id: DaemonId,
+        /// The process holding it.
+        holder: u32,
+    },
     /// The OS refused to start a daemon's process.
     #[error("daemon {id}")]
     Spawn {

@@ -361,7 +361,7 @@ impl Segment {
     /// How many names the segment's file has: 1 while it is in `/dev/shm`, 0 once it has been
     /// removed (`None` if that cannot be read).
     pub fn links(&self) -> Option<u64> {
-        fstat(&self.fd, &self.name).ok().map(|st| st.st_nlink as u64)
+        fstat(&self.fd, &self.name).ok().map(|st| st.st_nlink)
     }
 
     /// Bytes of data region currently mapped.
@@ -530,7 +530,7 @@ fn file_size(fd: &OwnedFd, name: &SegmentName) -> Result<usize, SegmentError> {
 /// What makes a file unlike a segment this user created (`O_EXCL`, mode 0600, never linked):
 /// `None` if nothing does.
 fn foreign(st: &libc::stat) -> Option<String> {
-    ownership_problem(st.st_uid, st.st_mode, st.st_nlink as u64)
+    ownership_problem(st.st_uid, st.st_mode, st.st_nlink)
 }
 
 fn ownership_problem(uid: u32, mode: u32, links: u64) -> Option<String> {

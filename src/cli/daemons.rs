@@ -45,6 +45,9 @@ pub enum DaemonsCommand {
         /// times its warm size).
         #[arg(long, value_name = "MIB")]
         max_rss_mib: Option<u64>,
+        /// With --detach: append the keeper's log (what it replaced, and why) to this file.
+        #[arg(long, value_name = "FILE", requires = "detach")]
+        log: Option<std::path::PathBuf>,
         /// Run as the background keeper of a `--detach`ed farm (started by `--detach` itself).
         #[arg(long, hide = true)]
         keeper: bool,
@@ -72,7 +75,7 @@ pub enum DaemonsCommand {
 /// Runs a `gpfarm daemons` subcommand.
 pub fn run(cmd: DaemonsCommand, cuda: Option<&Path>) -> Result<()> {
     match cmd {
-        DaemonsCommand::Start { daemons, name, arch, detach, gpu_context, max_rss_mib, keeper } => {
+        DaemonsCommand::Start { daemons, name, arch, detach, gpu_context, max_rss_mib, log, keeper } => {
             let config = FarmConfig {
                 daemons: daemons
                     .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
@@ -85,10 +88,14 @@ pub fn run(cmd: DaemonsCommand, cuda: Option<&Path>) -> Result<()> {
             };
             let name = name.unwrap_or_else(FarmName::random);
             if keeper {
-                return run_keeper(name, config);
+                return run_keeper(name, config, log.as_deref());
             }
             if detach {
-                return start_keeper(&name, daemons, arch, gpu_context, max_rss_mib, cuda);
+                let log = match log {
+                    Some(p) => Some(std::path::absolute(&p).with_context(|| format!("{}", p.display()))?),
+                    None => None,
+                };
+                return start_keeper(&name, daemons, arch, gpu_context, max_rss_mib, log.as_deref(), cuda);
             }
             let stop = Arc::new(AtomicBool::new(false));
             {
@@ -208,6 +215,7 @@ fn start_keeper(
     arch: SmArch,
     gpu_context: bool,
     max_rss_mib: Option<u64>,
+    log: Option<&Path>,
     cuda: Option<&Path>,
 ) -> Result<()> {
     let exe = std::env::current_exe().context("locating this executable")?;
@@ -224,6 +232,9 @@ fn start_keeper(
     }
     if let Some(m) = max_rss_mib {
         cmd.arg("--max-rss-mib").arg(m.to_string());
+    }
+    if let Some(log) = log {
+        cmd.arg("--detach").arg("--log").arg(log);
     }
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null());
     // SAFETY: setsid is async-signal-safe; it makes the keeper a session of its own, so that
@@ -262,7 +273,7 @@ const READY: &str = "ready\n";
 /// The background keeper of a `--detach`ed farm: reports to its starter through its stdout, then
 /// lets go of it (daemons and everything else it starts get `/dev/null`), and keeps the farm
 /// until `gpfarm daemons stop` (SIGTERM) or until every daemon is stopped.
-fn run_keeper(name: FarmName, config: FarmConfig) -> Result<()> {
+fn run_keeper(name: FarmName, config: FarmConfig, log: Option<&Path>) -> Result<()> {
     use std::os::fd::FromRawFd;
     // SAFETY: plain descriptor calls: the report pipe is moved to a close-on-exec descriptor
     // (daemons must not hold it open, or the starter would never see its end), and /dev/null
@@ -292,8 +303,19 @@ fn run_keeper(name: FarmName, config: FarmConfig) -> Result<()> {
             std::process::exit(1);
         }
     };
+    let mut log: Box<dyn Write> = match log {
+        Some(path) => match std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            Ok(f) => Box::new(f),
+            Err(e) => {
+                let _ = writeln!(report, "error: cannot open the keeper's log {}: {e}", path.display());
+                std::process::exit(1);
+            }
+        },
+        None => Box::new(std::io::sink()),
+    };
     let _ = write!(report, "{}{READY}", ready_text(&farm));
     drop(report);
-    keep(farm, &stop, &mut std::io::sink());
+    let _ = write!(log, "{}", ready_text(&farm));
+    keep(farm, &stop, &mut log);
     Ok(())
 }

@@ -109,12 +109,22 @@ pub(super) fn hello(
     };
     let me = std::process::id();
     if let Err(holder) = seg.lock_client(me) {
-        return Err(CompilerError::Daemon {
-            id,
-            message: format!(
-                "in use by process {holder}; one client at a time (start another farm with `gpfarm daemons start`)"
-            ),
-        });
+        if child.is_some() && config.resident {
+            // A fresh daemon of a resident farm that a waiting client met first: it is up and
+            // serving, which is all its keeper needs to know.
+            let warm_rss = gpfarm_protocol::process::resident_bytes(pid).unwrap_or(0);
+            tracing::debug!("daemon {id}: taken by client {holder} before its keeper met it");
+            return Ok(Daemon {
+                id,
+                seg,
+                child,
+                pid,
+                info: DaemonInfo::default_for(id, pid),
+                warm_rss,
+                keeper: 0,
+            });
+        }
+        return Err(CompilerError::InUse { id, holder });
     }
     let keeper = if child.is_some() { 0 } else { gpfarm_protocol::process::parent_of(pid).unwrap_or(0) };
     let mut d = Daemon { id, seg, child, pid, info: DaemonInfo::default_for(id, pid), warm_rss: 0, keeper };
@@ -122,6 +132,10 @@ pub(super) fn hello(
         Ok(Response::Hello(info)) => {
             d.info = info;
             d.warm_rss = gpfarm_protocol::process::resident_bytes(pid).unwrap_or(0);
+            if d.child.is_some() && config.resident {
+                // A resident farm's keeper holds none of its daemons: clients may be waiting.
+                d.seg.unlock_client(me);
+            }
             return Ok(d);
         }
         Ok(other) => CompilerError::Daemon { id, message: format!("unexpected handshake answer {other:?}") },

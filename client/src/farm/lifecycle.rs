@@ -29,7 +29,7 @@ use crate::supervisor::{Liveness, ParentDeath, Supervised, locate_executable, si
 /// Starts of a replacement daemon before its slot is given up.
 const RESPAWN_TRIES: usize = 3;
 /// Starts of one daemon that is killed from outside before it is ready, before start-up gives up.
-const START_TRIES: usize = 5;
+const START_TRIES: usize = 8;
 /// A daemon whose resident memory, idle after a unit, exceeds this many times its warm size is
 /// replaced (unless [`FarmConfig::max_rss`] sets the limit).
 pub const RSS_FACTOR: u64 = 4;
@@ -142,10 +142,16 @@ impl Farm {
     /// the only resident farm of this user if no name is given (running jobs' temporary farms
     /// are not for sharing).
     pub fn attach(name: Option<&FarmName>, config: FarmConfig) -> Result<Farm, CompilerError> {
-        remove_stale_segments(None);
+        // A farm none of whose daemons lives is gone, and its segments with it. A dead daemon's
+        // segment in a farm that lives stays: its keeper is replacing it, and it is waited for.
+        let live = process::live_daemons();
+        for farm in group_by_farm(list_segments()).keys() {
+            if !live.keys().any(|n| &n.farm == farm) {
+                remove_stale_segments(Some(farm));
+            }
+        }
         let mut farms = group_by_farm(list_segments());
         if name.is_none() {
-            let live = process::live_daemons();
             farms.retain(|farm, ids| {
                 let pids = ids.iter().filter_map(|&id| live.get(&SegmentName::new(farm, id)).copied());
                 FarmKind::of_daemons(pids) == FarmKind::Resident
@@ -185,8 +191,7 @@ impl Farm {
             owns_daemons: false,
         };
         for id in ids {
-            let seg = await_available(&SegmentName::new(&farm_name, id), None, config.start_timeout)?;
-            farm.daemons.push(hello(seg, None, &config)?);
+            farm.daemons.push(meet_resident(&farm_name, id, &config)?);
         }
         check_versions(&farm.daemons)?;
         Ok(farm)
@@ -196,25 +201,27 @@ impl Farm {
     /// if it still runs (hung, or it broke the protocol) and meets the fresh one its resident
     /// farm's keeper starts in its place. Returns whether it is back.
     pub(super) fn recover(&self, d: &mut Daemon) -> bool {
-        if self.owns_daemons {
-            let mut last = None;
-            for _ in 0..RESPAWN_TRIES {
-                match respawn(d, &self.name, &self.config) {
-                    Ok(()) => return true,
-                    Err(e) => last = Some(e),
-                }
+        match self.bring_back(d) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!("daemon {} is lost: {e}", d.id);
+                false
             }
-            if let Some(e) = last {
-                tracing::warn!("daemon {} could not be restarted: {e}", d.id);
-            }
-            false
-        } else {
-            match reattach(d, &self.name, &self.config) {
-                Ok(()) => true,
-                Err(e) => {
-                    tracing::warn!("daemon {} is lost: {e}", d.id);
-                    false
-                }
+        }
+    }
+
+    /// As [`Farm::recover`], saying why it failed.
+    fn bring_back(&self, d: &mut Daemon) -> Result<(), CompilerError> {
+        if !self.owns_daemons {
+            return reattach(d, &self.name, &self.config);
+        }
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match respawn(d, &self.name, &self.config) {
+                Ok(()) => return Ok(()),
+                Err(e) if tries >= RESPAWN_TRIES => return Err(e),
+                Err(_) => {}
             }
         }
     }
@@ -247,8 +254,15 @@ impl Farm {
                     segment::remove_stale_segments(Some(&self.name));
                     report.push(Healed { id: d.id, why, replaced: false });
                 }
-                Some(Trouble::Replace(why)) => {
-                    let replaced = self.owns_daemons && self.recover(&mut d);
+                Some(Trouble::Replace(mut why)) => {
+                    let replaced = self.owns_daemons
+                        && match self.bring_back(&mut d) {
+                            Ok(()) => true,
+                            Err(e) => {
+                                why = format!("{why}; starting another failed: {e}");
+                                false
+                            }
+                        };
                     report.push(Healed { id: d.id, why, replaced });
                     if replaced {
                         d.seg.unlock_client(me);
@@ -410,25 +424,56 @@ fn respawn(d: &mut Daemon, name: &FarmName, config: &FarmConfig) -> Result<(), C
 /// waits (up to the start-up timeout, and only while the farm's keeper lives) for the fresh one
 /// the keeper starts under the same name, and meets it.
 fn reattach(d: &mut Daemon, name: &FarmName, config: &FarmConfig) -> Result<(), CompilerError> {
-    let id = d.id;
+    signal_daemon(d.pid, &SegmentName::new(name, d.id), libc::SIGKILL);
+    let fresh = meet_daemon(name, d.id, d.pid, d.keeper, config)?;
+    drop(std::mem::replace(d, fresh));
+    Ok(())
+}
+
+/// Meets daemon `id` of resident farm `name`, waiting for its keeper to replace it if it is lost
+/// on the way (killed while it starts or shakes hands).
+fn meet_resident(name: &FarmName, id: DaemonId, config: &FarmConfig) -> Result<Daemon, CompilerError> {
+    // The keeper is the parent of the farm's daemons; this one may be between two lives.
+    let keeper = process::live_daemons()
+        .into_iter()
+        .filter(|(n, _)| &n.farm == name)
+        .find_map(|(_, pid)| process::parent_of(pid).filter(|&p| p > 1))
+        .unwrap_or(0);
+    meet_daemon(name, id, 0, keeper, config)
+}
+
+/// Meets the daemon that serves `id` of farm `name` other than `old`, waiting (up to the start-up
+/// timeout, and only while `keeper` lives) for the keeper to start one; a daemon lost while it is
+/// being met is waited past in the same way.
+fn meet_daemon(
+    name: &FarmName,
+    id: DaemonId,
+    old: u32,
+    keeper: u32,
+    config: &FarmConfig,
+) -> Result<Daemon, CompilerError> {
     let seg_name = SegmentName::new(name, id);
-    let old = d.pid;
-    signal_daemon(old, &seg_name, libc::SIGKILL);
     let deadline = Instant::now() + config.start_timeout;
     let mut last = None;
     loop {
         if let Some(pid) = process::find_daemon(&seg_name).filter(|&p| p != old) {
             let left = deadline.saturating_duration_since(Instant::now());
             match await_available(&seg_name, None, left).and_then(|seg| hello(seg, None, config)) {
-                Ok(fresh) => {
-                    drop(std::mem::replace(d, fresh));
-                    return Ok(());
+                Ok(fresh) => return Ok(fresh),
+                // Its keeper is still meeting it.
+                Err(CompilerError::InUse { holder, .. }) if holder == keeper => {}
+                // Another client holds it, or it is not a gpfarm daemon of this version: final.
+                Err(e)
+                    if !matches!(e, CompilerError::Killed { .. })
+                        && process::is_daemon_of(pid, &seg_name) =>
+                {
+                    return Err(e);
                 }
-                // The fresh one may be lost in its turn; its keeper starts another.
+                // Lost in its turn; its keeper starts another.
                 Err(e) => last = Some(format!("its replacement {pid}: {e}")),
             }
         }
-        let keeper_alive = d.keeper != 0 && process::process_alive(d.keeper);
+        let keeper_alive = keeper > 1 && process::process_alive(keeper);
         if !keeper_alive || Instant::now() > deadline {
             let why = match (keeper_alive, last) {
                 (false, _) => {
@@ -439,7 +484,7 @@ fn reattach(d: &mut Daemon, name: &FarmName, config: &FarmConfig) -> Result<(), 
             };
             return Err(CompilerError::Daemon { id, message: why });
         }
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 

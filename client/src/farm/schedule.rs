@@ -173,7 +173,28 @@ impl Farm {
                                 for (i, r) in picks.into_iter().zip(results) {
                                     job.resolve(i, r);
                                 }
-                                idle.push(k);
+                                // A unit that left NVRTC's allocator holding far more than a warm
+                                // daemon's memory would leave it so for good: start afresh.
+                                // (A resident farm's keeper does this for its own daemons.)
+                                let mut d = daemons[k].lock().unwrap_or_else(|e| e.into_inner());
+                                match self.over_memory(&d).filter(|_| self.owns_daemons) {
+                                    None => idle.push(k),
+                                    Some((rss, limit)) => {
+                                        tracing::info!(
+                                            "daemon {} holds {} MiB after its units, over {} MiB: replaced",
+                                            d.id,
+                                            rss >> 20,
+                                            limit >> 20
+                                        );
+                                        if self.recover(&mut d) {
+                                            stats.restarts += 1;
+                                            idle.push(k);
+                                        } else {
+                                            gone[k] = true;
+                                            to_daemon[k] = None;
+                                        }
+                                    }
+                                }
                             }
                             Outcome::NotSent(why) => {
                                 for i in picks {

@@ -1,0 +1,336 @@
+//! Chaos: daemons SIGKILLed at random, during start-up, handshakes and compiles, in spawned farms
+//! (each call starts its own) and in a resident farm (kept by `gpfarm daemons start --detach`,
+//! attached to by the calls). Every unit's status and CUBIN hash is compared with a clean run:
+//! nothing may be lost, duplicated or changed, and no call may fail to start.
+//!
+//! `GPFARM_CHAOS_KILLS` sets the kills per mode (default 150, so CI kills 300). Each mode prints
+//! one line of figures, `chaos <mode>: ...`, the source of the README's failure table.
+
+mod common;
+
+use std::collections::HashMap;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use common::{kernel, nvrtc_or_skip};
+use gpfarm_client::{CompileOptions, Compiler, FailureKind, Farm, FarmConfig, SmArch, Unit, UnitOutcome};
+use gpfarm_protocol::process::live_daemons;
+use gpfarm_protocol::segment::list_segments;
+use gpfarm_protocol::{DaemonState, FarmName, Segment};
+
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static TURN: Mutex<()> = Mutex::new(());
+    TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn kills_per_mode() -> usize {
+    std::env::var("GPFARM_CHAOS_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(150)
+}
+
+fn config(daemons: usize) -> FarmConfig {
+    FarmConfig {
+        daemons,
+        executable: Some(env!("CARGO_BIN_EXE_gpfarmd").into()),
+        start_timeout: Duration::from_secs(60),
+        request_timeout: Duration::from_secs(60),
+        ..FarmConfig::default()
+    }
+}
+
+fn options() -> CompileOptions {
+    CompileOptions::cubin(SmArch::SM_90)
+}
+
+fn units() -> Vec<Unit> {
+    (0..12).map(|i| Unit::new(format!("c{i}.cu"), kernel(&format!("c_{i}"), i))).collect()
+}
+
+/// What a unit came to: its CUBIN's hash, or its failure's kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Seen {
+    Cubin(blake3::Hash),
+    Failed(FailureKind),
+}
+
+fn seen(outcome: &UnitOutcome) -> Seen {
+    match outcome {
+        UnitOutcome::Cubin(c) => Seen::Cubin(blake3::hash(c)),
+        UnitOutcome::Failed(f) => Seen::Failed(f.kind),
+    }
+}
+
+/// Tallies of one chaos run.
+#[derive(Debug, Default)]
+struct Tally {
+    calls: usize,
+    units: usize,
+    lost: usize,
+    wrong: usize,
+    miscounted: usize,
+    start_failures: usize,
+    restarts: usize,
+    errors: Vec<String>,
+}
+
+impl Tally {
+    fn check(&mut self, want: &[Seen], batch: &gpfarm_client::Batch) {
+        self.calls += 1;
+        self.restarts += batch.stats.restarts;
+        if batch.results.len() != want.len() {
+            self.miscounted += 1;
+            return;
+        }
+        for (r, w) in batch.results.iter().zip(want) {
+            self.units += 1;
+            let got = seen(&r.outcome);
+            if got == *w {
+                continue;
+            }
+            if got == Seen::Failed(FailureKind::Lost) {
+                self.lost += 1;
+            } else {
+                self.wrong += 1;
+            }
+            if self.errors.len() < 5 {
+                self.errors.push(format!("{:?}", r.outcome).chars().take(300).collect());
+            }
+        }
+    }
+}
+
+/// Kills a random daemon of the farm in `target` every 30 to 230 ms until `stop`; counts the
+/// kills, and those of daemons still starting (no segment yet, or state `Starting`).
+struct Killer<'a> {
+    target: &'a Mutex<Option<FarmName>>,
+    stop: &'a AtomicBool,
+    kills: &'a AtomicUsize,
+    starting: &'a AtomicUsize,
+}
+
+impl Killer<'_> {
+    fn run(&self, seed: u64) {
+        let mut state = seed | 1;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        while !self.stop.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(30 + next() % 200));
+            let Some(farm) = self.target.lock().unwrap().clone() else { continue };
+            let mut daemons: Vec<_> = live_daemons().into_iter().filter(|(n, _)| n.farm == farm).collect();
+            daemons.sort_by_key(|(_, pid)| *pid);
+            if daemons.is_empty() {
+                continue;
+            }
+            let (name, pid) = &daemons[next() as usize % daemons.len()];
+            let starting =
+                Segment::open(name).map_or(true, |s| s.state().ok() == Some(DaemonState::Starting));
+            // SAFETY: kill(2) of a daemon of this test's farm, found in /proc a moment ago.
+            if unsafe { libc::kill(*pid as libc::pid_t, libc::SIGKILL) } == 0 {
+                self.kills.fetch_add(1, Ordering::SeqCst);
+                self.starting.fetch_add(usize::from(starting), Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+/// The clean run every chaos call is compared with.
+fn reference() -> Vec<Seen> {
+    let mut farm = Farm::spawn(config(2)).unwrap();
+    let batch = farm.compile(&units(), &options()).unwrap();
+    let want: Vec<Seen> = batch.results.iter().map(|r| seen(&r.outcome)).collect();
+    assert!(want.iter().all(|s| matches!(s, Seen::Cubin(_))), "the clean run failed: {want:?}");
+    // NVRTC is deterministic: a second clean run gives the same CUBINs.
+    let again = farm.compile(&units(), &options()).unwrap();
+    assert_eq!(again.results.iter().map(|r| seen(&r.outcome)).collect::<Vec<_>>(), want);
+    want
+}
+
+fn report(mode: &str, tally: &Tally, kills: usize, starting: usize, wall: Duration) {
+    eprintln!(
+        "chaos {mode}: {kills} kills ({starting} during start-up), {} calls, {} units, {} lost, {} wrong, {} miscounted calls, {} calls failed to start, {} restarts seen by clients, {:.1} s",
+        tally.calls,
+        tally.units,
+        tally.lost,
+        tally.wrong,
+        tally.miscounted,
+        tally.start_failures,
+        tally.restarts,
+        wall.as_secs_f64()
+    );
+    assert!(tally.errors.is_empty(), "{mode}: units went wrong: {:?}", tally.errors);
+    assert_eq!(
+        (tally.lost, tally.wrong, tally.miscounted, tally.start_failures),
+        (0, 0, 0, 0),
+        "{mode}: lost, wrong, miscounted, start failures"
+    );
+    assert!(kills >= kills_per_mode(), "{mode}: only {kills} kills");
+}
+
+/// Daemons and segments of `farm` still there after `limit`.
+fn leftovers(farm: &FarmName, limit: Duration) -> (usize, usize) {
+    let until = Instant::now() + limit;
+    loop {
+        let daemons = live_daemons().keys().filter(|n| &n.farm == farm).count();
+        let segments = list_segments().iter().filter(|n| &n.farm == farm).count();
+        if (daemons, segments) == (0, 0) || Instant::now() > until {
+            return (daemons, segments);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn spawned_farms_lose_nothing_while_daemons_are_killed_at_random() {
+    let _turn = one_at_a_time();
+    if !nvrtc_or_skip("chaos spawned") {
+        return;
+    }
+    let want = reference();
+    let target = Mutex::new(None);
+    let (stop, kills, starting) = (AtomicBool::new(false), AtomicUsize::new(0), AtomicUsize::new(0));
+    let mut tally = Tally::default();
+    let mut farms = Vec::new();
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        let killer = Killer { target: &target, stop: &stop, kills: &kills, starting: &starting };
+        s.spawn(move || killer.run(0x5eed_0001));
+        while kills.load(Ordering::SeqCst) < kills_per_mode() {
+            let name = FarmName::random();
+            *target.lock().unwrap() = Some(name.clone());
+            farms.push(name.clone());
+            let mut farm = match Farm::spawn_named(name, config(2)) {
+                Ok(f) => f,
+                Err(e) => {
+                    tally.start_failures += 1;
+                    tally.errors.push(format!("start: {e}"));
+                    continue;
+                }
+            };
+            for _ in 0..3 {
+                match farm.compile(&units(), &options()) {
+                    Ok(batch) => tally.check(&want, &batch),
+                    Err(e) => tally.errors.push(format!("compile: {e}")),
+                }
+            }
+            *target.lock().unwrap() = None;
+            drop(farm);
+        }
+        stop.store(true, Ordering::SeqCst);
+    });
+    let wall = started.elapsed();
+    for farm in &farms {
+        assert_eq!(leftovers(farm, Duration::from_secs(5)), (0, 0), "farm {farm} left daemons or segments");
+    }
+    report("spawned", &tally, kills.into_inner(), starting.into_inner(), wall);
+}
+
+#[test]
+fn a_resident_farm_loses_nothing_while_its_daemons_are_killed_at_random() {
+    let _turn = one_at_a_time();
+    if !nvrtc_or_skip("chaos resident") {
+        return;
+    }
+    let _ = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter("warn").try_init();
+    let want = reference();
+    let name: FarmName = format!("chaos{}", std::process::id()).parse().unwrap();
+    let gpfarm = env!("CARGO_BIN_EXE_gpfarm");
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("keeper.log");
+    let start = Command::new(gpfarm)
+        .args(["daemons", "start", "-n", "2", "--detach", "--name", name.as_str(), "--log"])
+        .arg(&log)
+        .env("GPFARMD", env!("CARGO_BIN_EXE_gpfarmd"))
+        .output()
+        .unwrap();
+    assert!(start.status.success(), "{}", String::from_utf8_lossy(&start.stderr));
+    /// Stops the farm however the test ends.
+    struct StopFarm<'a>(&'a FarmName);
+    impl Drop for StopFarm<'_> {
+        fn drop(&mut self) {
+            gpfarm_client::stop_farm(self.0, Duration::from_secs(5));
+        }
+    }
+    let guard = StopFarm(&name);
+    let target = Mutex::new(Some(name.clone()));
+    let (stop, kills, starting) = (AtomicBool::new(false), AtomicUsize::new(0), AtomicUsize::new(0));
+    let mut tally = Tally::default();
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        let killer = Killer { target: &target, stop: &stop, kills: &kills, starting: &starting };
+        s.spawn(move || killer.run(0x5eed_0002));
+        while kills.load(Ordering::SeqCst) < kills_per_mode() {
+            let mut farm = match Farm::attach(Some(&name), config(2)) {
+                Ok(f) => f,
+                Err(e) => {
+                    tally.start_failures += 1;
+                    tally.errors.push(format!("attach: {e}"));
+                    std::thread::sleep(Duration::from_millis(50));
+                    continue;
+                }
+            };
+            for _ in 0..5 {
+                match farm.compile(&units(), &options()) {
+                    Ok(batch) => tally.check(&want, &batch),
+                    Err(e) => tally.errors.push(format!("compile: {e}")),
+                }
+            }
+        }
+        stop.store(true, Ordering::SeqCst);
+    });
+    let wall = started.elapsed();
+    let kept = std::fs::read_to_string(&log).unwrap_or_default();
+    let replaced = kept.lines().filter(|l| l.ends_with("; replaced")).count();
+    eprintln!("the keeper replaced {replaced} daemons");
+    // Still whole: both daemons serve, and the farm compiles.
+    let farm = Farm::attach(Some(&name), config(2));
+    let mut farm = farm.unwrap_or_else(|e| panic!("{e}; keeper's log:\n{kept}"));
+    assert_eq!(farm.len(), 2, "the resident farm shrank");
+    tally.check(&want, &farm.compile(&units(), &options()).unwrap());
+    drop(farm);
+    drop(guard);
+    assert_eq!(leftovers(&name, Duration::from_secs(5)), (0, 0), "the stopped farm left daemons or segments");
+    report("resident", &tally, kills.into_inner(), starting.into_inner(), wall);
+}
+
+#[test]
+fn a_client_killed_while_its_farm_starts_leaves_no_daemon_and_no_segment() {
+    let _turn = one_at_a_time();
+    if !nvrtc_or_skip("chaos client") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("k.cu");
+    std::fs::write(&source, kernel("k", 1)).unwrap();
+    let before: Vec<_> = list_segments();
+    let daemons_before: HashMap<_, _> = live_daemons();
+    for i in 0..20u64 {
+        let mut client = Command::new(env!("CARGO_BIN_EXE_gpfarm"))
+            .args(["compile", "-n", "2", "--source"])
+            .arg(&source)
+            .env("GPFARMD", env!("CARGO_BIN_EXE_gpfarmd"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(5 + i * 3));
+        client.kill().unwrap();
+        client.wait().unwrap();
+    }
+    let until = Instant::now() + Duration::from_secs(10);
+    let (daemons, segments) = loop {
+        let daemons: Vec<_> =
+            live_daemons().into_keys().filter(|n| !daemons_before.contains_key(n)).collect();
+        let segments: Vec<_> = list_segments().into_iter().filter(|n| !before.contains(n)).collect();
+        if (daemons.is_empty() && segments.is_empty()) || Instant::now() > until {
+            break (daemons, segments);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(daemons.is_empty(), "daemons outlived their killed clients: {daemons:?}");
+    assert!(segments.is_empty(), "segments outlived their killed clients: {segments:?}");
+}
