@@ -31,8 +31,8 @@ pub fn compile_units(
 
 /// Test-only faults, so that crash and hang recovery are tested with real processes: when the
 /// daemon runs with `GPFARM_TEST_FAULTS=1`, a unit whose source contains
-/// `gpfarm-test-fault: crash` aborts the daemon, `...: hang` never returns, and `...: kill`
-/// makes it SIGKILL itself. Without the variable the markers are ordinary text.
+/// `gpfarm-test-fault: crash` aborts the daemon, `...: hang` never returns, `...: kill`
+/// makes it SIGKILL itself, and `...: bloat` leaves it holding 400 MiB more. Without the variable the markers are ordinary text.
 fn test_fault(unit: &Unit) {
     static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     if !*ENABLED.get_or_init(|| std::env::var_os("GPFARM_TEST_FAULTS").is_some_and(|v| v == "1")) {
@@ -45,6 +45,11 @@ fn test_fault(unit: &Unit) {
     if has("gpfarm-test-fault: kill") {
         // SAFETY: kill(2) of this very process.
         unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    }
+    if has("gpfarm-test-fault: bloat") {
+        // 400 MiB, written so it is resident, and kept: as NVRTC's allocator keeps what a huge
+        // unit made it take.
+        std::hint::black_box(Vec::leak(vec![1u8; 400 << 20]));
     }
     if has("gpfarm-test-fault: hang") {
         loop {

@@ -222,7 +222,11 @@ impl Farm {
                                     }
                                     job.attempts[i] += u8::from(culpable && !named);
                                     if job.attempts[i] >= MAX_ATTEMPTS || job.sends[i] >= MAX_SENDS {
-                                        job.resolve(i, UnitResult::failed(FailureKind::Lost, reason.clone()));
+                                        let why = format!(
+                                            "{reason} (sent {} times, lost {} times by a fault of its daemon)",
+                                            job.sends[i], job.attempts[i]
+                                        );
+                                        job.resolve(i, UnitResult::failed(FailureKind::Lost, why));
                                     } else {
                                         again.push(i);
                                     }

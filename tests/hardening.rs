@@ -1,0 +1,334 @@
+//! Hardening, as a hostile or careless user would try it: files of another user named as this
+//! user's segments, corrupted headers, daemons that hang, bloat or lose their client, daemons
+//! killed before their handshake. Daemons here run with `GPFARM_TEST_FAULTS=1` (see
+//! `gpfarm-daemon`'s `test_fault`). Tests take turns: `daemons stop --all` acts on every farm.
+
+mod common;
+
+use std::io::{Seek, SeekFrom, Write};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use common::{kernel, nvrtc_or_skip, units};
+use gpfarm_client::{CompileOptions, Compiler, FailureKind, Farm, FarmConfig, SmArch, Unit};
+use gpfarm_protocol::process::{effective_uid, find_daemon, is_daemon_of, live_daemons, process_alive};
+use gpfarm_protocol::segment::list_segments;
+use gpfarm_protocol::{DaemonId, FarmName, Segment, SegmentName};
+
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static TURN: Mutex<()> = Mutex::new(());
+    TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn gpfarm(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gpfarm"))
+        .args(args)
+        .env("GPFARMD", env!("CARGO_BIN_EXE_gpfarmd"))
+        .env("GPFARM_TEST_FAULTS", "1")
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn config(daemons: usize) -> FarmConfig {
+    FarmConfig {
+        daemons,
+        executable: Some(env!("CARGO_BIN_EXE_gpfarmd").into()),
+        env: vec![("GPFARM_TEST_FAULTS".into(), "1".into())],
+        start_timeout: Duration::from_secs(60),
+        ..FarmConfig::default()
+    }
+}
+
+fn options() -> CompileOptions {
+    CompileOptions::cubin(SmArch::SM_90)
+}
+
+fn marked(name: &str, fault: &str) -> Unit {
+    Unit::new(format!("{name}.cu"), format!("// gpfarm-test-fault: {fault}\n{}", kernel(name, 1)))
+}
+
+/// A resident farm started with `daemons start --detach` (extra arguments after the name); the
+/// guard stops it and checks nothing of it is left.
+struct Resident(FarmName);
+
+impl Resident {
+    fn start(prefix: &str, n: usize, extra: &[&str]) -> Resident {
+        let name: FarmName = format!("{prefix}{}", std::process::id()).parse().unwrap();
+        let mut args = vec!["daemons", "start", "-n"];
+        let n = n.to_string();
+        args.extend([n.as_str(), "--detach", "--name", name.as_str()]);
+        args.extend(extra);
+        let out = gpfarm(&args);
+        assert!(out.status.success(), "daemons start: {}", text(&out.stderr));
+        Resident(name)
+    }
+
+    fn pids(&self) -> Vec<u32> {
+        let mut pids: Vec<(SegmentName, u32)> =
+            live_daemons().into_iter().filter(|(n, _)| n.farm == self.0).collect();
+        pids.sort_by_key(|(n, _)| n.id);
+        pids.into_iter().map(|(_, p)| p).collect()
+    }
+
+    /// Waits up to `limit` for `check` to hold.
+    fn wait(&self, limit: Duration, check: impl Fn(&Resident) -> bool) -> bool {
+        let until = Instant::now() + limit;
+        while Instant::now() < until {
+            if check(self) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        check(self)
+    }
+}
+
+impl Drop for Resident {
+    fn drop(&mut self) {
+        gpfarm_client::stop_farm(&self.0, Duration::from_secs(5));
+        let left = live_daemons().keys().filter(|n| n.farm == self.0).count()
+            + list_segments().iter().filter(|n| n.farm == self.0).count();
+        if !std::thread::panicking() {
+            assert_eq!(left, 0, "farm {} left daemons or segments", self.0);
+        }
+    }
+}
+
+#[test]
+fn another_users_file_named_as_a_farm_is_ignored_refused_and_never_signalled() {
+    let _turn = one_at_a_time();
+    if effective_uid() != 0 {
+        eprintln!("SKIPPED another_users_file: giving a file to another user (uid 65534) needs root");
+        return;
+    }
+    let farm: FarmName = format!("imp{}", std::process::id()).parse().unwrap();
+    let name = SegmentName::new(&farm, DaemonId(0));
+    // A process of this user the impostor's header points at.
+    let mut victim = Command::new("sleep").arg("60").spawn().unwrap();
+    let seg = Segment::create(&name, DaemonId(0)).unwrap();
+    let path = format!("/dev/shm/{name}");
+    {
+        // The header's daemon pid sits at byte 40 (after magic, version, header length,
+        // capacity, state, go, done, client pid).
+        let mut f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.seek(SeekFrom::Start(40)).unwrap();
+        f.write_all(&victim.id().to_le_bytes()).unwrap();
+    }
+    let c = std::ffi::CString::new(path.clone()).unwrap();
+    // SAFETY: a valid path; 65534 is `nobody`.
+    assert_eq!(unsafe { libc::chown(c.as_ptr(), 65534, 65534) }, 0);
+
+    let status = gpfarm(&["daemons", "status"]);
+    assert!(
+        text(&status.stderr)
+            .contains(&format!("ignored {path}: not this user's segment (owned by uid 65534")),
+        "{}",
+        text(&status.stderr)
+    );
+    assert!(!text(&status.stdout).contains(farm.as_str()), "{}", text(&status.stdout));
+    let stop = gpfarm(&["daemons", "stop", farm.as_str()]);
+    assert!(!stop.status.success() && text(&stop.stderr).contains("no farm named"), "{}", text(&stop.stderr));
+    let stop_all = gpfarm(&["daemons", "stop", "--all"]);
+    assert!(stop_all.status.success(), "{}", text(&stop_all.stderr));
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("k.cu");
+    std::fs::write(&source, kernel("k", 1)).unwrap();
+    let source = source.to_str().unwrap();
+    let attach = gpfarm(&["compile", "--attach", "--farm", farm.as_str(), "--source", source]);
+    assert!(!attach.status.success(), "attached to another user's segment");
+    assert!(
+        text(&attach.stderr).contains(&format!("no running farm named {farm}")),
+        "{}",
+        text(&attach.stderr)
+    );
+    let start = gpfarm(&["daemons", "start", "-n", "1", "--detach", "--name", farm.as_str()]);
+    assert!(!start.status.success(), "started over another user's segment");
+    let why = text(&start.stderr);
+    assert!(why.contains("owned by uid 65534") && why.contains("someone else holds the name"), "{why}");
+    let clean = gpfarm(&["daemons", "clean"]);
+    assert!(clean.status.success());
+    assert!(std::fs::symlink_metadata(&path).is_ok(), "another user's file was removed");
+
+    assert!(process_alive(victim.id()), "a process named by another user's header was signalled");
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+    drop(seg);
+}
+
+#[test]
+fn a_corrupted_header_neither_orphans_its_daemon_nor_hides_it() {
+    let _turn = one_at_a_time();
+    if !nvrtc_or_skip("corrupt header") {
+        return;
+    }
+    let farm = Resident::start("hdr", 1, &[]);
+    let before = farm.pids();
+    assert_eq!(before.len(), 1);
+    let name = SegmentName::new(&farm.0, DaemonId(0));
+    {
+        let mut f = std::fs::OpenOptions::new().write(true).open(format!("/dev/shm/{name}")).unwrap();
+        let noise: Vec<u8> = (0..64u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 | 1).collect();
+        f.write_all(&noise).unwrap();
+    }
+    let status = gpfarm(&["daemons", "status"]);
+    let out = text(&status.stdout);
+    assert!(out.contains(&format!("farm {}", farm.0)), "the farm vanished from status: {out}");
+    // Its keeper replaces the daemon whose header was overwritten; either way a live daemon of
+    // the farm serves the segment, and none is orphaned.
+    assert!(
+        farm.wait(Duration::from_secs(10), |f| f.pids().len() == 1 && f.pids() != before),
+        "not replaced"
+    );
+    assert!(!process_alive(before[0]) || !is_daemon_of(before[0], &name), "the first daemon was orphaned");
+    let mut client = Farm::attach(Some(&farm.0), config(1)).unwrap();
+    let batch = client.compile(&units(2), &options()).unwrap();
+    assert!(batch.results.iter().all(|r| r.cubin().is_some()));
+    drop(client);
+    let stop = gpfarm(&["daemons", "stop", farm.0.as_str()]);
+    assert!(text(&stop.stdout).contains("stopped 1 daemons"), "{}", text(&stop.stdout));
+}
+
+#[test]
+fn a_resident_farm_replaces_daemons_that_hang_or_lose_their_client_and_stays_whole() {
+    let _turn = one_at_a_time();
+    if !nvrtc_or_skip("resident healing") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("keeper.log");
+    let farm = Resident::start("heal", 2, &["--log", log.to_str().unwrap()]);
+    // A unit that never ends: the client gives up on it, and the farm is whole again.
+    let mut client =
+        Farm::attach(Some(&farm.0), FarmConfig { request_timeout: Duration::from_secs(2), ..config(2) })
+            .unwrap();
+    let mut input = units(3);
+    input.insert(1, marked("stuck", "hang"));
+    let batch = client.compile(&input, &options()).unwrap();
+    let lost = &batch.results[1];
+    assert!(
+        matches!(&lost.outcome, gpfarm_client::UnitOutcome::Failed(f) if f.kind == FailureKind::Lost),
+        "{:?}",
+        lost.outcome
+    );
+    assert!([0, 2, 3].iter().all(|&i| batch.results[i].cubin().is_some()), "the others compiled");
+    assert_eq!(client.len(), 2, "the client lost a daemon");
+    let again = client.compile(&units(4), &options()).unwrap();
+    assert!(again.results.iter().all(|r| r.cubin().is_some()));
+    drop(client);
+    assert!(farm.wait(Duration::from_secs(10), |f| f.pids().len() == 2), "the farm shrank");
+
+    // A client killed while its daemon works for it: the keeper abandons the unit with the
+    // daemon, and the next client is served at once.
+    let hang = dir.path().join("hang.cu");
+    std::fs::write(&hang, "// gpfarm-test-fault: hang\n__global__ void k() {}\n").unwrap();
+    let mut dead = Command::new(env!("CARGO_BIN_EXE_gpfarm"))
+        .args(["compile", "--attach", "--farm", farm.0.as_str(), "--source"])
+        .arg(&hang)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let holder = dead.id();
+    let held = |f: &Resident| {
+        (0..2).any(|i| {
+            Segment::open(&SegmentName::new(&f.0, DaemonId(i))).is_ok_and(|s| s.client_pid() == holder)
+        })
+    };
+    assert!(farm.wait(Duration::from_secs(10), held), "the client never attached");
+    let pids = farm.pids();
+    std::thread::sleep(Duration::from_millis(200));
+    dead.kill().unwrap();
+    dead.wait().unwrap();
+    let t = Instant::now();
+    assert!(
+        farm.wait(Duration::from_secs(10), |f| {
+            let now = f.pids();
+            now.len() == 2 && now != pids
+        }),
+        "the daemon of the dead client was not replaced"
+    );
+    let mut next = Farm::attach(Some(&farm.0), config(2)).unwrap();
+    let batch = next.compile(&units(4), &options()).unwrap();
+    assert!(batch.results.iter().all(|r| r.cubin().is_some()));
+    eprintln!("a dead client's daemon was replaced and the next client served in {:?}", t.elapsed());
+    drop(next);
+    let kept = std::fs::read_to_string(&log).unwrap();
+    assert!(kept.contains("died while it was compiling; replaced"), "{kept}");
+}
+
+#[test]
+fn a_daemon_that_a_unit_bloated_is_replaced_in_spawned_and_resident_farms() {
+    let _turn = one_at_a_time();
+    if !nvrtc_or_skip("bloat") {
+        return;
+    }
+    // Spawned: the farm replaces it after the unit; its results stand.
+    let mut farm = Farm::spawn(config(1)).unwrap();
+    let before = farm.pids();
+    let mut input = units(2);
+    input.push(marked("fat", "bloat"));
+    let batch = farm.compile(&input, &options()).unwrap();
+    assert!(batch.results.iter().all(|r| r.cubin().is_some()));
+    assert_eq!(batch.stats.restarts, 1, "the bloated daemon was not replaced");
+    assert_ne!(farm.pids(), before);
+    let lean = farm.compile(&units(2), &options()).unwrap();
+    assert_eq!(lean.stats.restarts, 0, "a lean daemon was replaced");
+    drop(farm);
+
+    // Resident: its keeper replaces it once it is idle.
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("keeper.log");
+    let resident = Resident::start("fat", 1, &["--log", log.to_str().unwrap()]);
+    let before = resident.pids();
+    let mut client = Farm::attach(Some(&resident.0), config(1)).unwrap();
+    let batch = client.compile(&[marked("fat", "bloat")], &options()).unwrap();
+    assert!(batch.results[0].cubin().is_some());
+    assert!(resident.wait(Duration::from_secs(10), |f| f.pids().len() == 1 && f.pids() != before), "kept");
+    let again = client.compile(&units(2), &options()).unwrap();
+    assert!(again.results.iter().all(|r| r.cubin().is_some()), "the client lost its daemon");
+    drop(client);
+    let kept = std::fs::read_to_string(&log).unwrap();
+    assert!(kept.contains("MiB limit; replaced"), "{kept}");
+}
+
+#[test]
+fn start_up_survives_daemons_killed_before_their_handshake() {
+    let _turn = one_at_a_time();
+    if !nvrtc_or_skip("start-up kills") {
+        return;
+    }
+    let name = FarmName::random();
+    let killed = std::sync::atomic::AtomicUsize::new(0);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let farm = std::thread::scope(|s| {
+        s.spawn(|| {
+            // Each of the first three daemon processes is killed as soon as it is seen.
+            let mut seen = Vec::new();
+            while seen.len() < 3 && !done.load(std::sync::atomic::Ordering::SeqCst) {
+                for id in 0..2 {
+                    let seg = SegmentName::new(&name, DaemonId(id));
+                    if let Some(pid) = find_daemon(&seg).filter(|p| !seen.contains(p)) {
+                        // SAFETY: kill(2) of a daemon of this test's farm.
+                        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+                        seen.push(pid);
+                        killed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+        let farm = Farm::spawn_named(name.clone(), config(2));
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        farm
+    });
+    let mut farm = farm.expect("start-up failed although every daemon could be started again");
+    assert_eq!(killed.into_inner(), 3, "the kills did not happen during start-up");
+    assert_eq!(farm.len(), 2);
+    let batch = farm.compile(&units(4), &options()).unwrap();
+    assert!(batch.results.iter().all(|r| r.cubin().is_some()));
+}
