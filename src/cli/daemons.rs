@@ -191,6 +191,8 @@ fn keep(mut farm: Farm, stop: &AtomicBool, log: &mut dyn Write) {
         for h in farm.heal() {
             let done = if h.replaced {
                 "replaced"
+            } else if h.again {
+                "trying again"
             } else if h.why.starts_with("stopped") {
                 "left out"
             } else {

@@ -126,7 +126,10 @@ pub(super) fn hello(
         }
         return Err(CompilerError::InUse { id, holder });
     }
-    let keeper = if child.is_some() { 0 } else { gpfarm_protocol::process::parent_of(pid).unwrap_or(0) };
+    // Only a resident farm (its daemons lead process groups of their own) has a keeper.
+    let resident = super::ops::FarmKind::of_daemons([pid]) == super::ops::FarmKind::Resident;
+    let keeper =
+        if child.is_some() || !resident { 0 } else { gpfarm_protocol::process::parent_of(pid).unwrap_or(0) };
     let mut d = Daemon { id, seg, child, pid, info: DaemonInfo::default_for(id, pid), warm_rss: 0, keeper };
     let err = match d.round_trip(&Request::Hello, config.start_timeout) {
         Ok(Response::Hello(info)) => {

@@ -30,6 +30,8 @@ use crate::supervisor::{Liveness, ParentDeath, Supervised, locate_executable, si
 const RESPAWN_TRIES: usize = 3;
 /// Starts of one daemon that is killed from outside before it is ready, before start-up gives up.
 const START_TRIES: usize = 8;
+/// How long a client waits for a resident farm's keeper to let go of a daemon it just met.
+const KEEPER_HOLD: Duration = Duration::from_secs(5);
 /// A daemon whose resident memory, idle after a unit, exceeds this many times its warm size is
 /// replaced (unless [`FarmConfig::max_rss`] sets the limit).
 pub const RSS_FACTOR: u64 = 4;
@@ -252,20 +254,26 @@ impl Farm {
                 None => kept.push(d),
                 Some(Trouble::Stopped(why)) => {
                     segment::remove_stale_segments(Some(&self.name));
-                    report.push(Healed { id: d.id, why, replaced: false });
+                    report.push(Healed { id: d.id, why, replaced: false, again: false });
                 }
                 Some(Trouble::Replace(mut why)) => {
-                    let replaced = self.owns_daemons
-                        && match self.bring_back(&mut d) {
-                            Ok(()) => true,
+                    let (mut replaced, mut again) = (false, false);
+                    if self.owns_daemons {
+                        match self.bring_back(&mut d) {
+                            Ok(()) => replaced = true,
                             Err(e) => {
+                                // Killed from outside at every start: the slot stays, and the
+                                // next look tries again. Anything else would fail again.
+                                again = matches!(e, CompilerError::Killed { .. });
                                 why = format!("{why}; starting another failed: {e}");
-                                false
                             }
-                        };
-                    report.push(Healed { id: d.id, why, replaced });
+                        }
+                    }
+                    report.push(Healed { id: d.id, why, replaced, again });
                     if replaced {
                         d.seg.unlock_client(me);
+                    }
+                    if replaced || again {
                         kept.push(d);
                     }
                 }
@@ -352,6 +360,8 @@ pub struct Healed {
     /// Whether a fresh daemon took its place (false: it was stopped on purpose, or could not be
     /// started again).
     pub replaced: bool,
+    /// Whether it will be tried again at the next look (every start was killed from outside).
+    pub again: bool,
 }
 
 enum Trouble {
@@ -433,12 +443,14 @@ fn reattach(d: &mut Daemon, name: &FarmName, config: &FarmConfig) -> Result<(), 
 /// Meets daemon `id` of resident farm `name`, waiting for its keeper to replace it if it is lost
 /// on the way (killed while it starts or shakes hands).
 fn meet_resident(name: &FarmName, id: DaemonId, config: &FarmConfig) -> Result<Daemon, CompilerError> {
-    // The keeper is the parent of the farm's daemons; this one may be between two lives.
-    let keeper = process::live_daemons()
-        .into_iter()
-        .filter(|(n, _)| &n.farm == name)
-        .find_map(|(_, pid)| process::parent_of(pid).filter(|&p| p > 1))
-        .unwrap_or(0);
+    // The keeper is the parent of a resident farm's daemons; this one may be between two lives.
+    let pids: Vec<u32> =
+        process::live_daemons().into_iter().filter(|(n, _)| &n.farm == name).map(|(_, p)| p).collect();
+    let keeper = if FarmKind::of_daemons(pids.iter().copied()) == FarmKind::Resident {
+        pids.iter().find_map(|&pid| process::parent_of(pid).filter(|&p| p > 1)).unwrap_or(0)
+    } else {
+        0
+    };
     meet_daemon(name, id, 0, keeper, config)
 }
 
@@ -455,13 +467,16 @@ fn meet_daemon(
     let seg_name = SegmentName::new(name, id);
     let deadline = Instant::now() + config.start_timeout;
     let mut last = None;
+    let mut keeper_held: Option<Instant> = None;
     loop {
         if let Some(pid) = process::find_daemon(&seg_name).filter(|&p| p != old) {
             let left = deadline.saturating_duration_since(Instant::now());
             match await_available(&seg_name, None, left).and_then(|seg| hello(seg, None, config)) {
                 Ok(fresh) => return Ok(fresh),
-                // Its keeper is still meeting it.
-                Err(CompilerError::InUse { holder, .. }) if holder == keeper => {}
+                // Its keeper is still meeting it: a moment, not longer.
+                Err(CompilerError::InUse { holder, .. })
+                    if holder == keeper
+                        && keeper_held.get_or_insert_with(Instant::now).elapsed() < KEEPER_HOLD => {}
                 // Another client holds it, or it is not a gpfarm daemon of this version: final.
                 Err(e)
                     if !matches!(e, CompilerError::Killed { .. })
