@@ -189,13 +189,8 @@ impl Farm {
                                             rss >> 20,
                                             limit >> 20
                                         );
-                                        if self.recover(&mut d) {
-                                            stats.restarts += 1;
-                                            idle.push(k);
-                                        } else {
-                                            gone[k] = true;
-                                            to_daemon[k] = None;
-                                        }
+                                        let back = self.recover(&mut d);
+                                        after_recovery(back, k, &mut stats, &mut idle, &mut gone, &mut to_daemon);
                                     }
                                 }
                             }
@@ -240,13 +235,8 @@ impl Farm {
                                     pending.push_front(Item { job: job_index, picks: again });
                                 }
                                 let mut d = daemons[k].lock().unwrap_or_else(|e| e.into_inner());
-                                if self.recover(&mut d) {
-                                    stats.restarts += 1;
-                                    idle.push(k);
-                                } else {
-                                    gone[k] = true;
-                                    to_daemon[k] = None;
-                                }
+                                let back = self.recover(&mut d);
+                                after_recovery(back, k, &mut stats, &mut idle, &mut gone, &mut to_daemon);
                             }
                         }
                     },
@@ -301,5 +291,23 @@ impl Farm {
                 busy_us: job.busy_us,
             });
         }
+    }
+}
+
+/// Daemon `k` is back (idle again, one more restart) or gone for good (no more work for it).
+fn after_recovery(
+    back: bool,
+    k: usize,
+    stats: &mut BatchStats,
+    idle: &mut Vec<usize>,
+    gone: &mut [bool],
+    to_daemon: &mut [Option<Sender<Assignment>>],
+) {
+    if back {
+        stats.restarts += 1;
+        idle.push(k);
+    } else {
+        gone[k] = true;
+        to_daemon[k] = None;
     }
 }
