@@ -5,6 +5,7 @@
 //! Must never wait without a bound: a daemon that exits or stays silent during start-up is an
 //! error naming it, not a hang.
 
+use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 
 use gpfarm_protocol::event::{self, Wake};
@@ -17,7 +18,6 @@ use super::FarmConfig;
 use super::daemon::{Daemon, POLL};
 use crate::compiler::CompilerError;
 use crate::supervisor::{CRASH_SIGNALS, Liveness, Supervised};
-use std::os::unix::process::ExitStatusExt;
 
 /// Waits for a daemon's segment to appear and its state to leave `Starting`.
 pub(super) fn await_available(
@@ -102,7 +102,7 @@ pub(super) fn hello(
     // The process, not the header, says who the daemon is.
     let pid = match &child {
         Some(c) => c.pid(),
-        None => gpfarm_protocol::process::find_daemon(seg.name()).ok_or_else(|| CompilerError::Daemon {
+        None => process::find_daemon(seg.name()).ok_or_else(|| CompilerError::Daemon {
             id,
             message: format!("no live gpfarmd serves segment {}", seg.name()),
         })?,
@@ -112,7 +112,7 @@ pub(super) fn hello(
         if child.is_some() && config.resident {
             // A fresh daemon of a resident farm that a waiting client met first: it is up and
             // serving, which is all its keeper needs to know.
-            let warm_rss = gpfarm_protocol::process::resident_bytes(pid).unwrap_or(0);
+            let warm_rss = process::resident_bytes(pid).unwrap_or(0);
             tracing::debug!("daemon {id}: taken by client {holder} before its keeper met it");
             return Ok(Daemon {
                 id,
@@ -128,13 +128,12 @@ pub(super) fn hello(
     }
     // Only a resident farm (its daemons lead process groups of their own) has a keeper.
     let resident = super::ops::FarmKind::of_daemons([pid]) == super::ops::FarmKind::Resident;
-    let keeper =
-        if child.is_some() || !resident { 0 } else { gpfarm_protocol::process::parent_of(pid).unwrap_or(0) };
+    let keeper = if child.is_some() || !resident { 0 } else { process::parent_of(pid).unwrap_or(0) };
     let mut d = Daemon { id, seg, child, pid, info: DaemonInfo::default_for(id, pid), warm_rss: 0, keeper };
     let err = match d.round_trip(&Request::Hello, config.start_timeout) {
         Ok(Response::Hello(info)) => {
             d.info = info;
-            d.warm_rss = gpfarm_protocol::process::resident_bytes(pid).unwrap_or(0);
+            d.warm_rss = process::resident_bytes(pid).unwrap_or(0);
             if d.child.is_some() && config.resident {
                 // A resident farm's keeper holds none of its daemons: clients may be waiting.
                 d.seg.unlock_client(me);
