@@ -152,7 +152,10 @@ impl Farm {
                 remove_stale_segments(Some(farm));
             }
         }
-        let mut farms = group_by_farm(list_segments());
+        // A live daemon whose segment is not there yet (a replacement starting) counts too.
+        let mut names = list_segments();
+        names.extend(live.keys().filter(|n| !names.contains(n)).cloned().collect::<Vec<_>>());
+        let mut farms = group_by_farm(names);
         if name.is_none() {
             farms.retain(|farm, ids| {
                 let pids = ids.iter().filter_map(|&id| live.get(&SegmentName::new(farm, id)).copied());
