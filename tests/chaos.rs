@@ -31,13 +31,7 @@ fn kills_per_mode() -> usize {
 }
 
 fn config(daemons: usize) -> FarmConfig {
-    FarmConfig {
-        daemons,
-        executable: Some(env!("CARGO_BIN_EXE_gpfarmd").into()),
-        start_timeout: Duration::from_secs(60),
-        request_timeout: Duration::from_secs(60),
-        ..FarmConfig::default()
-    }
+    FarmConfig { request_timeout: Duration::from_secs(60), ..common::config(daemons) }
 }
 
 fn options() -> CompileOptions {

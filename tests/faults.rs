@@ -9,9 +9,9 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{config, kernel, nvrtc_or_skip, units};
+use common::{config, faulty_config, kernel, marked, nvrtc_or_skip, units};
 use gpfarm_client::cubin::inspect;
-use gpfarm_client::{CompileOptions, Compiler, FailureKind, Farm, FarmConfig, SmArch, Unit, UnitOutcome};
+use gpfarm_client::{CompileOptions, Compiler, FailureKind, Farm, SmArch, Unit, UnitOutcome};
 use gpfarm_protocol::FarmName;
 
 /// Recursion through templates, far past NVRTC's instantiation depth limit.
@@ -20,18 +20,6 @@ const TEMPLATE_DEPTH: &str =
 template <> struct Depth<0> { static constexpr int v = 0; };
 extern \"C\" __global__ void tmpl(int* y) { y[0] = Depth<100000>::v; }
 ";
-
-fn faulty_config(daemons: usize, deadline: Duration) -> FarmConfig {
-    FarmConfig {
-        request_timeout: deadline,
-        env: vec![("GPFARM_TEST_FAULTS".into(), "1".into())],
-        ..config(daemons)
-    }
-}
-
-fn marked(name: &str, fault: &str) -> Unit {
-    Unit::new(format!("{name}.cu"), format!("// gpfarm-test-fault: {fault}\n{}", kernel(name, 1)))
-}
 
 fn options() -> CompileOptions {
     CompileOptions::cubin(SmArch::SM_90)

@@ -10,8 +10,8 @@ use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use common::{kernel, nvrtc_or_skip, units};
-use gpfarm_client::{CompileOptions, Compiler, FailureKind, Farm, FarmConfig, SmArch, Unit};
+use common::{faulty_config, kernel, marked, nvrtc_or_skip, units};
+use gpfarm_client::{CompileOptions, Compiler, FailureKind, Farm, FarmConfig, SmArch};
 use gpfarm_protocol::process::{effective_uid, find_daemon, is_daemon_of, live_daemons, process_alive};
 use gpfarm_protocol::segment::list_segments;
 use gpfarm_protocol::{DaemonId, FarmName, Segment, SegmentName};
@@ -34,22 +34,13 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// This build's daemons, taking test faults, with the default deadline.
 fn config(daemons: usize) -> FarmConfig {
-    FarmConfig {
-        daemons,
-        executable: Some(env!("CARGO_BIN_EXE_gpfarmd").into()),
-        env: vec![("GPFARM_TEST_FAULTS".into(), "1".into())],
-        start_timeout: Duration::from_secs(60),
-        ..FarmConfig::default()
-    }
+    faulty_config(daemons, gpfarm_client::DEFAULT_UNIT_DEADLINE)
 }
 
 fn options() -> CompileOptions {
     CompileOptions::cubin(SmArch::SM_90)
-}
-
-fn marked(name: &str, fault: &str) -> Unit {
-    Unit::new(format!("{name}.cu"), format!("// gpfarm-test-fault: {fault}\n{}", kernel(name, 1)))
 }
 
 /// A resident farm started with `daemons start --detach` (extra arguments after the name); the

@@ -5,8 +5,8 @@
 //! us), checked for liveness without blocking, and killed and reaped when it is restarted or
 //! dropped, so no child of ours outlives its owner or lingers as a zombie. A child that has
 //! exited but is not yet reaped is *not* alive: liveness goes through `waitpid`, never `kill(0)`.
-//! Also here: where the helper executables are found ([`locate_executable`]) and liveness of a
-//! process we did not start ([`process_running`]).
+//! Also here: where the helper executables are found ([`locate_executable`]); processes it did
+//! not start are looked at through `gpfarm_protocol::process`.
 //!
 //! Must never block without a bound, and never signal a pid it does not own: processes it did
 //! not start are signalled only through [`signal_daemon`], which checks that the pid is this
@@ -230,16 +230,12 @@ impl Drop for Supervised {
     }
 }
 
-/// Whether a process we did not start is running: it exists and is not a zombie.
-pub fn process_running(pid: u32) -> bool {
-    gpfarm_protocol::segment::process_alive(pid)
-}
-
 pub use gpfarm_protocol::process::signal_daemon;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpfarm_protocol::process::process_alive as process_running;
     use std::path::Path;
 
     fn sleeper() -> Command {

@@ -83,6 +83,21 @@ pub fn config(daemons: usize) -> FarmConfig {
     }
 }
 
+/// A farm configuration whose daemons take test faults (`GPFARM_TEST_FAULTS=1`) and declare a
+/// unit hung after `deadline`.
+pub fn faulty_config(daemons: usize, deadline: Duration) -> FarmConfig {
+    FarmConfig {
+        request_timeout: deadline,
+        env: vec![("GPFARM_TEST_FAULTS".into(), "1".into())],
+        ..config(daemons)
+    }
+}
+
+/// A CUDA unit `<name>.cu` carrying a test-fault marker (`crash`, `hang`, `kill`, `bloat`).
+pub fn marked(name: &str, fault: &str) -> Unit {
+    Unit::new(format!("{name}.cu"), format!("// gpfarm-test-fault: {fault}\n{}", kernel(name, 1)))
+}
+
 /// A small kernel named `name` whose body depends on `k`, so each unit is distinct.
 pub fn kernel(name: &str, k: usize) -> String {
     format!(
