@@ -158,7 +158,7 @@ fn evolve_search_on(
     let mut options = Options {
         evolution: gpfarm_gp::EvolutionConfig { population, generations, seed, ..Default::default() },
         // NVRTC crashes are the NVRTC route's.
-        route: Some(gpfarm_evolve::EvalRoute::Nvrtc),
+        route: Some(gpfarm_evolve::Route::Nvrtc),
         eval,
         gpu_worker: Some(env!("CARGO_BIN_EXE_gpfarm-gpu-worker").into()),
         ..Options::default()

@@ -6,7 +6,7 @@ mod common;
 use common::nvrtc_or_skip;
 use gpfarm_client::cubin::missing_kernel;
 use gpfarm_client::{Batch, CompileOptions, Compiler, CompilerError, InProcess, Unit, UnitOutcome};
-use gpfarm_evolve::{Engine, EvalMode, EvalRoute, Options, ProblemRef};
+use gpfarm_evolve::{Engine, EvalMode, Options, ProblemRef, Route};
 use gpfarm_gp::EvolutionConfig;
 
 /// NVRTC in process, except that the first CUBIN it returns is another unit's.
@@ -42,7 +42,7 @@ fn run(compiler: &mut (dyn Compiler + Send)) -> (Vec<(f64, Option<f64>)>, usize)
     let options = Options {
         evolution: EvolutionConfig { population: 60, generations: 3, seed: 2, ..EvolutionConfig::default() },
         eval: EvalMode::Cpu,
-        route: Some(EvalRoute::Nvrtc),
+        route: Some(Route::Nvrtc),
         ..Options::default()
     };
     let engine = Engine::new(ProblemRef::Builtin("keijzer6".into()), options).unwrap();

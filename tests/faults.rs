@@ -142,14 +142,14 @@ fn hostile_units_each_get_a_clear_error_and_the_farm_keeps_working() {
     let hostile = [
         (
             "a non-UTF-8 byte after the first kernel",
-            Unit { name: "two.cu".into(), source: after_first, route: Default::default() },
+            Unit { name: "two.cu".into(), source: after_first, language: Default::default() },
         ),
         (
             "include of a file on disk",
             Unit::new("inc.cu", "#include \"/etc/hostname\"\n__global__ void k() {}\n"),
         ),
         ("#error", Unit::new("err.cu", "#error stop here\n")),
-        ("invalid UTF-8", Unit { name: "utf.cu".into(), source: invalid_utf8, route: Default::default() }),
+        ("invalid UTF-8", Unit { name: "utf.cu".into(), source: invalid_utf8, language: Default::default() }),
         (
             "undefined identifier",
             Unit::new("undef.cu", "extern \"C\" __global__ void k(float* y) { y[0] = nope; }\n"),
@@ -159,7 +159,7 @@ fn hostile_units_each_get_a_clear_error_and_the_farm_keeps_working() {
             Unit {
                 name: "nul.cu".into(),
                 source: b"__global__ void k() {}\0 junk".to_vec(),
-                route: Default::default(),
+                language: Default::default(),
             },
         ),
         ("1 MB expression", Unit::new("huge.cu", huge)),
@@ -174,7 +174,7 @@ fn hostile_units_each_get_a_clear_error_and_the_farm_keeps_working() {
     input.push(Unit {
         name: "giant.cu".into(),
         source: vec![0; gpfarm_protocol::segment::MAX_CAPACITY + 1],
-        route: Default::default(),
+        language: Default::default(),
     });
     let started = Instant::now();
     let batch = farm.compile(&input, &options()).unwrap();

@@ -11,7 +11,8 @@ use gpfarm_client::partition::per_unit;
 use gpfarm_client::{CompileOptions, Compiler, FailureKind, Farm, SmArch, Unit, UnitOutcome};
 use gpfarm_gp::{Evolution, EvolutionConfig, Phenotype, Problem, evaluate_all};
 use gpfarm_kernels::gpu::{self, CompiledUnit, GpuEvaluator};
-use gpfarm_kernels::render_units;
+use gpfarm_kernels::unit::render_batch;
+use gpfarm_protocol::Language;
 use gpfarm_protocol::Shape;
 
 fn cores() -> usize {
@@ -42,8 +43,11 @@ fn compile_shaped(
     options: &CompileOptions,
     shape: Shape,
 ) -> Built {
-    let units = render_units(problem, phenotypes, 0, &per_unit(phenotypes.len(), 32), shape);
-    let wire: Vec<Unit> = units.iter().map(|u| Unit::new(u.name.clone(), u.source.clone())).collect();
+    let arch = options.arch;
+    let units =
+        render_batch(problem, Language::CudaC, shape, arch, phenotypes, 0, &per_unit(phenotypes.len(), 32))
+            .units;
+    let wire: Vec<Unit> = units.iter().map(|u| u.unit.clone()).collect();
     let batch = farm.compile(&wire, options).unwrap();
     let mut cubins = Vec::new();
     for (u, r) in units.into_iter().zip(batch.results) {
@@ -52,9 +56,9 @@ fn compile_shaped(
             // NVRTC 13.0 crashes on a few valid programs (tests/data/nvrtc13_crash.cu); their unit
             // is left out of the comparison.
             UnitOutcome::Failed(f) if f.kind == FailureKind::Lost => {
-                eprintln!("{}: left out, {} individuals: {f}", u.name, u.members.len())
+                eprintln!("{}: left out, {} individuals: {f}", u.unit.name, u.members.len())
             }
-            UnitOutcome::Failed(f) => panic!("{}: {f}\n{}", u.name, r.log),
+            UnitOutcome::Failed(f) => panic!("{}: {f}\n{}", u.unit.name, r.log),
         }
     }
     Built { cubins }
@@ -204,22 +208,22 @@ fn the_ptx_route_gives_the_nvrtc_route_s_fitness_bit_for_bit() {
             let switched = compile_shaped(&mut farm, &problem, &phenotypes, &nvrtc, Shape::Switch);
             compare("nvrtc switch", &gpu.evaluate(&views(&switched), phenotypes.len()).unwrap().fitness, &[]);
             for shape in [Shape::Kernels, Shape::Switch] {
-                let rendered = gpfarm_kernels::render_ptx_units(
+                let rendered = render_batch(
                     &problem,
+                    Language::Ptx,
+                    shape,
+                    arch,
                     &phenotypes,
                     0,
                     &per_unit(phenotypes.len(), 32),
-                    arch,
-                    shape,
                 );
-                let wire: Vec<Unit> =
-                    rendered.units.iter().map(|u| Unit::ptx(u.name.clone(), u.source.clone())).collect();
+                let wire: Vec<Unit> = rendered.units.iter().map(|u| u.unit.clone()).collect();
                 let batch = farm.compile(&wire, &nvrtc).unwrap();
                 let mut cubins = Vec::new();
                 for (u, r) in rendered.units.into_iter().zip(batch.results) {
                     match r.outcome {
                         UnitOutcome::Cubin(c) => cubins.push((c, u.kernels, u.members)),
-                        UnitOutcome::Failed(f) => panic!("{}: {f}\n{}", u.name, r.log),
+                        UnitOutcome::Failed(f) => panic!("{}: {f}\n{}", u.unit.name, r.log),
                     }
                 }
                 eprintln!(

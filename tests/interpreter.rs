@@ -15,7 +15,8 @@ use gpfarm_kernels::gpu::{self, CompiledUnit, GpuEvaluator, Kernels, WirePopulat
 use gpfarm_kernels::interp::{
     PackedPopulation, Tuning, compile, interpreter_source, interpreter_source_with,
 };
-use gpfarm_kernels::render_units;
+use gpfarm_kernels::unit::render_batch;
+use gpfarm_protocol::Language;
 use gpfarm_protocol::Shape;
 
 /// The engine's compile options: no contraction.
@@ -96,15 +97,26 @@ fn compiled_fitness(
     phenotypes: &[Phenotype],
     options: &CompileOptions,
 ) -> Vec<Option<f64>> {
-    let units = render_units(problem, phenotypes, 0, &per_unit(phenotypes.len(), 32), Shape::Kernels);
-    let sources: Vec<Unit> = units.iter().map(|u| Unit::new(u.name.clone(), u.source.clone())).collect();
+    let units = render_batch(
+        problem,
+        Language::CudaC,
+        Shape::Kernels,
+        SmArch::SM_90,
+        phenotypes,
+        0,
+        &per_unit(phenotypes.len(), 32),
+    )
+    .units;
+    let sources: Vec<Unit> = units.iter().map(|u| u.unit.clone()).collect();
     let batch = compiler.compile(&sources, options).unwrap();
     let mut built = Vec::new();
     for (u, r) in units.iter().zip(&batch.results) {
         match &r.outcome {
             UnitOutcome::Cubin(c) => built.push((c.clone(), u)),
-            UnitOutcome::Failed(f) if f.kind == FailureKind::Lost => eprintln!("{}: left out: {f}", u.name),
-            UnitOutcome::Failed(f) => panic!("{}: {f}\n{}", u.name, r.log),
+            UnitOutcome::Failed(f) if f.kind == FailureKind::Lost => {
+                eprintln!("{}: left out: {f}", u.unit.name)
+            }
+            UnitOutcome::Failed(f) => panic!("{}: {f}\n{}", u.unit.name, r.log),
         }
     }
     let views: Vec<CompiledUnit<'_>> = built

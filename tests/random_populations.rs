@@ -8,7 +8,8 @@ use common::{config, nvrtc_or_skip};
 use gpfarm_client::partition::per_unit;
 use gpfarm_client::{CompileOptions, Compiler, FailureKind, Farm, SmArch, Unit, UnitOutcome};
 use gpfarm_gp::{Evolution, EvolutionConfig, Problem};
-use gpfarm_kernels::render_units;
+use gpfarm_kernels::unit::render_batch;
+use gpfarm_protocol::Language;
 use gpfarm_protocol::Shape;
 
 fn compiles_all(problem_name: &str, population: usize) {
@@ -18,8 +19,17 @@ fn compiles_all(problem_name: &str, population: usize) {
     let problem = Problem::builtin(problem_name).unwrap();
     let config_gp = EvolutionConfig { population, seed: 7, ..EvolutionConfig::default() };
     let phenotypes = Evolution::new(&problem, config_gp).unwrap().dedup().unique;
-    let units = render_units(&problem, &phenotypes, 0, &per_unit(phenotypes.len(), 32), Shape::Kernels);
-    let wire: Vec<Unit> = units.iter().map(|u| Unit::new(u.name.clone(), u.source.clone())).collect();
+    let units = render_batch(
+        &problem,
+        Language::CudaC,
+        Shape::Kernels,
+        SmArch::SM_90,
+        &phenotypes,
+        0,
+        &per_unit(phenotypes.len(), 32),
+    )
+    .units;
+    let wire: Vec<Unit> = units.iter().map(|u| u.unit.clone()).collect();
     let mut farm = Farm::spawn(config(2)).unwrap();
     let options = CompileOptions::cubin(SmArch::SM_90);
     let batch = farm.compile(&wire, &options).unwrap();
@@ -30,13 +40,22 @@ fn compiles_all(problem_name: &str, population: usize) {
             UnitOutcome::Failed(f) if f.kind == FailureKind::Lost => {
                 suspects.extend(u.members.iter().copied())
             }
-            UnitOutcome::Failed(f) => panic!("{}: {f}\n{}", u.name, r.log),
+            UnitOutcome::Failed(f) => panic!("{}: {f}\n{}", u.unit.name, r.log),
         }
     }
     // A unit lost to a compiler crash is split to find the individuals NVRTC cannot handle.
     let suspects: Vec<_> = suspects.iter().map(|&i| phenotypes[i].clone()).collect();
-    let singles = render_units(&problem, &suspects, 1, &per_unit(suspects.len(), 1), Shape::Kernels);
-    let wire: Vec<Unit> = singles.iter().map(|u| Unit::new(u.name.clone(), u.source.clone())).collect();
+    let singles = render_batch(
+        &problem,
+        Language::CudaC,
+        Shape::Kernels,
+        SmArch::SM_90,
+        &suspects,
+        1,
+        &per_unit(suspects.len(), 1),
+    )
+    .units;
+    let wire: Vec<Unit> = singles.iter().map(|u| u.unit.clone()).collect();
     let again = farm.compile(&wire, &options).unwrap();
     let mut crashes = 0;
     let mut crashed = Vec::new();
@@ -45,9 +64,9 @@ fn compiles_all(problem_name: &str, population: usize) {
             UnitOutcome::Cubin(_) => {}
             UnitOutcome::Failed(f) if f.kind == FailureKind::Lost => {
                 crashes += 1;
-                crashed.push(Unit::new(u.name.clone(), u.source.clone()));
+                crashed.push(u.unit.clone());
             }
-            UnitOutcome::Failed(f) => panic!("{}: {f}\n{}", u.name, r.log),
+            UnitOutcome::Failed(f) => panic!("{}: {f}\n{}", u.unit.name, r.log),
         }
     }
     // The engine compiles such an individual once more with its crash retry flags: they must

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow};
+use gpfarm_client::partition::UnitPlan;
 use gpfarm_client::{CompileOptions, Compiler, Unit};
 use gpfarm_gp::problem::ProblemSources;
 use gpfarm_gp::{Evolution, EvolutionConfig, Phenotype, Problem, Program, evaluate_all};
@@ -258,26 +259,25 @@ pub fn run(
         }
         // The compile routes, on the engine's units.
         for route in [Route::Ptx, Route::Nvrtc] {
-            let (ordered, parts) = crate::sample::guided(problem, &phenotypes, route, farm.workers());
-            let units: Vec<gpfarm_kernels::RenderedUnit> = match route {
-                Route::Ptx => {
-                    gpfarm_kernels::render_ptx_units(problem, &ordered, 0, &parts, config.arch, Shape::Switch)
-                        .units
-                }
-                Route::Nvrtc => gpfarm_kernels::render_units(problem, &ordered, 0, &parts, Shape::Switch),
-            };
-            let wire: Vec<Unit> = units
-                .iter()
-                .map(|u| match route {
-                    Route::Ptx => Unit::ptx(u.name.clone(), u.source.clone()),
-                    Route::Nvrtc => Unit::new(u.name.clone(), u.source.clone()),
-                })
-                .collect();
+            let language = crate::sample::compiled(route)?;
+            let units = UnitPlan::new(None, farm.workers(), gpfarm_kernels::unit::bounds(language));
+            let (ordered, parts) = crate::sample::planned(problem, &phenotypes, language, units);
+            let units = gpfarm_kernels::unit::render_batch(
+                problem,
+                language,
+                Shape::Switch,
+                config.arch,
+                &ordered,
+                0,
+                &parts,
+            )
+            .units;
+            let wire: Vec<Unit> = units.iter().map(|u| u.unit.clone()).collect();
             let opts = if route == Route::Ptx { &ptx_options } else { &options };
             let t = Instant::now();
             let batch = crate::queued(farm, &wire, opts)?;
             let compile_ms = t.elapsed().as_secs_f64() * 1e3;
-            let built: Vec<(Vec<u8>, &gpfarm_kernels::RenderedUnit)> = batch
+            let built: Vec<(Vec<u8>, &gpfarm_kernels::unit::BatchUnit)> = batch
                 .results
                 .iter()
                 .zip(&units)

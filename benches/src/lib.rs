@@ -20,7 +20,7 @@ use gpfarm_client::{
     Batch, BuildConfig, CompileOptions, Compiler, FailureKind, Job, Unit, UnitOutcome, UnitResult, Workers,
     job_queue,
 };
-use gpfarm_protocol::{CompileMode, Route, Shape, SmArch};
+use gpfarm_protocol::{CompileMode, Language, Route, Shape, SmArch};
 use serde::{Deserialize, Serialize};
 
 pub use method::Method;
@@ -257,9 +257,9 @@ pub fn run(config: &BenchConfig, mut progress: impl FnMut(&str)) -> Result<Vec<R
             if route == Route::Ptx && (*method == Method::Nvcc || base.mode == CompileMode::PtxJit) {
                 continue;
             }
-            let sets: Vec<Vec<String>> = match route {
-                Route::Nvrtc => vec![Vec::new()],
-                Route::Ptx => config.link_flag_sets.clone(),
+            let sets: Vec<Vec<String>> = match route.language() {
+                Some(Language::Ptx) => config.link_flag_sets.clone(),
+                _ => vec![Vec::new()],
             };
             for link_flags in sets {
                 let options = CompileOptions { link_flags, ..base.clone() };
@@ -361,11 +361,11 @@ fn measure(
         run: s.run,
         generation: s.generation,
         method: method.to_string(),
-        flags: match route {
-            Route::Nvrtc => options.flags.join(" "),
-            Route::Ptx => {
+        flags: match route.language() {
+            Some(Language::Ptx) => {
                 options.flags.iter().chain(&options.link_flags).cloned().collect::<Vec<_>>().join(" ")
             }
+            _ => options.flags.join(" "),
         },
         route,
         individuals: s.individuals,
@@ -379,9 +379,9 @@ fn measure(
         overhead_ms: (wall_ms - busiest_ms).max(0.0),
         write_ms: ms(batch.stats.write_us),
         read_ms: ms(batch.stats.read_us),
-        link_flags: match route {
-            Route::Nvrtc => String::new(),
-            Route::Ptx => options.link_flags.join(" "),
+        link_flags: match route.language() {
+            Some(Language::Ptx) => options.link_flags.join(" "),
+            _ => String::new(),
         },
         shape,
         partition: guided.map_or_else(fixed, |w| format!("guided:{w}")),

@@ -1,14 +1,13 @@
 //! Sampling populations the way the paper did: the first generations of independently seeded
 //! runs, each rendered once into the units every method compiles.
 
-use anyhow::Result;
+use anyhow::{Result, anyhow};
 use gpfarm_client::Unit;
-use gpfarm_client::partition::per_unit;
-use gpfarm_evolve::chunks::generation_units;
+use gpfarm_client::partition::{UnitPlan, plan};
 use gpfarm_gp::Program;
 use gpfarm_gp::{Evolution, EvolutionConfig, Phenotype, Problem, evaluate_all};
-use gpfarm_kernels::{compile_weight, ptx_compile_weight, render_ptx_units, render_units};
-use gpfarm_protocol::{Route, Shape};
+use gpfarm_kernels::unit::{self, render_batch};
+use gpfarm_protocol::{Language, Route, Shape};
 use std::ops::Range;
 
 use crate::BenchConfig;
@@ -66,36 +65,29 @@ pub fn populations(config: &BenchConfig) -> Result<Vec<Sample>> {
                         evo.population().iter().filter_map(|i| i.phenotype().cloned()).collect();
                     let mut rendered = Vec::new();
                     for &route in &config.routes {
-                        if route == Route::Ptx {
+                        let language = compiled(route)?;
+                        if language == Language::Ptx {
                             gpfarm_kernels::ptx_supported(&problem)?;
                         }
-                        let (phenotypes, parts) = match config.guided {
-                            None => (phenotypes.clone(), per_unit(phenotypes.len(), config.per_unit)),
-                            Some(workers) => guided(&problem, &phenotypes, route, workers),
+                        let units = match config.guided {
+                            None => UnitPlan::PerUnit(config.per_unit),
+                            Some(workers) => UnitPlan::new(None, workers, unit::bounds(language)),
                         };
+                        let (phenotypes, parts) = planned(&problem, &phenotypes, language, units);
                         for &shape in &config.shapes {
-                            let units: Vec<Unit> = match route {
-                                Route::Ptx => render_ptx_units(
-                                    &problem,
-                                    &phenotypes,
-                                    generation,
-                                    &parts,
-                                    config.arch,
-                                    shape,
-                                )
-                                .units
-                                .into_iter()
-                                .map(|u| Unit::ptx(format!("{name}_{size}_{run}_{}", u.name), u.source))
-                                .collect(),
-                                Route::Nvrtc => {
-                                    render_units(&problem, &phenotypes, generation, &parts, shape)
-                                        .into_iter()
-                                        .map(|u| {
-                                            Unit::new(format!("{name}_{size}_{run}_{}", u.name), u.source)
-                                        })
-                                        .collect()
-                                }
-                            };
+                            let units: Vec<Unit> = render_batch(
+                                &problem,
+                                language,
+                                shape,
+                                config.arch,
+                                &phenotypes,
+                                generation,
+                                &parts,
+                            )
+                            .units
+                            .into_iter()
+                            .map(|u| Unit { name: format!("{name}_{size}_{run}_{}", u.unit.name), ..u.unit })
+                            .collect();
                             rendered.push(((route, shape), units));
                         }
                     }
@@ -124,25 +116,33 @@ pub fn populations(config: &BenchConfig) -> Result<Vec<Sample>> {
     Ok(samples)
 }
 
-/// The engine's units of `phenotypes` on `route` for `workers` workers: the phenotypes reordered
-/// so that each unit is a contiguous range, and those ranges, heaviest unit first.
-pub(crate) fn guided(
+/// The language of a compared route's units; an error for a route that compiles no individual.
+pub(crate) fn compiled(route: Route) -> Result<Language> {
+    route.language().ok_or_else(|| anyhow!("the {route} route compiles no individual: compare nvrtc or ptx"))
+}
+
+/// The units the engine forms of `phenotypes` in `language` by `units`
+/// ([`gpfarm_client::partition::plan`] over [`unit::weight`], as `gpfarm evolve` forms them):
+/// the phenotypes reordered so that each unit is a contiguous range, and those ranges, heaviest
+/// unit first.
+pub(crate) fn planned(
     problem: &Problem,
     phenotypes: &[Phenotype],
-    route: Route,
-    workers: usize,
+    language: Language,
+    units: UnitPlan,
 ) -> (Vec<Phenotype>, Vec<Range<usize>>) {
     let weights: Vec<f64> = phenotypes
         .iter()
-        .map(|p| match route {
-            Route::Nvrtc => compile_weight(p),
+        .map(|p| {
             // A phenotype the PTX route refuses is left out of its unit.
-            Route::Ptx => {
-                Program::compile(problem, p).map_or(0.0, |program| ptx_compile_weight(problem, &program))
-            }
+            let program = match language {
+                Language::Ptx => Program::compile(problem, p).ok(),
+                Language::CudaC => None,
+            };
+            unit::weight(problem, language, p, program.as_ref())
         })
         .collect();
-    let chunks = generation_units(route, &weights, workers);
+    let chunks = plan(&weights, units);
     let mut ordered = Vec::with_capacity(phenotypes.len());
     let mut parts = Vec::with_capacity(chunks.len());
     for chunk in chunks {
@@ -165,19 +165,31 @@ mod tests {
                 .unwrap();
         let phenotypes: Vec<Phenotype> =
             evo.population().iter().filter_map(|i| i.phenotype().cloned()).collect();
-        for route in [Route::Nvrtc, Route::Ptx] {
-            let (ordered, parts) = guided(&problem, &phenotypes, route, 16);
+        for route in [Language::CudaC, Language::Ptx] {
+            let (ordered, parts) =
+                planned(&problem, &phenotypes, route, UnitPlan::new(None, 16, unit::bounds(route)));
             let text = |v: &[Phenotype]| {
                 let mut t: Vec<String> = v.iter().map(|p| p.as_str().to_owned()).collect();
                 t.sort();
                 t
             };
-            assert_eq!(text(&ordered), text(&phenotypes), "{route}");
+            assert_eq!(text(&ordered), text(&phenotypes), "{route:?}");
             assert_eq!(parts.first().map(|r| r.start), Some(0));
             assert_eq!(parts.last().map(|r| r.end), Some(ordered.len()));
             assert!(parts.windows(2).all(|w| w[0].end == w[1].start && !w[1].is_empty()));
             // Enough units for every one of 16 workers, not one per individual.
-            assert!(parts.len() >= 16 && parts.len() < ordered.len() / 2, "{route}: {} units", parts.len());
+            assert!(parts.len() >= 16 && parts.len() < ordered.len() / 2, "{route:?}: {} units", parts.len());
+        }
+    }
+
+    #[test]
+    fn fixed_units_are_the_engines_four_three_three_for_ten() {
+        let problem = Problem::builtin("keijzer6").unwrap();
+        let phenotypes: Vec<Phenotype> = (0..10).map(|i| Phenotype::new(format!("x + {i}.0f"))).collect();
+        for language in [Language::CudaC, Language::Ptx] {
+            let (_, parts) = planned(&problem, &phenotypes, language, UnitPlan::PerUnit(4));
+            let sizes: Vec<usize> = parts.iter().map(|r| r.len()).collect();
+            assert_eq!(sizes, vec![4, 3, 3], "{language:?}");
         }
     }
 }

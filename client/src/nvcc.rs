@@ -6,7 +6,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use gpfarm_protocol::{
-    CompileMode, CompileOptions, Failure, FailureKind, Route, Unit, UnitOutcome, UnitResult, UnitTimings,
+    CompileMode, CompileOptions, Failure, FailureKind, Language, Unit, UnitOutcome, UnitResult, UnitTimings,
 };
 use gpfarm_toolchain::Toolchain;
 
@@ -53,7 +53,7 @@ impl Compiler for Nvcc {
             .map_err(|source| CompilerError::File { path: std::env::temp_dir(), source })?;
         let mut results = Vec::with_capacity(units.len());
         for (i, unit) in units.iter().enumerate() {
-            if unit.route == Route::Ptx {
+            if unit.language == Language::Ptx {
                 results.push(UnitResult::failed(FailureKind::InvalidSource, PTX_REFUSED));
                 continue;
             }

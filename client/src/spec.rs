@@ -180,7 +180,12 @@ impl CompilerSpec {
                 };
                 let farm = match &config.attach {
                     Some(name) => Farm::attach(name.as_ref(), farm_config)?,
-                    None => Farm::spawn(farm_config)?,
+                    None => {
+                        // Before any daemon starts: a wrong toolchain directory is reported as
+                        // what it is, not as daemons that failed to start.
+                        toolchain()?;
+                        Farm::spawn(farm_config)?
+                    }
                 };
                 if jit {
                     let infos = farm.daemon_info();

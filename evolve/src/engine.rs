@@ -13,13 +13,13 @@ use gpfarm_client::{
 use gpfarm_gp::{Pipeline, Problem};
 use gpfarm_kernels::gpu;
 use gpfarm_kernels::worker::LoadProblem;
-use gpfarm_protocol::{CompileMode, CompileOptions, SmArch, Unit};
+use gpfarm_protocol::{CompileMode, CompileOptions, Language, SmArch, Unit};
 use gpfarm_protocol::{Route, Shape};
 
 use crate::driver::{CrashSettings, Driver, Evaluator, Settings, with_queues};
 use crate::error::EvolveError;
 use crate::islands::{Link, island_seed, ring};
-use crate::options::{EvalMode, EvalRoute, LINK_FLAGS, NO_FMAD, Options, default_crash_dir, default_shape};
+use crate::options::{EvalMode, LINK_FLAGS, NO_FMAD, Options, default_crash_dir, default_shape};
 use crate::record::{EvaluatorKind, GenerationRecord, Summary, Totals};
 
 /// What a per-generation callback may fail with; the run stops and returns it as
@@ -36,7 +36,7 @@ pub struct Engine {
     /// The GPU's name, when it evaluates.
     gpu: Option<String>,
     notice: Option<String>,
-    route: EvalRoute,
+    route: Route,
     /// Why the route was taken.
     route_why: String,
     shape: Shape,
@@ -78,13 +78,20 @@ impl Engine {
         source: Option<ProblemRef>,
         options: Options,
     ) -> Result<Engine, EvolveError> {
-        let (gpu, notice) = choose_gpu(options.eval, options.compile, source.is_some())?;
+        let (gpu, notice) = choose_gpu(options.eval, options.route, source.is_some())?;
         let arch = options.arch.or(gpu.as_ref().map(|g| g.1)).unwrap_or(SmArch::SM_90);
         let (route, route_why) = match options.route {
             Some(route) => (route, "asked for".to_owned()),
             None => crate::route::choose(&problem, &options.evolution),
         };
-        let shape = options.shape.unwrap_or_else(|| default_shape(route.compiled().unwrap_or(Route::Nvrtc)));
+        // Without a GPU nothing runs the interpreter's kernel: the CPU evaluates its programs.
+        let (route, route_why) = match (route, &gpu) {
+            (Route::Interpreter, None) => {
+                (Route::Cpu, format!("{route_why}; no GPU evaluates, so the CPU reference evaluator does"))
+            }
+            _ => (route, route_why),
+        };
+        let shape = options.shape.unwrap_or_else(|| default_shape(route));
         let mut engine = Engine {
             problem,
             source,
@@ -102,15 +109,14 @@ impl Engine {
         // built for them.
         engine.pipeline(0)?;
         engine.check_islands()?;
-        if engine.options.compile && engine.route == EvalRoute::Ptx {
+        if engine.route == Route::Ptx {
             gpfarm_kernels::ptx_supported(&engine.problem)?;
         }
-        if engine.options.compile && engine.route == EvalRoute::Interpreter {
+        if engine.route == Route::Interpreter {
             gpfarm_kernels::interp::interp_supported(&engine.problem)?;
         }
-        if engine.options.compile
-            && engine.shape == Shape::Switch
-            && engine.route == EvalRoute::Nvrtc
+        if engine.shape == Shape::Switch
+            && engine.route == Route::Nvrtc
             && let Err(why) = engine.problem.template().switch_ready()
         {
             match engine.options.shape {
@@ -147,8 +153,14 @@ impl Engine {
     }
 
     /// How individuals get their fitness in this run (see [`Options::route`]).
-    pub fn route(&self) -> EvalRoute {
+    pub fn route(&self) -> Route {
         self.route
+    }
+
+    /// The language of what this run compiles: its individuals' units on a compile route, or
+    /// the interpreter's one kernel (CUDA C).
+    fn compiled_language(&self) -> Language {
+        self.route.language().unwrap_or(Language::CudaC)
     }
 
     /// Why the run takes its route: "asked for", or the automatic choice's reason.
@@ -159,7 +171,7 @@ impl Engine {
     /// Whether the run needs compile daemons: it compiles individuals (the interpreter needs
     /// one kernel compiled once, which a compiler without daemons does as well).
     pub fn needs_daemons(&self) -> bool {
-        self.options.compile && self.route != EvalRoute::Interpreter
+        self.route.compiles_individuals()
     }
 
     /// How units hold their individuals in this run (see [`Options::shape`]).
@@ -193,8 +205,9 @@ impl Engine {
             return Ok(());
         }
         let options = &self.compile_options();
-        let (flags, unit, hint) = match self.route.compiled().unwrap_or(Route::Nvrtc) {
-            Route::Nvrtc => (
+        let language = self.compiled_language();
+        let (flags, unit, hint) = match language {
+            Language::CudaC => (
                 &self.options.flags,
                 Unit::new(
                     "gpfarm_option_check.cu",
@@ -202,7 +215,7 @@ impl Engine {
                 ),
                 "",
             ),
-            Route::Ptx => (
+            Language::Ptx => (
                 &self.options.link_flags,
                 Unit::ptx(
                     "gpfarm_option_check.ptx",
@@ -217,14 +230,13 @@ impl Engine {
             ),
         };
         let default_link =
-            self.route == EvalRoute::Ptx && flags.iter().map(String::as_str).eq(LINK_FLAGS.iter().copied());
+            language == Language::Ptx && flags.iter().map(String::as_str).eq(LINK_FLAGS.iter().copied());
         if !flags.is_empty() && !default_link {
             let batch = compiler.compile(std::slice::from_ref(&unit), options)?;
             if let Some(UnitOutcome::Failed(failure)) = batch.results.into_iter().next().map(|r| r.outcome)
                 && failure.kind != FailureKind::Lost
             {
-                let route = self.route.compiled().unwrap_or(Route::Nvrtc);
-                return Err(EvolveError::Options { route, flags: flags.clone(), failure, hint });
+                return Err(EvolveError::Options { language, flags: flags.clone(), failure, hint });
             }
         }
         self.options_checked.store(true, Ordering::Relaxed);
@@ -311,7 +323,7 @@ impl Engine {
         for c in compilers.iter_mut() {
             self.check_options(&mut **c)?;
         }
-        let interpret = self.route == EvalRoute::Interpreter;
+        let interpret = self.route == Route::Interpreter;
         // The evaluator's kernel is compiled once, here; each island's worker loads it.
         let kernel = match (&self.gpu, compilers.first_mut()) {
             (None, _) => None,
@@ -321,7 +333,7 @@ impl Engine {
             (Some(_), Some(c)) => Some(self.worker_kernel(&mut **c, &options, interpret)?),
         };
         // The interpreter's kernel is compiled; individuals are not.
-        if interpret {
+        if !self.route.compiles_individuals() {
             compilers.clear();
         }
         let o = &self.options;
@@ -330,8 +342,7 @@ impl Engine {
             overlap: o.overlap,
             per_unit: o.per_unit,
             workers: compilers.first().map_or(1, |c| c.workers()),
-            route: self.route.compiled().unwrap_or(Route::Nvrtc),
-            interpret,
+            route: self.route,
             shape: self.shape,
             crash: CrashSettings {
                 retry_flags: o.crash_retry_flags.clone(),
@@ -552,14 +563,14 @@ type Gpu = (String, SmArch);
 /// [`EvalMode::Auto`] goes without it.
 fn choose_gpu(
     mode: EvalMode,
-    compile: bool,
+    route: Option<Route>,
     loadable: bool,
 ) -> Result<(Option<Gpu>, Option<String>), EvolveError> {
-    if mode == EvalMode::Cpu {
+    if mode == EvalMode::Cpu || (route == Some(Route::Cpu) && mode == EvalMode::Auto) {
         return Ok((None, None));
     }
     let why = match gpu::probe() {
-        Ok(_) if !compile => "individuals are not compiled".to_string(),
+        Ok(_) if route == Some(Route::Cpu) => "the cpu route evaluates on the CPU".to_string(),
         Ok(_) if !loadable => "the problem was not loaded from a built-in name or a directory".to_string(),
         Ok((name, (major, minor))) => return Ok((Some((name, SmArch((major * 10 + minor) as u32))), None)),
         Err(e) => e.to_string(),

@@ -6,11 +6,23 @@ use std::path::PathBuf;
 use gpfarm_client::CompilerError;
 use gpfarm_gp::{EvolutionError, ProblemError};
 use gpfarm_kernels::gpu::GpuError;
-use gpfarm_protocol::{Failure, Route};
+use gpfarm_protocol::{Failure, Language};
 
 /// See the module documentation.
 #[derive(Debug, thiserror::Error)]
 pub enum EvolveError {
+    /// The run's settings contradict each other (e.g. attaching to resident daemons on a route
+    /// that compiles nothing).
+    #[error("{0}")]
+    Usage(String),
+    /// The compiler could not be built (no toolchain, daemons that did not start).
+    #[error("{what}")]
+    Build {
+        /// What was being done: starting which compiler, or attaching.
+        what: String,
+        /// Why it failed.
+        source: gpfarm_client::BuildError,
+    },
     /// The problem could not be loaded.
     #[error(transparent)]
     Problem(#[from] ProblemError),
@@ -64,10 +76,10 @@ pub enum EvolveError {
     },
     /// The run's own compile options fail a unit that holds nothing else: every individual
     /// would fail the same way.
-    #[error("the {route} route's compiler refuses the options {flags:?}: {failure}{hint}")]
+    #[error("{} refuses the options {flags:?}: {failure}{hint}", compiler_of(*language))]
     Options {
-        /// The route compiled.
-        route: Route,
+        /// The language compiled.
+        language: Language,
         /// The options the run added.
         flags: Vec<String>,
         /// What the compiler said.
@@ -132,4 +144,12 @@ pub enum EvolveError {
     /// The caller's per-generation callback returned an error; the run stopped there.
     #[error("the per-generation callback stopped the run")]
     Callback(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// The compiler that takes units of `language`, in words.
+fn compiler_of(language: Language) -> &'static str {
+    match language {
+        Language::CudaC => "NVRTC",
+        Language::Ptx => "nvJitLink",
+    }
 }

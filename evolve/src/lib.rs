@@ -59,21 +59,22 @@
 //! the compiler change a fitness value.
 
 mod account;
-pub mod chunks;
 mod driver;
 mod engine;
 mod error;
 pub mod islands;
 pub mod memo;
 mod options;
+pub mod plan;
 pub mod record;
 pub mod route;
 
 pub use engine::{CallbackError, Engine, IslandPlace};
 pub use error::EvolveError;
 pub use gpfarm_client::ProblemRef;
+pub use gpfarm_protocol::Route;
 pub use options::{
-    CRASH_RETRY_FLAGS, EvalMode, EvalRoute, LINK_FLAGS, NO_FMAD, Options, default_crash_dir, default_shape,
+    CRASH_RETRY_FLAGS, EvalMode, LINK_FLAGS, NO_FMAD, Options, default_crash_dir, default_shape,
 };
 pub use record::{
     CompileFigures, CriticalPath, EvalSplit, EvaluatorKind, GenerationRecord, Individuals, Summary, Totals,

@@ -20,56 +20,6 @@ pub enum EvalMode {
     Gpu,
 }
 
-/// How individuals get their fitness: compiled (by one of the two compile routes) and run, or
-/// interpreted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
-pub enum EvalRoute {
-    /// CUDA C compiled by NVRTC on the compile daemons (any template).
-    Nvrtc,
-    /// PTX emitted from the phenotype, linked by nvJitLink on the compile daemons.
-    Ptx,
-    /// Bytecode run by one interpreter kernel for the whole population: nothing is compiled per
-    /// individual and no daemon is started ([`gpfarm_kernels::interp`]).
-    #[cfg_attr(feature = "clap", value(name = "interpreter", alias = "interp"))]
-    Interpreter,
-}
-
-impl EvalRoute {
-    /// The name used on the command line and in records.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EvalRoute::Nvrtc => "nvrtc",
-            EvalRoute::Ptx => "ptx",
-            EvalRoute::Interpreter => "interpreter",
-        }
-    }
-
-    /// The compile route, for the two that compile.
-    pub fn compiled(self) -> Option<Route> {
-        match self {
-            EvalRoute::Nvrtc => Some(Route::Nvrtc),
-            EvalRoute::Ptx => Some(Route::Ptx),
-            EvalRoute::Interpreter => None,
-        }
-    }
-}
-
-impl From<Route> for EvalRoute {
-    fn from(r: Route) -> Self {
-        match r {
-            Route::Nvrtc => EvalRoute::Nvrtc,
-            Route::Ptx => EvalRoute::Ptx,
-        }
-    }
-}
-
-impl std::fmt::Display for EvalRoute {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// How a run treats its individuals. Every combination gives the same fitness values in every
 /// generation, bit for bit; they change only what is compiled and when.
 #[derive(Debug, Clone)]
@@ -78,9 +28,6 @@ pub struct Options {
     pub evolution: EvolutionConfig,
     /// Where fitness is computed.
     pub eval: EvalMode,
-    /// Compile individuals. Without it nothing is compiled and the CPU evaluates (for quick
-    /// experiments with the GP engine).
-    pub compile: bool,
     /// Target of the CUBIN (default: the GPU's when evaluating on it, else `sm_90`).
     pub arch: Option<SmArch>,
     /// Extra NVRTC options.
@@ -90,10 +37,13 @@ pub struct Options {
     /// the CPU evaluator round it, and as the PTX route does, so both routes give the same bits.
     pub fmad: bool,
     /// How individuals get their fitness: compiled by NVRTC from CUDA C, compiled from PTX
-    /// emitted from the phenotype, or interpreted. `None` (the default) lets the engine choose
-    /// from the problem and the options alone, never from timings, so that a seed fixes the run
-    /// on every machine ([`crate::route`]); [`crate::Engine::route`] says which and why.
-    pub route: Option<EvalRoute>,
+    /// emitted from the phenotype, interpreted on the GPU, or evaluated by the CPU reference
+    /// evaluator with nothing compiled ([`Route::Cpu`], for quick experiments with the GP
+    /// engine). `None` (the default) lets the engine choose from the problem and the options
+    /// alone, never from timings, so that a seed fixes the run on every machine
+    /// ([`crate::route`]); [`crate::Engine::route`] says which and why. The interpreter without
+    /// a GPU becomes the CPU route.
+    pub route: Option<Route>,
     /// nvJitLink options for the PTX route (default [`LINK_FLAGS`]).
     pub link_flags: Vec<String>,
     /// How a unit holds its individuals: a kernel each, or one switch kernel per unit that one
@@ -159,9 +109,10 @@ pub const LINK_FLAGS: &[&str] = &["-O0"];
 /// runs took 133 against 143 (keijzer6), 156 against 188 (search) and 104 against 133 ms
 /// (multiplier5) per generation; on NVRTC the two shapes were within 7% either way, the switch
 /// evaluating faster. The engine keeps kernels for an NVRTC template that reads `blockIdx.y`.
+/// (The interpreter and the CPU form no units; their shape is the same default.)
 pub fn default_shape(route: Route) -> Shape {
     match route {
-        Route::Nvrtc | Route::Ptx => Shape::Switch,
+        Route::Nvrtc | Route::Ptx | Route::Interpreter | Route::Cpu => Shape::Switch,
     }
 }
 
@@ -179,7 +130,6 @@ impl Default for Options {
         Options {
             evolution: EvolutionConfig::default(),
             eval: EvalMode::Auto,
-            compile: true,
             arch: None,
             flags: Vec::new(),
             fmad: false,

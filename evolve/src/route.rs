@@ -17,7 +17,7 @@
 
 use gpfarm_gp::{Evolution, EvolutionConfig, Problem, Program};
 
-use crate::options::EvalRoute;
+use gpfarm_protocol::Route;
 
 /// Calibrated costs of one generation's evaluation by each route, linear in the programs'
 /// ops: a route's cost per program, and per program and case, is `base + per_op * ops`.
@@ -67,14 +67,14 @@ pub fn predict(c: &Costs, programs: usize, mean_ops: f64, cases: usize) -> (f64,
 
 /// The route auto takes for `problem` under `config` (the run's GP parameters, which fix its
 /// first generation), and why, in words for the run's header and records.
-pub fn choose(problem: &Problem, config: &EvolutionConfig) -> (EvalRoute, String) {
+pub fn choose(problem: &Problem, config: &EvolutionConfig) -> (Route, String) {
     if let Err(e) = gpfarm_kernels::interp::interp_supported(problem) {
-        return (EvalRoute::Nvrtc, format!("auto: {}; only NVRTC compiles its template", e.difference));
+        return (Route::Nvrtc, format!("auto: {}; only NVRTC compiles its template", e.difference));
     }
     let (programs, mean_ops) = first_generation(problem, config);
     let cases = problem.cases().len();
     let (interp, ptx) = predict(&Costs::H100, programs, mean_ops, cases);
-    let route = if interp <= ptx { EvalRoute::Interpreter } else { EvalRoute::Ptx };
+    let route = if interp <= ptx { Route::Interpreter } else { Route::Ptx };
     let why = format!(
         "auto: {programs} programs of {mean_ops:.1} ops over {cases} cases, predicted {:.2} ms interpreted, \
          {:.2} ms by PTX (H100 costs)",
@@ -123,7 +123,7 @@ mod tests {
         for name in Problem::builtin_names() {
             let problem = Problem::builtin(name).unwrap();
             let (route, why) = choose(&problem, &EvolutionConfig::default());
-            assert_eq!(route, EvalRoute::Interpreter, "{name}: {why}");
+            assert_eq!(route, Route::Interpreter, "{name}: {why}");
             assert!(why.starts_with("auto: ") && why.contains("ms interpreted"), "{why}");
         }
     }

@@ -1,5 +1,7 @@
-//! From phenotypes to GPU code and back: rendering a population into CUDA C translation units
-//! ([`render`]), and (where a GPU is present) evaluating the compiled individuals on it.
+//! From phenotypes to GPU code and back: units for the compile routes ([`unit`], the one place
+//! that matches on a unit's language and shape, over the CUDA C renderer and the PTX emitter),
+//! the GPU interpreter's bytecode and kernel ([`interp`]), and (where a GPU is present)
+//! evaluating compiled or interpreted individuals on it ([`gpu`], [`worker`]).
 //!
 //! This crate knows the problem's template and kernel convention (from `gp`), never how units are
 //! compiled: it hands out plain source text and takes back CUBIN bytes.
@@ -8,14 +10,8 @@ mod fold;
 pub mod gpu;
 pub mod interp;
 pub mod ptx;
-pub mod render;
+mod render;
+pub mod unit;
 pub mod worker;
 
-pub use ptx::{
-    PTX_UNIT_WEIGHT, PtxUnits, PtxUnsupported, Refused, keyed_ptx, ptx_compile_weight, ptx_supported,
-    ptx_switch_unit, ptx_unit, render_ptx_units,
-};
-pub use render::{
-    RenderedUnit, UNIT_WEIGHT, compile_weight, kernel_name, keyed_source, render_switch_unit, render_unit,
-    render_units, switch_refs, unit_kernel_name,
-};
+pub use ptx::{PtxUnsupported, ptx_supported};

@@ -1,5 +1,5 @@
 //! Rendering phenotypes into translation units: each unit is the problem's preamble once, then
-//! its individuals in one of two shapes ([`Shape`]): an `extern "C" __global__` kernel each, made
+//! its individuals in one of two shapes ([`gpfarm_protocol::Shape`]): an `extern "C" __global__` kernel each, made
 //! from the template's kernel section, or each as a `__device__` function called by one switch
 //! kernel that picks the individual by its block row.
 //!
@@ -10,51 +10,35 @@
 //! kernel's launch starts at any branch and covers any number of rows.
 
 use std::fmt::Write as _;
-use std::ops::Range;
 
-use gpfarm_gp::Problem;
 use gpfarm_gp::problem::template::{KernelParam, ParamRole};
 use gpfarm_gp::{KernelName, Phenotype, Template};
-use gpfarm_protocol::Shape;
-
-/// One translation unit and what is in it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RenderedUnit {
-    /// Unit name for compiler messages, e.g. `g3_u7.cu`.
-    pub name: String,
-    /// The CUDA C source.
-    pub source: String,
-    /// Indices (into the phenotypes given) of the individuals in this unit, in kernel order.
-    pub members: Vec<usize>,
-    /// Kernel name of each member, in the same order.
-    pub kernels: Vec<String>,
-}
 
 /// Estimated cost of compiling an individual's kernel, in the units of [`UNIT_WEIGHT`]: its
 /// phenotype's length in bytes plus a fixed part. On NVRTC 13 for sm_90, one kernel per unit costs
 /// about 23 ms + 0.11 ms per phenotype byte (keijzer6 individuals of generations 0-50, one core;
 /// the length explains the time as well as counting math calls does, correlation 0.93), and each
 /// further kernel in a unit about 5 ms + 0.11 ms per byte.
-pub fn compile_weight(phenotype: &Phenotype) -> f64 {
+pub(crate) fn compile_weight(phenotype: &Phenotype) -> f64 {
     KERNEL_WEIGHT + phenotype.as_str().len() as f64
 }
 
 /// The fixed part of a kernel's [`compile_weight`] (about 5 ms of NVRTC time).
-pub const KERNEL_WEIGHT: f64 = 50.0;
+pub(crate) const KERNEL_WEIGHT: f64 = 50.0;
 /// NVRTC's fixed cost per translation unit in the units of [`compile_weight`] (about 20 ms).
-pub const UNIT_WEIGHT: f64 = 180.0;
+pub(crate) const UNIT_WEIGHT: f64 = 180.0;
 
 /// The text an individual's cache key is computed over: the preamble and its kernel rendered
 /// under a fixed name. Two individuals with equal texts compile to the same code.
-pub fn keyed_source(template: &Template, phenotype: &Phenotype) -> String {
-    let name = KernelName::new("gpfarm_individual").expect("a C identifier");
+pub(crate) fn keyed_source(template: &Template, phenotype: &Phenotype) -> String {
+    let name = KernelName::new(crate::unit::KEYED_KERNEL).expect("a C identifier");
     let mut source = template.preamble().to_owned();
     source.push_str(&template.render_kernel(&name, phenotype));
     source
 }
 
 /// One translation unit named `name`: the preamble once, then each `(kernel name, phenotype)`.
-pub fn render_unit(template: &Template, members: &[(KernelName, &Phenotype)]) -> String {
+pub(crate) fn render_unit(template: &Template, members: &[(KernelName, &Phenotype)]) -> String {
     let body: usize = members.iter().map(|(_, p)| p.as_str().len() + template.kernel_template().len()).sum();
     let mut source = String::with_capacity(template.preamble().len() + body);
     source.push_str(template.preamble());
@@ -64,12 +48,12 @@ pub fn render_unit(template: &Template, members: &[(KernelName, &Phenotype)]) ->
     source
 }
 
-/// One translation unit holding the switch kernel `name` ([`Shape::Switch`]): the preamble,
+/// One translation unit holding the switch kernel `name` ([`gpfarm_protocol::Shape::Switch`]): the preamble,
 /// each member's kernel as a device function ([`Template::render_device_function`]), and a
 /// kernel with the problem's parameters `params` and `int first` whose block row `y` calls
 /// member `first + y` with its output pointers moved `y * NCASES` values on. The template must
 /// pass [`Template::switch_ready`].
-pub fn render_switch_unit(
+pub(crate) fn render_switch_unit(
     template: &Template,
     params: &[KernelParam],
     name: &KernelName,
@@ -110,55 +94,18 @@ pub fn render_switch_unit(
 
 /// The kernel references of a switch unit's members: branch `j` of `kernel` for member `j`
 /// ([`KernelRef`](gpfarm_protocol::worker::KernelRef)).
-pub fn switch_refs(kernel: &str, members: usize) -> Vec<String> {
+pub(crate) fn switch_refs(kernel: &str, members: usize) -> Vec<String> {
     (0..members).map(|j| gpfarm_protocol::worker::KernelRef::switch_branch(kernel, j)).collect()
 }
 
 /// Name of the kernel of individual `index` in generation `generation`.
-pub fn kernel_name(generation: usize, index: usize) -> KernelName {
+pub(crate) fn kernel_name(generation: usize, index: usize) -> KernelName {
     KernelName::new(format!("g{generation}_i{index}"))
         .expect("g<digits>_i<digits> is a C identifier by construction")
 }
 
-/// Renders one unit per part: part `u` holds the phenotypes of indices `parts[u]` (how a batch
-/// is split is the caller's choice, e.g. `gpfarm_client::partition::balanced`), in `shape`:
-/// kernels named by [`kernel_name`], or, for [`Shape::Switch`], one switch kernel
-/// `g<generation>_u<u>` per unit (the template must pass [`Template::switch_ready`]).
-pub fn render_units(
-    problem: &Problem,
-    phenotypes: &[Phenotype],
-    generation: usize,
-    parts: &[Range<usize>],
-    shape: Shape,
-) -> Vec<RenderedUnit> {
-    let template = problem.template();
-    parts
-        .iter()
-        .enumerate()
-        .map(|(u, part)| {
-            let members: Vec<usize> = part.clone().collect();
-            let named: Vec<(KernelName, &Phenotype)> =
-                members.iter().map(|&i| (kernel_name(generation, i), &phenotypes[i])).collect();
-            let (source, kernels) = match shape {
-                Shape::Kernels => (
-                    render_unit(template, &named),
-                    named.iter().map(|(k, _)| k.as_str().to_owned()).collect(),
-                ),
-                Shape::Switch => {
-                    let name = unit_kernel_name(generation, u);
-                    (
-                        render_switch_unit(template, &problem.kernel_params(), &name, &named),
-                        switch_refs(name.as_str(), named.len()),
-                    )
-                }
-            };
-            RenderedUnit { name: format!("g{generation}_u{u}.cu"), source, kernels, members }
-        })
-        .collect()
-}
-
 /// Name of the switch kernel of unit `unit` in generation `generation`.
-pub fn unit_kernel_name(generation: usize, unit: usize) -> KernelName {
+pub(crate) fn unit_kernel_name(generation: usize, unit: usize) -> KernelName {
     KernelName::new(format!("g{generation}_u{unit}"))
         .expect("g<digits>_u<digits> is a C identifier by construction")
 }
@@ -166,65 +113,47 @@ pub fn unit_kernel_name(generation: usize, unit: usize) -> KernelName {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpfarm_gp::Problem;
 
-    fn phenotypes(n: usize) -> Vec<Phenotype> {
-        (0..n).map(|i| Phenotype::new(format!("x + {i}.0f"))).collect()
-    }
-
-    #[test]
-    fn every_individual_lands_in_exactly_one_unit_in_order() {
-        let problem = Problem::builtin("keijzer6").unwrap();
-        let units = render_units(&problem, &phenotypes(10), 3, &[0..4, 4..7, 7..10], Shape::Kernels);
-        let members: Vec<usize> = units.iter().flat_map(|u| u.members.clone()).collect();
-        assert_eq!(members, (0..10).collect::<Vec<_>>());
-        let sizes: Vec<usize> = units.iter().map(|u| u.members.len()).collect();
-        assert_eq!(sizes, vec![4, 3, 3]);
+    fn named(n: usize, generation: usize) -> Vec<(KernelName, Phenotype)> {
+        (0..n).map(|i| (kernel_name(generation, i), Phenotype::new(format!("x + {i}.0f")))).collect()
     }
 
     #[test]
     fn a_unit_holds_the_preamble_once_and_one_kernel_per_member() {
         let problem = Problem::builtin("search").unwrap();
-        let units = render_units(&problem, &phenotypes(5), 0, &[0..3, 3..5], Shape::Kernels);
-        assert_eq!(units.len(), 2);
-        for u in &units {
-            assert_eq!(u.source.matches("struct gp_wrapped_ints").count(), 1);
-            for k in &u.kernels {
-                assert_eq!(u.source.matches(&format!("void {k}(")).count(), 1, "{k}");
-            }
+        let members = named(3, 0);
+        let refs: Vec<(KernelName, &Phenotype)> = members.iter().map(|(k, p)| (k.clone(), p)).collect();
+        let source = render_unit(problem.template(), &refs);
+        assert_eq!(source.matches("struct gp_wrapped_ints").count(), 1);
+        for (k, _) in &members {
+            assert_eq!(source.matches(&format!("void {}(", k.as_str())).count(), 1, "{}", k.as_str());
         }
-        assert!(units[1].source.contains("x + 4.0f"));
-    }
-
-    #[test]
-    fn the_keyed_source_names_no_generation_or_place() {
-        let problem = Problem::builtin("keijzer6").unwrap();
-        let p = Phenotype::new("x * 2.0f");
-        let keyed = keyed_source(problem.template(), &p);
-        assert!(keyed.contains("x * 2.0f") && keyed.contains("gpfarm_individual"));
-        let unit = render_unit(problem.template(), &[(kernel_name(3, 7), &p)]);
-        assert_eq!(unit.replace("g3_i7", "gpfarm_individual"), keyed);
+        assert!(source.contains("x + 2.0f"));
     }
 
     #[test]
     fn a_switch_unit_calls_each_member_as_a_device_function_from_one_kernel() {
         let problem = Problem::builtin("search").unwrap();
-        let units = render_units(&problem, &phenotypes(5), 2, &[0..3, 3..5], Shape::Switch);
-        let u = &units[1];
-        assert_eq!(u.kernels, vec!["g2_u1@0", "g2_u1@1"]);
-        assert_eq!(u.source.matches("__global__").count(), 1, "{}", u.source);
-        assert!(u.source.contains(
+        let members: Vec<(KernelName, Phenotype)> = named(5, 2).into_iter().skip(3).collect();
+        let refs: Vec<(KernelName, &Phenotype)> = members.iter().map(|(k, p)| (k.clone(), p)).collect();
+        let name = unit_kernel_name(2, 1);
+        let source = render_switch_unit(problem.template(), &problem.kernel_params(), &name, &refs);
+        assert_eq!(switch_refs(name.as_str(), 2), vec!["g2_u1@0", "g2_u1@1"]);
+        assert_eq!(source.matches("__global__").count(), 1, "{source}");
+        assert!(source.contains(
             "extern \"C\" __global__ void g2_u1(const int* __restrict__ in_INPUT, const int* __restrict__ in_LENINPUT, \
              const int* __restrict__ in_SEARCH, int* __restrict__ out_OUTPUT, int NCASES, int gpfarm_first)"
-        ), "{}", u.source);
+        ), "{source}");
         for (j, i) in [(0, 3), (1, 4)] {
             assert_eq!(
-                u.source.matches(&format!("static __device__ __forceinline__ void g2_i{i}(")).count(),
+                source.matches(&format!("static __device__ __forceinline__ void g2_i{i}(")).count(),
                 1
             );
-            assert!(u.source.contains(&format!(
+            assert!(source.contains(&format!(
                 "case {j}: g2_i{i}(in_INPUT, in_LENINPUT, in_SEARCH, out_OUTPUT + gpfarm_slab, NCASES); break;"
-            )), "{}", u.source);
+            )), "{source}");
         }
-        assert!(!u.source.contains("extern \"C\"  "), "{}", u.source);
+        assert!(!source.contains("extern \"C\"  "), "{source}");
     }
 }

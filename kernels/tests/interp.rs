@@ -265,9 +265,14 @@ fn constants_fold_as_the_ptx_route_folds_them() {
     let sin = (30.80f64 as f32 as f64).sin() as f32;
     assert_eq!(folded.words[0], Op::PushF as u32);
     assert_eq!(folded.words[1], sin.to_bits());
-    let ptx =
-        gpfarm_kernels::keyed_ptx(&problem, &Phenotype::new("sinf(30.80)"), gpfarm_protocol::SmArch::SM_90)
-            .unwrap();
+    let ptx = gpfarm_kernels::unit::key_text(
+        &problem,
+        gpfarm_protocol::Language::Ptx,
+        gpfarm_protocol::SmArch::SM_90,
+        &Phenotype::new("sinf(30.80)"),
+        None,
+    )
+    .unwrap();
     assert!(ptx.contains(&format!("0f{:08X}", sin.to_bits())), "{ptx}");
     // Unfolded, the call runs.
     let plain = compile_with(&problem, &program, Folding::None).unwrap();

@@ -10,8 +10,28 @@ use std::time::Instant;
 
 use gpfarm_gp::problem::ProblemSources;
 use gpfarm_gp::{Phenotype, Problem};
-use gpfarm_kernels::ptx::ptx_unit;
-use gpfarm_kernels::{keyed_ptx, ptx_supported, render_ptx_units};
+use gpfarm_kernels::ptx_supported;
+use gpfarm_kernels::unit::{Batch, kernel_name, key_text, render, render_batch};
+use gpfarm_protocol::Language;
+
+fn keyed_ptx(
+    problem: &Problem,
+    p: &Phenotype,
+    arch: SmArch,
+) -> Result<String, gpfarm_gp::interp::CompileError> {
+    key_text(problem, Language::Ptx, arch, p, None)
+}
+
+fn render_ptx_units(
+    problem: &Problem,
+    phenotypes: &[Phenotype],
+    generation: usize,
+    parts: &[std::ops::Range<usize>],
+    arch: SmArch,
+    shape: Shape,
+) -> Batch {
+    render_batch(problem, Language::Ptx, shape, arch, phenotypes, generation, parts)
+}
 use gpfarm_protocol::{Shape, SmArch};
 
 /// ptxas: `GPFARM_PTXAS`, else the pinned wheel's (`.toolchain/site/nvidia/cu13/bin/ptxas` in
@@ -80,10 +100,10 @@ fn assembles_all(problem_name: &str) {
             assert_eq!(units.refused, vec![], "{problem_name}");
             let started = Instant::now();
             for u in &units.units {
-                assert!(u.source.contains(".target sm_90"));
-                let entries = u.source.matches(".visible .entry").count();
+                assert!(u.source().contains(".target sm_90"));
+                let entries = u.source().matches(".visible .entry").count();
                 assert_eq!(entries, if shape == Shape::Switch { 1 } else { u.members.len() });
-                assemble(&ptxas, &format!("{problem_name}_{shape}_{}", u.name), &u.source);
+                assemble(&ptxas, &format!("{problem_name}_{shape}_{}", u.unit.name), u.source());
             }
             eprintln!(
                 "{problem_name} population {k}: {n} distinct individuals in {} units of {shape}, ptxas {:.2} s",
@@ -216,12 +236,16 @@ fn refused_phenotypes_are_listed_and_left_out() {
     assert_eq!(units.units.len(), 3);
     assert_eq!(units.units[0].members, vec![0]);
     assert_eq!(units.units[0].kernels, vec!["g4_i0"]);
-    assert_eq!(units.units[1].name, "g4_u1.ptx");
+    assert_eq!(units.units[1].unit.name, "g4_u1.ptx");
     assert_eq!(units.units[2].members, vec![5]);
     // A part whose individuals are all refused gives no unit.
     let none = render_ptx_units(&problem, &phenotypes, 4, &[1..2, 2..3], SmArch::SM_90, Shape::Kernels);
     assert_eq!(none.units.len(), 1);
-    assert_eq!(none.units[0].name, "g4_u1.ptx");
+    assert_eq!(none.units[0].unit.name, "g4_u1.ptx");
     let program = gpfarm_gp::Program::compile(&problem, &phenotypes[0]).unwrap();
-    assert_eq!(ptx_unit(&problem, &[("k", &program)], SmArch(80)).matches(".target sm_80").count(), 1);
+    let k = kernel_name(0, 0);
+    let member =
+        gpfarm_kernels::unit::Member { kernel: &k, phenotype: &phenotypes[0], program: Some(&program) };
+    let unit = render(&problem, Language::Ptx, Shape::Kernels, SmArch(80), &k, &[member]).unit;
+    assert_eq!(String::from_utf8(unit.source).unwrap().matches(".target sm_80").count(), 1);
 }

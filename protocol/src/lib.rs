@@ -26,8 +26,8 @@ pub use message::{CompileRef, DaemonInfo, Request, Response, decode_request, dec
 pub use names::{DaemonId, FarmName, SegmentName};
 pub use segment::{DaemonState, Segment, SegmentError};
 pub use types::{
-    CompileMode, CompileOptions, Failure, FailureKind, Route, Shape, SmArch, Unit, UnitOutcome, UnitResult,
-    UnitTimings,
+    CompileMode, CompileOptions, Failure, FailureKind, Language, Route, Shape, SmArch, Unit, UnitOutcome,
+    UnitResult, UnitTimings,
 };
 
 /// Version of the segment layout and message set; both sides must agree exactly.

@@ -48,7 +48,8 @@ impl fmt::Display for SmArch {
     }
 }
 
-/// How source becomes a CUBIN.
+/// How NVRTC's output becomes a CUBIN, for CUDA C units (a compile option, not a route: PTX
+/// units are always linked by nvJitLink, and the interpreter and the CPU compile nothing).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Encode, Decode, Serialize, Deserialize)]
 pub enum CompileMode {
     /// NVRTC straight to CUBIN (`nvrtcGetCUBIN`): no driver, no GPU needed. The fast path.
@@ -89,7 +90,7 @@ pub struct CompileOptions {
     /// Extra NVRTC options, passed as given (e.g. `--use_fast_math`, `-default-device`). CUDA C
     /// units only.
     pub flags: Vec<String>,
-    /// Extra nvJitLink options for PTX units ([`Route::Ptx`]), passed as given after
+    /// Extra nvJitLink options for PTX units ([`Language::Ptx`]), passed as given after
     /// `-arch=sm_XX` (e.g. `-O0`, `-Xptxas=-O1`). Empty by default.
     pub link_flags: Vec<String>,
 }
@@ -101,42 +102,93 @@ impl CompileOptions {
     }
 }
 
-/// How a unit's source becomes CUBIN.
+/// How a phenotype gets its fitness: the one value every layer (command line, Python, engine,
+/// evaluator) passes along. Every route gives the same fitness on the GPU, bit for bit; the CPU
+/// reference evaluator is the oracle they are all tested against.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Encode, Decode, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Route {
-    /// CUDA C compiled by NVRTC (the paper's route; any CUDA C).
+    /// CUDA C rendered from the problem's template, compiled to CUBIN by NVRTC on the compile
+    /// daemons (the paper's route; any CUDA C a template allows).
     #[default]
     Nvrtc,
-    /// PTX emitted straight from the phenotype, assembled and linked with the math library
-    /// ([`crate::ptx_math`]) by nvJitLink.
+    /// PTX emitted straight from the phenotype's typed tree, assembled and linked with the math
+    /// library ([`crate::ptx_math`]) by nvJitLink on the compile daemons.
     Ptx,
+    /// Bytecode run by one GPU interpreter kernel for the whole population: nothing is compiled
+    /// per individual and no daemon is started.
+    Interpreter,
+    /// The CPU reference evaluator walks the typed tree: nothing is compiled, no GPU is used.
+    Cpu,
 }
 
 impl Route {
-    /// The name used on the command line and in records.
+    /// Every route, in the order the command line lists them.
+    pub const ALL: [Route; 4] = [Route::Nvrtc, Route::Ptx, Route::Interpreter, Route::Cpu];
+
+    /// The name used on the command line, in Python and in records.
     pub fn as_str(self) -> &'static str {
         match self {
             Route::Nvrtc => "nvrtc",
             Route::Ptx => "ptx",
+            Route::Interpreter => "interpreter",
+            Route::Cpu => "cpu",
         }
+    }
+
+    /// The language of the units a compile route sends to the daemons; `None` for the routes
+    /// that compile no individual.
+    pub fn language(self) -> Option<Language> {
+        match self {
+            Route::Nvrtc => Some(Language::CudaC),
+            Route::Ptx => Some(Language::Ptx),
+            Route::Interpreter | Route::Cpu => None,
+        }
+    }
+
+    /// Whether individuals are compiled, one unit at a time, on the compile daemons.
+    pub fn compiles_individuals(self) -> bool {
+        self.language().is_some()
     }
 }
 
 impl FromStr for Route {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "nvrtc" => Ok(Route::Nvrtc),
-            "ptx" => Ok(Route::Ptx),
-            _ => Err(format!("unknown route {s:?}: use nvrtc or ptx")),
+        if s == "interp" {
+            return Ok(Route::Interpreter);
         }
+        Route::ALL
+            .into_iter()
+            .find(|r| r.as_str() == s)
+            .ok_or_else(|| format!("unknown route {s:?}: use nvrtc, ptx, interpreter or cpu"))
     }
 }
 
 impl fmt::Display for Route {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// What a unit's source is, so a compiler knows which tool takes it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Encode, Decode, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Language {
+    /// CUDA C, for NVRTC (or nvcc).
+    #[default]
+    CudaC,
+    /// PTX, for nvJitLink.
+    Ptx,
+}
+
+impl Language {
+    /// The file extension of a unit in this language: `cu` or `ptx`.
+    pub fn extension(self) -> &'static str {
+        match self {
+            Language::CudaC => "cu",
+            Language::Ptx => "ptx",
+        }
     }
 }
 
@@ -189,25 +241,25 @@ pub struct Unit {
     /// The source. Bytes, not text: invalid UTF-8 reaches the compiler and is reported per unit
     /// instead of failing the whole call.
     pub source: Vec<u8>,
-    /// What the source is and how it becomes CUBIN.
-    pub route: Route,
+    /// What the source is, so the compiler knows which tool takes it.
+    pub language: Language,
 }
 
 impl Unit {
     /// A CUDA C unit from a name and its source text.
     pub fn new(name: impl Into<String>, source: impl Into<String>) -> Self {
-        Unit { name: name.into(), source: source.into().into_bytes(), route: Route::Nvrtc }
+        Unit { name: name.into(), source: source.into().into_bytes(), language: Language::CudaC }
     }
 
     /// A PTX unit from a name and its PTX text.
     pub fn ptx(name: impl Into<String>, ptx: impl Into<String>) -> Self {
-        Unit { name: name.into(), source: ptx.into().into_bytes(), route: Route::Ptx }
+        Unit { name: name.into(), source: ptx.into().into_bytes(), language: Language::Ptx }
     }
 }
 
 /// Time spent on one unit, in microseconds, by stage.
 ///
-/// A PTX unit ([`Route::Ptx`]) has no NVRTC stage: `compile_us` holds nvJitLink's time
+/// A PTX unit ([`Language::Ptx`]) has no NVRTC stage: `compile_us` holds nvJitLink's time
 /// (`nvJitLinkCreate` + `nvJitLinkAddData` + `nvJitLinkComplete`: assembling the PTX and linking
 /// it with the math library), plus, for the first PTX unit a compiler sees for an architecture,
 /// NVRTC's compile of that library; `extract_us` is fetching the linked CUBIN and the log;

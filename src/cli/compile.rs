@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use gpfarm_client::{CompilerSpec, Workers, cubin};
-use gpfarm_protocol::{CompileMode, CompileOptions, FarmName, Route, SmArch, Unit, UnitOutcome};
+use gpfarm_protocol::{CompileMode, CompileOptions, FarmName, Language, SmArch, Unit, UnitOutcome};
 use serde_json::json;
 
 use super::compilers::{self, FarmSource};
@@ -108,9 +108,13 @@ fn resolve(
     Ok((spec, mode))
 }
 
-/// The route of a `--source` file: PTX for `.ptx`, CUDA C for anything else.
-fn route_of(path: &Path) -> Route {
-    if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("ptx")) { Route::Ptx } else { Route::Nvrtc }
+/// The language of a `--source` file: PTX for `.ptx`, CUDA C for anything else.
+fn language_of(path: &Path) -> Language {
+    if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("ptx")) {
+        Language::Ptx
+    } else {
+        Language::CudaC
+    }
 }
 
 /// Runs `gpfarm compile`.
@@ -124,7 +128,7 @@ pub fn run(args: CompileArgs, cuda: Option<&Path>) -> Result<()> {
         let mut units = Vec::new();
         for path in &args.source {
             let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-            units.push(Unit { name: path.display().to_string(), source: bytes, route: route_of(path) });
+            units.push(Unit { name: path.display().to_string(), source: bytes, language: language_of(path) });
         }
         let n = units.len();
         (units, vec![None; n])
@@ -259,10 +263,10 @@ mod tests {
 
     #[test]
     fn a_ptx_file_is_a_ptx_unit_and_anything_else_cuda_c() {
-        assert_eq!(route_of(Path::new("dir/k.ptx")), Route::Ptx);
-        assert_eq!(route_of(Path::new("K.PTX")), Route::Ptx);
-        assert_eq!(route_of(Path::new("k.cu")), Route::Nvrtc);
-        assert_eq!(route_of(Path::new("ptx")), Route::Nvrtc);
+        assert_eq!(language_of(Path::new("dir/k.ptx")), Language::Ptx);
+        assert_eq!(language_of(Path::new("K.PTX")), Language::Ptx);
+        assert_eq!(language_of(Path::new("k.cu")), Language::CudaC);
+        assert_eq!(language_of(Path::new("ptx")), Language::CudaC);
     }
 
     #[test]

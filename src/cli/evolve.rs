@@ -1,22 +1,23 @@
-//! `gpfarm evolve`: turns the flags into [`gpfarm_evolve::Options`], builds the compiler the
-//! engine asks for, and prints what the engine reports. Must never hold generation logic: that
-//! is the `gpfarm-evolve` library's.
+//! `gpfarm evolve`: turns the flags into [`gpfarm_evolve::Options`] and a
+//! [`CompilerRequest`], has the engine's planner ([`gpfarm_evolve::plan`]) build what the run
+//! needs, and prints what the engine reports. Must never hold generation logic or decide which
+//! compilers a run gets: that is the `gpfarm-evolve` library's.
 
+use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use gpfarm_client::DiskCache;
-use gpfarm_evolve::{
-    Engine, EvalMode, EvalRoute, EvaluatorKind, GenerationRecord, IslandPlace, Options, ProblemRef, Summary,
-};
+use gpfarm_client::{BuildConfig, DiskCache};
+use gpfarm_evolve::plan::{self, CompilerRequest, Compilers, IslandFarm};
+use gpfarm_evolve::{Engine, EvalMode, EvolveError, Options, ProblemRef, Route, Summary};
 use gpfarm_gp::EvolutionConfig;
 use gpfarm_protocol::{FarmName, SmArch};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use gpfarm_client::{Compiler, CompilerSpec};
+use gpfarm_client::CompilerSpec;
 
-use super::compilers::{self, FarmSource};
 pub(crate) use table::row;
 use table::{footer, header};
 
@@ -51,8 +52,9 @@ pub struct EvolveArgs {
     /// With --attach: the farm's name (default: the only resident farm).
     #[arg(long, requires = "attach")]
     farm: Option<FarmName>,
-    /// Skip compilation (CPU evaluation only; for quick experiments with the GP engine).
-    #[arg(long)]
+    /// Compile nothing and evaluate on the CPU: the same as --route cpu (for quick experiments
+    /// with the GP engine).
+    #[arg(long, conflicts_with = "route")]
     no_compile: bool,
     /// Individuals per translation unit (default: chunks guided by each individual's estimated
     /// compile cost, heaviest first, shrinking towards the end of a generation so that every
@@ -70,12 +72,13 @@ pub struct EvolveArgs {
     flags: Vec<String>,
     /// How individuals get their fitness: nvrtc (CUDA C compiled by NVRTC on the daemons), ptx
     /// (PTX emitted from the phenotype, linked by nvJitLink on the daemons), interpreter
-    /// (bytecode run by one GPU kernel for the whole population; no daemons), or auto: the
-    /// interpreter where the problem's template.cu is the standard harness, else nvrtc (nvrtc
-    /// with --compiler nvcc). ptx and interpreter need the standard harness. All give the same
-    /// fitness on the GPU, bit for bit.
-    #[arg(long, value_enum, default_value_t = RouteArg::Auto)]
-    route: RouteArg,
+    /// (bytecode run by one GPU kernel for the whole population; no daemons), cpu (the CPU
+    /// reference evaluator; nothing compiled), or auto: the interpreter or ptx, by predicted
+    /// time, where the problem's template.cu is the standard harness, else nvrtc (nvrtc with
+    /// --compiler nvcc); the interpreter becomes cpu without a GPU. ptx and interpreter need the
+    /// standard harness. All give the same fitness on the GPU, bit for bit.
+    #[arg(long, default_value = "auto", value_parser = parse_route)]
+    route: AutoRoute,
     /// nvJitLink option for the PTX route (repeatable; replaces the default -O0), e.g.
     /// --link-flag=-O3.
     #[arg(long = "link-flag", allow_hyphen_values = true)]
@@ -160,23 +163,13 @@ pub struct EvolveArgs {
     island_farm: IslandFarm,
 }
 
-/// `--island-farm`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum IslandFarm {
-    /// One farm of -n daemons; every island's units go to its queue.
-    Shared,
-    /// A farm per island, the -n daemons divided between them.
-    Split,
-}
+/// `--route`: a route, or `None` for auto. (An alias, so that clap takes `auto` as a value
+/// rather than the flag as optional.)
+type AutoRoute = Option<Route>;
 
-/// `--route`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum RouteArg {
-    Auto,
-    Nvrtc,
-    Ptx,
-    #[value(alias = "interp")]
-    Interpreter,
+/// Parses `--route`: `auto` or a [`Route`].
+fn parse_route(s: &str) -> Result<AutoRoute, String> {
+    if s == "auto" { Ok(None) } else { s.parse().map(Some) }
 }
 
 impl EvolveArgs {
@@ -208,17 +201,10 @@ impl EvolveArgs {
                 ..EvolutionConfig::default()
             },
             eval: self.eval,
-            compile: !self.no_compile,
             arch: self.arch,
             flags: self.flags.clone(),
             fmad: self.fmad,
-            route: match (self.route, &self.compiler) {
-                (RouteArg::Auto, CompilerSpec::Nvcc) => Some(EvalRoute::Nvrtc),
-                (RouteArg::Auto, _) => None,
-                (RouteArg::Nvrtc, _) => Some(EvalRoute::Nvrtc),
-                (RouteArg::Ptx, _) => Some(EvalRoute::Ptx),
-                (RouteArg::Interpreter, _) => Some(EvalRoute::Interpreter),
-            },
+            route: if self.no_compile { Some(Route::Cpu) } else { self.route },
             link_flags: if self.link_flags.is_empty() {
                 Options::default().link_flags
             } else {
@@ -243,103 +229,45 @@ impl EvolveArgs {
             migrants: self.migrants,
         })
     }
+
+    /// The compiler the run asks for (the planner adds what its route needs).
+    pub fn compiler_request(&self, cuda: Option<&Path>) -> Result<CompilerRequest> {
+        let workers = match self.daemons {
+            None => None,
+            Some(n) => {
+                Some(NonZeroUsize::new(n).ok_or_else(|| super::UsageError("-n must be at least 1".into()))?)
+            }
+        };
+        Ok(CompilerRequest {
+            spec: self.compiler,
+            workers,
+            build: BuildConfig {
+                cuda: cuda.map(Path::to_path_buf),
+                attach: self.attach.then(|| self.farm.clone()),
+                unit_deadline: Duration::from_secs(self.deadline),
+            },
+            island_farm: self.island_farm,
+        })
+    }
 }
 
-/// The compilers of a run: none, one (every island shares it), or one per island.
-pub type Compilers = Vec<Box<dyn Compiler + Send>>;
-
-/// The engine for `args` and the compilers it needs (none for the interpreter on the CPU, or
-/// with `--no-compile`; one per island with `--island-farm split`), started and checked against
-/// the engine's options: what `gpfarm evolve` and the Python package's `evolve` run.
+/// The engine for `args` and the compilers its route needs, started and checked
+/// ([`plan::prepare`]).
 pub fn prepare(args: &EvolveArgs, cuda: Option<&Path>) -> Result<(Engine, Compilers)> {
     let problem = args.problem();
-    let engine = Engine::new(problem.clone(), args.options()?).map_err(|e| match &problem {
-        ProblemRef::Dir(dir) => anyhow::Error::new(e).context(format!("loading problem {}", dir.display())),
-        ProblemRef::Builtin(_) => e.into(),
-    })?;
-    let options = engine.compile_options();
-    if matches!(args.compiler, CompilerSpec::FarmJit(_)) {
-        let why = "evolve compiles CUBIN: use --compiler farm (farm-jit is for `compile` and `bench`)";
-        return Err(super::UsageError(why.into()).into());
-    }
-    if args.attach && !matches!(args.compiler, CompilerSpec::Farm(_)) {
-        let why = "--attach compiles on running daemons: use it with --compiler farm";
-        return Err(super::UsageError(why.into()).into());
-    }
-    if args.attach && engine.route() == EvalRoute::Interpreter {
-        let why = "--attach compiles on running daemons, and the interpreter route compiles no individual: \
-                   add --route ptx or --route nvrtc";
-        return Err(super::UsageError(why.into()).into());
-    }
-    let split = args.island_farm == IslandFarm::Split && args.islands > 1;
-    let mut compilers: Compilers = if args.no_compile {
-        Vec::new()
-    } else if !engine.needs_daemons() {
-        // The interpreter: its one kernel is compiled in this process, and only for the GPU.
-        match engine.evaluator() {
-            EvaluatorKind::Gpu => vec![compilers::build(
-                CompilerSpec::InProcess,
-                Some(1),
-                cuda,
-                &options,
-                &FarmSource::default(),
-            )?],
-            EvaluatorKind::Cpu => Vec::new(),
+    plan::prepare(problem.clone(), args.options()?, &args.compiler_request(cuda)?).map_err(|e| {
+        match (e, &problem) {
+            (EvolveError::Usage(why), _) => super::UsageError(why).into(),
+            (e @ EvolveError::Problem(_), ProblemRef::Dir(dir)) => {
+                anyhow::Error::new(e).context(format!("loading problem {}", dir.display()))
+            }
+            (e, _) => e.into(),
         }
-    } else if split {
-        if args.attach {
-            return Err(super::UsageError(
-                "--island-farm split starts its own farms: leave out --attach".into(),
-            )
-            .into());
-        }
-        // The daemons (-n, else one per core) divided between the islands, at least one each.
-        let total =
-            args.daemons.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-        let source = FarmSource { attach: None, deadline_s: Some(args.deadline) };
-        (0..args.islands)
-            .map(|k| {
-                let share = (total / args.islands + usize::from(k < total % args.islands)).max(1);
-                compilers::build(args.compiler, Some(share), cuda, &options, &source)
-            })
-            .collect::<Result<_>>()?
-    } else {
-        let source =
-            FarmSource { attach: args.attach.then(|| args.farm.clone()), deadline_s: Some(args.deadline) };
-        vec![compilers::build(args.compiler, args.daemons, cuda, &options, &source)?]
-    };
-    // After the compilers are built: a configuration error is what a person should see first.
-    if let Some(c) = compilers.first_mut() {
-        engine.check_options(c.as_mut())?;
-    }
-    Ok((engine, compilers))
-}
-
-/// Runs `engine` on `compilers` (see [`prepare`]), every island in this process.
-pub fn run_engine(
-    engine: &Engine,
-    compilers: &mut Compilers,
-    on_generation: impl FnMut(&GenerationRecord) -> Result<(), gpfarm_evolve::CallbackError>,
-) -> Result<Summary, gpfarm_evolve::EvolveError> {
-    let place = IslandPlace::whole(engine.options().islands.max(1));
-    let compilers = compilers.iter_mut().map(|c| c.as_mut() as &mut (dyn Compiler + Send)).collect();
-    engine.run_islands(compilers, place, on_generation)
+    })
 }
 
 /// Runs `gpfarm evolve`.
 pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
-    if let Some(_ranks) = launched_by_mpi() {
-        #[cfg(feature = "mpi")]
-        return super::mpi::run(args, cuda);
-        #[cfg(not(feature = "mpi"))]
-        if _ranks > 1 {
-            let why = format!(
-                "started by an MPI launcher with {_ranks} ranks, but this gpfarm was built without MPI: every rank \
-                 would run the whole job alone; build it with `cargo build --release --features mpi`"
-            );
-            return Err(super::UsageError(why).into());
-        }
-    }
     let (engine, mut compilers) = prepare(&args, cuda)?;
     if let Some(notice) = engine.notice() {
         eprintln!("note: {notice}");
@@ -365,7 +293,7 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
         bar
     };
     let (json, islands) = (args.json, args.islands > 1);
-    let summary = run_engine(&engine, &mut compilers, |r| {
+    let summary = plan::run(&engine, &mut compilers, |r| {
         if json {
             println!("{}", serde_json::to_string(r)?);
         } else {
@@ -386,13 +314,4 @@ pub(super) fn print_summary(summary: &Summary, json: bool) -> Result<()> {
         footer(summary);
     }
     Ok(())
-}
-
-/// The number of ranks when an MPI launcher (Open MPI's mpirun, a PMI or PMIx launcher such as
-/// Slurm's srun) started this process.
-pub fn launched_by_mpi() -> Option<usize> {
-    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"]
-        .iter()
-        .find_map(|v| std::env::var(v).ok()?.parse().ok())
-        .or_else(|| std::env::var_os("PMIX_RANK").map(|_| 1))
 }

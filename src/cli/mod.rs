@@ -54,12 +54,39 @@ enum Command {
     Daemons(daemons::DaemonsCommand),
 }
 
+/// Runs `gpfarm evolve`: as one rank of an MPI job when an MPI launcher started this process,
+/// else every island here.
+fn run_evolve(args: evolve::EvolveArgs, cuda: Option<&std::path::Path>) -> Result<()> {
+    if let Some(_ranks) = launched_by_mpi() {
+        #[cfg(feature = "mpi")]
+        return mpi::run(args, cuda);
+        #[cfg(not(feature = "mpi"))]
+        if _ranks > 1 {
+            let why = format!(
+                "started by an MPI launcher with {_ranks} ranks, but this gpfarm was built without MPI: every rank \
+                 would run the whole job alone; build it with `cargo build --release --features mpi`"
+            );
+            return Err(UsageError(why).into());
+        }
+    }
+    evolve::run(args, cuda)
+}
+
+/// The number of ranks when an MPI launcher (Open MPI's mpirun, a PMI or PMIx launcher such as
+/// Slurm's srun) started this process.
+pub fn launched_by_mpi() -> Option<usize> {
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok()?.parse().ok())
+        .or_else(|| std::env::var_os("PMIX_RANK").map(|_| 1))
+}
+
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Compile(args) => compile::run(args, cli.cuda.as_deref()),
         Command::Daemons(cmd) => daemons::run(cmd, cli.cuda.as_deref()),
-        Command::Evolve(args) => evolve::run(args, cli.cuda.as_deref()),
+        Command::Evolve(args) => run_evolve(args, cli.cuda.as_deref()),
         Command::Bench(args) => bench::run(args, cli.cuda.as_deref()),
     }
 }

@@ -11,7 +11,7 @@
 //! a process or panic on a unit's contents: a unit that fails is a failed [`UnitResult`], never
 //! an error.
 //!
-//! A PTX unit ([`Route::Ptx`]) skips NVRTC: nvJitLink ([`NvJitLink`], loaded on the first PTX
+//! A PTX unit ([`Language::Ptx`]) skips NVRTC: nvJitLink ([`NvJitLink`], loaded on the first PTX
 //! unit from beside NVRTC) assembles its PTX and links it with the math library
 //! ([`gpfarm_protocol::ptx_math`]), which NVRTC compiles into a relocatable CUBIN once per
 //! architecture and which is kept for the life of the [`WarmNvrtc`].
@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use gpfarm_protocol::{
-    CompileMode, CompileOptions, Failure, FailureKind, Route, SmArch, Unit, UnitOutcome, UnitResult,
+    CompileMode, CompileOptions, Failure, FailureKind, Language, SmArch, Unit, UnitOutcome, UnitResult,
     UnitTimings, ptx_math,
 };
 use thiserror::Error;
@@ -248,7 +248,7 @@ impl WarmNvrtc {
         self.warmup
     }
 
-    /// Compiles one unit as its route and `options` ask. A CUDA C unit: CUBIN straight from
+    /// Compiles one unit as its language and `options` ask. A CUDA C unit: CUBIN straight from
     /// NVRTC, or in ptx-jit mode PTX from NVRTC then `linker`. A PTX unit: nvJitLink links its
     /// PTX with the math library (cubin mode only). Every failure is the unit's own, with NVRTC's
     /// or the linker's log; without a linker a ptx-jit unit fails with [`NO_LINKER`].
@@ -258,9 +258,9 @@ impl WarmNvrtc {
         options: &CompileOptions,
         linker: Option<&dyn PtxLinker>,
     ) -> UnitResult {
-        match unit.route {
-            Route::Nvrtc => self.compile_cuda(unit, options, linker),
-            Route::Ptx => self.compile_ptx(unit, options),
+        match unit.language {
+            Language::CudaC => self.compile_cuda(unit, options, linker),
+            Language::Ptx => self.compile_ptx(unit, options),
         }
     }
 
@@ -498,14 +498,15 @@ mod tests {
         let at = bad.len() - 2;
         bad.insert(at, 0xff);
         let r = nvrtc.compile_unit(
-            &Unit { name: "latin.ptx".into(), source: bad, route: Route::Ptx },
+            &Unit { name: "latin.ptx".into(), source: bad, language: Language::Ptx },
             &options,
             None,
         );
         let UnitOutcome::Failed(f) = &r.outcome else { panic!("linked: {}", r.log) };
         assert_eq!(f.kind, FailureKind::InvalidSource, "{f}");
         assert!(f.message.contains(&format!("not valid UTF-8 at byte offset {at}")), "{f}");
-        let nul = Unit { name: "nul.ptx".into(), source: b".version 9.0\0".to_vec(), route: Route::Ptx };
+        let nul =
+            Unit { name: "nul.ptx".into(), source: b".version 9.0\0".to_vec(), language: Language::Ptx };
         let r = nvrtc.compile_unit(&nul, &options, None);
         assert!(
             matches!(&r.outcome, UnitOutcome::Failed(f) if f.kind == FailureKind::InvalidSource),

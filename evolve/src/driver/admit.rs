@@ -11,9 +11,8 @@ use gpfarm_client::CacheKey;
 use gpfarm_gp::Born;
 use gpfarm_gp::{Fitness, Program};
 use gpfarm_kernels::interp::Bytecode;
-use gpfarm_kernels::keyed_source;
-use gpfarm_kernels::ptx::ptx_unit;
-use gpfarm_protocol::Route;
+use gpfarm_kernels::unit::key_text;
+use gpfarm_protocol::{Language, Route};
 
 use super::{Driver, Member, Ready};
 use crate::account::Chain;
@@ -40,7 +39,7 @@ impl Driver<'_> {
                         "individual {} of generation {} cannot take the {} route: {e}; phenotype: {}",
                         b.slot,
                         b.generation,
-                        if self.settings.interpret { "interpreter" } else { "PTX" },
+                        self.settings.route,
                         b.phenotype.as_str()
                     );
                     let worst = Fitness::worst(self.problem.direction());
@@ -91,8 +90,11 @@ impl Driver<'_> {
                 w.push(member);
                 self.account(generation).duplicates += 1;
                 self.totals.duplicates += 1;
-            } else if let Some(hit) =
-                self.disk.as_ref().filter(|_| !self.settings.interpret).and_then(|d| d.get(&key))
+            } else if let Some(hit) = self
+                .disk
+                .as_ref()
+                .filter(|_| self.settings.route.compiles_individuals())
+                .and_then(|d| d.get(&key))
             {
                 self.waiting.insert(key, Vec::new());
                 self.account(member.generation).disk_hits += 1;
@@ -127,9 +129,9 @@ impl Driver<'_> {
     }
 }
 
-/// What admitting an individual computes before placing it: its typed tree (on the PTX and
-/// interpreter routes; `Err` when the parser refuses it), its bytecode (on the interpreter
-/// route; `Err` when the interpreter cannot hold it) and its key.
+/// What admitting an individual computes before placing it: its typed tree (on every route but
+/// NVRTC; `Err` when the parser refuses it), its bytecode (on the interpreter and CPU routes;
+/// `Err` when the interpreter cannot hold it) and its key.
 struct Prepared {
     program: Result<Option<Arc<Program>>, String>,
     code: Result<Option<Arc<Bytecode>>, String>,
@@ -150,8 +152,8 @@ impl Driver<'_> {
     /// on it alone, so the threads change nothing but the time.
     fn prepare(&self, born: &[Born]) -> Vec<Prepared> {
         let (problem, options, toolchain) = (self.problem, self.options, self.toolchain.as_str());
-        let (interpret, route, cache) = (self.settings.interpret, self.settings.route, self.settings.cache);
-        let one = |b: &Born| prepare_one(problem, options, toolchain, (interpret, route, cache), b);
+        let (route, cache) = (self.settings.route, self.settings.cache);
+        let one = |b: &Born| prepare_one(problem, options, toolchain, (route, cache), b);
         let bytes: usize = born.iter().map(|b| b.phenotype.as_str().len()).sum();
         let threads = self.eval_threads.get().min(bytes / PREPARE_BYTES_PER_THREAD).min(born.len());
         if threads <= 1 {
@@ -181,22 +183,22 @@ impl Driver<'_> {
     }
 }
 
-/// [`Prepared`] for `b`, with the run's `(interpret, route, cache)`.
+/// [`Prepared`] for `b`, with the run's `(route, cache)`.
 fn prepare_one(
     problem: &gpfarm_gp::Problem,
     options: &gpfarm_client::CompileOptions,
     toolchain: &str,
-    (interpret, route, cache): (bool, Route, bool),
+    (route, cache): (Route, bool),
     b: &Born,
 ) -> Prepared {
-    let program = match (interpret, route) {
-        (false, Route::Nvrtc) => Ok(None),
-        (true, _) | (false, Route::Ptx) => {
+    let program = match route {
+        Route::Nvrtc => Ok(None),
+        Route::Ptx | Route::Interpreter | Route::Cpu => {
             Program::compile(problem, &b.phenotype).map(|p| Some(Arc::new(p))).map_err(|e| e.to_string())
         }
     };
-    let code = match (&program, interpret) {
-        (Ok(Some(p)), true) => {
+    let code = match (&program, route.compiles_individuals()) {
+        (Ok(Some(p)), false) => {
             gpfarm_kernels::interp::compile(problem, p).map(|c| Some(Arc::new(c))).map_err(|e| e.to_string())
         }
         _ => Ok(None),
@@ -210,12 +212,11 @@ fn prepare_one(
             let bytes: Vec<u8> = c.words.iter().flat_map(|w| w.to_le_bytes()).collect();
             Some(CacheKey::new(&bytes, options, toolchain))
         }
-        (Ok(Some(p)), _) => {
-            let unit = ptx_unit(problem, &[("gpfarm_individual", p)], options.arch);
-            Some(CacheKey::new(unit.as_bytes(), options, toolchain))
-        }
-        (Ok(None), _) => {
-            Some(CacheKey::new(keyed_source(problem.template(), &b.phenotype).as_bytes(), options, toolchain))
+        (Ok(program), _) => {
+            let language = if program.is_some() { Language::Ptx } else { Language::CudaC };
+            key_text(problem, language, options.arch, &b.phenotype, program.as_deref())
+                .ok()
+                .map(|text| CacheKey::new(text.as_bytes(), options, toolchain))
         }
     };
     Prepared { program, code, key }

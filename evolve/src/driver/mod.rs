@@ -54,10 +54,9 @@ pub(crate) struct Settings {
     pub workers: usize,
     /// What happens to an individual that crashes NVRTC or does not compile.
     pub crash: CrashSettings,
-    /// CUDA C for NVRTC, or PTX emitted from the phenotype.
+    /// How individuals get their fitness. On the interpreter and CPU routes members carry
+    /// bytecode and nothing is compiled.
     pub route: Route,
-    /// Interpret instead of compiling: members carry bytecode and nothing is compiled.
-    pub interpret: bool,
     /// A kernel per individual, or one switch kernel per unit.
     pub shape: Shape,
 }
@@ -83,9 +82,9 @@ struct Member {
     generation: usize,
     slot: usize,
     phenotype: Phenotype,
-    /// Its typed tree, on the PTX route (parsed once, when it is admitted).
+    /// Its typed tree, on every route but NVRTC (parsed once, when it is admitted).
     program: Option<Arc<Program>>,
-    /// Its bytecode, on the interpreter route.
+    /// Its bytecode, on the interpreter and CPU routes.
     code: Option<Arc<Bytecode>>,
     key: Option<CacheKey>,
     born: Instant,

@@ -9,21 +9,18 @@ use std::num::NonZeroUsize;
 use std::time::{Duration, Instant};
 
 use gpfarm_client::cubin::missing_kernel;
+use gpfarm_client::partition::{UnitPlan, plan};
 use gpfarm_client::{
     BuildConfig, CacheKey, CompileOptions, Compiler, CompilerSpec, Failure, FailureKind, Finished, Job,
-    Submitter, Unit, UnitOutcome, Workers,
+    Submitter, UnitOutcome, Workers,
 };
+use gpfarm_gp::Fitness;
 use gpfarm_gp::KernelName;
-use gpfarm_gp::{Fitness, Program};
-use gpfarm_kernels::{
-    compile_weight, kernel_name, ptx_compile_weight, ptx_switch_unit, ptx_unit, render_switch_unit,
-    render_unit, switch_refs,
-};
-use gpfarm_protocol::{Route, Shape};
+use gpfarm_kernels::unit::{self, Rendered, kernel_name};
+use gpfarm_protocol::{Language, Shape};
 
 use super::{Driver, Evaluator, JobInfo, Member, Ready};
 use crate::account::Chain;
-use crate::chunks::generation_units;
 use crate::error::EvolveError;
 
 /// The compiler of crash retries: one daemon of its own, so that a retry that crashes too costs
@@ -76,10 +73,10 @@ impl Driver<'_> {
     /// Writes the unit of `m` alone into the crash directory; says where, or why not.
     fn save_failed(&mut self, m: &Member) -> String {
         let dir = &self.settings.crash.dir;
-        let extension = if self.settings.route == Route::Ptx { "ptx" } else { "cu" };
-        let path = dir.join(format!("{}.{extension}", kernel_name(m.generation, m.slot).as_str()));
-        let (source, _) = self.render(std::slice::from_ref(m), None);
-        match std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, source)) {
+        let name = kernel_name(m.generation, m.slot);
+        let rendered = self.render(std::slice::from_ref(m), &name, Shape::Kernels);
+        let path = dir.join(&rendered.unit.name);
+        match std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, &rendered.unit.source)) {
             Ok(()) => {
                 self.totals.failed_units_dir = Some(dir.clone());
                 format!(
@@ -97,14 +94,15 @@ impl Driver<'_> {
     fn retry_crashed(&mut self, m: &Member, queued: Instant, started: Instant) -> Retried {
         let crash = &self.settings.crash;
         // The retry flags are NVRTC's: a PTX unit is not compiled by NVRTC.
-        if crash.retry_flags.is_empty() || self.settings.route == Route::Ptx {
+        if crash.retry_flags.is_empty() || self.language() != Language::CudaC {
             return Retried::NotTried;
         }
         if matches!(self.retry, Retry::NotStarted) {
             self.retry = self.start_retry();
         }
-        let (source, kernels) = self.render(std::slice::from_ref(m), None);
-        let unit = self.unit(format!("g{}_i{}_retry", m.generation, m.slot), source);
+        let stem = KernelName::new(format!("g{}_i{}_retry", m.generation, m.slot))
+            .expect("g<digits>_i<digits>_retry is a C identifier");
+        let Rendered { unit, kernels } = self.render(std::slice::from_ref(m), &stem, Shape::Kernels);
         let Retry::Running(compiler, options) = &mut self.retry else { return Retried::Unavailable };
         let retry_started = Instant::now();
         let result = match compiler.compile(&[unit], options) {
@@ -176,19 +174,10 @@ impl Driver<'_> {
                 continue;
             }
             let pool = self.pools.remove(&g).unwrap_or_default();
-            let chunks: Vec<Vec<usize>> = match self.settings.per_unit {
-                Some(k) => {
-                    let mut order: Vec<usize> = (0..pool.len()).collect();
-                    order.sort_by(|&a, &b| {
-                        pool[b].phenotype.as_str().len().cmp(&pool[a].phenotype.as_str().len())
-                    });
-                    order.chunks(k.max(1)).map(<[usize]>::to_vec).collect()
-                }
-                None => {
-                    let weights: Vec<f64> = pool.iter().map(|m| self.weight(m)).collect();
-                    generation_units(self.settings.route, &weights, self.settings.workers)
-                }
-            };
+            let weights: Vec<f64> = pool.iter().map(|m| self.weight(m)).collect();
+            let units =
+                UnitPlan::new(self.settings.per_unit, self.settings.workers, unit::bounds(self.language()));
+            let chunks = plan(&weights, units);
             let mut pool: Vec<Option<Member>> = pool.into_iter().map(Some).collect();
             for chunk in chunks {
                 let members: Vec<Member> = chunk.into_iter().filter_map(|i| pool[i].take()).collect();
@@ -198,56 +187,31 @@ impl Driver<'_> {
         Ok(())
     }
 
+    /// The language of the run's units (units are formed only on the routes that compile
+    /// individuals).
+    fn language(&self) -> Language {
+        self.settings.route.language().expect("units are formed only on the routes that compile individuals")
+    }
+
     /// `m`'s estimated compile cost on the run's route.
     fn weight(&self, m: &Member) -> f64 {
-        match (self.settings.route, m.program.as_deref()) {
-            (Route::Ptx, Some(program)) => ptx_compile_weight(self.problem, program),
-            _ => compile_weight(&m.phenotype),
-        }
+        unit::weight(self.problem, self.language(), &m.phenotype, m.program.as_deref())
     }
 
-    /// The unit of `members` (CUDA C or PTX, by the run's route), and where each member's code
-    /// is in it ([`gpfarm_protocol::worker::KernelRef`]): a kernel each, or, with `switch`
-    /// (the run's shape is [`Shape::Switch`]), branches of the one switch kernel of that name.
-    fn render(&self, members: &[Member], switch: Option<&KernelName>) -> (String, Vec<String>) {
-        let named: Vec<_> =
-            members.iter().map(|m| (kernel_name(m.generation, m.slot), &m.phenotype)).collect();
-        let kernels = match switch {
-            Some(name) => switch_refs(name.as_str(), members.len()),
-            None => named.iter().map(|(k, _)| k.as_str().to_owned()).collect(),
-        };
-        let source = match self.settings.route {
-            Route::Nvrtc => match switch {
-                Some(name) => {
-                    render_switch_unit(self.problem.template(), &self.problem.kernel_params(), name, &named)
-                }
-                None => render_unit(self.problem.template(), &named),
-            },
-            Route::Ptx => {
-                // Every member admitted on the PTX route holds its typed tree.
-                let programs: Vec<(&str, &Program)> = named
-                    .iter()
-                    .zip(members)
-                    .filter_map(|((k, _), m)| m.program.as_deref().map(|p| (k.as_str(), p)))
-                    .collect();
-                match switch {
-                    Some(name) => {
-                        let programs: Vec<&Program> = programs.iter().map(|(_, p)| *p).collect();
-                        ptx_switch_unit(self.problem, name.as_str(), &programs, self.options.arch)
-                    }
-                    None => ptx_unit(self.problem, &programs, self.options.arch),
-                }
-            }
-        };
-        (source, kernels)
-    }
-
-    /// A unit of the run's route.
-    fn unit(&self, stem: String, source: String) -> Unit {
-        match self.settings.route {
-            Route::Nvrtc => Unit::new(format!("{stem}.cu"), source),
-            Route::Ptx => Unit::ptx(format!("{stem}.ptx"), source),
-        }
+    /// The unit of `members` in the run's language and `shape`, named after `stem`
+    /// ([`unit::render`]).
+    fn render(&self, members: &[Member], stem: &KernelName, shape: Shape) -> Rendered {
+        let names: Vec<KernelName> = members.iter().map(|m| kernel_name(m.generation, m.slot)).collect();
+        let members: Vec<unit::Member<'_>> = members
+            .iter()
+            .zip(&names)
+            .map(|(m, kernel)| unit::Member {
+                kernel,
+                phenotype: &m.phenotype,
+                program: m.program.as_deref(),
+            })
+            .collect();
+        unit::render(self.problem, self.language(), shape, self.options.arch, stem, &members)
     }
 
     fn submit(
@@ -259,15 +223,9 @@ impl Driver<'_> {
     ) -> Result<(), EvolveError> {
         let id = self.next_job;
         self.next_job += 1;
-        let stem = format!("g{generation}_j{id}");
-        let switch = match self.settings.shape {
-            Shape::Switch => {
-                Some(KernelName::new(stem.clone()).expect("g<digits>_j<digits> is a C identifier"))
-            }
-            Shape::Kernels => None,
-        };
-        let (source, kernels) = self.render(&members, switch.as_ref());
-        let unit = self.unit(stem, source);
+        let stem =
+            KernelName::new(format!("g{generation}_j{id}")).expect("g<digits>_j<digits> is a C identifier");
+        let Rendered { unit, kernels } = self.render(&members, &stem, self.settings.shape);
         if !submitter.submit(Job { id, units: vec![unit] }) {
             return Err(EvolveError::CompilerStopped);
         }

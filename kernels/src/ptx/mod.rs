@@ -2,7 +2,7 @@
 //! evaluator compiles its phenotype to ([`gpfarm_gp::interp::tree`]), with no C compiler in
 //! between. A unit is one PTX module (`.version 9.0`, `.target sm_XX`, `.address_size 64`) with
 //! one `.visible .entry` per individual, named and parameterised exactly as the NVRTC route's
-//! kernels ([`crate::kernel_name`], [`gpfarm_gp::problem::template::kernel_params`]), so the GPU evaluator
+//! kernels ([`crate::unit::kernel_name`], [`gpfarm_gp::problem::template::kernel_params`]), so the GPU evaluator
 //! launches either route's kernels the same way. The transcendental functions are not in the
 //! unit: it declares the ones it calls (`.extern .func`, the `extern "C"` ABI NVRTC writes for
 //! `gpm_sinf` and the others of [`gpfarm_protocol::ptx_math`]) and is linked with the library.
@@ -38,8 +38,8 @@
 //!   stores the value converted to the output's type, a statement problem each output at the
 //!   end.
 //! - Loops are plain branches with no step limit, as in the NVRTC template: a runaway loop
-//!   runs until the GPU evaluator's watchdog, exactly as on the NVRTC route (the CPU evaluator
-//!   stops it after a step limit instead).
+//!   runs on, exactly as on the NVRTC route, and nothing stops its kernel (the CPU evaluator
+//!   and the interpreter stop it after a step limit instead).
 //!
 //! Registers are virtual and single-assignment except for variable slots (`%p`, `%r`, `%rd`,
 //! `%f`, `%fd`, counted per kernel); ptxas allocates them. The emitter recurses once per nesting
@@ -51,15 +51,11 @@ mod emit;
 use emit::Needs;
 
 use std::fmt::Write as _;
-use std::ops::Range;
 
-use gpfarm_gp::interp::CompileError;
 use gpfarm_gp::problem::{TemplateDifference, compare_with_standard};
-use gpfarm_gp::{Phenotype, Problem, Program};
+use gpfarm_gp::{Problem, Program};
+use gpfarm_protocol::SmArch;
 use gpfarm_protocol::ptx_math::FUNCTIONS;
-use gpfarm_protocol::{Shape, SmArch};
-
-use crate::render::{RenderedUnit, kernel_name, switch_refs, unit_kernel_name};
 
 /// The PTX ISA version units declare (CUDA 13.0's).
 pub const PTX_VERSION: &str = "9.0";
@@ -84,27 +80,8 @@ pub fn ptx_supported(problem: &Problem) -> Result<(), PtxUnsupported> {
         .map_err(|difference| PtxUnsupported { problem: problem.name().to_owned(), difference })
 }
 
-/// An individual the PTX route cannot emit: its phenotype does not compile. The caller gives it
-/// the worst fitness, as the CPU evaluator does.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refused {
-    /// Index into the phenotypes given.
-    pub index: usize,
-    /// Why the parser refused it.
-    pub error: CompileError,
-}
-
-/// The units of one batch, and the individuals left out of them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PtxUnits {
-    /// One unit per part that has at least one emitted individual, in part order.
-    pub units: Vec<RenderedUnit>,
-    /// The individuals whose phenotype was refused, in index order.
-    pub refused: Vec<Refused>,
-}
-
 /// One PTX module holding the kernel of each `(kernel name, program)`.
-pub fn ptx_unit(problem: &Problem, members: &[(&str, &Program)], arch: SmArch) -> String {
+pub(crate) fn ptx_unit(problem: &Problem, members: &[(&str, &Program)], arch: SmArch) -> String {
     let mut needs = Needs::default();
     let kernels: Vec<String> =
         members.iter().map(|(name, program)| emit::kernel(problem, program, name, &mut needs)).collect();
@@ -115,7 +92,7 @@ pub fn ptx_unit(problem: &Problem, members: &[(&str, &Program)], arch: SmArch) -
 /// [`PTX_UNIT_WEIGHT`]: the instructions of its kernel. On nvJitLink 13.0.88 for sm_90 at `-O0`,
 /// one individual alone costs about 5 ms + 0.026 ms per instruction on an idle core (Search
 /// individuals of generation 0; the instruction count explains the time with correlation 0.87).
-pub fn ptx_compile_weight(problem: &Problem, program: &Program) -> f64 {
+pub(crate) fn ptx_compile_weight(problem: &Problem, program: &Program) -> f64 {
     let mut needs = Needs::default();
     let kernel = emit::kernel(problem, program, "gpfarm_weight", &mut needs);
     kernel.lines().filter(|l| l.trim_end().ends_with(';') && !l.trim_start().starts_with('.')).count() as f64
@@ -126,11 +103,11 @@ pub fn ptx_compile_weight(problem: &Problem, program: &Program) -> f64 {
 /// instruction and about 15 us per instruction (Search and multiplier5 units of 10 against
 /// units of 30, the same populations), so a unit's fixed cost is worth about 1,200
 /// instructions (on an idle core it is nearer 5 ms).
-pub const PTX_UNIT_WEIGHT: f64 = 1200.0;
+pub(crate) const PTX_UNIT_WEIGHT: f64 = 1200.0;
 
-/// One PTX module holding one switch kernel `name` ([`Shape::Switch`]): branch `j` is the
+/// One PTX module holding one switch kernel `name` ([`gpfarm_protocol::Shape::Switch`]): branch `j` is the
 /// kernel of `programs[j]`, computing exactly what its own kernel would.
-pub fn ptx_switch_unit(problem: &Problem, name: &str, programs: &[&Program], arch: SmArch) -> String {
+pub(crate) fn ptx_switch_unit(problem: &Problem, name: &str, programs: &[&Program], arch: SmArch) -> String {
     let mut needs = Needs::default();
     let kernel = emit::switch_kernel(problem, programs, name, &mut needs);
     module(problem, arch, &needs, std::slice::from_ref(&kernel))
@@ -156,68 +133,17 @@ fn module(problem: &Problem, arch: SmArch, needs: &Needs, kernels: &[String]) ->
     s
 }
 
-/// The text an individual's PTX-route cache key is computed over: its unit alone, with the
-/// kernel under a fixed name; `Err` when its phenotype does not compile.
-pub fn keyed_ptx(problem: &Problem, phenotype: &Phenotype, arch: SmArch) -> Result<String, CompileError> {
-    let program = Program::compile(problem, phenotype)?;
-    Ok(ptx_unit(problem, &[("gpfarm_individual", &program)], arch))
-}
-
-/// Emits one PTX unit per part, as [`crate::render_units`] renders CUDA C: part `u` holds the
-/// individuals of indices `parts[u]`, in unit `g<generation>_u<u>.ptx`, kernels named by
-/// [`kernel_name`]. Individuals whose phenotype does not compile are left out and listed in
-/// [`PtxUnits::refused`]; a part with none left gives no unit. The problem must pass
-/// [`ptx_supported`] for the kernels to compute what its template does.
-pub fn render_ptx_units(
-    problem: &Problem,
-    phenotypes: &[Phenotype],
-    generation: usize,
-    parts: &[Range<usize>],
-    arch: SmArch,
-    shape: Shape,
-) -> PtxUnits {
-    let mut units = Vec::new();
-    let mut refused = Vec::new();
-    for (u, part) in parts.iter().enumerate() {
-        let mut programs = Vec::new();
-        for i in part.clone() {
-            match Program::compile(problem, &phenotypes[i]) {
-                Ok(p) => programs.push((i, kernel_name(generation, i).as_str().to_owned(), p)),
-                Err(error) => refused.push(Refused { index: i, error }),
-            }
-        }
-        if programs.is_empty() {
-            continue;
-        }
-        let (source, kernels) = match shape {
-            Shape::Kernels => {
-                let members: Vec<(&str, &Program)> =
-                    programs.iter().map(|(_, n, p)| (n.as_str(), p)).collect();
-                (ptx_unit(problem, &members, arch), programs.iter().map(|(_, n, _)| n.clone()).collect())
-            }
-            Shape::Switch => {
-                let name = unit_kernel_name(generation, u);
-                let members: Vec<&Program> = programs.iter().map(|(.., p)| p).collect();
-                (
-                    ptx_switch_unit(problem, name.as_str(), &members, arch),
-                    switch_refs(name.as_str(), members.len()),
-                )
-            }
-        };
-        units.push(RenderedUnit {
-            name: format!("g{generation}_u{u}.ptx"),
-            source,
-            members: programs.iter().map(|(i, ..)| *i).collect(),
-            kernels,
-        });
-    }
-    refused.sort_by_key(|r| r.index);
-    PtxUnits { units, refused }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::unit::{key_text, render_batch};
+    use gpfarm_gp::Phenotype;
+    use gpfarm_gp::interp::CompileError;
+    use gpfarm_protocol::{Language, Shape};
+
+    fn keyed_ptx(problem: &Problem, p: &Phenotype, arch: SmArch) -> Result<String, CompileError> {
+        key_text(problem, Language::Ptx, arch, p, None)
+    }
 
     fn ptx(problem: &str, phenotype: &str) -> String {
         let problem = Problem::builtin(problem).unwrap();
@@ -330,24 +256,25 @@ mod tests {
         let problem = Problem::builtin("keijzer6").unwrap();
         let phenotypes: Vec<Phenotype> =
             ["sinf(x)", "x", "sinf(x) + cosf(x)"].iter().map(|s| Phenotype::new(*s)).collect();
-        let units = render_ptx_units(
+        let units = render_batch(
             &problem,
+            Language::Ptx,
+            Shape::Kernels,
+            SmArch::SM_90,
             &phenotypes,
             2,
             std::slice::from_ref(&(0..3)),
-            SmArch::SM_90,
-            Shape::Kernels,
         );
         let u = &units.units[0];
-        assert_eq!(u.name, "g2_u0.ptx");
+        assert_eq!(u.unit.name, "g2_u0.ptx");
         assert_eq!(u.kernels, ["g2_i0", "g2_i1", "g2_i2"]);
-        assert_eq!(u.source.matches(".version 9.0").count(), 1);
-        assert_eq!(u.source.matches(".extern .func").count(), 2);
+        assert_eq!(u.source().matches(".version 9.0").count(), 1);
+        assert_eq!(u.source().matches(".extern .func").count(), 2);
         for k in &u.kernels {
-            assert_eq!(u.source.matches(&format!(".visible .entry {k}(")).count(), 1);
+            assert_eq!(u.source().matches(&format!(".visible .entry {k}(")).count(), 1);
         }
         // The parameters of the template's kernel, in order: in_x, out_y, NCASES.
-        assert!(u.source.contains(
+        assert!(u.source().contains(
             "\t.param .u64 g2_i1_param_0,\n\t.param .u64 g2_i1_param_1,\n\t.param .u32 g2_i1_param_2\n)"
         ));
     }
@@ -357,15 +284,16 @@ mod tests {
         let problem = Problem::builtin("search").unwrap();
         let p = Phenotype::new("OUTPUT = INPUT[SEARCH % LENINPUT];");
         let keyed = keyed_ptx(&problem, &p, SmArch::SM_90).unwrap();
-        let units = render_ptx_units(
+        let units = render_batch(
             &problem,
+            Language::Ptx,
+            Shape::Kernels,
+            SmArch::SM_90,
             std::slice::from_ref(&p),
             5,
             std::slice::from_ref(&(0..1)),
-            SmArch::SM_90,
-            Shape::Kernels,
         );
-        assert_eq!(units.units[0].source.replace("g5_i0", "gpfarm_individual"), keyed);
+        assert_eq!(units.units[0].source().replace("g5_i0", "gpfarm_individual"), keyed);
         assert_ne!(keyed, keyed_ptx(&problem, &p, SmArch(80)).unwrap());
         assert!(keyed_ptx(&problem, &Phenotype::new("OUTPUT = ;"), SmArch::SM_90).is_err());
     }
