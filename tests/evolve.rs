@@ -247,8 +247,9 @@ fn every_route_and_unit_shape_compiles_every_individual() {
 }
 
 /// Auto decides from the problem alone: the built-in problems (the standard harness) are
-/// interpreted, compiling nothing, and evolve exactly as a compile route evolves them; a problem
-/// with a template of its own is compiled by NVRTC. The choice and its reason are in the summary.
+/// interpreted (here, with no GPU evaluating, by the CPU reference evaluator: the cpu route),
+/// compiling nothing, and evolve exactly as a compile route evolves them; a problem with a
+/// template of its own is compiled by NVRTC. The choice and its reason are in the summary.
 #[test]
 fn auto_interprets_the_standard_harness_and_evolves_as_the_compile_routes_do() {
     if !nvrtc_or_skip("auto_route") {
@@ -257,8 +258,10 @@ fn auto_interprets_the_standard_harness_and_evolves_as_the_compile_routes_do() {
     let (auto, auto_summary) = evolve_with(&["--route", "auto"], None);
     let (ptx, ptx_summary) = evolve(&[]);
     assert_eq!(trajectory(&auto), trajectory(&ptx));
-    assert_eq!(auto_summary["route"], "interpreter", "{auto_summary}");
-    assert!(auto_summary["route_reason"].as_str().unwrap().starts_with("auto:"), "{auto_summary}");
+    assert_eq!(auto_summary["route"], "cpu", "{auto_summary}");
+    let why = auto_summary["route_reason"].as_str().unwrap();
+    assert!(why.starts_with("auto:") && why.contains("ms interpreted"), "{auto_summary}");
+    assert!(why.contains("the CPU reference evaluator"), "{auto_summary}");
     assert_eq!(auto_summary["totals"]["compiled"], 0);
     assert_eq!(ptx_summary["route"], "ptx");
     assert_eq!(ptx_summary["route_reason"], "asked for");
@@ -277,7 +280,10 @@ fn auto_interprets_the_standard_harness_and_evolves_as_the_compile_routes_do() {
     let out = Command::new(env!("CARGO_BIN_EXE_gpfarm"))
         .args([
             "evolve",
-            "--no-compile",
+            "--eval",
+            "cpu",
+            "--daemons",
+            "1",
             "--json",
             "--population",
             "10",
@@ -293,4 +299,33 @@ fn auto_interprets_the_standard_harness_and_evolves_as_the_compile_routes_do() {
         serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
     assert_eq!(summary["route"], "nvrtc", "{summary}");
     assert!(summary["route_reason"].as_str().unwrap().contains("line"), "{summary}");
+}
+
+/// `--per-unit K` forms the units `gpfarm bench --per-unit K` forms (both take them from
+/// `gpfarm_client::partition::plan`): over 10 individuals, units of 4, 3 and 3.
+#[test]
+fn a_fixed_unit_size_gives_balanced_units_as_the_bench_forms_them() {
+    if !nvrtc_or_skip("per_unit") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("units.jsonl");
+    let out = Command::new(env!("CARGO_BIN_EXE_gpfarm"))
+        .args(["evolve", "--problem", "keijzer6", "--eval", "cpu", "--daemons", "1", "--route", "nvrtc"])
+        .args(["--population", "10", "--generations", "0", "--no-cache", "--per-unit", "4", "--json"])
+        .arg("--trace-units")
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let units: Vec<Value> =
+        std::fs::read_to_string(&trace).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let mut sizes: Vec<usize> = units.iter().map(|u| u["individuals"].as_u64().unwrap() as usize).collect();
+    sizes.sort_unstable_by(|a, b| b.cmp(a));
+    let compiled: usize = sizes.iter().sum();
+    let planned: Vec<usize> =
+        gpfarm_client::partition::per_unit(compiled, 4).iter().map(|r| r.len()).collect();
+    assert_eq!(sizes, planned);
+    // Seed 1's first generation maps all ten.
+    assert_eq!(sizes, vec![4, 3, 3]);
 }

@@ -4,14 +4,14 @@
     result = gpfarm.evolve("keijzer6", population=300, generations=30, seed=1)
     print(result.best_fitness, result.best_phenotype)
 
-``evolve`` takes the options of ``gpfarm evolve`` as keyword arguments (``route="ptx"``,
-``eval="cpu"``, ``no_cache=True``, ``flag=["-O3"]``, ...): the package parses them with the
-command line's own definitions, so both accept the same options and give the same runs.
+``evolve`` takes the options of ``gpfarm evolve`` as keyword arguments, named as the command
+line names them with ``_`` for ``-`` (``route="ptx"``, ``eval="cpu"``, ``no_cache=True``,
+``flag=["-O3"]``, ...). They fill an ``EvolveConfig``, the engine's own typed configuration, and
+the engine runs exactly as ``gpfarm evolve`` runs it: both give the same runs.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -39,10 +39,11 @@ if _WHEELS is not None:
 # virtual environment that is its bin/, not where the interpreter's links lead.
 os.environ.setdefault("GPFARM_PYTHON_BIN", os.path.dirname(os.path.abspath(sys.executable)))
 
-from ._gpfarm import Farm, __version__, builtin_problems  # noqa: E402
+from ._gpfarm import EvolveConfig, Farm, __version__, builtin_problems  # noqa: E402
 from ._gpfarm import evolve as _evolve  # noqa: E402
 
 __all__ = [
+    "EvolveConfig",
     "Farm",
     "Result",
     "SymbolicRegressor",
@@ -62,7 +63,7 @@ class Result:
     best_fitness: float
     #: Its phenotype, the CUDA C expression or statements (None if no individual mapped).
     best_phenotype: Optional[str]
-    #: How fitness was computed: "interpreter", "ptx" or "nvrtc"; and why.
+    #: How fitness was computed: "interpreter", "ptx", "nvrtc" or "cpu"; and why.
     route: str
     route_reason: str
     #: One dict per generation (generation 0 first), as ``gpfarm evolve --json`` prints them;
@@ -70,25 +71,6 @@ class Result:
     history: List[Dict[str, Any]] = field(repr=False)
     #: The run's summary, as ``gpfarm evolve --json`` ends with it.
     summary: Dict[str, Any] = field(repr=False)
-
-
-def _argv(problem: Optional[str], problem_dir: Optional[Union[str, PathLike]], options: Dict[str, Any]) -> List[str]:
-    argv = []
-    if problem_dir is not None:
-        argv.append(f"--problem-dir={problem_dir}")
-    elif problem is not None:
-        argv.append(f"--problem={problem}")
-    for key, value in options.items():
-        flag = "--" + key.replace("_", "-")
-        if value is None or value is False:
-            continue
-        if value is True:
-            argv.append(flag)
-        elif isinstance(value, (list, tuple)):
-            argv.extend(f"{flag}={v}" for v in value)
-        else:
-            argv.append(f"{flag}={value}")
-    return argv
 
 
 def evolve(
@@ -108,22 +90,18 @@ def evolve(
 
     The run holds no interpreter lock while it works; Ctrl-C raises ``KeyboardInterrupt`` at the
     end of the current generation, and every daemon and shared-memory segment the run started is
-    gone when ``evolve`` returns or raises. An unknown option raises ``TypeError``, a bad value
-    ``ValueError``, a run that cannot start ``RuntimeError``.
+    gone when ``evolve`` returns or raises. An unknown option or a value of the wrong type raises
+    ``TypeError``, a value out of its set (``route="teleport"``) or settings that contradict each
+    other ``ValueError``, a run that cannot start ``RuntimeError``.
     """
-    callback = None
-    if on_generation is not None:
-        def callback(text: str) -> None:
-            on_generation(json.loads(text))
-
-    records, summary = _evolve(_argv(problem, problem_dir, options), callback, None if cuda is None else str(cuda))
-    summary = json.loads(summary)
+    config = EvolveConfig(problem, problem_dir=problem_dir, cuda=None if cuda is None else str(cuda), **options)
+    records, summary = _evolve(config, on_generation)
     return Result(
         best_fitness=summary["best_fitness"],
         best_phenotype=summary.get("best_phenotype"),
         route=summary.get("route", ""),
         route_reason=summary.get("route_reason", ""),
-        history=[json.loads(r) for r in records],
+        history=list(records),
         summary=summary,
     )
 

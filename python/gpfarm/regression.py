@@ -192,7 +192,7 @@ class SymbolicRegressor(_Mixin, _Base):
 
     Parameters mirror `gpfarm evolve`: `population`, `generations`, `tournament`, `elite`,
     `random_state` (the seed; None draws one), `eval` ("auto", "gpu", "cpu"), `route` ("auto",
-    "interpreter", "ptx", "nvrtc"), and `grammar` (BNF over the variable names; default
+    "interpreter", "ptx", "nvrtc", "cpu"), and `grammar` (BNF over the variable names; default
     `default_grammar`). `options` passes any other `gpfarm evolve` option, as `gpfarm.evolve`
     takes it.
 

@@ -1,87 +1,309 @@
-//! `gpfarm._gpfarm`: the native half of the Python package. It takes `gpfarm evolve`'s options
-//! as the command line spells them, so the package and the CLI parse them with one definition
-//! (`gpfarm::cli::evolve::EvolveArgs`); `gpfarm/__init__.py` turns keyword arguments into them.
+//! `gpfarm._gpfarm`: the native half of the Python package. It binds the engine's own Rust API:
+//! [`EvolveConfig`] is a typed run configuration that becomes the engine's
+//! [`Options`](gpfarm_evolve::Options) and [`CompilerRequest`], the run is planned and run by
+//! [`gpfarm_evolve::plan`] (as `gpfarm evolve` runs it), and each generation's record reaches
+//! Python as a dict built from its serde serialisation (the same keys `gpfarm evolve --json`
+//! prints). No command line is parsed and no JSON text is passed.
 
+use std::path::PathBuf;
 use std::sync::Mutex;
+use std::time::Duration;
 
-use clap::Parser;
-use gpfarm::cli::UsageError;
-use gpfarm::cli::compilers::{FarmSource, build};
-use gpfarm::cli::evolve::{EvolveArgs, prepare};
 use gpfarm::stderr::one_line as stderr_line;
-use gpfarm_client::{CompileOptions, Compiler, CompilerSpec, FailureKind, SmArch, Unit, UnitOutcome};
-use gpfarm_evolve::plan::run as run_engine;
-use gpfarm_evolve::{CallbackError, EvolveError};
-use gpfarm_protocol::FarmName;
+use gpfarm_client::{
+    BuildConfig, CompileOptions, Compiler, CompilerSpec, DiskCache, FailureKind, SmArch, Unit, UnitOutcome,
+    Workers,
+};
+use gpfarm_evolve::plan::{self, CompilerRequest, IslandFarm, build_compiler};
+use gpfarm_evolve::{CallbackError, EvalMode, EvolveError, GenerationRecord, Options, ProblemRef, Route};
+use gpfarm_gp::EvolutionConfig;
+use gpfarm_protocol::{FarmName, Shape};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
-/// `gpfarm evolve`'s arguments, parsed on their own.
-#[derive(Debug, Parser)]
-#[command(name = "evolve", no_binary_name = true, disable_help_flag = true, disable_version_flag = true)]
-struct Evolve {
-    #[command(flatten)]
-    args: EvolveArgs,
+/// A run's configuration: the problem, the GP parameters, the route and the compiler, with
+/// `gpfarm evolve`'s defaults and names (`flag` and `link_flag` are lists). Every field can be
+/// read and set; an unknown keyword raises `TypeError`, a value of the wrong type `TypeError`,
+/// a value out of its set (`route="teleport"`) `ValueError` when the run starts.
+#[pyclass(module = "gpfarm._gpfarm", get_all, set_all, from_py_object)]
+#[derive(Debug, Clone)]
+struct EvolveConfig {
+    problem: Option<String>,
+    problem_dir: Option<PathBuf>,
+    population: usize,
+    generations: usize,
+    seed: u64,
+    tournament: usize,
+    elite: usize,
+    route: String,
+    eval: String,
+    compiler: String,
+    daemons: Option<usize>,
+    attach: bool,
+    farm: Option<String>,
+    per_unit: Option<usize>,
+    arch: Option<String>,
+    flag: Vec<String>,
+    link_flag: Vec<String>,
+    shape: Option<String>,
+    fmad: bool,
+    no_compile: bool,
+    no_cache: bool,
+    no_overlap: bool,
+    disk_cache: bool,
+    cache_dir: Option<PathBuf>,
+    trace_units: Option<PathBuf>,
+    crash_dir: Option<PathBuf>,
+    crash_retry_flag: Vec<String>,
+    no_crash_retry: bool,
+    no_crash_retry_on_gpu: bool,
+    deadline: u64,
+    islands: usize,
+    migrate_every: usize,
+    migrants: usize,
+    island_farm: String,
+    cuda: Option<PathBuf>,
 }
 
-/// What a run gave back to Python: each generation's record and the summary, as JSON.
-type Records = (Vec<String>, String);
-
-/// Runs `gpfarm evolve` with `argv` (its options, without the subcommand), calling
-/// `on_record(json)` after each generation. The run works on a thread of its own, without the
-/// interpreter lock; this thread takes the lock to call `on_record` and, at least every 100 ms,
-/// to let Python handle signals: Ctrl-C stops the run within a step of it (a unit compiled, a
-/// generation evaluated) and raises `KeyboardInterrupt`. Returns every generation's record and
-/// the summary, each as JSON text. Options the command line refuses raise `TypeError` (an
-/// unknown option) or `ValueError`; a run that cannot start or fails raises `RuntimeError`; an
-/// exception raised by `on_record` ends the run and propagates as it is. Daemons and segments
-/// the run started are gone when it returns, in every case.
-#[pyfunction]
-#[pyo3(signature = (argv, on_record=None, cuda=None))]
-fn evolve(
-    py: Python<'_>,
-    argv: Vec<String>,
-    on_record: Option<Py<PyAny>>,
-    cuda: Option<String>,
-) -> PyResult<Records> {
-    let Evolve { args } = Evolve::try_parse_from(&argv).map_err(|e| {
-        let text = e.render().to_string();
-        let text = text.trim_end().trim_start_matches("error: ");
-        match e.kind() {
-            clap::error::ErrorKind::UnknownArgument => PyTypeError::new_err(text.to_owned()),
-            _ => PyValueError::new_err(text.to_owned()),
+#[pymethods]
+impl EvolveConfig {
+    #[new]
+    #[pyo3(signature = (
+        problem = Some("keijzer6".to_owned()), *, problem_dir = None, population = 300, generations = 30,
+        seed = 1, tournament = 3, elite = 1, route = "auto".to_owned(), eval = "auto".to_owned(),
+        compiler = "farm".to_owned(), daemons = None, attach = false, farm = None, per_unit = None, arch = None,
+        flag = Vec::new(), link_flag = Vec::new(), shape = None, fmad = false, no_compile = false,
+        no_cache = false, no_overlap = false, disk_cache = false, cache_dir = None, trace_units = None,
+        crash_dir = None, crash_retry_flag = Vec::new(), no_crash_retry = false, no_crash_retry_on_gpu = false,
+        deadline = gpfarm_client::DEFAULT_UNIT_DEADLINE.as_secs(), islands = 1, migrate_every = 10, migrants = 2,
+        island_farm = "shared".to_owned(), cuda = None
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        problem: Option<String>,
+        problem_dir: Option<PathBuf>,
+        population: usize,
+        generations: usize,
+        seed: u64,
+        tournament: usize,
+        elite: usize,
+        route: String,
+        eval: String,
+        compiler: String,
+        daemons: Option<usize>,
+        attach: bool,
+        farm: Option<String>,
+        per_unit: Option<usize>,
+        arch: Option<String>,
+        flag: Vec<String>,
+        link_flag: Vec<String>,
+        shape: Option<String>,
+        fmad: bool,
+        no_compile: bool,
+        no_cache: bool,
+        no_overlap: bool,
+        disk_cache: bool,
+        cache_dir: Option<PathBuf>,
+        trace_units: Option<PathBuf>,
+        crash_dir: Option<PathBuf>,
+        crash_retry_flag: Vec<String>,
+        no_crash_retry: bool,
+        no_crash_retry_on_gpu: bool,
+        deadline: u64,
+        islands: usize,
+        migrate_every: usize,
+        migrants: usize,
+        island_farm: String,
+        cuda: Option<PathBuf>,
+    ) -> EvolveConfig {
+        EvolveConfig {
+            problem,
+            problem_dir,
+            population,
+            generations,
+            seed,
+            tournament,
+            elite,
+            route,
+            eval,
+            compiler,
+            daemons,
+            attach,
+            farm,
+            per_unit,
+            arch,
+            flag,
+            link_flag,
+            shape,
+            fmad,
+            no_compile,
+            no_cache,
+            no_overlap,
+            disk_cache,
+            cache_dir,
+            trace_units,
+            crash_dir,
+            crash_retry_flag,
+            no_crash_retry,
+            no_crash_retry_on_gpu,
+            deadline,
+            islands,
+            migrate_every,
+            migrants,
+            island_farm,
+            cuda,
         }
-    })?;
-    let cuda = cuda.as_deref().map(std::path::Path::new);
-    let (engine, mut compilers) = py.detach(|| prepare(&args, cuda)).map_err(|e| start_error(&e))?;
+    }
+
+    fn __repr__(&self) -> String {
+        format!("{self:?}")
+    }
+}
+
+/// `ValueError` naming the option whose value is out of its set.
+fn bad(option: &str, why: impl std::fmt::Display) -> PyErr {
+    PyValueError::new_err(format!("{option}: {why}"))
+}
+
+impl EvolveConfig {
+    /// The problem, the engine's options and the compiler request.
+    fn plan(&self) -> PyResult<(ProblemRef, Options, CompilerRequest)> {
+        let problem = match (&self.problem_dir, &self.problem) {
+            (Some(dir), _) => ProblemRef::Dir(dir.clone()),
+            (None, Some(name)) => ProblemRef::Builtin(name.clone()),
+            (None, None) => return Err(bad("problem", "give a built-in problem's name or problem_dir")),
+        };
+        let route = match self.route.as_str() {
+            _ if self.no_compile => Some(Route::Cpu),
+            "auto" => None,
+            r => Some(r.parse::<Route>().map_err(|e| bad("route", e))?),
+        };
+        let eval = match self.eval.as_str() {
+            "auto" => EvalMode::Auto,
+            "cpu" => EvalMode::Cpu,
+            "gpu" => EvalMode::Gpu,
+            e => return Err(bad("eval", format!("unknown evaluator {e:?}: use auto, cpu or gpu"))),
+        };
+        let disk_cache = match (&self.cache_dir, self.disk_cache) {
+            (Some(dir), _) => Some(dir.clone()),
+            (None, true) => Some(DiskCache::default_dir().ok_or_else(|| {
+                bad("disk_cache", "no cache directory: set GPFARM_CACHE_DIR or HOME, or give cache_dir")
+            })?),
+            (None, false) => None,
+        };
+        let defaults = Options::default();
+        let options = Options {
+            evolution: EvolutionConfig {
+                population: self.population,
+                generations: self.generations,
+                tournament: self.tournament,
+                elite: self.elite,
+                seed: self.seed,
+                ..EvolutionConfig::default()
+            },
+            eval,
+            arch: self.arch.as_deref().map(str::parse::<SmArch>).transpose().map_err(|e| bad("arch", e))?,
+            flags: self.flag.clone(),
+            fmad: self.fmad,
+            route,
+            link_flags: if self.link_flag.is_empty() { defaults.link_flags } else { self.link_flag.clone() },
+            shape: self.shape.as_deref().map(str::parse::<Shape>).transpose().map_err(|e| bad("shape", e))?,
+            cache: !self.no_cache,
+            overlap: !self.no_overlap,
+            per_unit: self.per_unit,
+            disk_cache,
+            trace_units: self.trace_units.clone(),
+            gpu_worker: None,
+            crash_retry_flags: match (self.no_crash_retry, self.crash_retry_flag.is_empty()) {
+                (true, _) => Vec::new(),
+                (false, true) => defaults.crash_retry_flags,
+                (false, false) => self.crash_retry_flag.clone(),
+            },
+            crash_retry_on_gpu: !self.no_crash_retry_on_gpu,
+            crash_dir: self.crash_dir.clone(),
+            islands: self.islands,
+            migrate_every: self.migrate_every,
+            migrants: self.migrants,
+        };
+        let farm =
+            self.farm.as_deref().map(str::parse::<FarmName>).transpose().map_err(|e| bad("farm", e))?;
+        let request = CompilerRequest {
+            spec: self.compiler.parse().map_err(|e| bad("compiler", e))?,
+            workers: match self.daemons {
+                None => None,
+                Some(n) => Some(Workers::exactly(n).map_err(|e| bad("daemons", e))?.count()),
+            },
+            build: BuildConfig {
+                cuda: self.cuda.clone(),
+                attach: self.attach.then_some(farm),
+                unit_deadline: Duration::from_secs(self.deadline),
+            },
+            island_farm: match self.island_farm.as_str() {
+                "shared" => IslandFarm::Shared,
+                "split" => IslandFarm::Split,
+                f => return Err(bad("island_farm", format!("{f:?}: use shared or split"))),
+            },
+        };
+        Ok((problem, options, request))
+    }
+}
+
+/// What a run gave back to Python: each generation's record and the summary, as dicts.
+type Records = (Vec<Py<PyAny>>, Py<PyAny>);
+
+/// A record or summary as a Python dict, with the keys of its serde serialisation.
+fn to_python<T: serde::Serialize>(py: Python<'_>, value: &T) -> PyResult<Py<PyAny>> {
+    Ok(pythonize::pythonize(py, value).map_err(|e| PyRuntimeError::new_err(e.to_string()))?.unbind())
+}
+
+/// Runs the engine on `config`, calling `on_record(record)` with each generation's record (a
+/// dict) as it completes. The run works on a thread of its own, without the interpreter lock;
+/// this thread takes the lock to call `on_record` and, at least every 100 ms, to let Python
+/// handle signals: Ctrl-C stops the run within a step of it (a unit compiled, a generation
+/// evaluated) and raises `KeyboardInterrupt`. Returns every generation's record and the summary.
+/// A value out of its set raises `ValueError`, as do settings that contradict each other; a run
+/// that cannot start or fails raises `RuntimeError`; an exception raised by `on_record` ends the
+/// run and propagates as it is. Daemons and segments the run started are gone when it returns,
+/// in every case.
+#[pyfunction]
+#[pyo3(signature = (config, on_record=None))]
+fn evolve(py: Python<'_>, config: EvolveConfig, on_record: Option<Py<PyAny>>) -> PyResult<Records> {
+    let (problem, options, request) = config.plan()?;
+    let (engine, mut compilers) =
+        py.detach(|| plan::prepare(problem, options, &request)).map_err(start_error)?;
     let stop = engine.stopper();
-    let (tx, rx) = crossbeam_channel::unbounded::<String>();
+    let (tx, rx) = crossbeam_channel::unbounded::<GenerationRecord>();
     let mut records = Vec::new();
     let mut raised: Option<PyErr> = None;
     let summary = std::thread::scope(|scope| {
         let running = scope.spawn(|| {
             let tx = tx;
-            let summary = run_engine(&engine, &mut compilers, |record| {
-                tx.send(serde_json::to_string(record)?)
-                    .map_err(|_| Box::new(EvolveError::Stopped) as CallbackError)
+            let summary = plan::run(&engine, &mut compilers, |record| {
+                tx.send(record.clone()).map_err(|_| Box::new(EvolveError::Stopped) as CallbackError)
             });
             // The farm (daemons, segments) ends here, whatever the run's outcome.
             compilers.clear();
             summary
         });
         loop {
-            match py.detach(|| rx.recv_timeout(std::time::Duration::from_millis(100))) {
-                Ok(text) => {
-                    if raised.is_none()
-                        && let Some(f) = &on_record
-                        && let Err(e) = f.call1(py, (text.clone(),))
-                    {
-                        raised = Some(e);
+            match py.detach(|| rx.recv_timeout(Duration::from_millis(100))) {
+                Ok(record) => match to_python(py, &record) {
+                    Ok(dict) => {
+                        if raised.is_none()
+                            && let Some(f) = &on_record
+                            && let Err(e) = f.call1(py, (dict.clone_ref(py),))
+                        {
+                            raised = Some(e);
+                            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        records.push(dict);
+                    }
+                    Err(e) => {
+                        raised.get_or_insert(e);
                         stop.store(true, std::sync::atomic::Ordering::Relaxed);
                     }
-                    records.push(text);
-                }
+                },
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
             }
@@ -102,17 +324,15 @@ fn evolve(
         Ok(Err(e)) => return Err(PyRuntimeError::new_err(stderr_line(&e.into()))),
         Err(_) => return Err(PyRuntimeError::new_err("the run panicked")),
     };
-    let summary = serde_json::to_string(&summary).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
-    Ok((records, summary))
+    Ok((records, to_python(py, &summary)?))
 }
 
-/// The exception for a run that could not start: `ValueError` for a usage error, else
-/// `RuntimeError`.
-fn start_error(e: &anyhow::Error) -> PyErr {
-    if e.chain().any(|c| c.is::<UsageError>()) {
-        PyValueError::new_err(stderr_line(e))
-    } else {
-        PyRuntimeError::new_err(stderr_line(e))
+/// The exception for a run that could not start: `ValueError` for settings that contradict
+/// each other, else `RuntimeError`.
+fn start_error(e: EvolveError) -> PyErr {
+    match e {
+        EvolveError::Usage(why) => PyValueError::new_err(why),
+        e => PyRuntimeError::new_err(stderr_line(&e.into())),
     }
 }
 
@@ -180,7 +400,7 @@ impl Farm {
         workers: Option<usize>,
         arch: &str,
         flags: Vec<String>,
-        cuda: Option<std::path::PathBuf>,
+        cuda: Option<PathBuf>,
         attach: Option<String>,
     ) -> PyResult<Farm> {
         let spec: CompilerSpec =
@@ -194,10 +414,14 @@ impl Farm {
             )),
         };
         let options = CompileOptions { flags, ..CompileOptions::cubin(arch) };
-        let source = FarmSource { attach, deadline_s: None };
+        let workers = match workers {
+            None => None,
+            Some(n) => Some(Workers::exactly(n).map_err(|e| bad("workers", e))?.count()),
+        };
+        let config = BuildConfig { cuda, attach, ..BuildConfig::default() };
         let built = py
-            .detach(|| build(spec, workers, cuda.as_deref(), &options, &source))
-            .map_err(|e| PyRuntimeError::new_err(stderr_line(&e)))?;
+            .detach(|| build_compiler(spec, workers, &options, &config))
+            .map_err(|e| PyRuntimeError::new_err(stderr_line(&e.into())))?;
         let name = built.name();
         Ok(Farm { compiler: Mutex::new(Some(built)), options, name })
     }
@@ -321,6 +545,7 @@ fn _gpfarm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(check_problem, m)?)?;
     m.add_function(wrap_pyfunction!(outputs, m)?)?;
     m.add_class::<Farm>()?;
+    m.add_class::<EvolveConfig>()?;
     m.add_function(wrap_pyfunction!(daemon_main, m)?)?;
     m.add_function(wrap_pyfunction!(gpu_worker_main, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -1,6 +1,7 @@
-"""gpfarm.evolve from Python: the CLI's runs, its options and its errors, callbacks, Ctrl-C.
+"""gpfarm.evolve from Python: the engine's typed configuration, the CLI's runs, errors,
+callbacks, Ctrl-C.
 
-Runs on the CPU evaluator (the interpreter route needs no daemons and, without a GPU, no GPU);
+Runs on the CPU evaluator (auto takes the cpu route without a GPU: no daemons, no GPU);
 the Ctrl-C test starts a farm of daemons, so it needs NVRTC and `gpfarmd` (the checkout's
 `target/release`, which the test command builds first).
 """
@@ -37,7 +38,9 @@ def test_a_run_has_a_record_per_generation_and_its_best_never_worsens():
     assert all(b <= a for a, b in zip(bests, bests[1:])), bests
     assert result.best_fitness == min(bests)
     assert result.best_phenotype and "x" in result.best_phenotype
-    assert result.route == "interpreter" and result.route_reason.startswith("auto: ")
+    # Without a GPU the interpreter's programs are evaluated by the CPU, and the record says so.
+    assert result.route == "cpu" and result.route_reason.startswith("auto: ")
+    assert "CPU reference evaluator" in result.route_reason
     assert result.summary["generations"] == 5
 
 
@@ -64,15 +67,37 @@ def test_the_same_options_give_the_cli_s_run():
 
 
 def test_an_unknown_option_is_a_type_error_naming_it():
-    with pytest.raises(TypeError, match="--populaton"):
+    with pytest.raises(TypeError, match="populaton"):
         gpfarm.evolve("keijzer6", populaton=10)
 
 
-def test_a_bad_value_is_a_value_error_naming_the_option():
-    with pytest.raises(ValueError, match="--population"):
+def test_a_bad_value_names_the_option():
+    with pytest.raises(TypeError, match="population"):
         gpfarm.evolve("keijzer6", population="many")
-    with pytest.raises(ValueError, match="--route"):
+    with pytest.raises(ValueError, match="route") as e:
         gpfarm.evolve("keijzer6", route="teleport")
+    assert "interpreter" in str(e.value), "the message lists the routes there are"
+    with pytest.raises(ValueError, match="attach"):
+        gpfarm.evolve("keijzer6", route="cpu", attach=True)
+
+
+def test_the_configuration_is_a_typed_object_with_the_cli_s_defaults():
+    config = gpfarm.EvolveConfig("search", population=80)
+    assert (config.problem, config.population, config.generations, config.route) == ("search", 80, 30, "auto")
+    config.seed = 9
+    assert config.seed == 9
+    with pytest.raises(TypeError):
+        config.population = "many"
+
+
+def test_records_are_dicts_with_the_json_keys():
+    result = gpfarm.evolve("keijzer6", **small(generations=1))
+    record = result.history[0]
+    assert isinstance(record, dict) and isinstance(result.summary, dict)
+    for key in ["generation", "best", "mean", "median", "compile", "individuals", "eval_split"]:
+        assert key in record, (key, sorted(record))
+    assert isinstance(record["compile"], dict) and record["compile"]["units"] == 0
+    assert result.summary["route"] == "cpu"
 
 
 def test_an_unknown_problem_says_which_ones_exist():

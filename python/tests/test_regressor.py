@@ -33,7 +33,8 @@ def test_fit_reaches_the_stated_rmse_and_predict_computes_the_fitted_program():
     assert rmse == pytest.approx(model.fitness_, rel=1e-5)
     assert model.score(X, y) > 0.85
     assert model.n_features_in_ == 2 and model.names_ == ["x0", "x1"]
-    assert len(model.history_) == 31 and model.route_ == "interpreter"
+    # No GPU here: the interpreter's programs are evaluated by the CPU, and route_ says so.
+    assert len(model.history_) == 31 and model.route_ == "cpu"
     # Unseen data: the same expression.
     X2, y2 = data(50, seed=9)
     assert np.sqrt(np.mean((model.predict(X2) - y2) ** 2)) < 2.0
@@ -110,8 +111,10 @@ def test_a_regression_problem_directory_runs_under_evolve_as_on_the_command_line
     directory = gpfarm.regression_problem(X, y, names=["a", "b"], directory=tmp_path / "p")
     assert sorted(p.name for p in directory.iterdir()) == ["cases.json", "grammar.bnf", "problem.toml", "template.cu"]
     result = gpfarm.evolve(None, problem_dir=directory, population=60, generations=3, seed=1, eval="cpu")
-    # The standard harness: the interpreter can run it, so auto picks it.
-    assert result.route == "interpreter", result.route_reason
+    # The standard harness: the interpreter can run it, so auto picks it; with no GPU the CPU
+    # evaluates its programs (the cpu route), and the reason says both.
+    assert result.route == "cpu", result.route_reason
+    assert "ms interpreted" in result.route_reason and "CPU reference evaluator" in result.route_reason
     binary = ROOT / "target" / "release" / "gpfarm"
     if binary.is_file():
         out = subprocess.run(

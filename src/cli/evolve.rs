@@ -3,13 +3,12 @@
 //! needs, and prints what the engine reports. Must never hold generation logic or decide which
 //! compilers a run gets: that is the `gpfarm-evolve` library's.
 
-use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use gpfarm_client::{BuildConfig, DiskCache};
+use gpfarm_client::{BuildConfig, DiskCache, Workers};
 use gpfarm_evolve::plan::{self, CompilerRequest, Compilers, IslandFarm};
 use gpfarm_evolve::{Engine, EvalMode, EvolveError, Options, ProblemRef, Route, Summary};
 use gpfarm_gp::EvolutionConfig;
@@ -234,9 +233,7 @@ impl EvolveArgs {
     pub fn compiler_request(&self, cuda: Option<&Path>) -> Result<CompilerRequest> {
         let workers = match self.daemons {
             None => None,
-            Some(n) => {
-                Some(NonZeroUsize::new(n).ok_or_else(|| super::UsageError("-n must be at least 1".into()))?)
-            }
+            Some(n) => Some(Workers::exactly(n).map_err(|e| super::UsageError(e.to_string()))?.count()),
         };
         Ok(CompilerRequest {
             spec: self.compiler,
