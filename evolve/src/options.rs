@@ -92,20 +92,20 @@ pub struct Options {
 /// its optimiser; `--Ofast-compile=min` (like `-G`, at twice its cost) avoids every such crash
 /// found, and `--dopt=off` is not an NVRTC 13.0 option. On an H100 it gave bit-identical GPU
 /// fitness to the default options for all 5,087 random individuals of the three built-in
-/// problems compared (`benches/results/2026-11-23-h100/engine-check/`).
+/// problems compared (`results/2026-11-23-h100/engine-check/`).
 pub const CRASH_RETRY_FLAGS: &[&str] = &["--Ofast-compile=min"];
 
 /// nvJitLink's options for the PTX route by default: ptxas at `-O0`. Over whole runs on an H100
 /// with 16 daemons it was faster end to end than the default `-O3` (keijzer6 50 generations: 148
 /// against 218 ms per generation; multiplier5 121 against 141; search 285 against 280), its
 /// slower kernels costing less than the compile time it saves at these case counts
-/// (`benches/results/2026-11-23-h100/routes/`).
+/// (`results/2026-11-23-h100/routes/`).
 pub const LINK_FLAGS: &[&str] = &["-O0"];
 
 /// The unit shape a route takes when [`Options::shape`] is not set: the switch kernel on both.
 /// One kernel per unit costs ptxas less than a kernel per individual (one prologue, one
 /// function to allocate registers for) and the GPU one launch per unit instead of one per
-/// individual. On an H100 with 16 daemons (`benches/results/2026-11-23-h100/shapes/`), PTX -O0
+/// individual. On an H100 with 16 daemons (`results/2026-11-23-h100/shapes/`), PTX -O0
 /// runs took 133 against 143 (keijzer6), 156 against 188 (search) and 104 against 133 ms
 /// (multiplier5) per generation; on NVRTC the two shapes were within 7% either way, the switch
 /// evaluating faster. The engine keeps kernels for an NVRTC template that reads `blockIdx.y`.

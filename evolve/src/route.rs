@@ -12,7 +12,7 @@
 //! faster than NVRTC and evaluates as fast), by [`predict`]: both grow with programs × cases ×
 //! ops, the interpreter's 1.5 times as steeply, and the PTX route pays its compile per program.
 //! The constants ([`Costs::H100`]) come from `gpfarm bench --break-even` on the H100 host with 16
-//! daemons (`benches/results/`): there one interpreter launch evaluates a generation before the
+//! daemons (`results/`): there one interpreter launch evaluates a generation before the
 //! farm has compiled it up to some 10^7-10^8 cases, so auto interprets every problem measured.
 
 use gpfarm_gp::{Evolution, EvolutionConfig, Problem, Program};
@@ -42,7 +42,7 @@ pub struct Costs {
 impl Costs {
     /// Fitted to `gpfarm bench --break-even` on the H100 host (16 cores, 16 daemons),
     /// 2026-11-23, tuned interpreter: regressions of 10^5 to 10^7 cases, programs of 6.9, 9.5
-    /// and 27.6 ops (`benches/results/2026-11-23-h100/interpreter-tuned/breakeven/`): the
+    /// and 27.6 ops (`results/2026-11-23-h100/interpreter-tuned/breakeven/`): the
     /// interpreter's generation, PTX's evaluation, and PTX's compile and load from 64 cases up.
     pub const H100: Costs = Costs {
         interp_fixed_s: 265e-6,

@@ -49,7 +49,7 @@ pub fn driver_cache_setting(current: Option<&std::ffi::OsStr>) -> Option<&'stati
 /// Where a CUDA driver is installed, NVRTC 13 keeps the machine code of every translation unit it
 /// compiles in the driver's compute cache (`~/.nv/ComputeCache`, 256 MB by default) and serves a
 /// byte-identical unit from there: on the GPU host a repeated unit compiled about 8 times faster
-/// (`benches/results/2026-11-22-h100/caching-overlap/`). Left on, a benchmark that compiles the
+/// (`results/2026-11-22-h100/caching-overlap/`). Left on, a benchmark that compiles the
 /// same population twice, or a run repeated with the same seed, measures that cache instead of
 /// the compiler, and a run's speed depends on what earlier runs left behind. gpfarm has its own
 /// caches, keyed per individual: the fitness memo and `--disk-cache`. `CUDA_CACHE_DISABLE=0` keeps
@@ -74,7 +74,7 @@ pub unsafe fn disable_driver_cache() -> bool {
 /// heap growth lets freed memory be reused without faults. The 13x it once saved on the GPU host
 /// was measured with the CUDA driver's cache on, which served repeated units in a few ms; with
 /// that cache off (about 200 ms per unit of 8 kernels there) it made no measurable difference
-/// (`benches/results/2026-11-22-h100/ceiling/`). It costs nothing measurable either, and it
+/// (`results/2026-11-22-h100/ceiling/`). It costs nothing measurable either, and it
 /// changes nothing NVRTC computes. Call it before the first compile; it affects the whole process.
 pub fn tune_allocator() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]

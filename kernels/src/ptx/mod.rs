@@ -37,9 +37,12 @@
 //!   `(c >> bit) & 1`; locals and statement outputs start at zero; an expression problem
 //!   stores the value converted to the output's type, a statement problem each output at the
 //!   end.
-//! - Loops are plain branches with no step limit, as in the NVRTC template: a runaway loop
-//!   runs on, exactly as on the NVRTC route, and nothing stops its kernel (the CPU evaluator
-//!   and the interpreter stop it after a step limit instead).
+//! - Loops are plain branches with no step limit, as in the NVRTC template. Nothing stops a
+//!   kernel whose loop never ends: the GPU evaluator waits for its launches with no time limit,
+//!   and so does the parent of the GPU worker, so the generation never finishes. It is the same
+//!   on the NVRTC route; the CPU evaluator and the GPU interpreter fail such a program after a
+//!   step limit instead. No built-in grammar can write such a loop (search's runs over the
+//!   input's length, and only the loop writes `i`).
 //!
 //! Registers are virtual and single-assignment except for variable slots (`%p`, `%r`, `%rd`,
 //! `%f`, `%fd`, counted per kernel); ptxas allocates them. The emitter recurses once per nesting

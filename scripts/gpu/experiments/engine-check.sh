@@ -2,7 +2,7 @@
 # The generation engine as a library, on the GPU host: the GPU tests (ignored elsewhere), then
 # keijzer6 300x50 with 16 daemons and GPU evaluation, seed 1, with the defaults, whose best and
 # mean per generation must equal, bit for bit, the committed run of those defaults (PTX route,
-# -O0, no contraction: benches/results/2026-11-23-h100/routes/evolve_keijzer6_ptx_O0.jsonl; the
+# -O0, no contraction: results/2026-11-23-h100/routes/evolve_keijzer6_ptx_O0.jsonl; the
 # run before the default changed, with contraction, is ../../2026-11-22-h100/ceiling/runs/). Expects .carry/
 # from scripts/gpu/harness/pack.sh; writes $OUT/r/engine-check.txt and the run's records.
 set -uo pipefail
@@ -13,7 +13,7 @@ f="$r/evolve_keijzer6_gpu_1.jsonl"
 timeout 300 "$bin" evolve --problem keijzer6 --population 300 --generations 50 --daemons 16 --eval gpu \
   --seed 1 --json > "$f" 2> "${f%.jsonl}.err"
 echo "evolve rc=$?"
-python3 - "$f" benches/results/2026-11-23-h100/routes/evolve_keijzer6_ptx_O0.jsonl <<'PY' | tee "$r/engine-check.txt"
+python3 - "$f" results/2026-11-23-h100/routes/evolve_keijzer6_ptx_O0.jsonl <<'PY' | tee "$r/engine-check.txt"
 import json, sys
 def trajectory(path):
     rows = [json.loads(l) for l in open(path)]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Does --Ofast-compile=max -default-device change any fitness value? Runs each problem for 50
 # generations (population 300, 16 daemons, GPU evaluation, seed 1) with those options; compare the
-# trajectories with the default runs of benches/results/2026-11-22-h100/driver-cache/runs/.
+# trajectories with the default runs of results/2026-11-22-h100/driver-cache/runs/.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../harness/env.sh"
 for p in ${PROBLEMS:-keijzer6 search multiplier5}; do
