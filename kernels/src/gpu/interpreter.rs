@@ -1,16 +1,17 @@
 //! Launching the interpreter over a population.
 //!
-//! This file knows nothing of bytecode beyond where each program starts and ends. Programs are
-//! launched deep ones first and longest first within each kind, and the fitness comes back in
-//! the population's order through the returned launch order. Must never allocate when the
-//! buffers of an earlier, larger population will do ([`super::buffers`]).
+//! This file knows nothing of bytecode beyond where each program starts and ends
+//! ([`super::contract`]). Programs are launched deep ones first and longest first within each
+//! kind, and the fitness comes back in the population's order through the returned launch order.
+//! Must never allocate when the buffers of an earlier, larger population will do
+//! ([`super::buffers`]).
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 use gpfarm_gp::{ParamRole, Problem};
 
 use super::buffers::{Device, grow_copy, tiles};
+use super::contract::{DEEP, program_range};
 use super::{BLOCK, GpuError, WirePopulation, driver, no_kernel};
-use crate::interp::{DEEP, program_range};
 
 /// The most blocks a launch may have along y.
 const MAX_GRID_Y: usize = 65_535;

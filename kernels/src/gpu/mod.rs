@@ -16,13 +16,14 @@
 //! One job per file: `probe` says whether there is a GPU at all; `fitness` writes the fitness
 //! reduction's CUDA C; `buffers` holds the context and what lives in it; `modules` loads CUBIN
 //! into it; `launch` launches compiled individuals and the reduction; `interpreter` launches the
-//! interpreter. This file holds the evaluator's public face ([`GpuEvaluator`], [`GpuError`],
-//! [`Kernels`]).
+//! interpreter, by the kernel names and offset flags that `contract` sets for its kernels. This
+//! file holds the evaluator's public face ([`GpuEvaluator`], [`GpuError`], [`Kernels`]).
 //!
 //! Must never use a context after a kernel faulted in it: a poisoned evaluator refuses all
 //! further work.
 
 mod buffers;
+pub(crate) mod contract;
 mod fitness;
 mod interpreter;
 mod launch;

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::Ptx;
 
+use super::contract::{INTERP_KERNEL_LARGE, INTERP_KERNEL_SMALL};
 use super::{CompiledUnit, FITNESS_KERNEL, GpuError, KernelRef, TILES_KERNEL, driver};
-use crate::interp::{INTERP_KERNEL_LARGE, INTERP_KERNEL_SMALL};
 
 /// One launch: a kernel for one individual, or consecutive branches of a switch kernel.
 pub(super) struct Run {
