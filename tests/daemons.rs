@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::{config, nvrtc_or_skip, segments_of, units, wait_gone};
 use gpfarm_client::{
-    CompileOptions, Compiler, CompilerError, Farm, FarmKind, FarmSizeError, SmArch, farm_status,
+    CompileOptions, Compiler, Farm, FarmError, FarmKind, FarmSizeError, SmArch, farm_status,
 };
 use gpfarm_protocol::FarmName;
 
@@ -90,7 +90,7 @@ fn zero_daemons_is_an_error_for_start_compile_and_evolve() {
     assert!(segments_of(&name).is_empty());
     assert!(daemons_named(&name).is_empty());
     let e = Farm::spawn(config(0)).err().expect("a farm of 0 daemons must not start");
-    assert!(matches!(e, CompilerError::FarmSize(FarmSizeError::NoDaemons)), "{e:?}");
+    assert!(matches!(e, FarmError::FarmSize(FarmSizeError::NoDaemons)), "{e:?}");
 }
 
 #[test]
@@ -106,7 +106,7 @@ fn an_absurd_daemon_count_is_refused_with_the_numbers_before_any_daemon_starts()
     assert!(daemons_named(&name).is_empty(), "daemons started: {:?}", daemons_named(&name));
 
     let e = Farm::spawn_named(name.clone(), config(100_000)).err().expect("refused");
-    let CompilerError::FarmSize(FarmSizeError::TooMany { daemons, need, available, .. }) = e else {
+    let FarmError::FarmSize(FarmSizeError::TooMany { daemons, need, available, .. }) = e else {
         panic!("{e:?}");
     };
     assert_eq!(daemons, 100_000);

@@ -1,14 +1,17 @@
-//! The one interface every compiler offers, and the statistics of one call.
+//! The one interface every compiler offers, the statistics of one call, and the error a call
+//! through that interface fails with.
+//!
+//! Must never depend on an implementation (the farm, the in-process compilers, nvcc) or on what
+//! they are built from: each of them depends on this file, never the other way round.
 
-use std::path::PathBuf;
+use std::error::Error;
+use std::fmt;
 use std::time::Instant;
 
-use gpfarm_protocol::{CompileOptions, DaemonId, Unit, UnitResult};
+use gpfarm_protocol::{CompileOptions, Unit, UnitResult};
 use serde::Serialize;
-use thiserror::Error;
 
 use crate::queue::{Finished, Queued, Worklist};
-use crate::supervisor::{LocateError, SpawnError};
 
 /// Something that turns CUDA C units into CUBIN.
 pub trait Compiler {
@@ -138,82 +141,68 @@ impl BatchStats {
     }
 }
 
-/// A compiler could not do its job at all.
-#[derive(Debug, Error)]
-pub enum CompilerError {
-    /// No usable NVRTC or nvcc.
-    #[error(transparent)]
-    Toolchain(#[from] gpfarm_toolchain::ToolchainError),
-    /// NVRTC could not be loaded.
-    #[error(transparent)]
-    Load(#[from] gpfarm_toolchain::nvrtc::LoadError),
-    /// A daemon could not be started or reached, or broke the protocol.
-    #[error("daemon {id}: {message}")]
-    Daemon {
-        /// Which daemon.
-        id: DaemonId,
-        /// What went wrong and what to do.
-        message: String,
-    },
-    /// A daemon was killed from outside (a signal it did not raise itself) before it was ready;
-    /// starting it again may well work, and start-up does, a bounded number of times.
-    #[error("daemon {id}: {message}")]
-    Killed {
-        /// Which daemon.
-        id: DaemonId,
-        /// How it ended.
-        message: String,
-    },
-    /// Another process holds the daemon (one client at a time).
-    #[error(
-        "daemon {id}: in use by process {holder}; one client at a time (start another farm with `gpfarm daemons start`)"
-    )]
-    InUse {
-        /// Which daemon.
-        id: DaemonId,
-        /// The process holding it.
-        holder: u32,
-    },
-    /// The OS refused to start a daemon's process.
-    #[error("daemon {id}")]
-    Spawn {
-        /// Which daemon.
-        id: DaemonId,
-        /// The executable and the OS's reason.
-        #[source]
-        source: SpawnError,
-    },
-    /// A farm of that many daemons cannot run on this machine.
-    #[error(transparent)]
-    FarmSize(#[from] crate::farm::FarmSizeError),
-    /// A helper executable (`gpfarmd`) was not found.
-    #[error(transparent)]
-    Locate(#[from] LocateError),
-    /// Shared memory failed.
-    #[error(transparent)]
-    Segment(#[from] gpfarm_protocol::SegmentError),
-    /// A file or directory the compiler needs could not be written or made.
-    #[error("cannot write {}", path.display())]
-    File {
-        /// The file or directory.
-        path: PathBuf,
-        /// The OS's reason.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The toolchain lacks nvcc, which the `nvcc` baseline needs.
-    #[error("the toolchain in {} has no nvcc; {}", lib_dir.display(), gpfarm_toolchain::INSTALL_HINT)]
-    NoNvcc {
-        /// The toolchain's library directory.
-        lib_dir: PathBuf,
-    },
-    /// NVRTC loaded but its warm-up compile failed: it cannot compile here.
-    #[error(transparent)]
-    Warmup(gpfarm_toolchain::StartError),
-    /// The in-process compiler's worker thread could not be started.
-    #[error("cannot start the compile thread")]
-    Thread(#[source] std::io::Error),
-    /// The in-process compiler's worker thread panicked (inside NVRTC).
-    #[error("the compile thread panicked")]
-    ThreadPanicked,
+/// A compiler could not do its job at all (a unit that fails to compile is a failed
+/// [`UnitResult`], not this).
+///
+/// Each implementation says what went wrong in an error type of its own, in its own module, and
+/// converts it into this one with `From`; through the trait, that error travels boxed, so that
+/// `dyn Compiler` serves every implementation alike. Its message and its chain of sources are the
+/// implementation's error's, unchanged. A caller that knows which compiler it holds gets the
+/// typed error back with [`CompilerError::downcast_ref`]. This type must never name an
+/// implementation or its errors: the trait does not depend on what implements it.
+pub struct CompilerError(Box<dyn Error + Send + Sync + 'static>);
+
+impl CompilerError {
+    /// Wraps an implementation's error.
+    pub fn new(error: impl Error + Send + Sync + 'static) -> CompilerError {
+        CompilerError(Box::new(error))
+    }
+
+    /// The implementation's error, if it is an `E`.
+    pub fn downcast_ref<E: Error + 'static>(&self) -> Option<&E> {
+        self.0.downcast_ref()
+    }
+
+    /// The implementation's error.
+    pub fn into_inner(self) -> Box<dyn Error + Send + Sync + 'static> {
+        self.0
+    }
+}
+
+impl fmt::Debug for CompilerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Display for CompilerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl Error for CompilerError {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        self.0.source()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot do it")]
+    struct Own(#[source] std::io::Error);
+
+    #[test]
+    fn an_implementations_error_keeps_its_message_sources_and_type() {
+        let e = CompilerError::new(Own(std::io::Error::other("the reason")));
+        assert_eq!(e.to_string(), "cannot do it");
+        assert_eq!(e.source().map(|s| s.to_string()).as_deref(), Some("the reason"));
+        assert_eq!(format!("{e:?}"), format!("{:?}", Own(std::io::Error::other("the reason"))));
+        assert!(e.downcast_ref::<Own>().is_some());
+        assert!(e.downcast_ref::<std::io::Error>().is_none());
+        assert!(e.into_inner().downcast::<Own>().is_ok());
+    }
 }

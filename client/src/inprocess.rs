@@ -13,10 +13,35 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gpfarm_protocol::{CompileMode, CompileOptions, FailureKind, Unit, UnitResult};
+use gpfarm_toolchain::nvrtc::LoadError;
 use gpfarm_toolchain::{Allocator, StartError, Toolchain, WarmNvrtc};
+use thiserror::Error;
 
 use crate::compiler::{Batch, BatchStats, Compiler, CompilerError, WorkerStats};
 use crate::partition::balanced;
+
+/// What the in-process compilers ([`InProcess`], [`Threads`]) fail with.
+#[derive(Debug, Error)]
+pub enum InProcessError {
+    /// NVRTC could not be loaded.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// NVRTC loaded but its warm-up compile failed: it cannot compile here.
+    #[error(transparent)]
+    Warmup(StartError),
+    /// The compile thread could not be started.
+    #[error("cannot start the compile thread")]
+    Thread(#[source] std::io::Error),
+    /// The compile thread panicked (inside NVRTC).
+    #[error("the compile thread panicked")]
+    ThreadPanicked,
+}
+
+impl From<InProcessError> for CompilerError {
+    fn from(e: InProcessError) -> CompilerError {
+        CompilerError::new(e)
+    }
+}
 
 fn us(d: Duration) -> u64 {
     d.as_micros().min(u64::MAX as u128) as u64
@@ -25,12 +50,12 @@ fn us(d: Duration) -> u64 {
 /// Tunes the allocator, loads NVRTC and pays its first-compile cost now, as a warm daemon has,
 /// so no measured call includes it; from now on a crash inside NVRTC is reported before the
 /// process dies of it.
-fn start(toolchain: &Toolchain, options: &CompileOptions) -> Result<Arc<WarmNvrtc>, CompilerError> {
+fn start(toolchain: &Toolchain, options: &CompileOptions) -> Result<Arc<WarmNvrtc>, InProcessError> {
     crash::install_handler();
     match WarmNvrtc::start(toolchain, options.arch, Allocator::Tuned) {
         Ok(nvrtc) => Ok(Arc::new(nvrtc)),
-        Err(StartError::Load(e)) => Err(CompilerError::Load(e)),
-        Err(e @ StartError::Warmup { .. }) => Err(CompilerError::Warmup(e)),
+        Err(StartError::Load(e)) => Err(InProcessError::Load(e)),
+        Err(e @ StartError::Warmup { .. }) => Err(InProcessError::Warmup(e)),
     }
 }
 
@@ -65,7 +90,7 @@ pub struct InProcess {
 
 impl InProcess {
     /// Tunes the allocator, then loads and warms NVRTC from `toolchain` for `options.arch`.
-    pub fn new(toolchain: &Toolchain, options: &CompileOptions) -> Result<Self, CompilerError> {
+    pub fn new(toolchain: &Toolchain, options: &CompileOptions) -> Result<Self, InProcessError> {
         Ok(InProcess { nvrtc: start(toolchain, options)? })
     }
 }
@@ -88,9 +113,9 @@ impl Compiler for InProcess {
                     let _stack = crash::AltStack::new();
                     units.iter().map(|u| compile_one(nvrtc, u, options)).collect::<Vec<_>>()
                 })
-                .map_err(CompilerError::Thread)?
+                .map_err(InProcessError::Thread)?
                 .join()
-                .map_err(|_| CompilerError::ThreadPanicked)
+                .map_err(|_| InProcessError::ThreadPanicked)
         })?;
         let wall_us = us(start.elapsed());
         let worker = WorkerStats { units: units.len(), busy_us: wall_us, ..Default::default() };
@@ -113,7 +138,7 @@ impl Threads {
         toolchain: &Toolchain,
         options: &CompileOptions,
         threads: usize,
-    ) -> Result<Self, CompilerError> {
+    ) -> Result<Self, InProcessError> {
         Ok(Threads { nvrtc: start(toolchain, options)?, threads: threads.max(1) })
     }
 }

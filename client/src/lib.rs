@@ -29,9 +29,9 @@ pub mod supervisor;
 pub use cache::{CacheKey, DiskCache};
 pub use compiler::{Batch, BatchStats, Compiler, CompilerError, WorkerStats};
 pub use farm::{
-    DAEMON_RSS, DEFAULT_UNIT_DEADLINE, DaemonStatus, Farm, FarmConfig, FarmKind, FarmSizeError, FarmStatus,
-    Healed, RSS_FACTOR, Room, SEGMENT_BYTES, StopError, daemon_executable, farm_status, farms_to_stop,
-    stop_farm,
+    DAEMON_RSS, DEFAULT_UNIT_DEADLINE, DaemonStatus, Farm, FarmConfig, FarmError, FarmKind, FarmSizeError,
+    FarmStatus, Healed, RSS_FACTOR, Room, SEGMENT_BYTES, StopError, daemon_executable, farm_status,
+    farms_to_stop, stop_farm,
 };
 pub use gpfarm_protocol::worker::{CompiledUnit, GpuGeneration, ProblemRef};
 pub use gpfarm_protocol::{
@@ -39,7 +39,7 @@ pub use gpfarm_protocol::{
     UnitTimings,
 };
 pub use gpu_worker::{GpuWorker, WorkerError, gpu_worker_executable};
-pub use inprocess::{InProcess, Threads};
-pub use nvcc::Nvcc;
+pub use inprocess::{InProcess, InProcessError, Threads};
+pub use nvcc::{Nvcc, NvccError};
 pub use queue::{Finished, Job, Submitter, Worklist, job_queue, shared_job_queue};
 pub use spec::{BuildConfig, BuildError, CompilerSpec, SpecError, Workers};

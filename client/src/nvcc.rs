@@ -9,6 +9,7 @@ use gpfarm_protocol::{
     CompileMode, CompileOptions, Failure, FailureKind, Language, Unit, UnitOutcome, UnitResult, UnitTimings,
 };
 use gpfarm_toolchain::Toolchain;
+use thiserror::Error;
 
 use crate::compiler::{Batch, BatchStats, Compiler, CompilerError, WorkerStats};
 
@@ -20,6 +21,32 @@ const NVRTC_ONLY: &[&str] =
 const PTX_REFUSED: &str = "the nvcc baseline compiles CUDA C only; a PTX unit is linked with the math \
      library by nvJitLink in the farm, threads and inprocess compilers";
 
+/// What the nvcc baseline fails with.
+#[derive(Debug, Error)]
+pub enum NvccError {
+    /// The toolchain lacks nvcc, which the `nvcc` baseline needs.
+    #[error("the toolchain in {} has no nvcc; {}", lib_dir.display(), gpfarm_toolchain::INSTALL_HINT)]
+    NoNvcc {
+        /// The toolchain's library directory.
+        lib_dir: PathBuf,
+    },
+    /// A file or directory the compiler needs could not be written or made.
+    #[error("cannot write {}", path.display())]
+    File {
+        /// The file or directory.
+        path: PathBuf,
+        /// The OS's reason.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl From<NvccError> for CompilerError {
+    fn from(e: NvccError) -> CompilerError {
+        CompilerError::new(e)
+    }
+}
+
 /// `nvcc -cubin`, one process per unit.
 pub struct Nvcc {
     nvcc: PathBuf,
@@ -27,11 +54,9 @@ pub struct Nvcc {
 
 impl Nvcc {
     /// Uses the toolchain's nvcc.
-    pub fn new(toolchain: &Toolchain) -> Result<Self, CompilerError> {
-        let nvcc = toolchain
-            .nvcc
-            .clone()
-            .ok_or_else(|| CompilerError::NoNvcc { lib_dir: toolchain.lib_dir.clone() })?;
+    pub fn new(toolchain: &Toolchain) -> Result<Self, NvccError> {
+        let nvcc =
+            toolchain.nvcc.clone().ok_or_else(|| NvccError::NoNvcc { lib_dir: toolchain.lib_dir.clone() })?;
         Ok(Nvcc { nvcc })
     }
 }
@@ -50,7 +75,7 @@ impl Compiler for Nvcc {
         let dir = tempfile::Builder::new()
             .prefix("gpfarm-nvcc-")
             .tempdir()
-            .map_err(|source| CompilerError::File { path: std::env::temp_dir(), source })?;
+            .map_err(|source| NvccError::File { path: std::env::temp_dir(), source })?;
         let mut results = Vec::with_capacity(units.len());
         for (i, unit) in units.iter().enumerate() {
             if unit.language == Language::Ptx {
@@ -64,7 +89,7 @@ impl Compiler for Nvcc {
             let src = dir.path().join(format!("unit{i}.cu"));
             let out = dir.path().join(format!("unit{i}.cubin"));
             std::fs::write(&src, &unit.source)
-                .map_err(|source| CompilerError::File { path: src.clone(), source })?;
+                .map_err(|source| NvccError::File { path: src.clone(), source })?;
             let t = Instant::now();
             let mut cmd = Command::new(&self.nvcc);
             cmd.arg("-cubin").arg(options.arch.cubin_option());

@@ -14,13 +14,13 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use gpfarm_protocol::{CompileMode, CompileOptions, FarmName};
-use gpfarm_toolchain::Toolchain;
+use gpfarm_toolchain::{Toolchain, ToolchainError};
 use thiserror::Error;
 
-use crate::compiler::{Compiler, CompilerError};
-use crate::farm::{DEFAULT_UNIT_DEADLINE, Farm, FarmConfig};
-use crate::inprocess::{InProcess, Threads};
-use crate::nvcc::Nvcc;
+use crate::compiler::Compiler;
+use crate::farm::{DEFAULT_UNIT_DEADLINE, Farm, FarmConfig, FarmError};
+use crate::inprocess::{InProcess, InProcessError, Threads};
+use crate::nvcc::{Nvcc, NvccError};
 
 /// How many daemons or threads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -86,12 +86,21 @@ pub enum SpecError {
     CountNotTaken(String),
 }
 
-/// A spec that could not be built into a compiler.
+/// A spec that could not be built into a compiler: each compiler's own error, as it said it.
 #[derive(Debug, Error)]
 pub enum BuildError {
-    /// The compiler itself could not start (no toolchain, NVRTC not loadable, daemons not started).
+    /// No usable NVRTC or nvcc.
     #[error(transparent)]
-    Compiler(#[from] CompilerError),
+    Toolchain(#[from] ToolchainError),
+    /// The daemons could not be started or attached to.
+    #[error(transparent)]
+    Farm(#[from] FarmError),
+    /// NVRTC could not be loaded or warmed in this process.
+    #[error(transparent)]
+    InProcess(#[from] InProcessError),
+    /// The nvcc baseline cannot run.
+    #[error(transparent)]
+    Nvcc(#[from] NvccError),
     /// farm-jit without a CUDA context to link in.
     #[error(
         "farm-jit links PTX in each daemon's CUDA context, but {without} of {daemons} daemons hold \
@@ -163,7 +172,7 @@ impl CompilerSpec {
         options: &CompileOptions,
         config: &BuildConfig,
     ) -> Result<Box<dyn Compiler + Send>, BuildError> {
-        let toolchain = || Toolchain::discover(config.cuda.as_deref()).map_err(CompilerError::from);
+        let toolchain = || Toolchain::discover(config.cuda.as_deref());
         Ok(match *self {
             CompilerSpec::Nvcc => Box::new(Nvcc::new(&toolchain()?)?),
             CompilerSpec::InProcess => Box::new(InProcess::new(&toolchain()?, options)?),

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use gpfarm_protocol::event::{self, Wake};
 use gpfarm_protocol::{DaemonId, DaemonInfo, DaemonState, Request, Response, Segment};
 
-use crate::compiler::CompilerError;
+use super::FarmError;
 use crate::supervisor::{Liveness, Supervised};
 use gpfarm_protocol::process::is_daemon_of;
 
@@ -83,7 +83,7 @@ impl Daemon {
         }
     }
 
-    pub(super) fn round_trip(&mut self, req: &Request, timeout: Duration) -> Result<Response, CompilerError> {
+    pub(super) fn round_trip(&mut self, req: &Request, timeout: Duration) -> Result<Response, FarmError> {
         let id = self.id;
         let seen = self.seg.done().load(Ordering::Acquire);
         self.seg.write_request(req)?;
@@ -92,12 +92,10 @@ impl Daemon {
         match self.await_done(seen, timeout) {
             Ok(()) => Ok(self.seg.read_response()?),
             // Killed from outside: trying again may work.
-            Err(Lost::Died(m, false)) => Err(CompilerError::Killed { id, message: m }),
-            Err(Lost::Died(m, true)) | Err(Lost::Protocol(m)) => {
-                Err(CompilerError::Daemon { id, message: m })
-            }
+            Err(Lost::Died(m, false)) => Err(FarmError::Killed { id, message: m }),
+            Err(Lost::Died(m, true)) | Err(Lost::Protocol(m)) => Err(FarmError::Daemon { id, message: m }),
             Err(Lost::Hung) => {
-                Err(CompilerError::Daemon { id, message: format!("no answer within {timeout:?}") })
+                Err(FarmError::Daemon { id, message: format!("no answer within {timeout:?}") })
             }
         }
     }

@@ -14,9 +14,8 @@ use gpfarm_protocol::{
     DaemonId, DaemonInfo, DaemonState, Request, Response, Segment, SegmentError, SegmentName,
 };
 
-use super::FarmConfig;
 use super::daemon::{Daemon, POLL};
-use crate::compiler::CompilerError;
+use super::{FarmConfig, FarmError};
 use crate::supervisor::{CRASH_SIGNALS, Liveness, Supervised};
 
 /// Waits for a daemon's segment to appear and its state to leave `Starting`.
@@ -24,17 +23,17 @@ pub(super) fn await_available(
     name: &SegmentName,
     mut child: Option<&mut Supervised>,
     timeout: Duration,
-) -> Result<Segment, CompilerError> {
+) -> Result<Segment, FarmError> {
     let id = name.id;
     let deadline = Instant::now() + timeout;
     // A daemon this process did not start is watched through `/proc` once it is found there.
     let mut watched: Option<u32> = None;
-    let mut check_child = |child: &mut Option<&mut Supervised>| -> Result<(), CompilerError> {
+    let mut check_child = |child: &mut Option<&mut Supervised>| -> Result<(), FarmError> {
         if child.is_none() {
             match watched {
                 None => watched = process::find_daemon(name),
                 Some(pid) if !process::is_daemon_of(pid, name) => {
-                    return Err(CompilerError::Killed { id, message: format!("gpfarmd {pid} is gone") });
+                    return Err(FarmError::Killed { id, message: format!("gpfarmd {pid} is gone") });
                 }
                 Some(_) => {}
             }
@@ -43,18 +42,15 @@ pub(super) fn await_available(
             && let Liveness::Ended { status, .. } = c.liveness()
         {
             if status.signal().is_some_and(|s| !CRASH_SIGNALS.contains(&s)) {
-                return Err(CompilerError::Killed {
-                    id,
-                    message: format!("killed during start-up ({status})"),
-                });
+                return Err(FarmError::Killed { id, message: format!("killed during start-up ({status})") });
             }
-            return Err(CompilerError::Daemon {
+            return Err(FarmError::Daemon {
                 id,
                 message: format!("exited during start-up ({status}); its message is above"),
             });
         }
         if Instant::now() > deadline {
-            return Err(CompilerError::Daemon { id, message: format!("not available after {timeout:?}") });
+            return Err(FarmError::Daemon { id, message: format!("not available after {timeout:?}") });
         }
         Ok(())
     };
@@ -78,10 +74,10 @@ pub(super) fn await_available(
                     _ => "failed to start".into(),
                 };
                 event::signal(seg.go());
-                return Err(CompilerError::Daemon { id, message: why });
+                return Err(FarmError::Daemon { id, message: why });
             }
             DaemonState::Stopped => {
-                return Err(CompilerError::Daemon { id, message: "stopped during start-up".into() });
+                return Err(FarmError::Daemon { id, message: "stopped during start-up".into() });
             }
             DaemonState::Starting | DaemonState::Processing => {
                 check_child(&mut child)?;
@@ -97,12 +93,12 @@ pub(super) fn hello(
     seg: Segment,
     child: Option<Supervised>,
     config: &FarmConfig,
-) -> Result<Daemon, CompilerError> {
+) -> Result<Daemon, FarmError> {
     let id = seg.name().id;
     // The process, not the header, says who the daemon is.
     let pid = match &child {
         Some(c) => c.pid(),
-        None => process::find_daemon(seg.name()).ok_or_else(|| CompilerError::Daemon {
+        None => process::find_daemon(seg.name()).ok_or_else(|| FarmError::Daemon {
             id,
             message: format!("no live gpfarmd serves segment {}", seg.name()),
         })?,
@@ -124,7 +120,7 @@ pub(super) fn hello(
                 keeper: 0,
             });
         }
-        return Err(CompilerError::InUse { id, holder });
+        return Err(FarmError::InUse { id, holder });
     }
     // Only a resident farm (its daemons lead process groups of their own) has a keeper.
     let resident = super::ops::FarmKind::of_daemons([pid]) == super::ops::FarmKind::Resident;
@@ -140,7 +136,7 @@ pub(super) fn hello(
             }
             return Ok(d);
         }
-        Ok(other) => CompilerError::Daemon { id, message: format!("unexpected handshake answer {other:?}") },
+        Ok(other) => FarmError::Daemon { id, message: format!("unexpected handshake answer {other:?}") },
         Err(e) => e,
     };
     d.seg.unlock_client(me);
@@ -159,11 +155,11 @@ impl DefaultInfo for DaemonInfo {
     }
 }
 
-pub(super) fn check_versions(daemons: &[Daemon]) -> Result<(), CompilerError> {
+pub(super) fn check_versions(daemons: &[Daemon]) -> Result<(), FarmError> {
     let Some(first) = daemons.first() else { return Ok(()) };
     for d in daemons {
         if d.info.nvrtc_version != first.info.nvrtc_version {
-            return Err(CompilerError::Daemon {
+            return Err(FarmError::Daemon {
                 id: d.id,
                 message: format!(
                     "runs NVRTC {:?} from {}, but daemon {} runs {:?} from {}: one farm, one NVRTC",

@@ -22,9 +22,8 @@ use super::daemon::Daemon;
 use super::handshake::{await_available, check_versions, hello};
 use super::ops::{FarmKind, group_by_farm};
 use super::size::Room;
-use super::{Farm, FarmConfig};
-use crate::compiler::CompilerError;
-use crate::supervisor::{Liveness, ParentDeath, Supervised, locate_executable, signal_daemon};
+use super::{Farm, FarmConfig, FarmError};
+use crate::supervisor::{Liveness, LocateError, ParentDeath, Supervised, locate_executable, signal_daemon};
 
 /// Starts of a replacement daemon before its slot is given up.
 const RESPAWN_TRIES: usize = 3;
@@ -40,8 +39,8 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
 /// Finds `gpfarmd`: `GPFARMD`, then beside the current executable (and one level up, where
 /// test binaries live), then on `PATH`.
-pub fn daemon_executable() -> Result<PathBuf, CompilerError> {
-    Ok(locate_executable("gpfarmd", "GPFARMD")?)
+pub fn daemon_executable() -> Result<PathBuf, LocateError> {
+    locate_executable("gpfarmd", "GPFARMD")
 }
 
 fn daemon_command(exe: &Path, farm: &FarmName, id: DaemonId, config: &FarmConfig) -> Command {
@@ -81,9 +80,9 @@ fn spawn_daemon(
     farm: &FarmName,
     id: DaemonId,
     config: &FarmConfig,
-) -> Result<Supervised, CompilerError> {
+) -> Result<Supervised, FarmError> {
     Supervised::spawn(daemon_command(exe, farm, id, config), parent_death(config))
-        .map_err(|source| CompilerError::Spawn { id, source })
+        .map_err(|source| FarmError::Spawn { id, source })
 }
 
 impl Farm {
@@ -91,12 +90,12 @@ impl Farm {
     /// A count this machine cannot hold (0, or more than its memory and `/dev/shm` take) is
     /// refused before any daemon starts; more than one per core is only warned about. Stale
     /// segments of this user's crashed runs are removed first.
-    pub fn spawn(config: FarmConfig) -> Result<Farm, CompilerError> {
+    pub fn spawn(config: FarmConfig) -> Result<Farm, FarmError> {
         Farm::spawn_named(FarmName::random(), config)
     }
 
     /// As [`Farm::spawn`], with a chosen farm name.
-    pub fn spawn_named(name: FarmName, config: FarmConfig) -> Result<Farm, CompilerError> {
+    pub fn spawn_named(name: FarmName, config: FarmConfig) -> Result<Farm, FarmError> {
         let room = Room::here();
         room.check(config.daemons)?;
         if config.daemons > room.cores {
@@ -143,7 +142,7 @@ impl Farm {
     /// Attaches to the daemons of a farm started by `gpfarm daemons start`: the named farm, or
     /// the only resident farm of this user if no name is given (running jobs' temporary farms
     /// are not for sharing).
-    pub fn attach(name: Option<&FarmName>, config: FarmConfig) -> Result<Farm, CompilerError> {
+    pub fn attach(name: Option<&FarmName>, config: FarmConfig) -> Result<Farm, FarmError> {
         // A farm none of whose daemons lives is gone, and its segments with it. A dead daemon's
         // segment in a farm that lives stays: its keeper is replacing it, and it is waited for.
         let live = process::live_daemons();
@@ -163,7 +162,7 @@ impl Farm {
             });
         }
         let (farm_name, ids) = match name {
-            Some(n) => farms.into_iter().find(|(f, _)| f == n).ok_or_else(|| CompilerError::Daemon {
+            Some(n) => farms.into_iter().find(|(f, _)| f == n).ok_or_else(|| FarmError::Daemon {
                 id: DaemonId(0),
                 message: format!("no running farm named {n}; start one with `gpfarm daemons start`"),
             })?,
@@ -172,14 +171,14 @@ impl Farm {
                 match (farms.next(), farms.next()) {
                     (Some(f), None) => f,
                     (None, _) => {
-                        return Err(CompilerError::Daemon {
+                        return Err(FarmError::Daemon {
                             id: DaemonId(0),
                             message: "no resident farm running; start one with `gpfarm daemons start -n N`"
                                 .into(),
                         });
                     }
                     (Some(_), Some(_)) => {
-                        return Err(CompilerError::Daemon {
+                        return Err(FarmError::Daemon {
                             id: DaemonId(0),
                             message:
                                 "several resident farms are running; name one (see `gpfarm daemons status`)"
@@ -216,7 +215,7 @@ impl Farm {
     }
 
     /// As [`Farm::recover`], saying why it failed.
-    fn bring_back(&self, d: &mut Daemon) -> Result<(), CompilerError> {
+    fn bring_back(&self, d: &mut Daemon) -> Result<(), FarmError> {
         if !self.owns_daemons {
             return reattach(d, &self.name, &self.config);
         }
@@ -267,7 +266,7 @@ impl Farm {
                             Err(e) => {
                                 // Killed from outside at every start: the slot stays, and the
                                 // next look tries again. Anything else would fail again.
-                                again = matches!(e, CompilerError::Killed { .. });
+                                again = matches!(e, FarmError::Killed { .. });
                                 why = format!("{why}; starting another failed: {e}");
                             }
                         }
@@ -382,7 +381,7 @@ fn start_daemon(
     id: DaemonId,
     config: &FarmConfig,
     mut first: Option<Supervised>,
-) -> Result<Daemon, CompilerError> {
+) -> Result<Daemon, FarmError> {
     let seg_name = SegmentName::new(farm, id);
     let mut tries = 0;
     loop {
@@ -400,7 +399,7 @@ fn start_daemon(
             Err(e) => {
                 // Its process is gone: nobody else serves the name.
                 segment::unlink(&seg_name);
-                if !matches!(e, CompilerError::Killed { .. }) || tries >= START_TRIES {
+                if !matches!(e, FarmError::Killed { .. }) || tries >= START_TRIES {
                     return Err(e);
                 }
                 tracing::info!("daemon {id}: {e}; starting it again");
@@ -412,7 +411,7 @@ fn start_daemon(
 /// Ends a daemon that stopped answering and starts a fresh one with the same id in its place.
 /// Runs on the farm's own thread: a daemon's parent-death signal fires when the *thread* that
 /// started it ends.
-fn respawn(d: &mut Daemon, name: &FarmName, config: &FarmConfig) -> Result<(), CompilerError> {
+fn respawn(d: &mut Daemon, name: &FarmName, config: &FarmConfig) -> Result<(), FarmError> {
     let exe = match &config.executable {
         Some(p) => p.clone(),
         None => daemon_executable()?,
@@ -436,7 +435,7 @@ fn respawn(d: &mut Daemon, name: &FarmName, config: &FarmConfig) -> Result<(), C
 /// A daemon of a resident farm this process attached to was lost: ends it if it still runs, then
 /// waits (up to the start-up timeout, and only while the farm's keeper lives) for the fresh one
 /// the keeper starts under the same name, and meets it.
-fn reattach(d: &mut Daemon, name: &FarmName, config: &FarmConfig) -> Result<(), CompilerError> {
+fn reattach(d: &mut Daemon, name: &FarmName, config: &FarmConfig) -> Result<(), FarmError> {
     signal_daemon(d.pid, &SegmentName::new(name, d.id), libc::SIGKILL);
     let fresh = meet_daemon(name, d.id, d.pid, d.keeper, config)?;
     drop(std::mem::replace(d, fresh));
@@ -445,7 +444,7 @@ fn reattach(d: &mut Daemon, name: &FarmName, config: &FarmConfig) -> Result<(), 
 
 /// Meets daemon `id` of resident farm `name`, waiting for its keeper to replace it if it is lost
 /// on the way (killed while it starts or shakes hands).
-fn meet_resident(name: &FarmName, id: DaemonId, config: &FarmConfig) -> Result<Daemon, CompilerError> {
+fn meet_resident(name: &FarmName, id: DaemonId, config: &FarmConfig) -> Result<Daemon, FarmError> {
     // The keeper is the parent of a resident farm's daemons; this one may be between two lives.
     let pids: Vec<u32> =
         process::live_daemons().into_iter().filter(|(n, _)| &n.farm == name).map(|(_, p)| p).collect();
@@ -466,7 +465,7 @@ fn meet_daemon(
     old: u32,
     keeper: u32,
     config: &FarmConfig,
-) -> Result<Daemon, CompilerError> {
+) -> Result<Daemon, FarmError> {
     let seg_name = SegmentName::new(name, id);
     let deadline = Instant::now() + config.start_timeout;
     let mut last = None;
@@ -477,14 +476,11 @@ fn meet_daemon(
             match await_available(&seg_name, None, left).and_then(|seg| hello(seg, None, config)) {
                 Ok(fresh) => return Ok(fresh),
                 // Its keeper is still meeting it: a moment, not longer.
-                Err(CompilerError::InUse { holder, .. })
+                Err(FarmError::InUse { holder, .. })
                     if holder == keeper
                         && keeper_held.get_or_insert_with(Instant::now).elapsed() < KEEPER_HOLD => {}
                 // Another client holds it, or it is not a gpfarm daemon of this version: final.
-                Err(e)
-                    if !matches!(e, CompilerError::Killed { .. })
-                        && process::is_daemon_of(pid, &seg_name) =>
-                {
+                Err(e) if !matches!(e, FarmError::Killed { .. }) && process::is_daemon_of(pid, &seg_name) => {
                     return Err(e);
                 }
                 // Lost in its turn; its keeper starts another.
@@ -500,7 +496,7 @@ fn meet_daemon(
                 (true, Some(last)) => last,
                 (true, None) => format!("not replaced within {:?}", config.start_timeout),
             };
-            return Err(CompilerError::Daemon { id, message: why });
+            return Err(FarmError::Daemon { id, message: why });
         }
         std::thread::sleep(Duration::from_millis(5));
     }

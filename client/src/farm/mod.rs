@@ -16,13 +16,14 @@
 //! [`daemon`] is one daemon's request/answer round with bounded, liveness-checked waits;
 //! [`dispatch`] is the thread that feeds one daemon; [`schedule`] hands out jobs and decides what
 //! a lost daemon costs each unit; [`ops`] is what `gpfarm daemons status|stop` needs; [`size`]
-//! says how many daemons this machine can hold. This file holds the farm itself and its
-//! [`Compiler`] face.
+//! says how many daemons this machine can hold; [`error`] is what starting or meeting daemons
+//! fails with. This file holds the farm itself and its [`Compiler`] face.
 //!
 //! Must never leave a daemon it spawned running, or its segment behind, once it is dropped.
 
 mod daemon;
 mod dispatch;
+mod error;
 mod handshake;
 mod lifecycle;
 mod ops;
@@ -41,6 +42,7 @@ use crate::queue::{Job, Worklist, job_queue};
 use daemon::Daemon;
 use dispatch::too_large;
 
+pub use error::FarmError;
 pub use lifecycle::{Healed, RSS_FACTOR, daemon_executable};
 pub use ops::{DaemonStatus, FarmKind, FarmStatus, StopError, farm_status, farms_to_stop, stop_farm};
 pub use size::{DAEMON_RSS, FarmSizeError, Room, SEGMENT_BYTES};

@@ -23,6 +23,10 @@
 //!
 //! Like the PTX route it needs the standard harness ([`interp_supported`]): a template that
 //! computes anything else cannot be interpreted.
+//!
+//! The interpreter is written to the GPU evaluator's terms ([`crate::gpu`]): its fitness
+//! reduction, its error, and the kernel names and offset flags it launches by (re-exported here).
+//! The evaluator must never depend on this module in turn.
 
 pub mod bytecode;
 pub mod exec;
@@ -30,12 +34,17 @@ mod source;
 
 pub use bytecode::{Bytecode, BytecodeError, Folding, MAX_DEPTH, Op, compile, compile_with, walk};
 pub use source::{
-    INTERLEAVE, INTERP_KERNEL_LARGE, INTERP_KERNEL_SMALL, REGISTER_SLOTS, SMALL_DEPTH, Tuning,
-    interpreter_source, interpreter_source_with,
+    INTERLEAVE, REGISTER_SLOTS, SMALL_DEPTH, Tuning, interpreter_source, interpreter_source_with,
+};
+// The evaluator launches by these names and flags; the interpreter's kernels and its population
+// layout follow them.
+pub use crate::gpu::contract::{
+    DEEP, FLAGS, INTERP_KERNEL_LARGE, INTERP_KERNEL_SMALL, STRAIGHT, program_range,
 };
 
 use gpfarm_gp::Problem;
 use gpfarm_gp::problem::compare_with_standard;
+use gpfarm_protocol::worker::WirePopulation;
 
 /// Why a problem cannot be interpreted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -53,23 +62,6 @@ pub struct InterpUnsupported {
 pub fn interp_supported(problem: &Problem) -> Result<(), InterpUnsupported> {
     compare_with_standard(problem.template(), problem.spec())
         .map_err(|difference| InterpUnsupported { problem: problem.name().to_owned(), difference })
-}
-
-/// The bit of an offset in [`PackedPopulation::offsets`] that marks a program without jumps.
-pub const STRAIGHT: u32 = 1 << 31;
-/// The bit of an offset in [`PackedPopulation::offsets`] that marks a program whose stack is
-/// deeper than [`SMALL_DEPTH`]: it runs in [`INTERP_KERNEL_LARGE`], the others in
-/// [`INTERP_KERNEL_SMALL`].
-pub const DEEP: u32 = 1 << 30;
-/// The flag bits of an offset.
-pub const FLAGS: u32 = STRAIGHT | DEEP;
-
-/// Where program `k` lies among `nwords` words laid out by [`PackedPopulation`], from its
-/// `offsets` (flags and all).
-pub fn program_range(offsets: &[u32], nwords: usize, k: usize) -> std::ops::Range<usize> {
-    let start = (offsets[k] & !FLAGS) as usize;
-    let end = offsets.get(k + 1).map_or(nwords, |&e| (e & !FLAGS) as usize);
-    start..end
 }
 
 /// A population's bytecode, laid out for one launch: every program's words one after the other,
@@ -98,8 +90,8 @@ impl PackedPopulation {
 
     /// The population as the GPU evaluator and its worker take it, `max_steps` loop iterations
     /// allowed per case.
-    pub fn into_wire(self, max_steps: u64) -> crate::gpu::WirePopulation {
-        crate::gpu::WirePopulation { words: self.words, offsets: self.offsets, max_steps }
+    pub fn into_wire(self, max_steps: u64) -> WirePopulation {
+        WirePopulation { words: self.words, offsets: self.offsets, max_steps }
     }
 
     /// Programs held.

@@ -19,12 +19,9 @@ use gpfarm_gp::interp::tree::{Source, Ty};
 use gpfarm_gp::problem::{InputType, ParamRole, ScalarType};
 
 use super::bytecode::{MAX_DEPTH, Op, array_layout, slot_layout};
+use crate::gpu::contract::{INTERP_KERNEL_LARGE, INTERP_KERNEL_SMALL};
 use crate::gpu::{BLOCK, GpuError, ROWS, TILE, block_sum, fitness_term, tiles_source};
 
-/// The kernel for programs whose stack is at most [`SMALL_DEPTH`] cells deep.
-pub const INTERP_KERNEL_SMALL: &str = "gpfarm_interpret_small";
-/// The kernel for deeper programs (up to [`MAX_DEPTH`]).
-pub const INTERP_KERNEL_LARGE: &str = "gpfarm_interpret_large";
 /// Cases a thread runs at once, for programs without jumps, in [`INTERP_KERNEL_SMALL`].
 pub const INTERLEAVE: usize = 4;
 /// The stack of [`INTERP_KERNEL_SMALL`], in cells.

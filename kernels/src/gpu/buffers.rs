@@ -1,0 +1,198 @@
+//! The evaluator's CUDA context and what lives in it: the problem's cases, uploaded once; the
+//! output slabs, tile sums and fitness values, grown to the largest generation seen and reused;
+//! the interpreted programs' bytecode buffers; the kernels loaded once ([`super::modules`]).
+//!
+//! Buffers only grow, by powers of two, so a generation no larger than an earlier one allocates
+//! nothing. Must never launch a kernel: this file allocates, uploads and holds.
+
+use std::sync::Arc;
+
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, CudaView, DriverError, LaunchArgs, PushKernelArg,
+};
+use gpfarm_gp::problem::{Column, InputColumn};
+use gpfarm_gp::{ParamRole, Problem};
+
+use super::modules::{load_interpreter, load_reduce};
+use super::{GpuError, Kernels, TILE, driver};
+
+pub(super) enum DevCol {
+    Int(CudaSlice<i32>),
+    Float(CudaSlice<f32>),
+}
+
+pub(super) enum DevView<'a> {
+    Int(CudaView<'a, i32>),
+    Float(CudaView<'a, f32>),
+}
+
+impl DevCol {
+    pub(super) fn upload(stream: &Arc<CudaStream>, col: &Column) -> Result<DevCol, DriverError> {
+        Ok(match col {
+            Column::Int(v) => DevCol::Int(stream.clone_htod(v)?),
+            Column::Float(v) => DevCol::Float(stream.clone_htod(v)?),
+        })
+    }
+
+    pub(super) fn zeros(stream: &Arc<CudaStream>, float: bool, n: usize) -> Result<DevCol, DriverError> {
+        Ok(if float {
+            DevCol::Float(stream.alloc_zeros(n.max(1))?)
+        } else {
+            DevCol::Int(stream.alloc_zeros(n.max(1))?)
+        })
+    }
+
+    pub(super) fn view(&self, range: std::ops::Range<usize>) -> DevView<'_> {
+        match self {
+            DevCol::Int(s) => DevView::Int(s.slice(range)),
+            DevCol::Float(s) => DevView::Float(s.slice(range)),
+        }
+    }
+
+    /// Passes the whole buffer as the next kernel argument.
+    pub(super) fn pass<'a>(&'a self, b: &mut LaunchArgs<'a>) {
+        match self {
+            DevCol::Int(s) => b.arg(s),
+            DevCol::Float(s) => b.arg(s),
+        };
+    }
+
+    pub(super) fn whole(&self) -> DevView<'_> {
+        match self {
+            DevCol::Int(s) => DevView::Int(s.slice(..)),
+            DevCol::Float(s) => DevView::Float(s.slice(..)),
+        }
+    }
+}
+
+/// Everything that lives in one CUDA context; rebuilt after a fault.
+pub(super) struct Device {
+    pub(super) ctx: Arc<CudaContext>,
+    pub(super) stream: Arc<CudaStream>,
+    /// One buffer per kernel parameter that reads case data (by parameter position).
+    pub(super) params: Vec<Option<DevCol>>,
+    pub(super) targets: DevCol,
+    /// One slab per output, `capacity * ncases` values.
+    pub(super) outputs: Vec<DevCol>,
+    pub(super) capacity: usize,
+    /// One fitness per individual or program.
+    pub(super) fitness: CudaSlice<f64>,
+    /// The sum of each tile of cases, `ntiles` per individual or program.
+    pub(super) partial: CudaSlice<f64>,
+    /// The fitness kernels (tile sums, fitness), when compiled individuals are evaluated.
+    pub(super) reduce: Option<(CudaFunction, CudaFunction)>,
+    /// The interpreter's kernels (small stack, large stack) and its [`super::TILES_KERNEL`], when
+    /// programs are interpreted.
+    pub(super) interpret: Option<(CudaFunction, CudaFunction, CudaFunction)>,
+    /// The interpreted programs' words and their offsets in launch order, kept from one
+    /// population to the next (grown when too small) so that a launch allocates nothing.
+    pub(super) words: CudaSlice<u32>,
+    pub(super) offsets: CudaSlice<u32>,
+}
+
+/// Tiles of [`TILE`] cases that `ncases` cases fill (at least one).
+pub(super) fn tiles(ncases: usize) -> usize {
+    ncases.div_ceil(TILE as usize).max(1)
+}
+
+fn out_is_float(problem: &Problem) -> Vec<bool> {
+    problem.spec().outputs.iter().map(|o| o.ty.c_name() == "float").collect()
+}
+
+impl Device {
+    pub(super) fn new(problem: &Problem, kernels: &Kernels) -> Result<Device, GpuError> {
+        // A context of our own (not the primary one), so that after a sticky fault dropping it
+        // really destroys it and a fresh one starts clean.
+        let ctx = CudaContext::new_non_primary(0, 0).map_err(driver)?;
+        let stream = ctx.default_stream();
+        let cases = problem.cases();
+        let mut params = Vec::new();
+        for p in problem.kernel_params() {
+            params.push(match p.role {
+                ParamRole::Input(i) => Some(match &cases.inputs()[i] {
+                    InputColumn::Scalar(col) => DevCol::upload(&stream, col).map_err(driver)?,
+                    InputColumn::IntArray { data, .. } => {
+                        DevCol::upload(&stream, &Column::Int(data.clone())).map_err(driver)?
+                    }
+                }),
+                ParamRole::Lengths(i) => match &cases.inputs()[i] {
+                    InputColumn::IntArray { lens, .. } => {
+                        Some(DevCol::upload(&stream, &Column::Int(lens.clone())).map_err(driver)?)
+                    }
+                    InputColumn::Scalar(_) => {
+                        return Err(GpuError::Problem(format!("parameter {} has no lengths", p.name)));
+                    }
+                },
+                ParamRole::Output(_) | ParamRole::NumCases => None,
+            });
+        }
+        let targets = DevCol::upload(&stream, cases.targets()).map_err(driver)?;
+        let reduce = kernels.fitness.as_deref().map(|cubin| load_reduce(&ctx, cubin)).transpose()?;
+        let interpret =
+            kernels.interpreter.as_deref().map(|cubin| load_interpreter(&ctx, cubin)).transpose()?;
+        let fitness = stream.alloc_zeros::<f64>(1).map_err(driver)?;
+        let partial = stream.alloc_zeros::<f64>(1).map_err(driver)?;
+        let words = stream.alloc_zeros::<u32>(1).map_err(driver)?;
+        let offsets = stream.alloc_zeros::<u32>(1).map_err(driver)?;
+        Ok(Device {
+            ctx,
+            stream,
+            params,
+            targets,
+            outputs: Vec::new(),
+            capacity: 0,
+            fitness,
+            partial,
+            reduce,
+            interpret,
+            words,
+            offsets,
+        })
+    }
+
+    pub(super) fn ensure_capacity(
+        &mut self,
+        problem: &Problem,
+        n: usize,
+        ncases: usize,
+    ) -> Result<(), DriverError> {
+        if n <= self.capacity {
+            return Ok(());
+        }
+        let cap = n.next_power_of_two();
+        self.outputs = out_is_float(problem)
+            .into_iter()
+            .map(|f| DevCol::zeros(&self.stream, f, cap * ncases))
+            .collect::<Result<_, _>>()?;
+        self.capacity = cap;
+        self.ensure_fitness(cap, ncases)
+    }
+
+    /// Room for the tile sums and the fitness of `n` programs.
+    pub(super) fn ensure_fitness(&mut self, n: usize, ncases: usize) -> Result<(), DriverError> {
+        if self.fitness.len() < n {
+            self.fitness = self.stream.alloc_zeros::<f64>(n.next_power_of_two())?;
+        }
+        let need = self.fitness.len() * tiles(ncases);
+        if self.partial.len() < need {
+            self.partial = self.stream.alloc_zeros::<f64>(need)?;
+        }
+        Ok(())
+    }
+}
+
+/// Copies `host` to the start of `dev`, first replacing `dev` by a buffer of the next power of
+/// two when it is too small.
+pub(super) fn grow_copy(
+    stream: &Arc<CudaStream>,
+    host: &[u32],
+    dev: &mut CudaSlice<u32>,
+) -> Result<(), DriverError> {
+    if dev.len() < host.len() {
+        *dev = stream.alloc_zeros::<u32>(host.len().next_power_of_two())?;
+    }
+    if !host.is_empty() {
+        stream.memcpy_htod(host, &mut dev.slice_mut(..host.len()))?;
+    }
+    Ok(())
+}

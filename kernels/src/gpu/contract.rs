@@ -1,0 +1,32 @@
+//! The contract between the evaluator and the interpreter's kernels: the kernels' names, and
+//! the flag bits of a program's offset in [`WirePopulation::offsets`].
+//!
+//! The interpreter's source (`interp::interpreter_source`) and its population layout
+//! (`interp::PackedPopulation`) follow the names and bits defined here, and `interp` re-exports
+//! them, so that the evaluator needs nothing from the interpreter's module. Must never hold
+//! anything but these names and bits: no bytecode, no launch.
+
+#[cfg(doc)]
+use super::WirePopulation;
+
+/// The interpreter's kernel for programs whose stack fits its small stack (`interp::SMALL_DEPTH`
+/// cells): every program without [`DEEP`].
+pub const INTERP_KERNEL_SMALL: &str = "gpfarm_interpret_small";
+/// The interpreter's kernel for deeper programs (up to `interp::MAX_DEPTH`): those with [`DEEP`].
+pub const INTERP_KERNEL_LARGE: &str = "gpfarm_interpret_large";
+
+/// The bit of an offset in [`WirePopulation::offsets`] that marks a program without jumps.
+pub const STRAIGHT: u32 = 1 << 31;
+/// The bit of an offset in [`WirePopulation::offsets`] that marks a program whose stack is too
+/// deep for [`INTERP_KERNEL_SMALL`]: it runs in [`INTERP_KERNEL_LARGE`].
+pub const DEEP: u32 = 1 << 30;
+/// The flag bits of an offset.
+pub const FLAGS: u32 = STRAIGHT | DEEP;
+
+/// Where program `k` lies among `nwords` words laid out as in [`WirePopulation`], from its
+/// `offsets` (flags and all).
+pub fn program_range(offsets: &[u32], nwords: usize, k: usize) -> std::ops::Range<usize> {
+    let start = (offsets[k] & !FLAGS) as usize;
+    let end = offsets.get(k + 1).map_or(nwords, |&e| (e & !FLAGS) as usize);
+    start..end
+}

@@ -1,0 +1,223 @@
+//! Evaluating compiled individuals on the GPU.
+//!
+//! The context is created once and the problem's test cases are uploaded once; each generation
+//! loads its CUBINs, launches every individual over all cases (one thread per case, outputs in a
+//! slab per individual), reduces fitness on the GPU (one block per tile of cases and individual,
+//! then one per individual, [`TILE`]) so that only one `double` per individual is read back, and
+//! unloads its modules again.
+//!
+//! Faults: a launch the driver refuses (too many resources, ...) fails only that individual, with
+//! the reason. A kernel that faults while running (illegal address, trap) leaves a sticky error,
+//! and on the GPU host that poisons every CUDA context of the process: a fresh context created
+//! afterwards fails with the same error (measured on an H100, driver 580). The evaluator then
+//! returns [`GpuError::Fault`] and refuses further work; recovering on the GPU needs a new
+//! process. `gpfarm evolve` continues on the CPU evaluator.
+//!
+//! One job per file: `probe` says whether there is a GPU at all; `fitness` writes the fitness
+//! reduction's CUDA C; `buffers` holds the context and what lives in it; `modules` loads CUBIN
+//! into it; `launch` launches compiled individuals and the reduction; `interpreter` launches the
+//! interpreter, by the kernel names and offset flags that `contract` sets for its kernels. This
+//! file holds the evaluator's public face ([`GpuEvaluator`], [`GpuError`], [`Kernels`]).
+//!
+//! Must never use a context after a kernel faulted in it: a poisoned evaluator refuses all
+//! further work.
+
+mod buffers;
+pub(crate) mod contract;
+mod fitness;
+mod interpreter;
+mod launch;
+mod modules;
+mod probe;
+
+use std::time::Instant;
+
+use cudarc::driver::DriverError;
+use gpfarm_gp::Problem;
+use thiserror::Error;
+
+// Defined with the worker's wire, so that the GPU worker's parent (in `gpfarm-client`) speaks the
+// same types as this evaluator.
+pub use gpfarm_protocol::worker::{CompiledUnit, GpuGeneration, KernelRef, WirePopulation};
+
+pub use fitness::{BLOCK, FITNESS_KERNEL, ROWS, TILE, TILES_KERNEL, fitness_source};
+pub(crate) use fitness::{block_sum, fitness_term, tiles_source};
+pub use probe::{device_count, probe};
+
+use buffers::Device;
+use modules::load_units;
+
+/// The GPU could not be used at all.
+#[derive(Debug, Error)]
+pub enum GpuError {
+    /// No driver or no device.
+    #[error("no GPU: {0}")]
+    NoGpu(String),
+    /// A driver call failed outside any individual's kernel.
+    #[error("CUDA driver: {0}")]
+    Driver(String),
+    /// The problem cannot be evaluated on the GPU as declared.
+    #[error("{0}")]
+    Problem(String),
+    /// The pipe to the parent failed (worker side).
+    #[error("GPU worker pipe")]
+    Pipe(#[from] gpfarm_protocol::worker::FrameError),
+    /// A kernel faulted while running; this process can no longer use the GPU.
+    #[error("a kernel faulted on the GPU ({0}); the CUDA context of this process is unusable")]
+    Fault(String),
+    /// In careful mode: individual `individual`'s kernel faulted; the context is unusable.
+    #[error("individual {individual}'s kernel faulted on the GPU ({why})")]
+    FaultAt {
+        /// Index of the individual among the generation's.
+        individual: usize,
+        /// The driver's error.
+        why: String,
+    },
+}
+
+fn driver(e: DriverError) -> GpuError {
+    GpuError::Driver(format!("{e:?}"))
+}
+
+fn no_kernel(what: &str) -> GpuError {
+    GpuError::Problem(format!("{what} was not loaded into the GPU evaluator"))
+}
+
+/// The kernels a [`GpuEvaluator`] loads: CUBIN of the fitness kernel ([`fitness_source`]) to
+/// evaluate compiled individuals, of the interpreter (`interp::interpreter_source`) to
+/// interpret programs; at least one.
+#[derive(Debug, Clone, Default)]
+pub struct Kernels {
+    /// The fitness kernel's CUBIN.
+    pub fitness: Option<Vec<u8>>,
+    /// The interpreter's CUBIN.
+    pub interpreter: Option<Vec<u8>>,
+}
+
+/// Evaluates compiled individuals of one problem on GPU 0.
+pub struct GpuEvaluator {
+    problem: Problem,
+    device: Device,
+    ncases: usize,
+    poisoned: Option<String>,
+    /// GPU name.
+    pub name: String,
+}
+
+impl GpuEvaluator {
+    /// Creates the context on GPU 0, uploads the problem's cases and loads the fitness kernel
+    /// (compiled from [`fitness_source`] for this GPU).
+    pub fn new(problem: &Problem, fitness_cubin: Vec<u8>) -> Result<GpuEvaluator, GpuError> {
+        GpuEvaluator::with_kernels(problem, &Kernels { fitness: Some(fitness_cubin), interpreter: None })
+    }
+
+    /// As [`GpuEvaluator::new`], loading the fitness kernel, the interpreter, or both.
+    pub fn with_kernels(problem: &Problem, kernels: &Kernels) -> Result<GpuEvaluator, GpuError> {
+        if kernels.fitness.is_none() && kernels.interpreter.is_none() {
+            return Err(GpuError::Problem("neither a fitness kernel nor an interpreter to load".into()));
+        }
+        let (name, _) = probe()?;
+        let device = Device::new(problem, kernels)?;
+        Ok(GpuEvaluator {
+            problem: problem.clone(),
+            device,
+            ncases: problem.cases().len(),
+            poisoned: None,
+            name,
+        })
+    }
+
+    /// Evaluates a generation of `n` individuals, of which `units` hold the compiled ones.
+    pub fn evaluate(&mut self, units: &[CompiledUnit<'_>], n: usize) -> Result<GpuGeneration, GpuError> {
+        self.evaluate_with(units, n, false, &[])
+    }
+
+    /// As [`evaluate`](Self::evaluate), leaving out the individuals in `skip`. `careful` waits for
+    /// each kernel before launching the next, so a fault names its individual
+    /// ([`GpuError::FaultAt`]); it is slower and meant for finding a culprit.
+    pub fn evaluate_with(
+        &mut self,
+        units: &[CompiledUnit<'_>],
+        n: usize,
+        careful: bool,
+        skip: &[usize],
+    ) -> Result<GpuGeneration, GpuError> {
+        if let Some(why) = &self.poisoned {
+            return Err(GpuError::Fault(why.clone()));
+        }
+        let mut outcome = GpuGeneration { fitness: vec![None; n], ..Default::default() };
+        if n == 0 {
+            return Ok(outcome);
+        }
+        self.device.ensure_capacity(&self.problem, n, self.ncases).map_err(driver)?;
+        let t = Instant::now();
+        let (modules, runs) = load_units(&self.device.ctx, units, n, careful, skip)?;
+        outcome.load = t.elapsed();
+        let t = Instant::now();
+        let mut launched = Vec::with_capacity(n);
+        for run in &runs {
+            // A refused launch is not sticky: only this run's individuals fail.
+            match self.device.launch(&self.problem, run, self.ncases) {
+                Ok(()) => launched.extend(run.slot..run.slot + run.len),
+                Err(e) => outcome
+                    .faults
+                    .extend((run.slot..run.slot + run.len).map(|i| (i, format!("launch refused: {e:?}")))),
+            }
+            if careful && let Err(e) = self.device.stream.synchronize() {
+                let why = format!("{e:?}");
+                self.poisoned = Some(why.clone());
+                return Err(GpuError::FaultAt { individual: run.slot, why });
+            }
+        }
+        self.wait()?;
+        outcome.launch = t.elapsed();
+        let t = Instant::now();
+        let values = self.device.reduce(n, self.ncases)?;
+        outcome.readback = t.elapsed();
+        for i in launched {
+            outcome.fitness[i] = values.get(i).copied();
+        }
+        // `modules` drops here: every module of this generation is unloaded.
+        drop(runs);
+        drop(modules);
+        Ok(outcome)
+    }
+
+    /// Interprets a population: one program per individual, all over every case in one launch,
+    /// fitness reduced on the device. `launch` is the upload of the bytecode and both kernels
+    /// (the interpreter's and the sum of its tiles) until they end, `readback` the copy of the
+    /// fitness values. A program that fails (its loop ran past the step limit) has a NaN
+    /// fitness.
+    pub fn interpret(&mut self, population: &WirePopulation) -> Result<GpuGeneration, GpuError> {
+        if let Some(why) = &self.poisoned {
+            return Err(GpuError::Fault(why.clone()));
+        }
+        let n = population.offsets.len();
+        let mut outcome = GpuGeneration { fitness: vec![None; n], ..Default::default() };
+        if n == 0 {
+            return Ok(outcome);
+        }
+        let t = Instant::now();
+        let order = self.device.launch_interpreter(&self.problem, population, self.ncases)?;
+        let (_, _, sum) = self.device.interpret.clone().ok_or_else(|| no_kernel("the interpreter"))?;
+        self.device.launch_tiles(&sum, n, self.ncases)?;
+        self.wait()?;
+        outcome.launch = t.elapsed();
+        let t = Instant::now();
+        let all = self.device.read_fitness(n)?;
+        outcome.readback = t.elapsed();
+        for (k, v) in order.into_iter().zip(all) {
+            outcome.fitness[k] = Some(v);
+        }
+        Ok(outcome)
+    }
+
+    /// Waits for the stream; a fault poisons the evaluator.
+    fn wait(&mut self) -> Result<(), GpuError> {
+        self.device.stream.synchronize().map_err(|e| {
+            let why = format!("{e:?}");
+            self.poisoned = Some(why.clone());
+            GpuError::Fault(why)
+        })
+    }
+}

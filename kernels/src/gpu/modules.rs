@@ -1,0 +1,112 @@
+//! Loading CUBIN into the evaluator's context: the kernels that stay loaded (the fitness
+//! kernel's, the interpreter's), and each generation's units, whose members are grouped into
+//! launches ([`Run`]).
+//!
+//! A generation's modules are returned to the caller, which drops them (unloading them) once the
+//! generation's launches are done. Must never launch anything.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
+use cudarc::nvrtc::Ptx;
+
+use super::contract::{INTERP_KERNEL_LARGE, INTERP_KERNEL_SMALL};
+use super::{CompiledUnit, FITNESS_KERNEL, GpuError, KernelRef, TILES_KERNEL, driver};
+
+/// One launch: a kernel for one individual, or consecutive branches of a switch kernel.
+pub(super) struct Run {
+    pub(super) kernel: String,
+    pub(super) function: CudaFunction,
+    /// The first branch, for a switch kernel.
+    pub(super) first: Option<u32>,
+    /// The first individual's slot.
+    pub(super) slot: usize,
+    /// Individuals (rows of the launch).
+    pub(super) len: usize,
+}
+
+/// The fitness kernels (tile sums, fitness) from the fitness kernel's CUBIN.
+pub(super) fn load_reduce(
+    ctx: &Arc<CudaContext>,
+    cubin: &[u8],
+) -> Result<(CudaFunction, CudaFunction), GpuError> {
+    let module = ctx.load_module(Ptx::from_binary(cubin.to_vec())).map_err(driver)?;
+    Ok((
+        module.load_function(FITNESS_KERNEL).map_err(driver)?,
+        module.load_function(TILES_KERNEL).map_err(driver)?,
+    ))
+}
+
+/// The interpreter's kernels (small stack, large stack) and its [`TILES_KERNEL`] from the
+/// interpreter's CUBIN.
+pub(super) fn load_interpreter(
+    ctx: &Arc<CudaContext>,
+    cubin: &[u8],
+) -> Result<(CudaFunction, CudaFunction, CudaFunction), GpuError> {
+    let module = ctx.load_module(Ptx::from_binary(cubin.to_vec())).map_err(driver)?;
+    Ok((
+        module.load_function(INTERP_KERNEL_SMALL).map_err(driver)?,
+        module.load_function(INTERP_KERNEL_LARGE).map_err(driver)?,
+        module.load_function(TILES_KERNEL).map_err(driver)?,
+    ))
+}
+
+/// Loads the units' modules and groups their members into launches: consecutive branches
+/// of one switch kernel whose individuals are consecutive too make one launch; every other
+/// member, and every member in careful mode, a launch of its own. Members in `skip` are left
+/// out.
+pub(super) fn load_units(
+    ctx: &Arc<CudaContext>,
+    units: &[CompiledUnit<'_>],
+    n: usize,
+    careful: bool,
+    skip: &[usize],
+) -> Result<(Vec<Arc<CudaModule>>, Vec<Run>), GpuError> {
+    let mut modules = Vec::with_capacity(units.len());
+    let mut runs: Vec<Run> = Vec::new();
+    for u in units {
+        if u.kernels.len() != u.members.len() {
+            return Err(GpuError::Problem(format!(
+                "a unit names {} kernels for {} members",
+                u.kernels.len(),
+                u.members.len()
+            )));
+        }
+        let m = ctx.load_module(Ptx::from_binary(u.cubin.to_vec())).map_err(driver)?;
+        let mut functions: HashMap<&str, CudaFunction> = HashMap::new();
+        let unit_runs = runs.len();
+        for (text, &slot) in u.kernels.iter().zip(u.members) {
+            if skip.contains(&slot) {
+                continue;
+            }
+            if slot >= n {
+                return Err(GpuError::Problem(format!("member {slot} of a generation of {n}")));
+            }
+            let Some(r) = KernelRef::parse(text) else {
+                return Err(GpuError::Problem(format!("`{text}` is not a kernel reference")));
+            };
+            if let Some(last) = runs[unit_runs..].last_mut()
+                && !careful
+                && last.kernel == r.kernel
+                && let (Some(first), Some(branch)) = (last.first, r.branch)
+                && branch == first + last.len as u32
+                && slot == last.slot + last.len
+            {
+                last.len += 1;
+                continue;
+            }
+            let function = match functions.get(r.kernel) {
+                Some(f) => f.clone(),
+                None => {
+                    let f = m.load_function(r.kernel).map_err(driver)?;
+                    functions.insert(r.kernel, f.clone());
+                    f
+                }
+            };
+            runs.push(Run { kernel: r.kernel.to_owned(), function, first: r.branch, slot, len: 1 });
+        }
+        modules.push(m);
+    }
+    Ok((modules, runs))
+}
