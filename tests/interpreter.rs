@@ -12,8 +12,8 @@ use gpfarm_client::partition::per_unit;
 use gpfarm_client::{CompileOptions, Compiler, FailureKind, Farm, InProcess, SmArch, Unit, UnitOutcome};
 use gpfarm_gp::{Evolution, EvolutionConfig, Phenotype, Problem, Program};
 use gpfarm_kernels::gpu::{self, CompiledUnit, GpuEvaluator, Kernels, WirePopulation};
-use gpfarm_kernels::interp::{
-    PackedPopulation, Tuning, compile, interpreter_source, interpreter_source_with,
+use gpfarm_kernels::interpreter::{
+    PackedPopulation, Tuning, assemble, interpreter_source, interpreter_source_with,
 };
 use gpfarm_kernels::unit::render_batch;
 use gpfarm_protocol::Language;
@@ -50,8 +50,8 @@ fn the_interpreter_kernel_compiles_for_every_built_in_problem() {
             // All three kernels are in it.
             let text = String::from_utf8_lossy(&cubin);
             for kernel in [
-                gpfarm_kernels::interp::INTERP_KERNEL_SMALL,
-                gpfarm_kernels::interp::INTERP_KERNEL_LARGE,
+                gpfarm_kernels::interpreter::INTERP_KERNEL_SMALL,
+                gpfarm_kernels::interpreter::INTERP_KERNEL_LARGE,
                 gpu::TILES_KERNEL,
             ] {
                 assert!(text.contains(kernel), "{name}, {interleave} at once: {kernel}");
@@ -69,10 +69,8 @@ fn the_interpreter_kernel_compiles_for_every_built_in_problem() {
 
 /// A population's bytecode for the worker's wire.
 fn wire(problem: &Problem, phenotypes: &[Phenotype], max_steps: u64) -> WirePopulation {
-    let codes: Vec<_> = phenotypes
-        .iter()
-        .map(|p| compile(problem, &Program::compile(problem, p).unwrap()).unwrap())
-        .collect();
+    let codes: Vec<_> =
+        phenotypes.iter().map(|p| assemble(problem, &Program::parse(problem, p).unwrap()).unwrap()).collect();
     PackedPopulation::new(&codes).into_wire(max_steps)
 }
 
@@ -199,7 +197,7 @@ fn deep_and_shallow_programs_share_a_population() {
         phenotypes.push(Phenotype::new(format!("sinf(x) * {levels}.25f")));
     }
     let population = wire(&problem, &phenotypes, 1_000_000);
-    let deep = population.offsets.iter().filter(|&&o| o & gpfarm_kernels::interp::DEEP != 0).count();
+    let deep = population.offsets.iter().filter(|&&o| o & gpfarm_kernels::interpreter::DEEP != 0).count();
     assert!(deep >= 3 && deep < phenotypes.len() / 2, "{deep} deep programs");
     let together = gpu.interpret(&population).unwrap().fitness;
     let compiled = compiled_fitness(&mut gpu, &mut nvrtc, &problem, &phenotypes, &options);

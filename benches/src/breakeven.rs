@@ -23,7 +23,7 @@ use gpfarm_client::{CompileOptions, Compiler, Unit};
 use gpfarm_gp::problem::ProblemSources;
 use gpfarm_gp::{Evolution, EvolutionConfig, Phenotype, Problem, Program, evaluate_all};
 use gpfarm_kernels::gpu::{self, CompiledUnit, GpuEvaluator, Kernels};
-use gpfarm_kernels::interp::{self, PackedPopulation};
+use gpfarm_kernels::interpreter::{self, PackedPopulation};
 use gpfarm_protocol::{Route, Shape, SmArch};
 use serde::{Deserialize, Serialize};
 
@@ -46,7 +46,7 @@ pub struct BreakEvenConfig {
     pub arch: SmArch,
     /// Cases per thread at once of the interpreter for programs without jumps: the first is
     /// the `interpreter` route, each other one an extra row `interpreter-xK`.
-    pub tunings: Vec<interp::Tuning>,
+    pub tunings: Vec<interpreter::Tuning>,
     /// Where CSV, table and plots go.
     pub out: PathBuf,
 }
@@ -124,7 +124,7 @@ fn population(problem: &Problem, size: usize, depth: Option<u32>) -> Result<(Vec
     let mut phenotypes = Vec::new();
     let mut programs = Vec::new();
     for p in unique {
-        if let Ok(program) = Program::compile(problem, &p) {
+        if let Ok(program) = Program::parse(problem, &p) {
             phenotypes.push(p);
             programs.push(program);
         }
@@ -151,7 +151,7 @@ pub fn run(
         }
     }
     let tunings =
-        if config.tunings.is_empty() { vec![interp::Tuning::default()] } else { config.tunings.clone() };
+        if config.tunings.is_empty() { vec![interpreter::Tuning::default()] } else { config.tunings.clone() };
     let options =
         CompileOptions { flags: vec![gpfarm_evolve::NO_FMAD.into()], ..CompileOptions::cubin(config.arch) };
     let ptx_options = CompileOptions {
@@ -181,7 +181,7 @@ pub fn run(
                 let kernels = Kernels {
                     fitness: (k == 0).then(|| fitness.clone()),
                     interpreter: Some(compile(
-                        interp::interpreter_source_with(problem, x)?,
+                        interpreter::interpreter_source_with(problem, x)?,
                         "interp.cu",
                         farm,
                     )?),
@@ -224,11 +224,12 @@ pub fn run(
         };
         // The interpreter.
         let t = Instant::now();
-        let codes: Vec<_> = programs.iter().map(|p| interp::compile(problem, p)).collect::<Result<_, _>>()?;
+        let codes: Vec<_> =
+            programs.iter().map(|p| interpreter::assemble(problem, p)).collect::<Result<_, _>>()?;
         let packed = PackedPopulation::new(&codes);
         let compile_ms = t.elapsed().as_secs_f64() * 1e3;
         let ops = packed.ops() as f64 / n.max(1) as f64;
-        let wire = packed.into_wire(gpfarm_gp::interp::DEFAULT_MAX_STEPS);
+        let wire = packed.into_wire(gpfarm_gp::program::DEFAULT_MAX_STEPS);
         let mut times = Vec::new();
         let mut interpreted = Vec::new();
         for _ in 0..=config.repeats {

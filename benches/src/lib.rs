@@ -43,7 +43,7 @@ pub struct BenchConfig {
     pub per_unit: usize,
     /// `None`: the paper's units of [`BenchConfig::per_unit`] individuals, which each method
     /// splits into balanced contiguous parts, one request per worker. `Some(w)`: the units the
-    /// engine forms for `w` workers ([`gpfarm_evolve::chunks::generation_units`]: heaviest
+    /// engine forms for `w` workers ([`gpfarm_client::partition::plan`]: heaviest
     /// first, guided chunks by each route's own cost estimate), each its own job, taken by the
     /// next free worker as in `gpfarm evolve`.
     pub guided: Option<usize>,

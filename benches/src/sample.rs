@@ -136,7 +136,7 @@ pub(crate) fn planned(
         .map(|p| {
             // A phenotype the PTX route refuses is left out of its unit.
             let program = match language {
-                Language::Ptx => Program::compile(problem, p).ok(),
+                Language::Ptx => Program::parse(problem, p).ok(),
                 Language::CudaC => None,
             };
             unit::weight(problem, language, p, program.as_ref())

@@ -113,7 +113,7 @@ impl Engine {
             gpfarm_kernels::ptx_supported(&engine.problem)?;
         }
         if engine.route == Route::Interpreter {
-            gpfarm_kernels::interp::interp_supported(&engine.problem)?;
+            gpfarm_kernels::interpreter::interp_supported(&engine.problem)?;
         }
         if engine.shape == Shape::Switch
             && engine.route == Route::Nvrtc
@@ -496,7 +496,7 @@ impl Engine {
         interpreter: bool,
     ) -> Result<Vec<u8>, EvolveError> {
         let (name, kernel) = if interpreter {
-            ("gpfarm_interpreter.cu", gpfarm_kernels::interp::interpreter_source(&self.problem)?)
+            ("gpfarm_interpreter.cu", gpfarm_kernels::interpreter::interpreter_source(&self.problem)?)
         } else {
             ("gpfarm_fitness.cu", gpu::fitness_source(&self.problem)?)
         };

@@ -55,7 +55,7 @@ pub enum EvolveError {
     PtxRoute(#[from] gpfarm_kernels::PtxUnsupported),
     /// The problem cannot be interpreted.
     #[error(transparent)]
-    Interpreter(#[from] gpfarm_kernels::interp::InterpUnsupported),
+    Interpreter(#[from] gpfarm_kernels::interpreter::InterpUnsupported),
     /// The interpreter kernel did not compile.
     #[error("the interpreter kernel did not compile: {failure}\n{log}")]
     InterpreterKernel {

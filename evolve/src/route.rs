@@ -4,7 +4,7 @@
 //!
 //! It never looks at this machine (timings, core count, the GPU present), so a seeded run takes
 //! the same route, and evolves the same, everywhere. On the GPU the three routes give the same
-//! fitness bit for bit anyway (see [`gpfarm_kernels::interp`]); the choice changes only the time
+//! fitness bit for bit anyway (see [`gpfarm_kernels::interpreter`]); the choice changes only the time
 //! a generation takes.
 //!
 //! A problem whose template is not the standard harness can only be compiled by NVRTC. For the
@@ -68,7 +68,7 @@ pub fn predict(c: &Costs, programs: usize, mean_ops: f64, cases: usize) -> (f64,
 /// The route auto takes for `problem` under `config` (the run's GP parameters, which fix its
 /// first generation), and why, in words for the run's header and records.
 pub fn choose(problem: &Problem, config: &EvolutionConfig) -> (Route, String) {
-    if let Err(e) = gpfarm_kernels::interp::interp_supported(problem) {
+    if let Err(e) = gpfarm_kernels::interpreter::interp_supported(problem) {
         return (Route::Nvrtc, format!("auto: {}; only NVRTC compiles its template", e.difference));
     }
     let (programs, mean_ops) = first_generation(problem, config);
@@ -91,10 +91,10 @@ fn first_generation(problem: &Problem, config: &EvolutionConfig) -> (usize, f64)
     let unique = evolution.dedup().unique;
     let ops: usize = unique
         .iter()
-        .filter_map(|p| Program::compile(problem, p).ok())
+        .filter_map(|p| Program::parse(problem, p).ok())
         .map(|p| {
-            gpfarm_kernels::interp::compile(problem, &p)
-                .map_or(1, |b| gpfarm_kernels::interp::walk(&b.words).count())
+            gpfarm_kernels::interpreter::assemble(problem, &p)
+                .map_or(1, |b| gpfarm_kernels::interpreter::walk(&b.words).count())
         })
         .sum();
     (unique.len(), ops as f64 / unique.len().max(1) as f64)

@@ -4,24 +4,24 @@
 //! convention of each problem's template, and the `kernels` crate renders and runs it.
 
 pub mod dedup;
-pub mod engine;
+pub mod evolution;
 pub mod fitness;
 pub mod grammar;
 pub mod init;
-pub mod interp;
 pub mod mapping;
 pub mod operators;
 pub mod pipeline;
 pub mod population;
 pub mod problem;
+pub mod program;
 
 pub use dedup::Dedup;
-pub use engine::{Evolution, RunReport, run_cpu, run_cpu_with};
+pub use evolution::{Evolution, RunReport, run_cpu, run_cpu_with};
 pub use fitness::{Direction, Fitness, FitnessKind};
 pub use grammar::{Grammar, GrammarError};
 pub use init::InitMethod;
-pub use interp::{Evaluation, Program, evaluate, evaluate_all, evaluate_phenotype};
 pub use mapping::{Derivation, Genome, InvalidReason, Mapping, MappingLimits, Phenotype, map};
 pub use pipeline::{Born, GenerationStats, Migrant, Pipeline};
 pub use population::{EvolutionConfig, EvolutionError, Individual};
 pub use problem::{Column, KernelName, KernelParam, ParamRole, Problem, ProblemError, Template};
+pub use program::{Evaluation, Program, evaluate, evaluate_all, evaluate_phenotype};

@@ -1,7 +1,7 @@
 //! The CPU evaluator against answers computed independently from the data.
 
-use gpfarm_gp::interp::Failure;
 use gpfarm_gp::problem::{InputColumn, ProblemSources};
+use gpfarm_gp::program::Failure;
 use gpfarm_gp::{
     Column, Direction, Fitness, Genome, MappingLimits, Phenotype, Problem, Program, evaluate_phenotype, map,
 };
@@ -89,8 +89,7 @@ fn answering_the_last_match_is_wrong_exactly_where_the_value_repeats_before_it()
 fn negative_indices_read_from_the_end_of_the_list() {
     let p = search();
     let program =
-        Program::compile(&p, &Phenotype::new("OUTPUT = INPUT[(-1) % LENINPUT];tmp = INPUT[tmp - 2];"))
-            .unwrap();
+        Program::parse(&p, &Phenotype::new("OUTPUT = INPUT[(-1) % LENINPUT];tmp = INPUT[tmp - 2];")).unwrap();
     let out = program.run(&p).unwrap();
     let cases = search_cases(&p);
     for (c, (list, _, _)) in cases.iter().enumerate() {
@@ -101,7 +100,7 @@ fn negative_indices_read_from_the_end_of_the_list() {
 #[test]
 fn locals_and_outputs_start_at_zero() {
     let p = search();
-    let out = Program::compile(&p, &Phenotype::new("OUTPUT = tmp + i;")).unwrap().run(&p).unwrap();
+    let out = Program::parse(&p, &Phenotype::new("OUTPUT = tmp + i;")).unwrap().run(&p).unwrap();
     assert!(ints(&out[0]).iter().all(|&v| v == 0));
 }
 
@@ -202,7 +201,7 @@ fn keijzer6_rmse_of_log_matches_a_direct_computation() {
 #[test]
 fn keijzer6_double_constants_promote_the_arithmetic_to_double() {
     let p = Problem::builtin("keijzer6").unwrap();
-    let out = Program::compile(&p, &Phenotype::new("x * 00.10 + x")).unwrap().run(&p).unwrap();
+    let out = Program::parse(&p, &Phenotype::new("x * 00.10 + x")).unwrap().run(&p).unwrap();
     let Column::Float(ys) = &out[0] else { panic!("keijzer6 outputs floats") };
     for (k, y) in ys.iter().enumerate() {
         let x = (k + 1) as f32;
@@ -225,7 +224,7 @@ fn float_problem(x: f32) -> Problem {
 }
 
 fn float_out(p: &Problem, text: &str) -> f32 {
-    match &Program::compile(p, &Phenotype::new(text)).unwrap().run(p).unwrap()[0] {
+    match &Program::parse(p, &Phenotype::new(text)).unwrap().run(p).unwrap()[0] {
         Column::Float(v) => v[0],
         Column::Int(_) => panic!("float output expected"),
     }
@@ -254,7 +253,7 @@ fn an_infinite_error_gives_the_worst_fitness() {
 fn float_to_int_conversions_truncate_toward_zero() {
     let p = search();
     let out =
-        Program::compile(&p, &Phenotype::new("OUTPUT = (int)(-2.75) * 10 + 2.9f;")).unwrap().run(&p).unwrap();
+        Program::parse(&p, &Phenotype::new("OUTPUT = (int)(-2.75) * 10 + 2.9f;")).unwrap().run(&p).unwrap();
     // (int)(-2.75) = -2; -20 + 2.9f = -17.1f; stored to int: -17.
     assert!(ints(&out[0]).iter().all(|&v| v == -17));
 }

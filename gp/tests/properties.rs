@@ -24,7 +24,7 @@ proptest! {
             // Everything the grammars derive is in the evaluator's C subset.
             let e = evaluate_phenotype(&p, &d.phenotype);
             prop_assert!(
-                !matches!(e.failure, Some(gpfarm_gp::interp::Failure::Compile(_))),
+                !matches!(e.failure, Some(gpfarm_gp::program::Failure::Compile(_))),
                 "{}: {:?}", d.phenotype, e.failure
             );
         }
@@ -76,7 +76,7 @@ fn deeply_nested_phenotypes_are_refused_without_overflowing_the_stack() {
         "- ".repeat(5000) + "x",
     ] {
         let e = evaluate_phenotype(&p, &Phenotype::new(text));
-        assert!(matches!(e.failure, Some(gpfarm_gp::interp::Failure::Compile(_))), "{:?}", e.failure);
+        assert!(matches!(e.failure, Some(gpfarm_gp::program::Failure::Compile(_))), "{:?}", e.failure);
     }
     // Moderate nesting still works.
     let e = evaluate_phenotype(&p, &Phenotype::new(format!("{}x{}", "sinf(".repeat(150), ")".repeat(150))));
@@ -86,7 +86,7 @@ fn deeply_nested_phenotypes_are_refused_without_overflowing_the_stack() {
 #[test]
 fn long_flat_sums_are_not_nesting() {
     let p = Problem::builtin("keijzer6").unwrap();
-    let program = gpfarm_gp::Program::compile(&p, &Phenotype::new("x + ".repeat(5000) + "x")).unwrap();
+    let program = gpfarm_gp::Program::parse(&p, &Phenotype::new("x + ".repeat(5000) + "x")).unwrap();
     let out = program.run(&p).unwrap();
     let gpfarm_gp::Column::Float(ys) = &out[0] else { panic!("float output") };
     for (k, y) in ys.iter().enumerate() {
@@ -119,7 +119,7 @@ fn the_deepest_trees_mapping_allows_still_compile() {
             let m = map(p.grammar(), g, &limits);
             let d = m.derivation().unwrap_or_else(|| panic!("{name}: {m:?}"));
             deepest = deepest.max(d.max_depth);
-            if let Err(e) = gpfarm_gp::Program::compile(&p, &d.phenotype) {
+            if let Err(e) = gpfarm_gp::Program::parse(&p, &d.phenotype) {
                 panic!("{name}: depth {} does not compile: {e}", d.max_depth);
             }
         }

@@ -10,6 +10,7 @@ fn main() {
     let problem = gpfarm_gp::Problem::builtin(&name).expect("a built-in problem");
     print!(
         "{}",
-        gpfarm_kernels::interp::interpreter_source_with(&problem, tuning).expect("the interpreter's source")
+        gpfarm_kernels::interpreter::interpreter_source_with(&problem, tuning)
+            .expect("the interpreter's source")
     );
 }

@@ -4,7 +4,7 @@
 //! would; what matters is the math functions, whose folded value (the host's double-precision
 //! function, rounded once) can differ in the last bit from CUDA's function at run time.
 
-use gpfarm_gp::interp::tree::{ArithOp, Ty, Value};
+use gpfarm_gp::program::tree::{ArithOp, Ty, Value};
 
 /// `a op b` computed here when both are constants: IEEE arithmetic rounds the same on the host
 /// as `.rn` on the GPU, and int `+ - *` wrap alike. Int division is left to the GPU (its result

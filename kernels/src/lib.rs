@@ -1,6 +1,6 @@
 //! From phenotypes to GPU code and back: units for the compile routes ([`unit`], the one place
 //! that matches on a unit's language and shape, over the CUDA C renderer and the PTX emitter),
-//! the GPU interpreter's bytecode and kernel ([`interp`]), and (where a GPU is present)
+//! the GPU interpreter's bytecode and kernel ([`interpreter`]), and (where a GPU is present)
 //! evaluating compiled or interpreted individuals on it ([`gpu`], [`worker`]).
 //!
 //! This crate knows the problem's template and kernel convention (from `gp`), never how units are
@@ -8,7 +8,7 @@
 
 mod fold;
 pub mod gpu;
-pub mod interp;
+pub mod interpreter;
 pub mod ptx;
 mod render;
 pub mod unit;

@@ -18,7 +18,7 @@ fn keyed_ptx(
     problem: &Problem,
     p: &Phenotype,
     arch: SmArch,
-) -> Result<String, gpfarm_gp::interp::CompileError> {
+) -> Result<String, gpfarm_gp::program::ParseError> {
     key_text(problem, Language::Ptx, arch, p, None)
 }
 
@@ -242,7 +242,7 @@ fn refused_phenotypes_are_listed_and_left_out() {
     let none = render_ptx_units(&problem, &phenotypes, 4, &[1..2, 2..3], SmArch::SM_90, Shape::Kernels);
     assert_eq!(none.units.len(), 1);
     assert_eq!(none.units[0].unit.name, "g4_u1.ptx");
-    let program = gpfarm_gp::Program::compile(&problem, &phenotypes[0]).unwrap();
+    let program = gpfarm_gp::Program::parse(&problem, &phenotypes[0]).unwrap();
     let k = kernel_name(0, 0);
     let member =
         gpfarm_kernels::unit::Member { kernel: &k, phenotype: &phenotypes[0], program: Some(&program) };

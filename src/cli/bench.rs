@@ -78,7 +78,7 @@ pub struct BenchArgs {
     /// compiler, N variable slots kept in registers (e.g. 4, 2b6, 4s0). The first is the
     /// `interpreter` route, the others extra rows `interpreter-xTUNING` of the CSV.
     #[arg(long, value_delimiter = ',', requires = "break_even")]
-    tunings: Option<Vec<gpfarm_kernels::interp::Tuning>>,
+    tunings: Option<Vec<gpfarm_kernels::interpreter::Tuning>>,
     /// With --break-even: timed evaluations per route and workload (the median is kept).
     #[arg(long, default_value_t = 5, requires = "break_even")]
     repeats: usize,

@@ -10,7 +10,7 @@ use std::time::Instant;
 use gpfarm_client::CacheKey;
 use gpfarm_gp::Born;
 use gpfarm_gp::{Fitness, Program};
-use gpfarm_kernels::interp::Bytecode;
+use gpfarm_kernels::interpreter::Bytecode;
 use gpfarm_kernels::unit::key_text;
 use gpfarm_protocol::{Language, Route};
 
@@ -147,7 +147,7 @@ const PREPARE_BYTES_PER_THREAD: usize = 8 << 10;
 const PREPARE_STACK: usize = 16 << 20;
 
 impl Driver<'_> {
-    /// Parses, compiles to bytecode and keys `born`, in order: on up to `eval_threads` threads
+    /// Parses, assembles into bytecode and keys `born`, in order: on up to `eval_threads` threads
     /// when their phenotypes are long enough to pay for them. Each individual's result depends
     /// on it alone, so the threads change nothing but the time.
     fn prepare(&self, born: &[Born]) -> Vec<Prepared> {
@@ -194,13 +194,13 @@ fn prepare_one(
     let program = match route {
         Route::Nvrtc => Ok(None),
         Route::Ptx | Route::Interpreter | Route::Cpu => {
-            Program::compile(problem, &b.phenotype).map(|p| Some(Arc::new(p))).map_err(|e| e.to_string())
+            Program::parse(problem, &b.phenotype).map(|p| Some(Arc::new(p))).map_err(|e| e.to_string())
         }
     };
     let code = match (&program, route.compiles_individuals()) {
-        (Ok(Some(p)), false) => {
-            gpfarm_kernels::interp::compile(problem, p).map(|c| Some(Arc::new(c))).map_err(|e| e.to_string())
-        }
+        (Ok(Some(p)), false) => gpfarm_kernels::interpreter::assemble(problem, p)
+            .map(|c| Some(Arc::new(c)))
+            .map_err(|e| e.to_string()),
         _ => Ok(None),
     };
     // Keyed by the code it compiles to: its bytecode, its kernel alone under a fixed name, or

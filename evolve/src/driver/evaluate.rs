@@ -6,9 +6,9 @@
 use std::time::Instant;
 
 use gpfarm_client::{CompiledUnit, GpuWorker, WorkerError};
-use gpfarm_gp::interp::DEFAULT_MAX_STEPS;
+use gpfarm_gp::program::DEFAULT_MAX_STEPS;
 use gpfarm_gp::{Fitness, Phenotype, evaluate_all};
-use gpfarm_kernels::interp::PackedPopulation;
+use gpfarm_kernels::interpreter::PackedPopulation;
 
 use super::{Driver, Member, Ready};
 use crate::account::Chain;

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::RecvTimeoutError;
 use gpfarm_client::{CacheKey, Compiler, DiskCache, Submitter, shared_job_queue};
 use gpfarm_gp::{Born, Fitness, GenerationStats, Phenotype, Pipeline, Problem, Program};
-use gpfarm_kernels::interp::Bytecode;
+use gpfarm_kernels::interpreter::Bytecode;
 use gpfarm_protocol::{CompileOptions, Route, Shape};
 
 use crate::account::{Account, Chain};

@@ -1,18 +1,18 @@
 //! The contract between the evaluator and the interpreter's kernels: the kernels' names, and
 //! the flag bits of a program's offset in [`WirePopulation::offsets`].
 //!
-//! The interpreter's source (`interp::interpreter_source`) and its population layout
-//! (`interp::PackedPopulation`) follow the names and bits defined here, and `interp` re-exports
+//! The interpreter's source (`interpreter::interpreter_source`) and its population layout
+//! (`interpreter::PackedPopulation`) follow the names and bits defined here, and `interpreter` re-exports
 //! them, so that the evaluator needs nothing from the interpreter's module. Must never hold
 //! anything but these names and bits: no bytecode, no launch.
 
 #[cfg(doc)]
 use super::WirePopulation;
 
-/// The interpreter's kernel for programs whose stack fits its small stack (`interp::SMALL_DEPTH`
+/// The interpreter's kernel for programs whose stack fits its small stack (`interpreter::SMALL_DEPTH`
 /// cells): every program without [`DEEP`].
 pub const INTERP_KERNEL_SMALL: &str = "gpfarm_interpret_small";
-/// The interpreter's kernel for deeper programs (up to `interp::MAX_DEPTH`): those with [`DEEP`].
+/// The interpreter's kernel for deeper programs (up to `interpreter::MAX_DEPTH`): those with [`DEEP`].
 pub const INTERP_KERNEL_LARGE: &str = "gpfarm_interpret_large";
 
 /// The bit of an offset in [`WirePopulation::offsets`] that marks a program without jumps.

@@ -70,7 +70,7 @@ impl Device {
                 };
                 // SAFETY: `interpreter_source` declares the problem's input and length pointers in
                 // kernel-parameter order, the targets, the case count, the words, the offsets (one
-                // per program of the launch, each the start of a program the bytecode compiler
+                // per program of the launch, each the start of a program the bytecode assembler
                 // wrote, ending in `End`, flagged when it has no jump, and given to the large
                 // kernel when flagged deep), the step limit, the tile count and the tile sums,
                 // which hold `ntiles` values per program of the launch (`ensure_fitness`).

@@ -84,7 +84,7 @@ fn no_kernel(what: &str) -> GpuError {
 }
 
 /// The kernels a [`GpuEvaluator`] loads: CUBIN of the fitness kernel ([`fitness_source`]) to
-/// evaluate compiled individuals, of the interpreter (`interp::interpreter_source`) to
+/// evaluate compiled individuals, of the interpreter (`interpreter::interpreter_source`) to
 /// interpret programs; at least one.
 #[derive(Debug, Clone, Default)]
 pub struct Kernels {

@@ -6,9 +6,9 @@
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
-use gpfarm_gp::interp::tree::{ArithOp, Bin, Body, CmpOp, Expr, Fn1, Fn2, IntOp, Source, Stmt, Ty, Value};
 use gpfarm_gp::problem::template::kernel_params;
 use gpfarm_gp::problem::{InputType, Kind, ParamRole, ScalarType};
+use gpfarm_gp::program::tree::{ArithOp, Bin, Body, CmpOp, Expr, Fn1, Fn2, IntOp, Source, Stmt, Ty, Value};
 use gpfarm_gp::{Problem, Program};
 use gpfarm_protocol::ptx_math::{self, MathFn};
 

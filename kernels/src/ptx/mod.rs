@@ -1,5 +1,5 @@
 //! The PTX route: each individual's kernel emitted as PTX straight from the typed tree the CPU
-//! evaluator compiles its phenotype to ([`gpfarm_gp::interp::tree`]), with no C compiler in
+//! evaluator parses its phenotype into ([`gpfarm_gp::program::tree`]), with no C compiler in
 //! between. A unit is one PTX module (`.version 9.0`, `.target sm_XX`, `.address_size 64`) with
 //! one `.visible .entry` per individual, named and parameterised exactly as the NVRTC route's
 //! kernels ([`crate::unit::kernel_name`], [`gpfarm_gp::problem::template::kernel_params`]), so the GPU evaluator
@@ -46,7 +46,7 @@
 //!
 //! Registers are virtual and single-assignment except for variable slots (`%p`, `%r`, `%rd`,
 //! `%f`, `%fd`, counted per kernel); ptxas allocates them. The emitter recurses once per nesting
-//! level of the tree, which the parser bounds ([`gpfarm_gp::interp::tree::MAX_NESTING`]); long
+//! level of the tree, which the parser bounds ([`gpfarm_gp::program::tree::MAX_NESTING`]); long
 //! flat chains such as a 10,000-term sum are iterated, not recursed.
 
 mod emit;
@@ -141,10 +141,10 @@ mod tests {
     use super::*;
     use crate::unit::{key_text, render_batch};
     use gpfarm_gp::Phenotype;
-    use gpfarm_gp::interp::CompileError;
+    use gpfarm_gp::program::ParseError;
     use gpfarm_protocol::{Language, Shape};
 
-    fn keyed_ptx(problem: &Problem, p: &Phenotype, arch: SmArch) -> Result<String, CompileError> {
+    fn keyed_ptx(problem: &Problem, p: &Phenotype, arch: SmArch) -> Result<String, ParseError> {
         key_text(problem, Language::Ptx, arch, p, None)
     }
 

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use super::CompileError;
+use super::ParseError;
 use super::lex::{Tok, Token};
 use super::value::{Ty, Value};
 use crate::problem::is_math_function;
@@ -207,7 +207,7 @@ pub(super) struct Parser<'a> {
     nesting: usize,
 }
 
-type PResult<T> = Result<T, CompileError>;
+type PResult<T> = Result<T, ParseError>;
 
 impl<'a> Parser<'a> {
     pub(super) fn new(toks: &'a [Token], src_len: usize, names: &'a HashMap<String, Binding>) -> Self {
@@ -239,7 +239,7 @@ impl<'a> Parser<'a> {
         if self.eat(p) { Ok(()) } else { Err(self.syntax(&format!("expected `{p}`"))) }
     }
 
-    fn syntax(&self, message: &str) -> CompileError {
+    fn syntax(&self, message: &str) -> ParseError {
         let found = match self.peek() {
             None => "end of program".to_string(),
             Some(Tok::Ident(s)) => format!("`{s}`"),
@@ -248,13 +248,13 @@ impl<'a> Parser<'a> {
             Some(Tok::Float(v)) => format!("`{v}f`"),
             Some(Tok::Double(v)) => format!("`{v}`"),
         };
-        CompileError::Syntax { at: self.at(), message: format!("{message}, found {found}") }
+        ParseError::Syntax { at: self.at(), message: format!("{message}, found {found}") }
     }
 
     fn enter(&mut self) -> PResult<()> {
         self.nesting += 1;
         if self.nesting > MAX_NESTING {
-            Err(CompileError::TooDeep { at: self.at(), limit: MAX_NESTING })
+            Err(ParseError::TooDeep { at: self.at(), limit: MAX_NESTING })
         } else {
             Ok(())
         }
@@ -343,7 +343,7 @@ impl<'a> Parser<'a> {
                 }
                 "else" | "do" | "break" | "continue" | "return" | "switch" | "goto" | "int" | "float"
                 | "double" => {
-                    return Err(CompileError::Unsupported {
+                    return Err(ParseError::Unsupported {
                         at: self.at(),
                         what: format!("`{word}` statements"),
                     });
@@ -417,8 +417,8 @@ impl<'a> Parser<'a> {
         self.pos += 1;
         match self.names.get(&name) {
             Some(Binding::Scalar { slot, ty, writable: true }) => Ok((*slot, *ty)),
-            Some(_) => Err(CompileError::ReadOnly { at, name }),
-            None => Err(CompileError::Undeclared { at, name }),
+            Some(_) => Err(ParseError::ReadOnly { at, name }),
+            None => Err(ParseError::Undeclared { at, name }),
         }
     }
 
@@ -481,7 +481,7 @@ impl<'a> Parser<'a> {
                 self.prefix(p, at)
             }
             Some(Tok::Punct("++" | "--")) => {
-                Err(CompileError::Unsupported { at, what: "`++`/`--` inside an expression".into() })
+                Err(ParseError::Unsupported { at, what: "`++`/`--` inside an expression".into() })
             }
             Some(Tok::Punct("(")) => self.paren_or_cast(),
             Some(Tok::Int(v)) => {
@@ -548,7 +548,7 @@ impl<'a> Parser<'a> {
                 // The template's operator[] takes an int: C++ converts implicitly.
                 Ok((Expr::Index(array, Box::new(convert(i, t, Ty::Int))), Ty::Int))
             }
-            None => Err(CompileError::Undeclared { at, name }),
+            None => Err(ParseError::Undeclared { at, name }),
         }
     }
 
@@ -580,7 +580,7 @@ impl<'a> Parser<'a> {
             }
         }
         let Some((f, float_form)) = math_function(name) else {
-            return Err(CompileError::UnknownFunction { at, name: name.to_string() });
+            return Err(ParseError::UnknownFunction { at, name: name.to_string() });
         };
         // `sinf` and friends compute in float. The unsuffixed names follow C++ overload
         // resolution (NVRTC compiles C++): float when every argument is float, double
@@ -601,8 +601,8 @@ impl<'a> Parser<'a> {
 /// Binds tighter than every binary operator.
 const UNARY_PREC: u8 = 11;
 
-fn type_error(at: usize, message: &str) -> CompileError {
-    CompileError::Type { at, message: message.to_string() }
+fn type_error(at: usize, message: &str) -> ParseError {
+    ParseError::Type { at, message: message.to_string() }
 }
 
 /// Result type of a binary operator, or why the operands do not fit it.

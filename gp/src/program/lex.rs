@@ -2,7 +2,7 @@
 //! would read differently: integer literals follow C's octal and hex rules, and a
 //! floating literal is `float` only with an `f` suffix.
 
-use super::CompileError;
+use super::ParseError;
 
 /// One token.
 #[derive(Clone, Debug, PartialEq)]
@@ -28,7 +28,7 @@ const PUNCTS: &[&str] = &[
     "~", "&", "|", "^", "?", ":",
 ];
 
-pub(super) fn lex(src: &str) -> Result<Vec<Token>, CompileError> {
+pub(super) fn lex(src: &str) -> Result<Vec<Token>, ParseError> {
     let bytes = src.as_bytes();
     let mut out = Vec::new();
     let mut i = 0;
@@ -42,7 +42,7 @@ pub(super) fn lex(src: &str) -> Result<Vec<Token>, CompileError> {
             match src[i + 2..].find("*/") {
                 Some(n) => i += n + 4,
                 None => {
-                    return Err(CompileError::Syntax { at: i, message: "unterminated comment".into() });
+                    return Err(ParseError::Syntax { at: i, message: "unterminated comment".into() });
                 }
             }
         } else if b.is_ascii_alphabetic() || b == b'_' {
@@ -52,7 +52,7 @@ pub(super) fn lex(src: &str) -> Result<Vec<Token>, CompileError> {
             }
             out.push(Token { tok: Tok::Ident(src[start..i].to_string()), at: start });
         } else if b.is_ascii_digit() || (b == b'.' && bytes.get(i + 1).is_some_and(u8::is_ascii_digit)) {
-            let (tok, len) = number(&src[i..]).map_err(|message| CompileError::Literal { at: i, message })?;
+            let (tok, len) = number(&src[i..]).map_err(|message| ParseError::Literal { at: i, message })?;
             out.push(Token { tok, at: i });
             i += len;
         } else if let Some(p) = PUNCTS.iter().find(|p| src[i..].starts_with(**p)) {
@@ -60,7 +60,7 @@ pub(super) fn lex(src: &str) -> Result<Vec<Token>, CompileError> {
             i += p.len();
         } else {
             let c = src[i..].chars().next().unwrap_or('?');
-            return Err(CompileError::Syntax { at: i, message: format!("unexpected character `{c}`") });
+            return Err(ParseError::Syntax { at: i, message: format!("unexpected character `{c}`") });
         }
     }
     Ok(out)

@@ -11,8 +11,8 @@
 //! node, in the same type: the interpreter's CUDA C ([`super::source`]) is generated from the
 //! table below, one `case` per op.
 
-use gpfarm_gp::interp::tree::{ArithOp, Bin, Body, CmpOp, Expr, Fn1, Fn2, IntOp, Source, Stmt, Ty, Value};
 use gpfarm_gp::problem::{InputType, Kind, ScalarType};
+use gpfarm_gp::program::tree::{ArithOp, Bin, Body, CmpOp, Expr, Fn1, Fn2, IntOp, Source, Stmt, Ty, Value};
 use gpfarm_gp::{Problem, Program};
 
 /// The deepest stack (cells, the top included) a program may need; the parser's nesting
@@ -345,13 +345,13 @@ pub enum Folding {
     None,
 }
 
-/// Compiles `program` (compiled for `problem`) to bytecode, folding constants as NVVM does.
-pub fn compile(problem: &Problem, program: &Program) -> Result<Bytecode, BytecodeError> {
-    compile_with(problem, program, Folding::Nvvm)
+/// Assembles `program` (parsed for `problem`) into bytecode, folding constants as NVVM does.
+pub fn assemble(problem: &Problem, program: &Program) -> Result<Bytecode, BytecodeError> {
+    assemble_with(problem, program, Folding::Nvvm)
 }
 
-/// As [`compile`], with the folding asked for.
-pub fn compile_with(
+/// As [`assemble`], with the folding asked for.
+pub fn assemble_with(
     problem: &Problem,
     program: &Program,
     folding: Folding,

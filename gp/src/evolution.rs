@@ -29,11 +29,11 @@ use serde::{Deserialize, Serialize};
 use crate::dedup::Dedup;
 use crate::fitness::{Direction, Fitness};
 use crate::grammar::Grammar;
-use crate::interp::evaluate_all;
 use crate::mapping::Phenotype;
 use crate::pipeline::{Born, GenerationStats, Pipeline, best_index};
 use crate::population::{EvolutionConfig, EvolutionError, Individual};
 use crate::problem::Problem;
+use crate::program::evaluate_all;
 
 /// A population evolving under one grammar, one whole generation at a time.
 #[derive(Clone, Debug)]

@@ -5,10 +5,10 @@
 //! same outputs, bit for bit, for every program.
 
 use gpfarm_gp::Problem;
-use gpfarm_gp::interp::RunError;
-use gpfarm_gp::interp::semantics::{int_div, int_rem, shl, shr, wrapped};
-use gpfarm_gp::interp::tree::{Source, Ty};
 use gpfarm_gp::problem::{Column, InputColumn, ScalarType};
+use gpfarm_gp::program::RunError;
+use gpfarm_gp::program::semantics::{int_div, int_rem, shl, shr, wrapped};
+use gpfarm_gp::program::tree::{Source, Ty};
 
 use super::bytecode::{Bytecode, Op, array_layout, slot_layout};
 

@@ -1,4 +1,4 @@
-//! CPU reference evaluator: compiles a phenotype (the C subset the grammars produce)
+//! The typed program and the CPU reference evaluator: parses a phenotype (the C subset the grammars produce)
 //! once into a typed tree and runs it over every case, with the semantics the GPU
 //! kernels have. It is the oracle GPU results are checked against and the evaluator used
 //! without a GPU. Must never hold global state: evaluation is a pure function of the
@@ -26,12 +26,12 @@ mod parse;
 mod run;
 mod value;
 
-/// The typed tree a phenotype compiles to ([`Program::compile`]), read-only, for code
+/// The typed tree a phenotype parses into ([`Program::parse`]), read-only, for code
 /// generators that must compute exactly what the evaluator computes. Every expression has
 /// a static type ([`Expr::ty`]) that is also the type of its value at run time; binary
 /// operands of a [`Expr::Chain`] take C's usual arithmetic conversions ([`Ty::usual`])
 /// before the operator applies, and every other implicit conversion is an explicit
-/// [`Expr::Convert`] node. The semantics are those stated at the top of [`crate::interp`].
+/// [`Expr::Convert`] node. The semantics are those stated at the top of [`crate::program`].
 pub mod tree {
     pub use super::parse::{ArithOp, Bin, CmpOp, Expr, Fn1, Fn2, IntOp, MAX_NESTING, Stmt};
     pub use super::value::{Ty, Value};
@@ -59,9 +59,9 @@ use value::{Ty, Value};
 /// Loop iterations allowed per case before a program is declared runaway.
 pub const DEFAULT_MAX_STEPS: u64 = 1_000_000;
 
-/// Why a phenotype does not compile; `at` is a byte offset into the phenotype.
+/// Why a phenotype does not parse; `at` is a byte offset into the phenotype.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CompileError {
+pub enum ParseError {
     /// Not valid in the subset's grammar.
     #[error("at byte {at}: {message}")]
     Syntax { at: usize, message: String },
@@ -106,7 +106,7 @@ pub enum RunError {
 pub enum Failure {
     /// The phenotype does not compile.
     #[error("does not compile: {0}")]
-    Compile(#[from] CompileError),
+    Compile(#[from] ParseError),
     /// The program did not finish.
     #[error("does not run: {0}")]
     Run(#[from] RunError),
@@ -137,7 +137,7 @@ pub enum Body {
     Statements(Vec<Stmt>),
 }
 
-/// A phenotype compiled for one problem.
+/// A phenotype parsed for one problem.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Program {
     problem: String,
@@ -164,7 +164,7 @@ impl Program {
     /// Parses and type-checks `phenotype` against the variables `problem` declares.
     /// Nesting deeper than 200 levels is refused; at that depth an unoptimised build
     /// needs about 1.5 MiB of stack (an optimised one a tenth of that).
-    pub fn compile(problem: &Problem, phenotype: &Phenotype) -> Result<Program, CompileError> {
+    pub fn parse(problem: &Problem, phenotype: &Phenotype) -> Result<Program, ParseError> {
         let spec = problem.spec();
         let mut names: HashMap<String, Binding> = HashMap::new();
         let mut slots = Vec::new();
@@ -381,9 +381,9 @@ pub fn evaluate(problem: &Problem, program: &Program) -> Evaluation {
     }
 }
 
-/// Compiles and evaluates one phenotype; a compile error gives the worst fitness.
+/// Parses and evaluates one phenotype; a parse error gives the worst fitness.
 pub fn evaluate_phenotype(problem: &Problem, phenotype: &Phenotype) -> Evaluation {
-    match Program::compile(problem, phenotype) {
+    match Program::parse(problem, phenotype) {
         Ok(p) => evaluate(problem, &p),
         Err(e) => Evaluation::failed(problem, e.into()),
     }

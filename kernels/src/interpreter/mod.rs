@@ -1,5 +1,5 @@
 //! The interpreter route: no compiling per individual. Each phenotype's typed tree (the CPU
-//! evaluator's, [`gpfarm_gp::interp::tree`]) becomes compact bytecode ([`bytecode`]); one launch
+//! evaluator's, [`gpfarm_gp::program::tree`]) becomes compact bytecode ([`bytecode`]); one launch
 //! of one kernel, compiled once per problem ([`interpreter_source`]), runs a whole population
 //! over every case, with the cases resident on the GPU, and reduces each program's fitness on
 //! the device, so only one `double` per program comes back.
@@ -16,7 +16,7 @@
 //! kernel's. So, on the GPU, the interpreter's fitness is the compiled routes' fitness, bit for
 //! bit, with two stated exceptions:
 //! - a loop that runs past the step limit in any case (the CPU evaluator's,
-//!   [`gpfarm_gp::interp::DEFAULT_MAX_STEPS`] iterations) fails the program (worst fitness),
+//!   [`gpfarm_gp::program::DEFAULT_MAX_STEPS`] iterations) fails the program (worst fitness),
 //!   where a compiled kernel has no limit and runs on; no built-in grammar can write such a loop;
 //! - with `--fmad` NVRTC may fuse `a * b + c` across tree nodes in compiled code, which an
 //!   interpreter cannot: the default (`--fmad=false`) is exact.
@@ -32,7 +32,7 @@ pub mod bytecode;
 pub mod exec;
 mod source;
 
-pub use bytecode::{Bytecode, BytecodeError, Folding, MAX_DEPTH, Op, compile, compile_with, walk};
+pub use bytecode::{Bytecode, BytecodeError, Folding, MAX_DEPTH, Op, assemble, assemble_with, walk};
 pub use source::{
     INTERLEAVE, REGISTER_SLOTS, SMALL_DEPTH, Tuning, interpreter_source, interpreter_source_with,
 };

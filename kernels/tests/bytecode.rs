@@ -4,12 +4,12 @@
 
 mod common;
 
-use gpfarm_gp::interp::{DEFAULT_MAX_STEPS, RunError};
 use gpfarm_gp::problem::{Column, ProblemSources, standard_template};
+use gpfarm_gp::program::{DEFAULT_MAX_STEPS, RunError};
 use gpfarm_gp::{Phenotype, Problem, Program};
-use gpfarm_kernels::interp::{
-    self, DEEP, Folding, MAX_DEPTH, Op, PackedPopulation, SMALL_DEPTH, STRAIGHT, compile, compile_with, exec,
-    interp_supported, interpreter_source,
+use gpfarm_kernels::interpreter::{
+    self, DEEP, Folding, MAX_DEPTH, Op, PackedPopulation, SMALL_DEPTH, STRAIGHT, assemble, assemble_with,
+    exec, interp_supported, interpreter_source,
 };
 
 /// The same columns, floats compared by their bits (any NaN equals any NaN).
@@ -27,9 +27,9 @@ fn same_columns(a: &[Column], b: &[Column]) -> bool {
 
 /// Runs `text` both ways with `max_steps`; panics where they differ. Returns the ops used.
 fn agree(problem: &Problem, text: &str, max_steps: u64) -> Vec<Op> {
-    let program = Program::compile(problem, &Phenotype::new(text)).unwrap_or_else(|e| panic!("{text}: {e}"));
+    let program = Program::parse(problem, &Phenotype::new(text)).unwrap_or_else(|e| panic!("{text}: {e}"));
     // Unfolded: the CPU evaluator computes every node (the folded form is tested apart).
-    let code = compile_with(problem, &program, Folding::None).unwrap_or_else(|e| panic!("{text}: {e}"));
+    let code = assemble_with(problem, &program, Folding::None).unwrap_or_else(|e| panic!("{text}: {e}"));
     let want = program.run_with_limit(problem, max_steps);
     let got = exec::run(problem, &code, max_steps);
     match (&want, &got) {
@@ -184,8 +184,8 @@ fn every_op_runs_as_on_the_cpu_evaluator() {
 fn a_loop_past_the_step_limit_fails_as_on_the_cpu_evaluator() {
     let problem = everything();
     let text = "i = 0; while (1) { i++; }";
-    let program = Program::compile(&problem, &Phenotype::new(text)).unwrap();
-    let code = compile(&problem, &program).unwrap();
+    let program = Program::parse(&problem, &Phenotype::new(text)).unwrap();
+    let code = assemble(&problem, &program).unwrap();
     assert_eq!(exec::run(&problem, &code, 500).unwrap_err(), RunError::StepLimit { case: 0, limit: 500 });
     assert!(matches!(program.run_with_limit(&problem, 500), Err(RunError::StepLimit { .. })));
 }
@@ -194,8 +194,8 @@ fn a_loop_past_the_step_limit_fails_as_on_the_cpu_evaluator() {
 fn a_program_compiled_for_another_problem_is_refused() {
     let keijzer = Problem::builtin("keijzer6").unwrap();
     let search = Problem::builtin("search").unwrap();
-    let program = Program::compile(&search, &Phenotype::new("OUTPUT = 1;")).unwrap();
-    let err = compile(&keijzer, &program).unwrap_err();
+    let program = Program::parse(&search, &Phenotype::new("OUTPUT = 1;")).unwrap();
+    let err = assemble(&keijzer, &program).unwrap_err();
     assert!(err.to_string().contains("compiled for `search`, not for `keijzer6`"), "{err}");
 }
 
@@ -203,26 +203,26 @@ fn a_program_compiled_for_another_problem_is_refused() {
 fn deep_programs_take_the_large_stack_and_every_accepted_one_fits() {
     let problem = Problem::builtin("keijzer6").unwrap();
     let shallow =
-        compile(&problem, &Program::compile(&problem, &Phenotype::new("x + 1.0f")).unwrap()).unwrap();
+        assemble(&problem, &Program::parse(&problem, &Phenotype::new("x + 1.0f")).unwrap()).unwrap();
     assert_eq!(shallow.depth, 2);
     // Right-nested sums as deep as the parser allows: each level keeps one value waiting.
     let mut text = String::from("x");
     let mut levels = 0;
     loop {
         let deeper = format!("x + ({text})");
-        if Program::compile(&problem, &Phenotype::new(&deeper)).is_err() {
+        if Program::parse(&problem, &Phenotype::new(&deeper)).is_err() {
             break;
         }
         text = deeper;
         levels += 1;
     }
-    let program = Program::compile(&problem, &Phenotype::new(&text)).unwrap();
-    let code = compile(&problem, &program).unwrap();
+    let program = Program::parse(&problem, &Phenotype::new(&text)).unwrap();
+    let code = assemble(&problem, &program).unwrap();
     assert!(code.depth > SMALL_DEPTH && code.depth <= MAX_DEPTH, "{levels} levels: depth {}", code.depth);
     let packed = PackedPopulation::new([&shallow, &code]);
     // Only the deep program needs the large stack's kernel.
-    assert_eq!(packed.kernel(0), interp::INTERP_KERNEL_SMALL);
-    assert_eq!(packed.kernel(1), interp::INTERP_KERNEL_LARGE);
+    assert_eq!(packed.kernel(0), interpreter::INTERP_KERNEL_SMALL);
+    assert_eq!(packed.kernel(1), interpreter::INTERP_KERNEL_LARGE);
     assert_eq!(packed.offsets, vec![STRAIGHT, shallow.words.len() as u32 | STRAIGHT | DEEP]);
     assert_eq!(packed.program(0), &shallow.words[..]);
     assert_eq!(packed.program(1), &code.words[..]);
@@ -258,8 +258,8 @@ fn the_kernel_source_has_one_case_per_op_and_the_fitness_kernel_s_term() {
 #[test]
 fn constants_fold_as_the_ptx_route_folds_them() {
     let problem = Problem::builtin("keijzer6").unwrap();
-    let program = Program::compile(&problem, &Phenotype::new("sinf(30.80) + x * (02.00 + 01.50)")).unwrap();
-    let folded = compile(&problem, &program).unwrap();
+    let program = Program::parse(&problem, &Phenotype::new("sinf(30.80) + x * (02.00 + 01.50)")).unwrap();
+    let folded = assemble(&problem, &program).unwrap();
     let ops: Vec<Op> = folded.words.iter().filter_map(|&w| Op::decode(w)).collect();
     assert!(!ops.contains(&Op::SinF), "{ops:?}");
     let sin = (30.80f64 as f32 as f64).sin() as f32;
@@ -275,7 +275,7 @@ fn constants_fold_as_the_ptx_route_folds_them() {
     .unwrap();
     assert!(ptx.contains(&format!("0f{:08X}", sin.to_bits())), "{ptx}");
     // Unfolded, the call runs.
-    let plain = compile_with(&problem, &program, Folding::None).unwrap();
+    let plain = assemble_with(&problem, &program, Folding::None).unwrap();
     assert!(plain.words.iter().any(|&w| Op::decode(w) == Some(Op::SinF)));
     // Both run the same otherwise: x * 3.5 in double either way.
     let (a, b) = (exec::run(&problem, &folded, 10).unwrap(), exec::run(&problem, &plain, 10).unwrap());
@@ -292,8 +292,8 @@ fn programs_without_jumps_and_only_those_are_straight() {
     let keijzer6 = Problem::builtin("keijzer6").unwrap();
     let jz = f32::from_bits(0x4000_0000 | Op::Jz as u32);
     let text = format!("x * {jz:.40}f");
-    let program = Program::compile(&keijzer6, &Phenotype::new(&text)).unwrap();
-    let code = compile(&keijzer6, &program).unwrap();
+    let program = Program::parse(&keijzer6, &Phenotype::new(&text)).unwrap();
+    let code = assemble(&keijzer6, &program).unwrap();
     assert!(code.words.iter().any(|&w| Op::decode(w) == Some(Op::Jz)), "{text}: {:?}", code.words);
     assert!(code.is_straight(), "{text}");
     let packed = PackedPopulation::new([&code]);
@@ -304,8 +304,8 @@ fn programs_without_jumps_and_only_those_are_straight() {
     let search = Problem::builtin("search").unwrap();
     let (mut straight, mut not) = (0, 0);
     for phenotype in common::populations(&search, &[3], 300).concat() {
-        let Ok(program) = Program::compile(&search, &phenotype) else { continue };
-        let code = compile(&search, &program).unwrap();
+        let Ok(program) = Program::parse(&search, &phenotype) else { continue };
+        let code = assemble(&search, &program).unwrap();
         let text = phenotype.as_str();
         let control = text.contains("if") || text.contains("for") || text.contains("while");
         assert_eq!(code.is_straight(), !control, "{text}");

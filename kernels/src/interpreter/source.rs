@@ -15,8 +15,8 @@
 use std::fmt::Write as _;
 
 use gpfarm_gp::Problem;
-use gpfarm_gp::interp::tree::{Source, Ty};
 use gpfarm_gp::problem::{InputType, ParamRole, ScalarType};
+use gpfarm_gp::program::tree::{Source, Ty};
 
 use super::bytecode::{MAX_DEPTH, Op, array_layout, slot_layout};
 use crate::gpu::contract::{INTERP_KERNEL_LARGE, INTERP_KERNEL_SMALL};
