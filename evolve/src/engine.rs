@@ -323,39 +323,29 @@ impl Engine {
         for c in compilers.iter_mut() {
             self.check_options(&mut **c)?;
         }
-        let interpret = self.route == Route::Interpreter;
         // The evaluator's kernel is compiled once, here; each island's worker loads it.
         let kernel = match (&self.gpu, compilers.first_mut()) {
             (None, _) => None,
             (Some(_), None) => {
                 return Err(EvolveError::NoGpu("individuals must be compiled to run on it".into()));
             }
-            (Some(_), Some(c)) => Some(self.worker_kernel(&mut **c, &options, interpret)?),
+            (Some(_), Some(c)) => Some(self.worker_kernel(&mut **c, &options)?),
         };
         // The interpreter's kernel is compiled; individuals are not.
         if !self.route.compiles_individuals() {
             compilers.clear();
         }
-        let o = &self.options;
-        let settings = Settings {
-            cache: o.cache,
-            overlap: o.overlap,
-            per_unit: o.per_unit,
-            workers: compilers.first().map_or(1, |c| c.workers()),
-            route: self.route,
-            shape: self.shape,
-            crash: CrashSettings {
-                retry_flags: o.crash_retry_flags.clone(),
-                retry_on_gpu: o.crash_retry_on_gpu,
-                dir: o.crash_dir.clone().unwrap_or_else(default_crash_dir),
-            },
-        };
-        let toolchain = compilers.first().map_or_else(|| "none".into(), |c| c.toolchain());
-        let compiling = !compilers.is_empty();
-        let devices = if self.gpu.is_some() { gpu::device_count().max(1) } else { 1 };
         let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
-        let eval_threads = NonZeroUsize::new(cores / n).unwrap_or(NonZeroUsize::MIN);
-        let migrants = o.migrants;
+        let shared = IslandShared {
+            options: &options,
+            kernel: kernel.as_deref(),
+            settings: self.settings(compilers.first().map_or(1, |c| c.workers())),
+            toolchain: compilers.first().map_or_else(|| "none".into(), |c| c.toolchain()),
+            compiling: !compilers.is_empty(),
+            devices: if self.gpu.is_some() { gpu::device_count().max(1) } else { 1 },
+            eval_threads: NonZeroUsize::new(cores / n).unwrap_or(NonZeroUsize::MIN),
+            several: n > 1 || place.first > 0,
+        };
         let stop = &self.stop;
         let (records_tx, records_rx) = crossbeam_channel::unbounded::<GenerationRecord>();
         let outcomes = with_queues(compilers, &options, n, |submitters| {
@@ -367,64 +357,11 @@ impl Engine {
                     .map(|(k, link)| {
                         let island = place.first + k;
                         let submitter = submitters.get(if submitters.len() == 1 { 0 } else { k });
-                        let (records, settings, toolchain) =
-                            (records_tx.clone(), settings.clone(), toolchain.clone());
-                        let (kernel, options) = (kernel.as_ref(), &options);
-                        let link = (n > 1 || island > 0).then_some((link, migrants));
+                        let records = records_tx.clone();
+                        let link = shared.several.then_some((link, self.options.migrants));
+                        let shared = &shared;
                         scope.spawn(move || {
-                            let run = || -> Result<(Totals, Pipeline), EvolveError> {
-                                let evaluator = match kernel {
-                                    None => Evaluator::Cpu,
-                                    Some(cubin) => {
-                                        let worker =
-                                            self.spawn_worker(cubin.clone(), interpret, island % devices)?;
-                                        let worker = Box::new(worker);
-                                        if interpret {
-                                            Evaluator::Interpreter(worker)
-                                        } else {
-                                            Evaluator::Gpu(worker)
-                                        }
-                                    }
-                                };
-                                let mut pipeline = self.pipeline(island)?;
-                                if link.is_some() {
-                                    pipeline.migrate_every(o.migrate_every);
-                                }
-                                let mut driver = Driver::new(
-                                    &self.problem,
-                                    options,
-                                    toolchain,
-                                    settings,
-                                    pipeline,
-                                    evaluator,
-                                );
-                                driver.island(island, link, stop.clone());
-                                driver.eval_threads(eval_threads);
-                                if let (Some(dir), true, true) = (&o.disk_cache, o.cache, compiling) {
-                                    let disk =
-                                        DiskCache::open(dir, DEFAULT_CACHE_LIMIT).map_err(|source| {
-                                            EvolveError::DiskCache { dir: dir.clone(), source }
-                                        })?;
-                                    driver.disk_cache(disk);
-                                }
-                                if let Some(path) = &o.trace_units {
-                                    let path = if n > 1 || island > 0 {
-                                        let mut p = path.clone().into_os_string();
-                                        p.push(format!(".island{island}"));
-                                        p.into()
-                                    } else {
-                                        path.clone()
-                                    };
-                                    let file = std::fs::File::create(&path).map_err(|source| {
-                                        EvolveError::Trace { path: path.clone(), source }
-                                    })?;
-                                    driver.trace_units(file, path);
-                                }
-                                let mut report =
-                                    |r: GenerationRecord| records.send(r).map_err(|_| EvolveError::Stopped);
-                                driver.run_on(submitter, &mut report)
-                            };
-                            let outcome = run();
+                            let outcome = self.run_island(shared, island, link, submitter, records);
                             if outcome.is_err() {
                                 stop.store(true, Ordering::Relaxed);
                             }
@@ -454,11 +391,91 @@ impl Engine {
                 None => first_failure(outcomes, place.first),
             }
         })?;
-        let e = &o.evolution;
+        Ok(self.summary(&outcomes))
+    }
+
+    /// How the drivers of this run treat individuals, for compilers of `workers` workers.
+    fn settings(&self, workers: usize) -> Settings {
+        let o = &self.options;
+        Settings {
+            cache: o.cache,
+            overlap: o.overlap,
+            per_unit: o.per_unit,
+            workers,
+            route: self.route,
+            shape: self.shape,
+            crash: CrashSettings {
+                retry_flags: o.crash_retry_flags.clone(),
+                retry_on_gpu: o.crash_retry_on_gpu,
+                dir: o.crash_dir.clone().unwrap_or_else(default_crash_dir),
+            },
+        }
+    }
+
+    /// Runs island `island` to its last generation on the calling thread: its evaluator (a GPU
+    /// worker on GPU `island % devices`, or the CPU), its pipeline and its driver, sending each
+    /// record to `records`.
+    fn run_island(
+        &self,
+        shared: &IslandShared<'_>,
+        island: usize,
+        link: Option<(Link, usize)>,
+        submitter: Option<&gpfarm_client::Submitter>,
+        records: crossbeam_channel::Sender<GenerationRecord>,
+    ) -> Result<(Totals, Pipeline), EvolveError> {
+        let o = &self.options;
+        let evaluator = match shared.kernel {
+            None => Evaluator::Cpu,
+            Some(cubin) => {
+                let worker = Box::new(self.spawn_worker(cubin.to_vec(), island % shared.devices)?);
+                match self.route {
+                    Route::Interpreter => Evaluator::Interpreter(worker),
+                    _ => Evaluator::Gpu(worker),
+                }
+            }
+        };
+        let mut pipeline = self.pipeline(island)?;
+        if link.is_some() {
+            pipeline.migrate_every(o.migrate_every);
+        }
+        let mut driver = Driver::new(
+            &self.problem,
+            shared.options,
+            shared.toolchain.clone(),
+            shared.settings.clone(),
+            pipeline,
+            evaluator,
+        );
+        driver.island(island, link, self.stop.clone());
+        driver.eval_threads(shared.eval_threads);
+        if let (Some(dir), true, true) = (&o.disk_cache, o.cache, shared.compiling) {
+            let disk = DiskCache::open(dir, DEFAULT_CACHE_LIMIT)
+                .map_err(|source| EvolveError::DiskCache { dir: dir.clone(), source })?;
+            driver.disk_cache(disk);
+        }
+        if let Some(path) = &o.trace_units {
+            let path = if shared.several {
+                let mut p = path.clone().into_os_string();
+                p.push(format!(".island{island}"));
+                p.into()
+            } else {
+                path.clone()
+            };
+            let file = std::fs::File::create(&path)
+                .map_err(|source| EvolveError::Trace { path: path.clone(), source })?;
+            driver.trace_units(file, path);
+        }
+        let mut report = |r: GenerationRecord| records.send(r).map_err(|_| EvolveError::Stopped);
+        driver.run_on(submitter, &mut report)
+    }
+
+    /// The run's summary from its islands' totals and pipelines: the best of them all.
+    fn summary(&self, outcomes: &[(Totals, Pipeline)]) -> Summary {
+        let (o, e) = (&self.options, &self.options.evolution);
         let mut totals = Totals::default();
         let mut best: Option<(&gpfarm_gp::Individual, gpfarm_gp::Fitness)> = None;
         let mut island_best = Vec::new();
-        for (t, pipeline) in &outcomes {
+        for (t, pipeline) in outcomes {
             totals.add(t);
             let b = pipeline.best_ever();
             island_best.push(b.map_or(f64::NAN, |(_, f)| f.value()));
@@ -468,7 +485,7 @@ impl Engine {
                 best = Some((i, f));
             }
         }
-        Ok(Summary {
+        Summary {
             summary: true,
             problem: self.problem.name().to_owned(),
             generations: e.generations,
@@ -482,9 +499,9 @@ impl Engine {
             route_reason: self.route_why.clone(),
             mean_generation_ms: totals.wall_s * 1000.0 / (e.generations + 1) as f64,
             totals,
-            islands: n,
+            islands: outcomes.len(),
             island_best,
-        })
+        }
     }
 
     /// Compiles the problem's fitness kernel, or its interpreter (once; no daemon is needed for
@@ -493,8 +510,8 @@ impl Engine {
         &self,
         compiler: &mut (dyn Compiler + Send + '_),
         options: &CompileOptions,
-        interpreter: bool,
     ) -> Result<Vec<u8>, EvolveError> {
+        let interpreter = self.route == Route::Interpreter;
         let (name, kernel) = if interpreter {
             ("gpfarm_interpreter.cu", gpfarm_kernels::interpreter::interpreter_source(&self.problem)?)
         } else {
@@ -515,21 +532,35 @@ impl Engine {
 
     /// Starts a GPU worker process on GPU `device` with the kernel [`Engine::worker_kernel`]
     /// compiled, on the calling thread (the worker ends with it).
-    fn spawn_worker(
-        &self,
-        cubin: Vec<u8>,
-        interpreter: bool,
-        device: usize,
-    ) -> Result<GpuWorker, EvolveError> {
+    fn spawn_worker(&self, cubin: Vec<u8>, device: usize) -> Result<GpuWorker, EvolveError> {
         let source =
             self.source.clone().ok_or_else(|| EvolveError::NoGpu("the problem has no source".into()))?;
         let exe = match &self.options.gpu_worker {
             Some(exe) => exe.clone(),
             None => gpfarm_client::gpu_worker_executable().map_err(gpfarm_client::WorkerError::from)?,
         };
-        let (fitness, interpreter) = if interpreter { (None, Some(cubin)) } else { (Some(cubin), None) };
+        let (fitness, interpreter) =
+            if self.route == Route::Interpreter { (None, Some(cubin)) } else { (Some(cubin), None) };
         Ok(GpuWorker::spawn_on(&exe, source, fitness, interpreter, Some(device))?)
     }
+}
+
+/// What every island of a run shares: the compile options, the evaluator's kernel, the drivers'
+/// settings and the machine's share for each.
+struct IslandShared<'a> {
+    options: &'a CompileOptions,
+    /// The GPU worker's kernel (fitness kernel or interpreter), when the GPU evaluates.
+    kernel: Option<&'a [u8]>,
+    settings: Settings,
+    toolchain: String,
+    /// Individuals are compiled (so the disk cache applies).
+    compiling: bool,
+    /// GPUs to place islands on, round-robin.
+    devices: usize,
+    /// CPU evaluation threads per island.
+    eval_threads: NonZeroUsize,
+    /// Whether this run is one of several islands (records and traces name the island).
+    several: bool,
 }
 
 /// Every island's outcome, or the error that ended the run: the first island's own failure
