@@ -28,10 +28,13 @@ pub(crate) const KERNEL_WEIGHT: f64 = 50.0;
 /// NVRTC's fixed cost per translation unit in the units of [`compile_weight`] (about 20 ms).
 pub(crate) const UNIT_WEIGHT: f64 = 180.0;
 
+/// The kernel name an individual's code has in the text its cache key is computed over.
+pub(crate) const KEYED_KERNEL: &str = "gpfarm_individual";
+
 /// The text an individual's cache key is computed over: the preamble and its kernel rendered
 /// under a fixed name. Two individuals with equal texts compile to the same code.
 pub(crate) fn keyed_source(template: &Template, phenotype: &Phenotype) -> String {
-    let name = KernelName::new(crate::unit::KEYED_KERNEL).expect("a C identifier");
+    let name = KernelName::new(KEYED_KERNEL).expect("a C identifier");
     let mut source = template.preamble().to_owned();
     source.push_str(&template.render_kernel(&name, phenotype));
     source

@@ -17,9 +17,6 @@ use gpfarm_protocol::{Language, Shape, SmArch, Unit};
 use crate::ptx;
 use crate::render;
 
-/// The kernel name an individual's code has in its cache key's text ([`key_text`]).
-pub(crate) const KEYED_KERNEL: &str = "gpfarm_individual";
-
 /// An individual to put into a unit.
 #[derive(Debug, Clone, Copy)]
 pub struct Member<'a> {
@@ -146,7 +143,7 @@ pub fn key_text(
                     &parsed
                 }
             };
-            Ok(ptx::ptx_unit(problem, &[(KEYED_KERNEL, program)], arch))
+            Ok(ptx::ptx_unit(problem, &[(render::KEYED_KERNEL, program)], arch))
         }
     }
 }
@@ -304,9 +301,9 @@ mod tests {
         let member = Member { kernel: &k, phenotype: &p, program: None };
         let rendered = render(&problem, Language::CudaC, Shape::Kernels, SmArch::SM_90, &k, &[member]);
         let source = String::from_utf8(rendered.unit.source).unwrap();
-        assert_eq!(source.replace("g3_i7", KEYED_KERNEL), keyed);
+        assert_eq!(source.replace("g3_i7", render::KEYED_KERNEL), keyed);
         let keyed_ptx = key_text(&problem, Language::Ptx, SmArch::SM_90, &p, None).unwrap();
-        assert!(keyed_ptx.contains(KEYED_KERNEL) && !keyed_ptx.contains("g3_i7"));
+        assert!(keyed_ptx.contains(render::KEYED_KERNEL) && !keyed_ptx.contains("g3_i7"));
     }
 
     #[test]
@@ -320,5 +317,54 @@ mod tests {
         let program = Program::parse(&problem, &p).unwrap();
         assert!(weight(&problem, Language::Ptx, &p, Some(&program)) > 0.0);
         assert_eq!(weight(&problem, Language::Ptx, &p, None), weight(&problem, Language::CudaC, &p, None));
+    }
+
+    #[test]
+    fn a_unit_has_one_header_and_each_kernel_by_name() {
+        let problem = Problem::builtin("keijzer6").unwrap();
+        let phenotypes: Vec<Phenotype> =
+            ["sinf(x)", "x", "sinf(x) + cosf(x)"].iter().map(|s| Phenotype::new(*s)).collect();
+        let units = render_batch(
+            &problem,
+            Language::Ptx,
+            Shape::Kernels,
+            SmArch::SM_90,
+            &phenotypes,
+            2,
+            std::slice::from_ref(&(0..3)),
+        );
+        let u = &units.units[0];
+        assert_eq!(u.unit.name, "g2_u0.ptx");
+        assert_eq!(u.kernels, ["g2_i0", "g2_i1", "g2_i2"]);
+        assert_eq!(u.source().matches(".version 9.0").count(), 1);
+        assert_eq!(u.source().matches(".extern .func").count(), 2);
+        for k in &u.kernels {
+            assert_eq!(u.source().matches(&format!(".visible .entry {k}(")).count(), 1);
+        }
+        // The parameters of the template's kernel, in order: in_x, out_y, NCASES.
+        assert!(u.source().contains(
+            "\t.param .u64 g2_i1_param_0,\n\t.param .u64 g2_i1_param_1,\n\t.param .u32 g2_i1_param_2\n)"
+        ));
+    }
+
+    #[test]
+    fn the_keyed_ptx_names_no_generation_or_place() {
+        let problem = Problem::builtin("search").unwrap();
+        let p = Phenotype::new("OUTPUT = INPUT[SEARCH % LENINPUT];");
+        let keyed = key_text(&problem, Language::Ptx, SmArch::SM_90, &p, None).unwrap();
+        let units = render_batch(
+            &problem,
+            Language::Ptx,
+            Shape::Kernels,
+            SmArch::SM_90,
+            std::slice::from_ref(&p),
+            5,
+            std::slice::from_ref(&(0..1)),
+        );
+        assert_eq!(units.units[0].source().replace("g5_i0", "gpfarm_individual"), keyed);
+        assert_ne!(keyed, key_text(&problem, Language::Ptx, SmArch(80), &p, None).unwrap());
+        assert!(
+            key_text(&problem, Language::Ptx, SmArch::SM_90, &Phenotype::new("OUTPUT = ;"), None).is_err()
+        );
     }
 }

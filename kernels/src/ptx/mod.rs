@@ -139,18 +139,17 @@ fn module(problem: &Problem, arch: SmArch, needs: &Needs, kernels: &[String]) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::unit::{key_text, render_batch};
     use gpfarm_gp::Phenotype;
-    use gpfarm_gp::program::ParseError;
-    use gpfarm_protocol::{Language, Shape};
 
-    fn keyed_ptx(problem: &Problem, p: &Phenotype, arch: SmArch) -> Result<String, ParseError> {
-        key_text(problem, Language::Ptx, arch, p, None)
+    /// The PTX of `phenotype`'s kernel alone, as its cache key sees it.
+    fn keyed_ptx(problem: &Problem, p: &Phenotype, arch: SmArch) -> String {
+        let program = Program::parse(problem, p).unwrap();
+        ptx_unit(problem, &[(crate::render::KEYED_KERNEL, &program)], arch)
     }
 
     fn ptx(problem: &str, phenotype: &str) -> String {
         let problem = Problem::builtin(problem).unwrap();
-        keyed_ptx(&problem, &Phenotype::new(phenotype), SmArch::SM_90).unwrap()
+        keyed_ptx(&problem, &Phenotype::new(phenotype), SmArch::SM_90)
     }
 
     /// The kernel's instructions, without declarations.
@@ -252,53 +251,6 @@ mod tests {
         let p = ptx("keijzer6", "pow(x, 2) + powf(x, 0.5f) + tanh(x)");
         assert!(p.contains(".extern .func (.param .b64 r) gpm_pow (.param .b64 a, .param .b64 b);\n"), "{p}");
         assert!(p.contains(") gpm_powf (") && p.contains(") gpm_tanhf ("), "{p}");
-    }
-
-    #[test]
-    fn a_unit_has_one_header_and_each_kernel_by_name() {
-        let problem = Problem::builtin("keijzer6").unwrap();
-        let phenotypes: Vec<Phenotype> =
-            ["sinf(x)", "x", "sinf(x) + cosf(x)"].iter().map(|s| Phenotype::new(*s)).collect();
-        let units = render_batch(
-            &problem,
-            Language::Ptx,
-            Shape::Kernels,
-            SmArch::SM_90,
-            &phenotypes,
-            2,
-            std::slice::from_ref(&(0..3)),
-        );
-        let u = &units.units[0];
-        assert_eq!(u.unit.name, "g2_u0.ptx");
-        assert_eq!(u.kernels, ["g2_i0", "g2_i1", "g2_i2"]);
-        assert_eq!(u.source().matches(".version 9.0").count(), 1);
-        assert_eq!(u.source().matches(".extern .func").count(), 2);
-        for k in &u.kernels {
-            assert_eq!(u.source().matches(&format!(".visible .entry {k}(")).count(), 1);
-        }
-        // The parameters of the template's kernel, in order: in_x, out_y, NCASES.
-        assert!(u.source().contains(
-            "\t.param .u64 g2_i1_param_0,\n\t.param .u64 g2_i1_param_1,\n\t.param .u32 g2_i1_param_2\n)"
-        ));
-    }
-
-    #[test]
-    fn the_keyed_ptx_names_no_generation_or_place() {
-        let problem = Problem::builtin("search").unwrap();
-        let p = Phenotype::new("OUTPUT = INPUT[SEARCH % LENINPUT];");
-        let keyed = keyed_ptx(&problem, &p, SmArch::SM_90).unwrap();
-        let units = render_batch(
-            &problem,
-            Language::Ptx,
-            Shape::Kernels,
-            SmArch::SM_90,
-            std::slice::from_ref(&p),
-            5,
-            std::slice::from_ref(&(0..1)),
-        );
-        assert_eq!(units.units[0].source().replace("g5_i0", "gpfarm_individual"), keyed);
-        assert_ne!(keyed, keyed_ptx(&problem, &p, SmArch(80)).unwrap());
-        assert!(keyed_ptx(&problem, &Phenotype::new("OUTPUT = ;"), SmArch::SM_90).is_err());
     }
 
     #[test]
