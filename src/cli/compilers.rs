@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use gpfarm_client::{BuildConfig, Compiler, CompilerSpec, Workers};
 use gpfarm_protocol::{CompileOptions, FarmName};
 
@@ -19,7 +19,8 @@ pub struct FarmSource {
     pub deadline_s: Option<u64>,
 }
 
-/// Builds the compiler `spec` names, warm; `workers` (daemons or threads, the command's `-n`)
+/// Builds the compiler `spec` names, warm, through the engine's one builder
+/// ([`gpfarm_evolve::plan::build_compiler`]); `workers` (daemons or threads, the command's `-n`)
 /// fills a spec that left its count open (`farm`, `threads`; none leaves one per core), and an
 /// explicit count (`farm:4`) stays. A count of 0 is an error.
 pub fn build(
@@ -29,22 +30,11 @@ pub fn build(
     options: &CompileOptions,
     source: &FarmSource,
 ) -> Result<Box<dyn Compiler + Send>> {
-    let spec = match workers {
-        Some(n) => spec.or_workers(Workers::exactly(n)?.count()),
-        None => spec,
-    };
+    let workers = workers.map(Workers::exactly).transpose()?.map(Workers::count);
     let config = BuildConfig {
         cuda: cuda.map(Path::to_path_buf),
         attach: source.attach.clone(),
         unit_deadline: source.deadline_s.map_or(gpfarm_client::DEFAULT_UNIT_DEADLINE, Duration::from_secs),
     };
-    let attaching =
-        config.attach.is_some() && matches!(spec, CompilerSpec::Farm(_) | CompilerSpec::FarmJit(_));
-    if !attaching {
-        // Before any daemon or thread starts: a wrong --cuda is reported as what it is, at once,
-        // not as a daemon that failed to start.
-        gpfarm_toolchain::Toolchain::discover(cuda).context("finding the CUDA toolchain")?;
-    }
-    let what = if attaching { "attaching to running daemons".to_owned() } else { format!("starting {spec}") };
-    spec.build(options, &config).context(what)
+    Ok(gpfarm_evolve::plan::build_compiler(spec, workers, options, &config)?)
 }
