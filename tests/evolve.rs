@@ -329,3 +329,36 @@ fn a_fixed_unit_size_gives_balanced_units_as_the_bench_forms_them() {
     // Seed 1's first generation maps all ten.
     assert_eq!(sizes, vec![4, 3, 3]);
 }
+
+/// The while-loop example runs to the end on the CPU route: loops that never end are stopped by
+/// the step limit and their programs get the worst fitness.
+#[test]
+fn the_while_loop_example_ends_on_the_cpu() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/while-search");
+    let out = Command::new(env!("CARGO_BIN_EXE_gpfarm"))
+        .args([
+            "evolve",
+            "--route",
+            "cpu",
+            "--population",
+            "40",
+            "--generations",
+            "1",
+            "--seed",
+            "2",
+            "--json",
+        ])
+        .arg("--problem-dir")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let records: Vec<Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let summary = records.last().unwrap();
+    assert_eq!(summary["route"], "cpu", "{summary}");
+    assert_eq!(records.len(), 3, "two generations and the summary");
+    // Some of the first generation's loops never end: invalid, with the worst fitness.
+    assert!(records[0]["invalid"].as_u64().unwrap() > 0, "{}", records[0]);
+    assert!(summary["best_phenotype"].as_str().is_some());
+}

@@ -1,5 +1,6 @@
-//! GPU evaluation in a worker process: a kernel that faults costs only its individual. Kept apart
-//! from `gpu_fault.rs`, whose test poisons every CUDA context of its process.
+//! GPU evaluation in a worker process: a kernel that faults, or never ends, costs only its
+//! individual. Kept apart from `gpu_fault.rs`, whose test poisons every CUDA context of its
+//! process.
 
 mod common;
 
@@ -60,6 +61,66 @@ fn in_a_worker_process_a_faulting_kernel_costs_only_its_individual() {
     let restarts = worker.restarts;
     worker.evaluate(&[CompiledUnit { cubin: &cubin, kernels: &gk, members: &gm }], 6).unwrap();
     assert_eq!(worker.restarts, restarts);
+}
+
+/// The watchdog: a kernel that never ends is killed with its worker at the deadline, named in
+/// careful mode, reported as a timeout, and the rest of the generation (a trapping kernel
+/// included) is evaluated as a clean generation evaluates it.
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
+fn a_kernel_that_never_ends_costs_only_its_individual_and_the_deadline() {
+    let (options, mut farm, _, fitness_cubin) = common::keijzer6_on_gpu("worker_timeout");
+    // The second spins forever (a volatile flag, so the loop cannot be compiled away); the
+    // fourth traps.
+    let body = |k: usize| match k {
+        1 => "volatile int spin = 1; while (spin) {} out_y[c] = in_x[c];".to_string(),
+        3 => "out_y[c] = in_x[c]; __trap();".to_string(),
+        k => format!("out_y[c] = in_x[c] * {k}.5f;"),
+    };
+    let src: String = (0..6)
+        .map(|k| {
+            format!(
+                "extern \"C\" __global__ void i{k}(const float* in_x, float* out_y, int NCASES)\n\
+                 {{ int c = blockIdx.x * blockDim.x + threadIdx.x; if (c < NCASES) {{ {} }} }}\n",
+                body(k)
+            )
+        })
+        .collect();
+    let batch = farm.compile(&[Unit::new("six.cu", src)], &options).unwrap();
+    let cubin = batch.results[0].cubin().unwrap().to_vec();
+    let kernels: Vec<String> = (0..6).map(|k| format!("i{k}")).collect();
+    let members: Vec<usize> = (0..6).collect();
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_gpfarm-gpu-worker"));
+    let mut worker = GpuWorker::spawn(exe, ProblemRef::Builtin("keijzer6".into()), fitness_cubin).unwrap();
+    let deadline = std::time::Duration::from_secs(3);
+    worker.set_deadline(deadline);
+    let units = [CompiledUnit { cubin: &cubin, kernels: &kernels, members: &members }];
+    let t = std::time::Instant::now();
+    let out = worker.evaluate(&units, 6).expect("the endless kernel and the fault were isolated");
+    let took = t.elapsed();
+    eprintln!(
+        "worker_timeout: {took:?} to isolate, {} worker restarts, faults: {:?}",
+        worker.restarts, out.faults
+    );
+    // The whole batch, then the careful pass up to the endless kernel: two deadlines and the
+    // restarts, not more.
+    assert!(took < deadline * 6, "{took:?}");
+    assert_eq!(out.timeouts, vec![1]);
+    let mut faulted: Vec<usize> = out.faults.iter().map(|(i, _)| *i).collect();
+    faulted.sort_unstable();
+    assert_eq!(faulted, vec![1, 3]);
+    let why = |i: usize| out.faults.iter().find(|(j, _)| *j == i).map(|(_, w)| w.clone()).unwrap();
+    assert!(why(1).starts_with("timeout"), "{}", why(1));
+    assert!(why(3).contains("kernel faulted"), "{}", why(3));
+    assert!(out.fitness[1].is_none() && out.fitness[3].is_none());
+    let good: Vec<usize> = vec![0, 2, 4, 5];
+    let (gk, gm): (Vec<String>, Vec<usize>) = good.iter().map(|&k| (format!("i{k}"), k)).unzip();
+    let clean = worker.evaluate(&[CompiledUnit { cubin: &cubin, kernels: &gk, members: &gm }], 6).unwrap();
+    for k in good {
+        assert!(out.fitness[k].is_some(), "individual {k} lost its fitness");
+        assert_eq!(out.fitness[k], clean.fitness[k], "individual {k}");
+    }
+    assert!(clean.timeouts.is_empty() && clean.faults.is_empty());
 }
 
 #[test]

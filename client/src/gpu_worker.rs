@@ -8,13 +8,23 @@
 //! culprit gets no fitness (the caller gives it the worst) with the driver's error as the reason,
 //! the worker is replaced once more, and the rest is evaluated.
 //!
-//! Must never start the CLI binary, and never leave a worker process behind: it dies with the
-//! thread that spawned it and is killed and reaped when this handle drops.
+//! **The watchdog.** Every answer has a deadline ([`GpuWorker::set_deadline`], default
+//! [`DEFAULT_GPU_DEADLINE`]): a kernel that never ends (a loop with no step limit) cannot hang
+//! the run. Past the deadline the worker is killed (its context, and the kernel, go with it),
+//! and the generation is run again in careful mode, where the worker names each kernel before
+//! it launches it and each kernel gets the whole deadline: the one that does not end is the
+//! culprit, reported with the reason `timeout` (and in [`GpuGeneration::timeouts`]), and the
+//! rest is evaluated in a fresh worker.
+//!
+//! Must never start the CLI binary, never wait for the worker without a deadline, and never
+//! leave a worker process behind: it dies with the thread that spawned it and is killed and
+//! reaped when this handle drops.
 
 use std::io::{BufReader, BufWriter};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{ChildStdin, ChildStdout, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use gpfarm_protocol::worker::{
     CompiledUnit, FrameError, GpuGeneration, ProblemRef, Reply, Request, WirePopulation, WireUnit,
@@ -28,6 +38,12 @@ use crate::supervisor::{Liveness, LocateError, ParentDeath, SpawnError, Supervis
 pub const GPU_WORKER_EXE: &str = "gpfarm-gpu-worker";
 /// Environment variable that names the worker binary, overriding the search.
 pub const GPU_WORKER_ENV: &str = "GPFARM_GPU_WORKER";
+/// How long the worker may take to answer a request, or, in careful mode, to run one kernel,
+/// unless [`GpuWorker::set_deadline`] says otherwise: far above any generation measured (the
+/// slowest, loop programs interpreted to the step limit, took about a minute).
+pub const DEFAULT_GPU_DEADLINE: Duration = Duration::from_secs(120);
+/// How long a fresh worker may take to make its context and load its kernels.
+const READY_DEADLINE: Duration = Duration::from_secs(120);
 
 /// The GPU worker failed.
 #[derive(Debug, Error)]
@@ -83,6 +99,17 @@ pub struct GpuWorker {
     pub restarts: usize,
     /// The GPU it runs on, by ordinal among those this process sees (`None`: the first).
     device: Option<usize>,
+    /// How long an answer, or a careful-mode kernel, may take.
+    deadline: Duration,
+}
+
+/// Why a request got no reply.
+enum Unanswered {
+    /// The worker ended or broke the pipe; why.
+    Died(String),
+    /// The deadline passed and the worker was killed; the individual whose kernel was running
+    /// (careful mode), when known.
+    Timeout(Option<usize>),
 }
 
 impl GpuWorker {
@@ -127,6 +154,7 @@ impl GpuWorker {
             name,
             restarts: 0,
             device,
+            deadline: DEFAULT_GPU_DEADLINE,
         })
     }
 
@@ -149,9 +177,28 @@ impl GpuWorker {
         Ok(())
     }
 
-    fn ask(&mut self, request: &Request) -> Result<Reply, String> {
-        write_frame(&mut self.stdin, request).map_err(|e| death(&mut self.child, &e))?;
-        read_frame(&mut self.stdout).map_err(|e| death(&mut self.child, &e))
+    /// How long an answer, or in careful mode one kernel, may take before the worker is killed
+    /// and the culprit sought (see the module documentation). At least a millisecond.
+    pub fn set_deadline(&mut self, deadline: Duration) {
+        self.deadline = deadline.max(Duration::from_millis(1));
+    }
+
+    /// Sends `request` and waits for its reply, each wait bounded by the deadline; a
+    /// [`Reply::Started`] frame restarts the clock and names the kernel that runs.
+    fn ask(&mut self, request: &Request) -> Result<Reply, Unanswered> {
+        write_frame(&mut self.stdin, request).map_err(|e| Unanswered::Died(death(&mut self.child, &e)))?;
+        let mut running = None;
+        loop {
+            if !readable_within(&self.stdout, self.deadline) {
+                self.child.kill();
+                return Err(Unanswered::Timeout(running));
+            }
+            match read_frame(&mut self.stdout) {
+                Ok(Reply::Started { individual }) => running = Some(individual as usize),
+                Ok(reply) => return Ok(reply),
+                Err(e) => return Err(Unanswered::Died(death(&mut self.child, &e))),
+            }
+        }
     }
 
     /// Evaluates a generation like `GpuEvaluator::evaluate`. A kernel that faults is found
@@ -161,6 +208,7 @@ impl GpuWorker {
         let wire: Vec<WireUnit> = units.iter().map(WireUnit::from).collect();
         let (mut careful, mut skip) = (false, Vec::new());
         let mut culprits: Vec<(usize, String)> = Vec::new();
+        let mut timeouts = Vec::new();
         let mut request = Request::Evaluate { units: wire, n: n as u64, careful, skip: skip.clone() };
         // Each pass either finishes, names a new culprit, or switches to careful mode.
         for _ in 0..n + 2 {
@@ -172,6 +220,7 @@ impl GpuWorker {
                     return Ok(GpuGeneration {
                         fitness,
                         faults,
+                        timeouts,
                         load: Duration::from_micros(load_us),
                         launch: Duration::from_micros(launch_us),
                         readback: Duration::from_micros(readback_us),
@@ -181,14 +230,30 @@ impl GpuWorker {
                     skip.push(i);
                     culprits.push((i as usize, format!("kernel faulted: {why}")));
                 }
-                Ok(Reply::Fault { culprit: None, why }) | Err(why) => {
+                Err(Unanswered::Timeout(running)) => match (careful, running) {
+                    // Whole generations have no culprit: look again one kernel at a time.
+                    (false, _) => careful = true,
+                    (true, Some(i)) => {
+                        skip.push(i as u64);
+                        timeouts.push(i);
+                        culprits
+                            .push((i, format!("timeout: its kernel did not end within {:?}", self.deadline)));
+                    }
+                    (true, None) => {
+                        return Err(WorkerError::Fault(format!(
+                            "no answer within {:?} before any kernel ran, even one kernel at a time",
+                            self.deadline
+                        )));
+                    }
+                },
+                Ok(Reply::Fault { culprit: None, why }) | Err(Unanswered::Died(why)) => {
                     if careful {
                         return Err(WorkerError::Fault(format!("{why}, even one kernel at a time")));
                     }
                     careful = true;
                 }
                 Ok(Reply::Error(e)) => return Err(WorkerError::Remote(e)),
-                Ok(Reply::Ready { .. }) => return Err(WorkerError::Unexpected),
+                Ok(Reply::Ready { .. } | Reply::Started { .. }) => return Err(WorkerError::Unexpected),
             }
             if let Request::Evaluate { careful: c, skip: s, .. } = &mut request {
                 (*c, *s) = (careful, skip.clone());
@@ -209,17 +274,46 @@ impl GpuWorker {
                 return Ok(GpuGeneration {
                     fitness,
                     faults: faults.into_iter().map(|(i, w)| (i as usize, w)).collect(),
+                    timeouts: Vec::new(),
                     load: Duration::from_micros(load_us),
                     launch: Duration::from_micros(launch_us),
                     readback: Duration::from_micros(readback_us),
                 });
             }
             Ok(Reply::Error(e)) => return Err(WorkerError::Remote(e)),
-            Ok(Reply::Ready { .. }) => return Err(WorkerError::Unexpected),
-            Ok(Reply::Fault { why, .. }) | Err(why) => why,
+            Ok(Reply::Ready { .. } | Reply::Started { .. }) => return Err(WorkerError::Unexpected),
+            Ok(Reply::Fault { why, .. }) | Err(Unanswered::Died(why)) => why,
+            Err(Unanswered::Timeout(_)) => format!("no answer within {:?}", self.deadline),
         };
         self.restart()?;
         Err(WorkerError::Fault(format!("{why}, in the interpreter")))
+    }
+}
+
+/// Whether `stdout` has something to read (a frame, or the end of the pipe) within `limit`.
+fn readable_within(stdout: &BufReader<ChildStdout>, limit: Duration) -> bool {
+    if !stdout.buffer().is_empty() {
+        return true;
+    }
+    let end = Instant::now() + limit;
+    let mut fd = libc::pollfd { fd: stdout.get_ref().as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        // Rounded up, so that the deadline is never cut short.
+        let ms = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+        // SAFETY: `fd` is one valid pollfd for the duration of the call, and its descriptor is
+        // the open pipe `stdout` holds.
+        let n = unsafe { libc::poll(&mut fd, 1, ms) };
+        if n > 0 {
+            return true;
+        }
+        if n == 0 && Instant::now() >= end {
+            return false;
+        }
+        if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            // Let the read report what is wrong with the pipe.
+            return true;
+        }
     }
 }
 
@@ -262,7 +356,16 @@ fn handshake(child: &mut Supervised, init: &Request) -> Result<Pipes, WorkerErro
         unreachable!("both pipes are requested in worker_command");
     };
     let (mut stdin, mut stdout) = (BufWriter::new(stdin), BufReader::new(stdout));
-    let reply = write_frame(&mut stdin, init).and_then(|()| read_frame::<Reply>(&mut stdout));
+    let reply = write_frame(&mut stdin, init).and_then(|()| {
+        if readable_within(&stdout, READY_DEADLINE) {
+            read_frame::<Reply>(&mut stdout)
+        } else {
+            Err(FrameError::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {READY_DEADLINE:?}"),
+            )))
+        }
+    });
     let err = match reply {
         Ok(Reply::Ready { name }) => return Ok((stdin, stdout, name)),
         Ok(Reply::Error(e)) => WorkerError::Refused(e),
@@ -282,7 +385,30 @@ fn handshake(child: &mut Supervised, init: &Request) -> Result<Pipes, WorkerErro
 
 #[cfg(test)]
 mod tests {
-    use super::visible_device;
+    use super::{readable_within, visible_device};
+    use std::io::BufReader;
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_silent_worker_is_given_up_on_at_the_deadline_and_an_answer_is_seen_at_once() {
+        let mut silent = Command::new("sleep").arg("30").stdout(Stdio::piped()).spawn().unwrap();
+        let out = BufReader::new(silent.stdout.take().unwrap());
+        let t = Instant::now();
+        assert!(!readable_within(&out, Duration::from_millis(200)));
+        let waited = t.elapsed();
+        assert!(waited >= Duration::from_millis(200) && waited < Duration::from_secs(5), "{waited:?}");
+        silent.kill().unwrap();
+        silent.wait().unwrap();
+        // Killed, its pipe ends: that is something to read (the end), not a timeout.
+        assert!(readable_within(&out, Duration::from_secs(5)));
+        let mut talking = Command::new("echo").arg("ready").stdout(Stdio::piped()).spawn().unwrap();
+        let out = BufReader::new(talking.stdout.take().unwrap());
+        let t = Instant::now();
+        assert!(readable_within(&out, Duration::from_secs(30)));
+        assert!(t.elapsed() < Duration::from_secs(5));
+        talking.wait().unwrap();
+    }
 
     #[test]
     fn a_worker_sees_the_one_gpu_it_was_given() {

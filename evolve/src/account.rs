@@ -46,8 +46,10 @@ pub(crate) struct Account {
     pub crash_retried: usize,
     /// Of which the retry's fitness was used.
     pub crash_retry_used: usize,
-    /// Got the worst fitness because their kernel faulted on the GPU.
+    /// Got the worst fitness because their kernel faulted on the GPU or did not end in time.
     pub faults: usize,
+    /// Of `faults`, those whose kernel did not end before the GPU deadline.
+    pub timeouts: usize,
     /// Units compiled.
     pub units: usize,
     /// Of which, units of one individual compiled again to find who broke a unit.

@@ -541,7 +541,9 @@ impl Engine {
         };
         let (fitness, interpreter) =
             if self.route == Route::Interpreter { (None, Some(cubin)) } else { (Some(cubin), None) };
-        Ok(GpuWorker::spawn_on(&exe, source, fitness, interpreter, Some(device))?)
+        let mut worker = GpuWorker::spawn_on(&exe, source, fitness, interpreter, Some(device))?;
+        worker.set_deadline(self.options.gpu_deadline);
+        Ok(worker)
     }
 }
 

@@ -63,6 +63,11 @@ pub struct Options {
     pub trace_units: Option<PathBuf>,
     /// The GPU worker executable (default: [`gpfarm_client::gpu_worker_executable`]).
     pub gpu_worker: Option<PathBuf>,
+    /// How long the GPU may take to evaluate a unit of work, and, while a culprit is sought, one
+    /// kernel: past it the GPU worker is killed and restarted and the kernel that does not end
+    /// gets the worst fitness with the reason `timeout` (the records count it). Default
+    /// [`gpfarm_client::DEFAULT_GPU_DEADLINE`].
+    pub gpu_deadline: std::time::Duration,
     /// NVRTC options an individual that crashes NVRTC (its unit is lost twice, alone) is
     /// compiled again with, once, in a daemon of its own; empty: no retry, it gets the worst
     /// fitness. The default, [`CRASH_RETRY_FLAGS`], avoids every crash of NVRTC 13.0 found so far.
@@ -142,6 +147,7 @@ impl Default for Options {
             disk_cache: None,
             trace_units: None,
             gpu_worker: None,
+            gpu_deadline: gpfarm_client::DEFAULT_GPU_DEADLINE,
             crash_retry_flags: CRASH_RETRY_FLAGS.iter().map(|f| (*f).to_owned()).collect(),
             crash_retry_on_gpu: true,
             crash_dir: None,

@@ -102,8 +102,12 @@ pub struct EvalSplit {
     pub launch_ms: f64,
     /// Reading fitness back.
     pub readback_ms: f64,
-    /// Individuals whose kernel faulted on the GPU.
+    /// Individuals whose kernel faulted on the GPU, or did not end before the GPU deadline.
     pub faults: usize,
+    /// Of `faults`, individuals whose kernel did not end before the GPU deadline
+    /// ([`crate::Options::gpu_deadline`]): killed, with the worst fitness and the reason
+    /// `timeout`.
+    pub timeouts: usize,
     /// GPU workers replaced over the run so far (one per faulting individual, and one more per
     /// evaluation that faulted).
     pub gpu_worker_restarts: usize,
@@ -207,6 +211,7 @@ impl GenerationRecord {
                 launch_ms: ms(a.launch),
                 readback_ms: ms(a.readback),
                 faults: a.faults,
+                timeouts: a.timeouts,
                 ..split
             },
             breed_ms: ms(a.breed),

@@ -8,7 +8,8 @@
 //! names the culprit, is `gpfarm_client::GpuWorker`.
 //!
 //! Must never outlive its parent (it asks for SIGKILL when the parent dies) and never answer
-//! anything but one reply per request.
+//! anything but one reply per request, after, in careful mode, one [`Reply::Started`] per
+//! kernel launched (so that its parent's deadline names a kernel that does not end).
 
 use std::io::{BufReader, BufWriter};
 
@@ -69,7 +70,11 @@ pub fn serve(problem: &Problem) -> Result<(), GpuError> {
                         .map(|(u, m)| CompiledUnit { cubin: &u.cubin, kernels: &u.kernels, members: m })
                         .collect();
                     let skip: Vec<usize> = skip.iter().map(|&i| i as usize).collect();
-                    reply(g.evaluate_with(&refs, n as usize, careful, &skip))
+                    // A frame that cannot be written here fails again, and ends the worker, below.
+                    let mut started = |i: usize| {
+                        let _ = write_frame(&mut output, &Reply::Started { individual: i as u64 });
+                    };
+                    reply(g.evaluate_watched(&refs, n as usize, careful, &skip, &mut started))
                 }
             },
             Request::Interpret(population) => match &mut evaluator {

@@ -127,6 +127,12 @@ pub enum Reply {
         /// Copying fitness back, microseconds.
         readback_us: u64,
     },
+    /// In careful mode, sent before each individual's kernel is launched (the final reply comes
+    /// after the last one): a parent whose deadline passes knows whose kernel does not end.
+    Started {
+        /// The individual whose kernel is launched next.
+        individual: u64,
+    },
     /// The generation faulted; `culprit` in careful mode. The worker's GPU is now unusable.
     Fault {
         /// The individual whose kernel faulted, when known.
@@ -180,8 +186,11 @@ pub struct CompiledUnit<'a> {
 pub struct GpuGeneration {
     /// Per individual: its raw fitness value, or `None` (no CUBIN, or its kernel faulted).
     pub fitness: Vec<Option<f64>>,
-    /// Individuals whose launch the driver refused (or whose kernel faulted), with the reason.
+    /// Individuals whose launch the driver refused, whose kernel faulted, or whose kernel did not
+    /// end before the deadline, with the reason.
     pub faults: Vec<(usize, String)>,
+    /// Of `faults`, the individuals whose kernel did not end before the deadline.
+    pub timeouts: Vec<usize>,
     /// Loading modules and looking up kernels.
     pub load: Duration,
     /// Launching every individual and the reduction, until the device finished.

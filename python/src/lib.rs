@@ -59,6 +59,7 @@ struct EvolveConfig {
     no_crash_retry: bool,
     no_crash_retry_on_gpu: bool,
     deadline: u64,
+    gpu_deadline: f64,
     islands: usize,
     migrate_every: usize,
     migrants: usize,
@@ -76,7 +77,8 @@ impl EvolveConfig {
         flag = Vec::new(), link_flag = Vec::new(), shape = None, fmad = false, no_compile = false,
         no_cache = false, no_overlap = false, disk_cache = false, cache_dir = None, trace_units = None,
         crash_dir = None, crash_retry_flag = Vec::new(), no_crash_retry = false, no_crash_retry_on_gpu = false,
-        deadline = gpfarm_client::DEFAULT_UNIT_DEADLINE.as_secs(), islands = 1, migrate_every = 10, migrants = 2,
+        deadline = gpfarm_client::DEFAULT_UNIT_DEADLINE.as_secs(),
+        gpu_deadline = gpfarm_client::DEFAULT_GPU_DEADLINE.as_secs_f64(), islands = 1, migrate_every = 10, migrants = 2,
         island_farm = "shared".to_owned(), cuda = None
     ))]
     #[allow(clippy::too_many_arguments)]
@@ -111,6 +113,7 @@ impl EvolveConfig {
         no_crash_retry: bool,
         no_crash_retry_on_gpu: bool,
         deadline: u64,
+        gpu_deadline: f64,
         islands: usize,
         migrate_every: usize,
         migrants: usize,
@@ -148,6 +151,7 @@ impl EvolveConfig {
             no_crash_retry,
             no_crash_retry_on_gpu,
             deadline,
+            gpu_deadline,
             islands,
             migrate_every,
             migrants,
@@ -215,6 +219,14 @@ impl EvolveConfig {
             disk_cache,
             trace_units: self.trace_units.clone(),
             gpu_worker: None,
+            gpu_deadline: if self.gpu_deadline > 0.0
+                && self.gpu_deadline.is_finite()
+                && self.gpu_deadline < 1e9
+            {
+                Duration::from_secs_f64(self.gpu_deadline)
+            } else {
+                return Err(bad("gpu_deadline", "must be a number of seconds above 0"));
+            },
             crash_retry_flags: match (self.no_crash_retry, self.crash_retry_flag.is_empty()) {
                 (true, _) => Vec::new(),
                 (false, true) => defaults.crash_retry_flags,

@@ -141,6 +141,11 @@ pub struct EvolveArgs {
     /// compiles (the default retry flag gives bit-identical fitness there; other flags may not).
     #[arg(long)]
     no_crash_retry_on_gpu: bool,
+    /// Seconds the GPU may take to evaluate a batch (and, while the culprit is sought, one
+    /// kernel) before the GPU worker is killed and restarted: a kernel that does not end gets the
+    /// worst fitness, with the reason timeout, and the run goes on.
+    #[arg(long, value_name = "SECONDS", default_value_t = gpfarm_client::DEFAULT_GPU_DEADLINE.as_secs_f64(), value_parser = positive_seconds)]
+    gpu_deadline: f64,
     /// Seconds a daemon may spend on one unit before it is killed and replaced, and the unit
     /// retried once (farm only).
     #[arg(long, default_value_t = gpfarm_client::DEFAULT_UNIT_DEADLINE.as_secs())]
@@ -165,6 +170,14 @@ pub struct EvolveArgs {
 /// `--route`: a route, or `None` for auto. (An alias, so that clap takes `auto` as a value
 /// rather than the flag as optional.)
 type AutoRoute = Option<Route>;
+
+/// Parses a number of seconds above zero.
+fn positive_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() && v < 1e9 => Ok(v),
+        _ => Err(format!("{s:?} is not a number of seconds above 0")),
+    }
+}
 
 /// Parses `--route`: `auto` or a [`Route`].
 fn parse_route(s: &str) -> Result<AutoRoute, String> {
@@ -216,6 +229,7 @@ impl EvolveArgs {
             disk_cache,
             trace_units: self.trace_units.clone(),
             gpu_worker: None,
+            gpu_deadline: Duration::from_secs_f64(self.gpu_deadline),
             crash_retry_flags: match (self.no_crash_retry, self.crash_retry_flags.is_empty()) {
                 (true, _) => Vec::new(),
                 (false, true) => Options::default().crash_retry_flags,

@@ -70,9 +70,13 @@ impl Driver<'_> {
         let members: Vec<(&Member, &Ready)> =
             ready.iter().flat_map(|r| r.members.iter().map(move |m| (m, r))).collect();
         let worst = Fitness::worst(self.problem.direction());
+        let mut timed_out = vec![false; n];
         let (values, faulted, split): (Vec<Fitness>, Vec<bool>, Option<_>) = match gpu {
             None => (self.cpu_fitness(members.iter().map(|(m, _)| &m.phenotype)), vec![false; n], None),
             Some(Ok(out)) => {
+                for &i in &out.timeouts {
+                    timed_out[i] = true;
+                }
                 let mut faulted = vec![false; n];
                 for (i, why) in &out.faults {
                     let m = members[*i].0;
@@ -107,7 +111,7 @@ impl Driver<'_> {
         let took = t.elapsed();
         self.totals.eval_s += took.as_secs_f64();
         let evaluated = Instant::now();
-        for (((m, r), f), faulted) in members.iter().zip(values).zip(faulted) {
+        for ((((m, r), f), faulted), timed_out) in members.iter().zip(values).zip(faulted).zip(timed_out) {
             let a = self.account(m.generation);
             a.eval += took / n.max(1) as u32;
             if let Some((load, launch, readback)) = split {
@@ -117,6 +121,9 @@ impl Driver<'_> {
             }
             if faulted {
                 a.faults += 1;
+            }
+            if timed_out {
+                a.timeouts += 1;
             }
             let chain =
                 Chain { born: m.born, queued: r.queued, started: r.started, ended: r.ended, evaluated };

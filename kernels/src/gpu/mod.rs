@@ -142,6 +142,19 @@ impl GpuEvaluator {
         careful: bool,
         skip: &[usize],
     ) -> Result<GpuGeneration, GpuError> {
+        self.evaluate_watched(units, n, careful, skip, &mut |_| {})
+    }
+
+    /// As [`evaluate_with`](Self::evaluate_with), calling `started(individual)` in careful mode
+    /// before each launch, so that a watcher knows whose kernel runs while the device works.
+    pub fn evaluate_watched(
+        &mut self,
+        units: &[CompiledUnit<'_>],
+        n: usize,
+        careful: bool,
+        skip: &[usize],
+        started: &mut dyn FnMut(usize),
+    ) -> Result<GpuGeneration, GpuError> {
         if let Some(why) = &self.poisoned {
             return Err(GpuError::Fault(why.clone()));
         }
@@ -156,6 +169,9 @@ impl GpuEvaluator {
         let t = Instant::now();
         let mut launched = Vec::with_capacity(n);
         for run in &runs {
+            if careful {
+                started(run.slot);
+            }
             // A refused launch is not sticky: only this run's individuals fail.
             match self.device.launch(&self.problem, run, self.ncases) {
                 Ok(()) => launched.extend(run.slot..run.slot + run.len),
