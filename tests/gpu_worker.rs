@@ -70,10 +70,10 @@ fn in_a_worker_process_a_faulting_kernel_costs_only_its_individual() {
 #[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
 fn a_kernel_that_never_ends_costs_only_its_individual_and_the_deadline() {
     let (options, mut farm, _, fitness_cubin) = common::keijzer6_on_gpu("worker_timeout");
-    // The second spins forever (a volatile flag, so the loop cannot be compiled away); the
+    // The second spins forever (on the clock, which no compiler may read away); the
     // fourth traps.
     let body = |k: usize| match k {
-        1 => "volatile int spin = 1; while (spin) {} out_y[c] = in_x[c];".to_string(),
+        1 => "while (clock64() >= 0) {} out_y[c] = in_x[c];".to_string(),
         3 => "out_y[c] = in_x[c]; __trap();".to_string(),
         k => format!("out_y[c] = in_x[c] * {k}.5f;"),
     };
