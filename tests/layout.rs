@@ -56,9 +56,13 @@ fn graph(root: &Path, cli: bool) -> BTreeMap<String, BTreeSet<String>> {
         let code: String =
             text.lines().filter(|l| !l.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n");
         let mut names = named_after(&code, "crate::");
-        // In src/cli a top-level module's own file names its siblings as super::.
-        if cli && rel.components().count() == 1 {
-            names.extend(named_after(&code, "super::"));
+        // In src/cli a top-level module's own file names its siblings as super:: or
+        // crate::cli::.
+        if cli {
+            names.extend(named_after(&code, "crate::cli::"));
+            if rel.components().count() == 1 {
+                names.extend(named_after(&code, "super::"));
+            }
         }
         for to in names {
             if to != from && is_module(to) {
