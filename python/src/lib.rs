@@ -181,7 +181,9 @@ impl EvolveConfig {
         let route = match self.route.as_str() {
             _ if self.no_compile => Some(Route::Cpu),
             "auto" => None,
-            r => Some(r.parse::<Route>().map_err(|e| bad("route", e))?),
+            r => Some(
+                r.parse::<Route>().map_err(|e| bad("route", e.replace("use nvrtc", "use auto, nvrtc")))?,
+            ),
         };
         let eval = match self.eval.as_str() {
             "auto" => EvalMode::Auto,

@@ -181,7 +181,11 @@ fn positive_seconds(s: &str) -> Result<f64, String> {
 
 /// Parses `--route`: `auto` or a [`Route`].
 fn parse_route(s: &str) -> Result<AutoRoute, String> {
-    if s == "auto" { Ok(None) } else { s.parse().map(Some) }
+    if s == "auto" {
+        Ok(None)
+    } else {
+        s.parse().map(Some).map_err(|e: String| e.replace("use nvrtc", "use auto, nvrtc"))
+    }
 }
 
 impl EvolveArgs {

@@ -11,8 +11,8 @@ fn number(v: f64) -> String {
 
 pub(super) fn header(args: &EvolveArgs, engine: &Engine, compiler: &str) {
     let options = engine.options();
-    let target = if args.no_compile {
-        String::new()
+    let target = if engine.route() == gpfarm_protocol::Route::Cpu {
+        ", nothing compiled: the CPU reference evaluator".to_owned()
     } else if !engine.needs_daemons() {
         ", interpreted: nothing compiled per individual".to_owned()
     } else {
@@ -37,9 +37,7 @@ pub(super) fn header(args: &EvolveArgs, engine: &Engine, compiler: &str) {
         if args.no_overlap { ", no overlap" } else { "" },
         options.disk_cache.as_ref().map_or(String::new(), |d| format!(", disk cache {}", d.display())),
     );
-    if !args.no_compile {
-        println!("route {} ({})", engine.route(), engine.route_reason());
-    }
+    println!("route {} ({})", engine.route(), engine.route_reason());
     println!(
         "{:>w$} {:>12} {:>12} {:>7} {:>6} {:>6} {:>6} {:>9} {:>10} {:>9} {:>8}",
         if options.islands > 1 { "isl:gen" } else { "gen" },
