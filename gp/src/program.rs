@@ -59,6 +59,69 @@ use value::{Ty, Value};
 /// Loop iterations allowed per case before a program is declared runaway.
 pub const DEFAULT_MAX_STEPS: u64 = 1_000_000;
 
+/// The phenotype's C text with the step limit the CPU evaluator keeps, for code compiled from
+/// the text itself (the NVRTC route): every `while (C)` becomes `while (STEP && (C))` and every
+/// `for (A; C; B)` `for (A; STEP && (C); B)`, where STEP counts one step in a counter of the
+/// case (declared by a block wrapped around the text) and, past `max_steps`, stops the kernel
+/// with `__trap()`: the program faults, and its individual gets the worst fitness, as the CPU
+/// evaluator fails it. A step is counted before each test of a loop's condition, as the
+/// evaluator counts it, so a program fails on every route at the same step. `None` when the
+/// text has no loop (or does not lex: it is then left as it is, to fail as it would).
+pub fn with_step_limit(phenotype: &str, max_steps: u64) -> Option<String> {
+    let tokens = lex::lex(phenotype).ok()?;
+    let is = |k: usize, p: &str| matches!(tokens.get(k), Some(lex::Token { tok: lex::Tok::Punct(q), .. }) if *q == p);
+    let step = format!("(++gpfarm_steps <= {max_steps}ull || (__trap(), false))");
+    // (byte offset, text to insert there), applied from the end.
+    let mut inserts: Vec<(usize, String)> = Vec::new();
+    for (t, token) in tokens.iter().enumerate() {
+        let lex::Tok::Ident(word) = &token.tok else { continue };
+        if (word != "while" && word != "for") || !is(t + 1, "(") {
+            continue;
+        }
+        // The matching `)` and, for `for`, the two `;` at the top level of the parentheses.
+        let (mut depth, mut close, mut semis) = (0usize, None, Vec::new());
+        for (k, tk) in tokens.iter().enumerate().skip(t + 1) {
+            match &tk.tok {
+                lex::Tok::Punct("(") => depth += 1,
+                lex::Tok::Punct(")") => {
+                    depth -= 1;
+                    if depth == 0 {
+                        close = Some(k);
+                        break;
+                    }
+                }
+                lex::Tok::Punct(";") if depth == 1 => semis.push(k),
+                _ => {}
+            }
+        }
+        let close = close?;
+        let open_end = tokens[t + 1].at + 1;
+        match (word.as_str(), semis.as_slice()) {
+            ("while", []) => {
+                inserts.push((open_end, format!("{step} && (")));
+                inserts.push((tokens[close].at, ")".into()));
+            }
+            ("for", [first, second]) if second - first == 1 => {
+                inserts.push((tokens[*second].at, step.clone()))
+            }
+            ("for", [first, second]) => {
+                inserts.push((tokens[*first].at + 1, format!(" {step} && (")));
+                inserts.push((tokens[*second].at, ")".into()));
+            }
+            _ => return None,
+        }
+    }
+    if inserts.is_empty() {
+        return None;
+    }
+    inserts.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
+    let mut text = phenotype.to_owned();
+    for (at, insert) in inserts {
+        text.insert_str(at, &insert);
+    }
+    Some(format!("{{ unsigned long long gpfarm_steps = 0; {text} }}"))
+}
+
 /// Why a phenotype does not parse; `at` is a byte offset into the phenotype.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ParseError {
@@ -425,4 +488,36 @@ pub fn evaluate_all(problem: &Problem, phenotypes: &[Phenotype], threads: NonZer
         }
         out
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_step_limit;
+
+    const STEP: &str = "(++gpfarm_steps <= 7ull || (__trap(), false))";
+
+    #[test]
+    fn every_loop_counts_a_step_before_its_test_and_text_without_loops_is_left_alone() {
+        assert_eq!(with_step_limit("OUTPUT = 1;", 7), None);
+        assert_eq!(
+            with_step_limit("while(i < 3){i = i + 1;}", 7).unwrap(),
+            format!("{{ unsigned long long gpfarm_steps = 0; while({STEP} && (i < 3)){{i = i + 1;}} }}")
+        );
+        assert_eq!(
+            with_step_limit("for(i=0;i < LENINPUT;i++){tmp = 1;}", 7).unwrap(),
+            format!(
+                "{{ unsigned long long gpfarm_steps = 0; for(i=0; {STEP} && (i < LENINPUT);i++){{tmp = 1;}} }}"
+            )
+        );
+        assert_eq!(
+            with_step_limit("for(;;){}", 7).unwrap(),
+            format!("{{ unsigned long long gpfarm_steps = 0; for(;{STEP};){{}} }}")
+        );
+        // Nested and sequential loops share the case's one counter; parentheses inside a
+        // condition are matched.
+        let two = with_step_limit("while((i) != (tmp)){ while (f(i)) {} } for(i=0;(i);i++){}", 7).unwrap();
+        assert_eq!(two.matches("++gpfarm_steps").count(), 3, "{two}");
+        assert_eq!(two.matches("gpfarm_steps = 0").count(), 1, "{two}");
+        assert!(two.contains(&format!("while({STEP} && ((i) != (tmp)))")), "{two}");
+    }
 }

@@ -9,9 +9,11 @@
 //! the GPU side still launches, and so fault-isolates, individuals one at a time: a switch
 //! kernel's launch starts at any branch and covers any number of rows.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use gpfarm_gp::problem::template::{KernelParam, ParamRole};
+use gpfarm_gp::program::{DEFAULT_MAX_STEPS, with_step_limit};
 use gpfarm_gp::{KernelName, Phenotype, Template};
 
 /// Estimated cost of compiling an individual's kernel, in the units of [`UNIT_WEIGHT`]: its
@@ -36,8 +38,18 @@ pub(crate) const KEYED_KERNEL: &str = "gpfarm_individual";
 pub(crate) fn keyed_source(template: &Template, phenotype: &Phenotype) -> String {
     let name = KernelName::new(KEYED_KERNEL).expect("a C identifier");
     let mut source = template.preamble().to_owned();
-    source.push_str(&template.render_kernel(&name, phenotype));
+    source.push_str(&template.render_kernel(&name, &step_limited(phenotype)));
     source
+}
+
+/// The phenotype as compiled: its loops count steps and stop at the CPU evaluator's limit
+/// ([`gpfarm_gp::program::with_step_limit`]), so a program fails on this route where it fails on
+/// every other.
+pub(crate) fn step_limited(phenotype: &Phenotype) -> Cow<'_, Phenotype> {
+    match with_step_limit(phenotype.as_str(), DEFAULT_MAX_STEPS) {
+        Some(text) => Cow::Owned(Phenotype::new(text)),
+        None => Cow::Borrowed(phenotype),
+    }
 }
 
 /// One translation unit named `name`: the preamble once, then each `(kernel name, phenotype)`.
@@ -46,7 +58,7 @@ pub(crate) fn render_unit(template: &Template, members: &[(KernelName, &Phenotyp
     let mut source = String::with_capacity(template.preamble().len() + body);
     source.push_str(template.preamble());
     for (name, phenotype) in members {
-        source.push_str(&template.render_kernel(name, phenotype));
+        source.push_str(&template.render_kernel(name, &step_limited(phenotype)));
     }
     source
 }
@@ -64,7 +76,7 @@ pub(crate) fn render_switch_unit(
 ) -> String {
     let mut source = template.preamble().to_owned();
     for (k, phenotype) in members {
-        source.push_str(&template.render_device_function(k, phenotype));
+        source.push_str(&template.render_device_function(k, &step_limited(phenotype)));
     }
     let declared: Vec<String> = params
         .iter()

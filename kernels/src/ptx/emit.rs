@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 
 use gpfarm_gp::problem::template::kernel_params;
 use gpfarm_gp::problem::{InputType, Kind, ParamRole, ScalarType};
+use gpfarm_gp::program::DEFAULT_MAX_STEPS;
 use gpfarm_gp::program::tree::{ArithOp, Bin, Body, CmpOp, Expr, Fn1, Fn2, IntOp, Source, Stmt, Ty, Value};
 use gpfarm_gp::{Problem, Program};
 use gpfarm_protocol::ptx_math::{self, MathFn};
@@ -179,6 +180,8 @@ struct Emitter<'a> {
     needs: &'a mut Needs,
     /// Ints of predicates not yet written, by register ([`Emitter::int_of_pred`]).
     lazy: HashMap<String, String>,
+    /// The case's step counter of the program being emitted (statements only).
+    steps: Option<String>,
 }
 
 macro_rules! ins {
@@ -612,6 +615,14 @@ impl Emitter<'_> {
             Stmt::Loop(cond, body, step) => {
                 let (top, end) = (self.label(), self.label());
                 self.place(&top);
+                // A step before each test of the condition, as the CPU evaluator counts; past
+                // the limit the kernel traps and the program fails.
+                if let Some(steps) = self.steps.clone() {
+                    ins!(self, "add.u64 \t{steps}, {steps}, 1");
+                    let p = self.fresh(Class::Pred);
+                    ins!(self, "setp.gt.u64 \t{p}, {steps}, {DEFAULT_MAX_STEPS}");
+                    ins!(self, "@{p} trap");
+                }
                 if let Some(c) = cond {
                     let cv = self.expr(c);
                     let p = self.truth(cv);
@@ -660,6 +671,7 @@ fn entry(problem: &Problem, programs: &[&Program], name: &str, switch: bool, nee
         arrays: Vec::new(),
         needs,
         lazy: HashMap::new(),
+        steps: None,
     };
     let done = e.label();
 
@@ -820,6 +832,9 @@ fn entry(problem: &Problem, programs: &[&Program], name: &str, switch: bool, nee
                 }
             }
             Body::Statements(s) => {
+                let steps = e.fresh(Class::B64);
+                ins!(e, "mov.u64 \t{steps}, 0");
+                e.steps = Some(steps);
                 e.stmts(s);
                 for (o, &slot) in program.output_slots().iter().enumerate() {
                     let ty = program.slot_types()[slot];

@@ -37,12 +37,12 @@
 //!   `(c >> bit) & 1`; locals and statement outputs start at zero; an expression problem
 //!   stores the value converted to the output's type, a statement problem each output at the
 //!   end.
-//! - Loops are plain branches with no step limit, as in the NVRTC template. Nothing stops a
-//!   kernel whose loop never ends: the GPU evaluator waits for its launches with no time limit,
-//!   and so does the parent of the GPU worker, so the generation never finishes. It is the same
-//!   on the NVRTC route; the CPU evaluator and the GPU interpreter fail such a program after a
-//!   step limit instead. No built-in grammar can write such a loop (search's runs over the
-//!   input's length, and only the loop writes `i`).
+//! - Loops are branches that count the case's steps as the CPU evaluator does: one before each
+//!   test of a condition, in one `u64` counter per case; past
+//!   [`gpfarm_gp::program::DEFAULT_MAX_STEPS`] the kernel traps (`@p trap`), so the program
+//!   faults and its individual gets the worst fitness, as the evaluator, the interpreter and the
+//!   NVRTC route ([`gpfarm_gp::program::with_step_limit`]) fail it. A kernel that does not end
+//!   anyway is stopped by the GPU worker's deadline (`gpfarm_client::GpuWorker`).
 //!
 //! Registers are virtual and single-assignment except for variable slots (`%p`, `%r`, `%rd`,
 //! `%f`, `%fd`, counted per kernel); ptxas allocates them. The emitter recurses once per nesting
