@@ -171,4 +171,29 @@ mod tests {
         }
         assert!(!source.contains("extern \"C\"  "), "{source}");
     }
+
+    #[test]
+    fn a_loop_counts_the_cases_steps_in_every_rendering_and_in_the_key() {
+        let problem = Problem::builtin("search").unwrap();
+        let p = Phenotype::new("while(tmp < 3){tmp = tmp + 1;}");
+        let k = kernel_name(0, 0);
+        let kernels = render_unit(problem.template(), &[(k.clone(), &p)]);
+        let switch = render_switch_unit(
+            problem.template(),
+            &problem.kernel_params(),
+            &unit_kernel_name(0, 0),
+            &[(k, &p)],
+        );
+        let keyed = keyed_source(problem.template(), &p);
+        for source in [&kernels, &switch, &keyed] {
+            assert!(source.contains("unsigned long long gpfarm_steps = 0;"), "{source}");
+            assert!(
+                source.contains("while((++gpfarm_steps <= 1000000ull || (__trap(), false)) && (tmp < 3))"),
+                "{source}"
+            );
+        }
+        // Without a loop the phenotype is pasted as it is.
+        let plain = render_unit(problem.template(), &[(kernel_name(0, 1), &Phenotype::new("OUTPUT = 1;"))]);
+        assert!(!plain.contains("gpfarm_steps") && plain.contains("OUTPUT = 1;"));
+    }
 }

@@ -254,6 +254,17 @@ mod tests {
     }
 
     #[test]
+    fn a_loop_counts_the_cases_steps_and_traps_past_the_limit() {
+        let p = ptx("search", "while(tmp < 3){tmp = tmp + 1;}");
+        assert_eq!(count(&p, "add.u64"), 1, "{p}");
+        assert!(p.contains(&format!(", {};", gpfarm_gp::program::DEFAULT_MAX_STEPS)), "{p}");
+        let traps = instructions(&p).iter().filter(|l| l.starts_with('@') && l.ends_with("trap;")).count();
+        assert_eq!(traps, 1, "{p}");
+        // An expression has no loop and no counter.
+        assert_eq!(count(&ptx("keijzer6", "x * 2.0f"), "add.u64"), 0);
+    }
+
+    #[test]
     fn the_harness_reads_wrapped_elements_and_case_bits() {
         let p = ptx("search", "OUTPUT = INPUT[tmp - 1];");
         // Base: in_INPUT + c * 20, passed with the length and the index to the unit's read
