@@ -52,25 +52,36 @@ use crate::fitness::Fitness;
 use crate::mapping::Phenotype;
 use crate::problem::{Column, InputColumn, InputType, Kind, Problem, ScalarType, ScoreError};
 
-use parse::{Binding, Expr, Parser, Stmt};
+use parse::{ArithOp, Bin, Binding, CmpOp, Expr, Parser, Stmt};
 use run::{Machine, OutOfSteps};
 use value::{Ty, Value};
 
 /// Loop iterations allowed per case before a program is declared runaway.
 pub const DEFAULT_MAX_STEPS: u64 = 1_000_000;
 
+/// CUDA C that every NVRTC unit holds after its template's preamble: the step limit
+/// ([`DEFAULT_MAX_STEPS`]) and `gpfarm_step(steps)`, which counts one step in a case's counter
+/// and traps past the limit. The phenotype's loops use it ([`with_step_limit`]); a template's own
+/// loops may too (`unsigned long long steps = 0; while (gpfarm_step(steps) && (c)) ...`), so
+/// that they fail the program as the CPU evaluator would.
+pub const STEP_HELPER: &str = "\n// gpfarm: the step limit every route keeps (one step before each test of a loop's condition).\n\
+static constexpr unsigned long long gpfarm_max_steps = 1000000ull;\n\
+static __device__ inline bool gpfarm_step(unsigned long long& steps)\n\
+{\n    if (++steps > gpfarm_max_steps) __trap();\n    return true;\n}\n";
+
 /// The phenotype's C text with the step limit the CPU evaluator keeps, for code compiled from
 /// the text itself (the NVRTC route): every `while (C)` becomes `while (STEP && (C))` and every
-/// `for (A; C; B)` `for (A; STEP && (C); B)`, where STEP counts one step in a counter of the
-/// case (declared by a block wrapped around the text) and, past `max_steps`, stops the kernel
-/// with `__trap()`: the program faults, and its individual gets the worst fitness, as the CPU
+/// `for (A; C; B)` `for (A; STEP && (C); B)`, where STEP is `gpfarm_step(gpfarm_steps)`
+/// ([`STEP_HELPER`], which the unit must hold): it counts one step in a counter of the case
+/// (declared by a block wrapped around the text) and, past the limit, stops the kernel with
+/// `__trap()`: the program faults, and its individual gets the worst fitness, as the CPU
 /// evaluator fails it. A step is counted before each test of a loop's condition, as the
 /// evaluator counts it, so a program fails on every route at the same step. `None` when the
 /// text has no loop (or does not lex: it is then left as it is, to fail as it would).
-pub fn with_step_limit(phenotype: &str, max_steps: u64) -> Option<String> {
+pub fn with_step_limit(phenotype: &str) -> Option<String> {
     let tokens = lex::lex(phenotype).ok()?;
     let is = |k: usize, p: &str| matches!(tokens.get(k), Some(lex::Token { tok: lex::Tok::Punct(q), .. }) if *q == p);
-    let step = format!("(++gpfarm_steps <= {max_steps}ull || (__trap(), false))");
+    let step = "gpfarm_step(gpfarm_steps)".to_owned();
     // (byte offset, text to insert there), applied from the end.
     let mut inserts: Vec<(usize, String)> = Vec::new();
     for (t, token) in tokens.iter().enumerate() {
@@ -303,6 +314,76 @@ impl Program {
         &self.body
     }
 
+    /// The most steps (tests of a loop's condition) the program can take in one case, when its
+    /// loops are provably bounded: every loop counts a variable up by one from a constant to
+    /// below an `int[]` input's length or a constant, and nothing else writes that variable.
+    /// `None` when some loop is not bounded that way. A program bounded below
+    /// [`DEFAULT_MAX_STEPS`] can never reach the step limit, so compiled code need not count.
+    pub fn step_bound(&self, problem: &Problem) -> Option<u64> {
+        match &self.body {
+            Body::Expression(_) => Some(0),
+            Body::Statements(s) => self.steps_of(s, problem),
+        }
+    }
+
+    /// The most steps `stmts` take, run once.
+    fn steps_of(&self, stmts: &[Stmt], problem: &Problem) -> Option<u64> {
+        let mut total: u64 = 0;
+        for (k, s) in stmts.iter().enumerate() {
+            let steps = match s {
+                Stmt::Assign(..) | Stmt::Discard(_) => 0,
+                Stmt::If(_, then, els) => self.steps_of(then, problem)?.max(self.steps_of(els, problem)?),
+                Stmt::Block(b) => self.steps_of(b, problem)?,
+                Stmt::Loop(cond, body, step) => {
+                    let tests = self.loop_tests(
+                        k.checked_sub(1).map(|j| &stmts[j]),
+                        cond.as_ref(),
+                        body,
+                        step,
+                        problem,
+                    )?;
+                    let inner = self.steps_of(body, problem)?.checked_add(self.steps_of(step, problem)?)?;
+                    tests.checked_mul(inner.checked_add(1)?)?
+                }
+            };
+            total = total.checked_add(steps)?;
+        }
+        Some(total)
+    }
+
+    /// How often a loop's condition is tested at most, when the loop is `v = k; while (v < n)
+    /// { ...; v = v + 1; }` with `n` an `int[]` length or a constant and `v` written nowhere
+    /// else (`init` is the statement before the loop).
+    fn loop_tests(
+        &self,
+        init: Option<&Stmt>,
+        cond: Option<&Expr>,
+        body: &[Stmt],
+        step: &[Stmt],
+        problem: &Problem,
+    ) -> Option<u64> {
+        let Some(Stmt::Assign(v, Ty::Int, Expr::Const(Value::Int(start)))) = init else { return None };
+        let Some(Expr::Chain(first, rest)) = cond else { return None };
+        let (Expr::Var(var), [(Bin::Cmp(CmpOp::Lt), bound)]) = (first.as_ref(), rest.as_slice()) else {
+            return None;
+        };
+        let end: i64 = match bound {
+            Expr::Const(Value::Int(c)) => i64::from(*c),
+            Expr::Var(slot) => match self.slots.get(*slot) {
+                Some(Source::Length(input)) => problem.spec().inputs.get(*input)?.max_len? as i64,
+                _ => return None,
+            },
+            _ => return None,
+        };
+        let increments = matches!(step, [Stmt::Assign(w, Ty::Int, Expr::Chain(a, ops))]
+            if w == v && matches!(a.as_ref(), Expr::Var(x) if x == v)
+                && matches!(ops.as_slice(), [(Bin::Arith(ArithOp::Add), Expr::Const(Value::Int(1)))]));
+        if var != v || !increments || writes(body, *v) {
+            return None;
+        }
+        Some((end - i64::from(*start)).max(0) as u64 + 1)
+    }
+
     /// Where each variable slot's value comes from; [`tree::Expr::Var`] and
     /// [`tree::Stmt::Assign`] name slots by their index here. Slots bound to inputs,
     /// lengths and case bits are never assigned.
@@ -490,33 +571,70 @@ pub fn evaluate_all(problem: &Problem, phenotypes: &[Phenotype], threads: NonZer
     })
 }
 
+/// Whether `stmts` assign slot `v` anywhere.
+fn writes(stmts: &[Stmt], v: usize) -> bool {
+    stmts.iter().any(|s| match s {
+        Stmt::Assign(w, ..) => *w == v,
+        Stmt::If(_, a, b) => writes(a, v) || writes(b, v),
+        Stmt::Loop(_, a, b) => writes(a, v) || writes(b, v),
+        Stmt::Block(b) => writes(b, v),
+        Stmt::Discard(_) => false,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::with_step_limit;
 
-    const STEP: &str = "(++gpfarm_steps <= 7ull || (__trap(), false))";
+    use super::{DEFAULT_MAX_STEPS, STEP_HELPER};
+
+    const STEP: &str = "gpfarm_step(gpfarm_steps)";
+
+    #[test]
+    fn a_loop_counting_up_to_a_length_is_bounded_and_any_other_is_not() {
+        use crate::{Phenotype, Problem};
+        let search = Problem::builtin("search").unwrap();
+        let bound =
+            |text: &str| super::Program::parse(&search, &Phenotype::new(text)).unwrap().step_bound(&search);
+        // max_len is 20: 21 tests of the condition, each with no inner steps.
+        assert_eq!(bound("for(i=0;i < LENINPUT;i++){tmp = 1;}"), Some(21));
+        assert_eq!(bound("OUTPUT = 1;"), Some(0));
+        assert_eq!(bound("for(i=0;i < LENINPUT;i++){tmp = 1;}for(i=0;i < LENINPUT;i++){}"), Some(42));
+        // The body writes the variable, the bound is not a length, or it is a while loop.
+        assert_eq!(bound("for(i=0;i < LENINPUT;i++){i = 0;}"), None);
+        assert_eq!(bound("for(i=0;i < tmp;i++){}"), None);
+        assert_eq!(bound("while(i < LENINPUT){i = i + 1;}"), None);
+    }
+
+    #[test]
+    fn the_helper_keeps_the_evaluators_limit() {
+        assert!(
+            STEP_HELPER.contains(&format!("gpfarm_max_steps = {DEFAULT_MAX_STEPS}ull;")),
+            "{STEP_HELPER}"
+        );
+    }
 
     #[test]
     fn every_loop_counts_a_step_before_its_test_and_text_without_loops_is_left_alone() {
-        assert_eq!(with_step_limit("OUTPUT = 1;", 7), None);
+        assert_eq!(with_step_limit("OUTPUT = 1;"), None);
         assert_eq!(
-            with_step_limit("while(i < 3){i = i + 1;}", 7).unwrap(),
+            with_step_limit("while(i < 3){i = i + 1;}").unwrap(),
             format!("{{ unsigned long long gpfarm_steps = 0; while({STEP} && (i < 3)){{i = i + 1;}} }}")
         );
         assert_eq!(
-            with_step_limit("for(i=0;i < LENINPUT;i++){tmp = 1;}", 7).unwrap(),
+            with_step_limit("for(i=0;i < LENINPUT;i++){tmp = 1;}").unwrap(),
             format!(
                 "{{ unsigned long long gpfarm_steps = 0; for(i=0; {STEP} && (i < LENINPUT);i++){{tmp = 1;}} }}"
             )
         );
         assert_eq!(
-            with_step_limit("for(;;){}", 7).unwrap(),
+            with_step_limit("for(;;){}").unwrap(),
             format!("{{ unsigned long long gpfarm_steps = 0; for(;{STEP};){{}} }}")
         );
         // Nested and sequential loops share the case's one counter; parentheses inside a
         // condition are matched.
-        let two = with_step_limit("while((i) != (tmp)){ while (f(i)) {} } for(i=0;(i);i++){}", 7).unwrap();
-        assert_eq!(two.matches("++gpfarm_steps").count(), 3, "{two}");
+        let two = with_step_limit("while((i) != (tmp)){ while (f(i)) {} } for(i=0;(i);i++){}").unwrap();
+        assert_eq!(two.matches("gpfarm_step(gpfarm_steps)").count(), 3, "{two}");
         assert_eq!(two.matches("gpfarm_steps = 0").count(), 1, "{two}");
         assert!(two.contains(&format!("while({STEP} && ((i) != (tmp)))")), "{two}");
     }

@@ -13,8 +13,8 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use gpfarm_gp::problem::template::{KernelParam, ParamRole};
-use gpfarm_gp::program::{DEFAULT_MAX_STEPS, with_step_limit};
-use gpfarm_gp::{KernelName, Phenotype, Template};
+use gpfarm_gp::program::{DEFAULT_MAX_STEPS, STEP_HELPER, with_step_limit};
+use gpfarm_gp::{KernelName, Phenotype, Problem, Program};
 
 /// Estimated cost of compiling an individual's kernel, in the units of [`UNIT_WEIGHT`]: its
 /// phenotype's length in bytes plus a fixed part. On NVRTC 13 for sm_90, one kernel per unit costs
@@ -35,48 +35,63 @@ pub(crate) const KEYED_KERNEL: &str = "gpfarm_individual";
 
 /// The text an individual's cache key is computed over: the preamble and its kernel rendered
 /// under a fixed name. Two individuals with equal texts compile to the same code.
-pub(crate) fn keyed_source(template: &Template, phenotype: &Phenotype) -> String {
+pub(crate) fn keyed_source(problem: &Problem, phenotype: &Phenotype) -> String {
+    let template = problem.template();
     let name = KernelName::new(KEYED_KERNEL).expect("a C identifier");
     let mut source = template.preamble().to_owned();
-    source.push_str(&template.render_kernel(&name, &step_limited(phenotype)));
+    source.push_str(STEP_HELPER);
+    source.push_str(&template.render_kernel(&name, &step_limited(problem, phenotype)));
     source
 }
 
 /// The phenotype as compiled: its loops count steps and stop at the CPU evaluator's limit
 /// ([`gpfarm_gp::program::with_step_limit`]), so a program fails on this route where it fails on
-/// every other.
-pub(crate) fn step_limited(phenotype: &Phenotype) -> Cow<'_, Phenotype> {
-    match with_step_limit(phenotype.as_str(), DEFAULT_MAX_STEPS) {
+/// every other; unless its loops are provably bounded below the limit
+/// ([`Program::step_bound`]: Search's `for (i = 0; i < LENINPUT; i++)`), when it is compiled as
+/// written.
+pub(crate) fn step_limited<'p>(problem: &Problem, phenotype: &'p Phenotype) -> Cow<'p, Phenotype> {
+    let bounded = Program::parse(problem, phenotype)
+        .ok()
+        .and_then(|p| p.step_bound(problem))
+        .is_some_and(|steps| steps <= DEFAULT_MAX_STEPS);
+    if bounded {
+        return Cow::Borrowed(phenotype);
+    }
+    match with_step_limit(phenotype.as_str()) {
         Some(text) => Cow::Owned(Phenotype::new(text)),
         None => Cow::Borrowed(phenotype),
     }
 }
 
 /// One translation unit named `name`: the preamble once, then each `(kernel name, phenotype)`.
-pub(crate) fn render_unit(template: &Template, members: &[(KernelName, &Phenotype)]) -> String {
+pub(crate) fn render_unit(problem: &Problem, members: &[(KernelName, &Phenotype)]) -> String {
+    let template = problem.template();
     let body: usize = members.iter().map(|(_, p)| p.as_str().len() + template.kernel_template().len()).sum();
-    let mut source = String::with_capacity(template.preamble().len() + body);
+    let mut source = String::with_capacity(template.preamble().len() + STEP_HELPER.len() + body);
     source.push_str(template.preamble());
+    source.push_str(STEP_HELPER);
     for (name, phenotype) in members {
-        source.push_str(&template.render_kernel(name, &step_limited(phenotype)));
+        source.push_str(&template.render_kernel(name, &step_limited(problem, phenotype)));
     }
     source
 }
 
 /// One translation unit holding the switch kernel `name` ([`gpfarm_protocol::Shape::Switch`]): the preamble,
-/// each member's kernel as a device function ([`Template::render_device_function`]), and a
+/// each member's kernel as a device function ([`gpfarm_gp::Template::render_device_function`]), and a
 /// kernel with the problem's parameters `params` and `int first` whose block row `y` calls
 /// member `first + y` with its output pointers moved `y * NCASES` values on. The template must
-/// pass [`Template::switch_ready`].
+/// pass [`gpfarm_gp::Template::switch_ready`].
 pub(crate) fn render_switch_unit(
-    template: &Template,
+    problem: &Problem,
     params: &[KernelParam],
     name: &KernelName,
     members: &[(KernelName, &Phenotype)],
 ) -> String {
+    let template = problem.template();
     let mut source = template.preamble().to_owned();
+    source.push_str(STEP_HELPER);
     for (k, phenotype) in members {
-        source.push_str(&template.render_device_function(k, &step_limited(phenotype)));
+        source.push_str(&template.render_device_function(k, &step_limited(problem, phenotype)));
     }
     let declared: Vec<String> = params
         .iter()
@@ -128,7 +143,6 @@ pub(crate) fn unit_kernel_name(generation: usize, unit: usize) -> KernelName {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpfarm_gp::Problem;
 
     fn named(n: usize, generation: usize) -> Vec<(KernelName, Phenotype)> {
         (0..n).map(|i| (kernel_name(generation, i), Phenotype::new(format!("x + {i}.0f")))).collect()
@@ -139,7 +153,7 @@ mod tests {
         let problem = Problem::builtin("search").unwrap();
         let members = named(3, 0);
         let refs: Vec<(KernelName, &Phenotype)> = members.iter().map(|(k, p)| (k.clone(), p)).collect();
-        let source = render_unit(problem.template(), &refs);
+        let source = render_unit(&problem, &refs);
         assert_eq!(source.matches("struct gp_wrapped_ints").count(), 1);
         for (k, _) in &members {
             assert_eq!(source.matches(&format!("void {}(", k.as_str())).count(), 1, "{}", k.as_str());
@@ -153,7 +167,7 @@ mod tests {
         let members: Vec<(KernelName, Phenotype)> = named(5, 2).into_iter().skip(3).collect();
         let refs: Vec<(KernelName, &Phenotype)> = members.iter().map(|(k, p)| (k.clone(), p)).collect();
         let name = unit_kernel_name(2, 1);
-        let source = render_switch_unit(problem.template(), &problem.kernel_params(), &name, &refs);
+        let source = render_switch_unit(&problem, &problem.kernel_params(), &name, &refs);
         assert_eq!(switch_refs(name.as_str(), 2), vec!["g2_u1@0", "g2_u1@1"]);
         assert_eq!(source.matches("__global__").count(), 1, "{source}");
         assert!(source.contains(
@@ -177,23 +191,22 @@ mod tests {
         let problem = Problem::builtin("search").unwrap();
         let p = Phenotype::new("while(tmp < 3){tmp = tmp + 1;}");
         let k = kernel_name(0, 0);
-        let kernels = render_unit(problem.template(), &[(k.clone(), &p)]);
-        let switch = render_switch_unit(
-            problem.template(),
-            &problem.kernel_params(),
-            &unit_kernel_name(0, 0),
-            &[(k, &p)],
-        );
-        let keyed = keyed_source(problem.template(), &p);
+        let kernels = render_unit(&problem, &[(k.clone(), &p)]);
+        let switch =
+            render_switch_unit(&problem, &problem.kernel_params(), &unit_kernel_name(0, 0), &[(k, &p)]);
+        let keyed = keyed_source(&problem, &p);
         for source in [&kernels, &switch, &keyed] {
             assert!(source.contains("unsigned long long gpfarm_steps = 0;"), "{source}");
-            assert!(
-                source.contains("while((++gpfarm_steps <= 1000000ull || (__trap(), false)) && (tmp < 3))"),
-                "{source}"
-            );
+            assert!(source.contains("while(gpfarm_step(gpfarm_steps) && (tmp < 3))"), "{source}");
+            assert_eq!(source.matches("bool gpfarm_step(").count(), 1, "{source}");
         }
+        // Search's own loops are bounded far below the limit: compiled as written.
+        let search =
+            Phenotype::new("for(i=0;i < LENINPUT;i++){if (INPUT[i % LENINPUT] == SEARCH) {OUTPUT = i;}}");
+        let as_written = render_unit(&problem, &[(kernel_name(0, 2), &search)]);
+        assert!(as_written.contains(search.as_str()) && !as_written.contains("gpfarm_steps"), "{as_written}");
         // Without a loop the phenotype is pasted as it is.
-        let plain = render_unit(problem.template(), &[(kernel_name(0, 1), &Phenotype::new("OUTPUT = 1;"))]);
+        let plain = render_unit(&problem, &[(kernel_name(0, 1), &Phenotype::new("OUTPUT = 1;"))]);
         assert!(!plain.contains("gpfarm_steps") && plain.contains("OUTPUT = 1;"));
     }
 }

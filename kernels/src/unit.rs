@@ -61,10 +61,8 @@ pub fn render(
             let named: Vec<(KernelName, &Phenotype)> =
                 members.iter().map(|m| (m.kernel.clone(), m.phenotype)).collect();
             match shape {
-                Shape::Switch => {
-                    render::render_switch_unit(problem.template(), &problem.kernel_params(), stem, &named)
-                }
-                Shape::Kernels => render::render_unit(problem.template(), &named),
+                Shape::Switch => render::render_switch_unit(problem, &problem.kernel_params(), stem, &named),
+                Shape::Kernels => render::render_unit(problem, &named),
             }
         }
         Language::Ptx => {
@@ -133,7 +131,7 @@ pub fn key_text(
     program: Option<&Program>,
 ) -> Result<String, ParseError> {
     match language {
-        Language::CudaC => Ok(render::keyed_source(problem.template(), phenotype)),
+        Language::CudaC => Ok(render::keyed_source(problem, phenotype)),
         Language::Ptx => {
             let parsed;
             let program = match program {

@@ -3,7 +3,7 @@
 # whose loops may never end) and the built-in search, evolved by the cpu route (on the CPU), the
 # interpreter, ptx and nvrtc, seed 1; loops.md says, per problem, whether every route's best,
 # mean, median, invalid and unique agree bit for bit with the cpu route's in every generation,
-# and what a generation cost.
+# and what a generation cost. ROUTES="cpu nvrtc" runs only those (cpu must be among them).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../harness/env.sh"
 export CUDA_CACHE_DISABLE=1
@@ -13,7 +13,7 @@ for problem in while-search search; do
     while-search) where=(--problem-dir examples/while-search); size=(--population 50 --generations 3) ;;
     *) where=(--problem "$problem"); size=(--population 300 --generations 10) ;;
   esac
-  for route in cpu interpreter ptx nvrtc; do
+  for route in ${ROUTES:-cpu interpreter ptx nvrtc}; do
     eval_mode=(); [ "$route" = cpu ] && eval_mode=(--eval cpu)
     start=$(date +%s.%N)
     timeout 200 "$bin" evolve "${where[@]}" "${size[@]}" --route "$route" "${eval_mode[@]}" --seed 1 --json \
@@ -31,6 +31,8 @@ for problem in ["while-search", "search"]:
     load = lambda route: [json.loads(l) for l in (d / f"{problem}_{route}.jsonl").read_text().splitlines() if l.strip()]
     cpu = load("cpu")
     for route in ["cpu", "interpreter", "ptx", "nvrtc"]:
+        if not (d / f"{problem}_{route}.jsonl").exists():
+            continue
         runs = load(route)
         if not runs or not runs[-1].get("summary"):
             print(f"| {problem} | {route} | - | run failed | | | |")
