@@ -79,6 +79,8 @@ def test_a_bad_value_names_the_option():
     assert "interpreter" in str(e.value), "the message lists the routes there are"
     with pytest.raises(ValueError, match="attach"):
         gpfarm.evolve("keijzer6", route="cpu", attach=True)
+    with pytest.raises(ValueError, match="gpu_deadline"):
+        gpfarm.evolve("keijzer6", gpu_deadline=0)
 
 
 def test_the_configuration_is_a_typed_object_with_the_cli_s_defaults():
@@ -97,6 +99,7 @@ def test_records_are_dicts_with_the_json_keys():
     for key in ["generation", "best", "mean", "median", "compile", "individuals", "eval_split"]:
         assert key in record, (key, sorted(record))
     assert isinstance(record["compile"], dict) and record["compile"]["units"] == 0
+    assert record["eval_split"]["timeouts"] == 0
     assert result.summary["route"] == "cpu"
 
 
