@@ -17,7 +17,8 @@ const GPFARM: &str = env!("CARGO_BIN_EXE_gpfarm");
 
 fn mpirun(ranks: usize) -> Command {
     let mut c = Command::new("mpirun");
-    c.args(["--oversubscribe", "-np", &ranks.to_string()])
+    // A job that stalls is ended (and fails its test) instead of hanging the suite.
+    c.args(["--oversubscribe", "--timeout", "120", "-np", &ranks.to_string()])
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         // Shared memory and loopback only: the test needs no network.
@@ -70,6 +71,22 @@ fn three_ranks_run_exactly_the_islands_of_one_process() {
         mpirun(3).args(run).args(["--migrate-every", "100", "--json", "--islands", "2"]).output().unwrap();
     assert!(apart.status.success());
     assert_ne!(records(&apart.stdout).0, a.0);
+}
+
+/// One island per rank, the form of one rank per GPU: every rank's only island migrates (rank 0's
+/// too; it used to keep its migrants, and the ring stalled at the first migration), and the job
+/// gives the records of the same islands run as threads.
+#[test]
+fn one_island_per_rank_migrates_and_runs_the_islands_of_one_process() {
+    let run = ["evolve", "--eval", "cpu", "--population", "80", "--generations", "8", "--seed", "4"];
+    let more = ["--migrate-every", "3", "--migrants", "2", "--json"];
+    let ranks = mpirun(2).args(run).args(more).args(["--islands", "1"]).output().unwrap();
+    assert!(ranks.status.success(), "{}", String::from_utf8_lossy(&ranks.stderr));
+    let alone = Command::new(GPFARM).args(run).args(more).args(["--islands", "2"]).output().unwrap();
+    assert!(alone.status.success(), "{}", String::from_utf8_lossy(&alone.stderr));
+    let (a, b) = (records(&ranks.stdout), records(&alone.stdout));
+    assert_eq!(a.0.len(), 2 * 9, "rank 0 printed both islands' records");
+    assert_eq!(a, b);
 }
 
 #[test]

@@ -54,12 +54,15 @@ pub struct IslandPlace {
     pub first: usize,
     /// One per island held here, in ring order.
     pub links: Vec<Link>,
+    /// The islands of the whole ring, in every process: with more than one, every island
+    /// migrates, also a process's only one.
+    pub ring: usize,
 }
 
 impl IslandPlace {
     /// All `n` islands of a ring, in this process.
     pub fn whole(n: usize) -> IslandPlace {
-        IslandPlace { first: 0, links: ring(n) }
+        IslandPlace { first: 0, links: ring(n), ring: n }
     }
 }
 
@@ -344,7 +347,7 @@ impl Engine {
             compiling: !compilers.is_empty(),
             devices: if self.gpu.is_some() { gpu::device_count().max(1) } else { 1 },
             eval_threads: NonZeroUsize::new(cores / n).unwrap_or(NonZeroUsize::MIN),
-            several: n > 1 || place.first > 0,
+            several: place.ring > 1 || n > 1 || place.first > 0,
         };
         let stop = &self.stop;
         let (records_tx, records_rx) = crossbeam_channel::unbounded::<GenerationRecord>();

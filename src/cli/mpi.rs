@@ -61,7 +61,7 @@ fn rank_run(rank: usize, size: usize, args: &EvolveArgs, cuda: Option<&Path>) ->
     let (engine, mut compilers) = prepare(args, cuda)?;
     let per = args.islands.max(1);
     let (links, leaving, arriving) = ring_stretch(per);
-    let place = IslandPlace { first: rank * per, links };
+    let place = IslandPlace { first: rank * per, links, ring: size * per };
     let (records_out, records_in) = unbounded::<String>();
     let (done_out, done_in) = unbounded::<String>();
     let (remote_out, remote_in) = unbounded::<Remote>();
