@@ -347,7 +347,7 @@ impl Engine {
             compiling: !compilers.is_empty(),
             devices: if self.gpu.is_some() { gpu::device_count().max(1) } else { 1 },
             eval_threads: NonZeroUsize::new(cores / n).unwrap_or(NonZeroUsize::MIN),
-            several: place.ring > 1 || n > 1 || place.first > 0,
+            several: place.ring > 1,
         };
         let stop = &self.stop;
         let (records_tx, records_rx) = crossbeam_channel::unbounded::<GenerationRecord>();
@@ -391,7 +391,7 @@ impl Engine {
             });
             match callback {
                 Some(e) => Err(EvolveError::Callback(e)),
-                None => first_failure(outcomes, place.first),
+                None => first_failure(outcomes, place.first, place.ring > 1),
             }
         })?;
         Ok(self.summary(&outcomes))
@@ -571,8 +571,11 @@ struct IslandShared<'a> {
 /// Every island's outcome, or the error that ended the run: the first island's own failure
 /// (not one that only followed from it: stopped, or a neighbour gone), named by its island when
 /// there are several.
-fn first_failure<T>(outcomes: Vec<Result<T, EvolveError>>, first: usize) -> Result<Vec<T>, EvolveError> {
-    let several = outcomes.len() > 1 || first > 0;
+fn first_failure<T>(
+    outcomes: Vec<Result<T, EvolveError>>,
+    first: usize,
+    several: bool,
+) -> Result<Vec<T>, EvolveError> {
     let mut failures: Vec<(usize, EvolveError)> = Vec::new();
     let mut done = Vec::new();
     for (k, outcome) in outcomes.into_iter().enumerate() {

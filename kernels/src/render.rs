@@ -30,17 +30,20 @@ pub(crate) const KERNEL_WEIGHT: f64 = 50.0;
 /// NVRTC's fixed cost per translation unit in the units of [`compile_weight`] (about 20 ms).
 pub(crate) const UNIT_WEIGHT: f64 = 180.0;
 
+/// A unit's member: its kernel's name, its phenotype, and its typed tree when the caller has it.
+pub(crate) type Named<'a> = (KernelName, &'a Phenotype, Option<&'a Program>);
+
 /// The kernel name an individual's code has in the text its cache key is computed over.
 pub(crate) const KEYED_KERNEL: &str = "gpfarm_individual";
 
 /// The text an individual's cache key is computed over: the preamble and its kernel rendered
 /// under a fixed name. Two individuals with equal texts compile to the same code.
-pub(crate) fn keyed_source(problem: &Problem, phenotype: &Phenotype) -> String {
+pub(crate) fn keyed_source(problem: &Problem, phenotype: &Phenotype, program: Option<&Program>) -> String {
     let template = problem.template();
     let name = KernelName::new(KEYED_KERNEL).expect("a C identifier");
     let mut source = template.preamble().to_owned();
     source.push_str(STEP_HELPER);
-    source.push_str(&template.render_kernel(&name, &step_limited(problem, phenotype)));
+    source.push_str(&template.render_kernel(&name, &step_limited(problem, phenotype, program)));
     source
 }
 
@@ -48,12 +51,21 @@ pub(crate) fn keyed_source(problem: &Problem, phenotype: &Phenotype) -> String {
 /// ([`gpfarm_gp::program::with_step_limit`]), so a program fails on this route where it fails on
 /// every other; unless its loops are provably bounded below the limit
 /// ([`Program::step_bound`]: Search's `for (i = 0; i < LENINPUT; i++)`), when it is compiled as
-/// written.
-pub(crate) fn step_limited<'p>(problem: &Problem, phenotype: &'p Phenotype) -> Cow<'p, Phenotype> {
-    let bounded = Program::parse(problem, phenotype)
-        .ok()
-        .and_then(|p| p.step_bound(problem))
-        .is_some_and(|steps| steps <= DEFAULT_MAX_STEPS);
+/// written. `program` is the phenotype's typed tree when the caller has it (else it is parsed).
+pub(crate) fn step_limited<'p>(
+    problem: &Problem,
+    phenotype: &'p Phenotype,
+    program: Option<&Program>,
+) -> Cow<'p, Phenotype> {
+    let parsed;
+    let program = match program {
+        Some(p) => Some(p),
+        None => {
+            parsed = Program::parse(problem, phenotype).ok();
+            parsed.as_ref()
+        }
+    };
+    let bounded = program.and_then(|p| p.step_bound(problem)).is_some_and(|steps| steps <= DEFAULT_MAX_STEPS);
     if bounded {
         return Cow::Borrowed(phenotype);
     }
@@ -64,14 +76,15 @@ pub(crate) fn step_limited<'p>(problem: &Problem, phenotype: &'p Phenotype) -> C
 }
 
 /// One translation unit named `name`: the preamble once, then each `(kernel name, phenotype)`.
-pub(crate) fn render_unit(problem: &Problem, members: &[(KernelName, &Phenotype)]) -> String {
+pub(crate) fn render_unit(problem: &Problem, members: &[Named<'_>]) -> String {
     let template = problem.template();
-    let body: usize = members.iter().map(|(_, p)| p.as_str().len() + template.kernel_template().len()).sum();
+    let body: usize =
+        members.iter().map(|(_, p, _)| p.as_str().len() + template.kernel_template().len()).sum();
     let mut source = String::with_capacity(template.preamble().len() + STEP_HELPER.len() + body);
     source.push_str(template.preamble());
     source.push_str(STEP_HELPER);
-    for (name, phenotype) in members {
-        source.push_str(&template.render_kernel(name, &step_limited(problem, phenotype)));
+    for (name, phenotype, program) in members {
+        source.push_str(&template.render_kernel(name, &step_limited(problem, phenotype, *program)));
     }
     source
 }
@@ -85,13 +98,13 @@ pub(crate) fn render_switch_unit(
     problem: &Problem,
     params: &[KernelParam],
     name: &KernelName,
-    members: &[(KernelName, &Phenotype)],
+    members: &[Named<'_>],
 ) -> String {
     let template = problem.template();
     let mut source = template.preamble().to_owned();
     source.push_str(STEP_HELPER);
-    for (k, phenotype) in members {
-        source.push_str(&template.render_device_function(k, &step_limited(problem, phenotype)));
+    for (k, phenotype, program) in members {
+        source.push_str(&template.render_device_function(k, &step_limited(problem, phenotype, *program)));
     }
     let declared: Vec<String> = params
         .iter()
@@ -115,7 +128,7 @@ pub(crate) fn render_switch_unit(
         })
         .collect();
     let args = args.join(", ");
-    for (j, (k, _)) in members.iter().enumerate() {
+    for (j, (k, ..)) in members.iter().enumerate() {
         let _ = writeln!(source, "    case {j}: {}({args}); break;", k.as_str());
     }
     source.push_str("    default: break;\n    }\n}\n");
@@ -152,7 +165,7 @@ mod tests {
     fn a_unit_holds_the_preamble_once_and_one_kernel_per_member() {
         let problem = Problem::builtin("search").unwrap();
         let members = named(3, 0);
-        let refs: Vec<(KernelName, &Phenotype)> = members.iter().map(|(k, p)| (k.clone(), p)).collect();
+        let refs: Vec<Named<'_>> = members.iter().map(|(k, p)| (k.clone(), p, None)).collect();
         let source = render_unit(&problem, &refs);
         assert_eq!(source.matches("struct gp_wrapped_ints").count(), 1);
         for (k, _) in &members {
@@ -165,7 +178,7 @@ mod tests {
     fn a_switch_unit_calls_each_member_as_a_device_function_from_one_kernel() {
         let problem = Problem::builtin("search").unwrap();
         let members: Vec<(KernelName, Phenotype)> = named(5, 2).into_iter().skip(3).collect();
-        let refs: Vec<(KernelName, &Phenotype)> = members.iter().map(|(k, p)| (k.clone(), p)).collect();
+        let refs: Vec<Named<'_>> = members.iter().map(|(k, p)| (k.clone(), p, None)).collect();
         let name = unit_kernel_name(2, 1);
         let source = render_switch_unit(&problem, &problem.kernel_params(), &name, &refs);
         assert_eq!(switch_refs(name.as_str(), 2), vec!["g2_u1@0", "g2_u1@1"]);
@@ -191,10 +204,10 @@ mod tests {
         let problem = Problem::builtin("search").unwrap();
         let p = Phenotype::new("while(tmp < 3){tmp = tmp + 1;}");
         let k = kernel_name(0, 0);
-        let kernels = render_unit(&problem, &[(k.clone(), &p)]);
+        let kernels = render_unit(&problem, &[(k.clone(), &p, None)]);
         let switch =
-            render_switch_unit(&problem, &problem.kernel_params(), &unit_kernel_name(0, 0), &[(k, &p)]);
-        let keyed = keyed_source(&problem, &p);
+            render_switch_unit(&problem, &problem.kernel_params(), &unit_kernel_name(0, 0), &[(k, &p, None)]);
+        let keyed = keyed_source(&problem, &p, None);
         for source in [&kernels, &switch, &keyed] {
             assert!(source.contains("unsigned long long gpfarm_steps = 0;"), "{source}");
             assert!(source.contains("while(gpfarm_step(gpfarm_steps) && (tmp < 3))"), "{source}");
@@ -203,10 +216,10 @@ mod tests {
         // Search's own loops are bounded far below the limit: compiled as written.
         let search =
             Phenotype::new("for(i=0;i < LENINPUT;i++){if (INPUT[i % LENINPUT] == SEARCH) {OUTPUT = i;}}");
-        let as_written = render_unit(&problem, &[(kernel_name(0, 2), &search)]);
+        let as_written = render_unit(&problem, &[(kernel_name(0, 2), &search, None)]);
         assert!(as_written.contains(search.as_str()) && !as_written.contains("gpfarm_steps"), "{as_written}");
         // Without a loop the phenotype is pasted as it is.
-        let plain = render_unit(&problem, &[(kernel_name(0, 1), &Phenotype::new("OUTPUT = 1;"))]);
+        let plain = render_unit(&problem, &[(kernel_name(0, 1), &Phenotype::new("OUTPUT = 1;"), None)]);
         assert!(!plain.contains("gpfarm_steps") && plain.contains("OUTPUT = 1;"));
     }
 }

@@ -58,8 +58,8 @@ pub fn render(
     };
     let source = match language {
         Language::CudaC => {
-            let named: Vec<(KernelName, &Phenotype)> =
-                members.iter().map(|m| (m.kernel.clone(), m.phenotype)).collect();
+            let named: Vec<render::Named<'_>> =
+                members.iter().map(|m| (m.kernel.clone(), m.phenotype, m.program)).collect();
             match shape {
                 Shape::Switch => render::render_switch_unit(problem, &problem.kernel_params(), stem, &named),
                 Shape::Kernels => render::render_unit(problem, &named),
@@ -131,7 +131,7 @@ pub fn key_text(
     program: Option<&Program>,
 ) -> Result<String, ParseError> {
     match language {
-        Language::CudaC => Ok(render::keyed_source(problem, phenotype)),
+        Language::CudaC => Ok(render::keyed_source(problem, phenotype, program)),
         Language::Ptx => {
             let parsed;
             let program = match program {

@@ -165,6 +165,19 @@ impl FromStr for Route {
     }
 }
 
+impl Route {
+    /// A route as the command line and Python take it: `auto` (`None`: the engine chooses) or a
+    /// route's name.
+    pub fn parse_choice(s: &str) -> Result<Option<Route>, String> {
+        if s == "auto" {
+            return Ok(None);
+        }
+        s.parse()
+            .map(Some)
+            .map_err(|_| format!("unknown route {s:?}: use auto, nvrtc, ptx, interpreter or cpu"))
+    }
+}
+
 impl fmt::Display for Route {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -353,6 +366,17 @@ impl UnitResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_route_choice_is_auto_or_a_route_and_a_bad_one_lists_them_all() {
+        assert_eq!(Route::parse_choice("auto"), Ok(None));
+        for r in Route::ALL {
+            assert_eq!(Route::parse_choice(r.as_str()), Ok(Some(r)));
+        }
+        assert_eq!(Route::parse_choice("interp"), Ok(Some(Route::Interpreter)));
+        let e = Route::parse_choice("teleport").unwrap_err();
+        assert!(e.contains("auto, nvrtc, ptx, interpreter or cpu"), "{e}");
+    }
 
     #[test]
     fn architectures_parse_only_in_sm_form() {

@@ -178,12 +178,9 @@ impl EvolveConfig {
             (None, Some(name)) => ProblemRef::Builtin(name.clone()),
             (None, None) => return Err(bad("problem", "give a built-in problem's name or problem_dir")),
         };
-        let route = match self.route.as_str() {
-            _ if self.no_compile => Some(Route::Cpu),
-            "auto" => None,
-            r => Some(
-                r.parse::<Route>().map_err(|e| bad("route", e.replace("use nvrtc", "use auto, nvrtc")))?,
-            ),
+        let route = match self.no_compile {
+            true => Some(Route::Cpu),
+            false => Route::parse_choice(&self.route).map_err(|e| bad("route", e))?,
         };
         let eval = match self.eval.as_str() {
             "auto" => EvalMode::Auto,

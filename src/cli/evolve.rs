@@ -76,7 +76,7 @@ pub struct EvolveArgs {
     /// time, where the problem's template.cu is the standard harness, else nvrtc (nvrtc with
     /// --compiler nvcc); the interpreter becomes cpu without a GPU. ptx and interpreter need the
     /// standard harness. All give the same fitness on the GPU, bit for bit.
-    #[arg(long, default_value = "auto", value_parser = parse_route)]
+    #[arg(long, default_value = "auto", value_parser = Route::parse_choice)]
     route: AutoRoute,
     /// nvJitLink option for the PTX route (repeatable; replaces the default -O0), e.g.
     /// --link-flag=-O3.
@@ -176,15 +176,6 @@ fn positive_seconds(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v > 0.0 && v.is_finite() && v < 1e9 => Ok(v),
         _ => Err(format!("{s:?} is not a number of seconds above 0")),
-    }
-}
-
-/// Parses `--route`: `auto` or a [`Route`].
-fn parse_route(s: &str) -> Result<AutoRoute, String> {
-    if s == "auto" {
-        Ok(None)
-    } else {
-        s.parse().map(Some).map_err(|e: String| e.replace("use nvrtc", "use auto, nvrtc"))
     }
 }
 

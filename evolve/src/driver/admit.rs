@@ -192,7 +192,9 @@ fn prepare_one(
     b: &Born,
 ) -> Prepared {
     let program = match route {
-        Route::Nvrtc => Ok(None),
+        // NVRTC compiles the text itself: a phenotype the parser refuses is compiled all the
+        // same; the tree, when there is one, tells the renderer whether its loops need counting.
+        Route::Nvrtc => Ok(Program::parse(problem, &b.phenotype).ok().map(Arc::new)),
         Route::Ptx | Route::Interpreter | Route::Cpu => {
             Program::parse(problem, &b.phenotype).map(|p| Some(Arc::new(p))).map_err(|e| e.to_string())
         }
@@ -213,7 +215,8 @@ fn prepare_one(
             Some(CacheKey::new(&bytes, options, toolchain))
         }
         (Ok(program), _) => {
-            let language = if program.is_some() { Language::Ptx } else { Language::CudaC };
+            // The interpreter's program it cannot hold (evaluated on the CPU) is keyed by its PTX.
+            let language = route.language().unwrap_or(Language::Ptx);
             key_text(problem, language, options.arch, &b.phenotype, program.as_deref())
                 .ok()
                 .map(|text| CacheKey::new(text.as_bytes(), options, toolchain))
