@@ -229,7 +229,7 @@ pub fn run(
         let packed = PackedPopulation::new(&codes);
         let compile_ms = t.elapsed().as_secs_f64() * 1e3;
         let ops = packed.ops() as f64 / n.max(1) as f64;
-        let wire = packed.into_wire(gpfarm_gp::program::DEFAULT_MAX_STEPS);
+        let wire = packed.into_wire(problem.max_steps());
         let mut times = Vec::new();
         let mut interpreted = Vec::new();
         for _ in 0..=config.repeats {

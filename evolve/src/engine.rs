@@ -81,6 +81,12 @@ impl Engine {
         source: Option<ProblemRef>,
         options: Options,
     ) -> Result<Engine, EvolveError> {
+        let problem = match options.max_steps {
+            None => problem,
+            Some(n) => problem
+                .with_max_steps(n)
+                .ok_or_else(|| EvolveError::Usage("the step limit (max_steps) must be at least 1".into()))?,
+        };
         let (gpu, notice) = choose_gpu(options.eval, options.route, source.is_some())?;
         let arch = options.arch.or(gpu.as_ref().map(|g| g.1)).unwrap_or(SmArch::SM_90);
         let (route, route_why) = match options.route {

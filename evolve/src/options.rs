@@ -68,6 +68,10 @@ pub struct Options {
     /// gets the worst fitness with the reason `timeout` (the records count it). Default
     /// [`gpfarm_client::DEFAULT_GPU_DEADLINE`].
     pub gpu_deadline: std::time::Duration,
+    /// Loop iterations a program may take in one case before it fails, on every route, instead
+    /// of the problem's own (`max_steps` in `problem.toml`, default
+    /// [`gpfarm_gp::program::DEFAULT_MAX_STEPS`]). At least 1.
+    pub max_steps: Option<u64>,
     /// NVRTC options an individual that crashes NVRTC (its unit is lost twice, alone) is
     /// compiled again with, once, in a daemon of its own; empty: no retry, it gets the worst
     /// fitness. The default, [`CRASH_RETRY_FLAGS`], avoids every crash of NVRTC 13.0 found so far.
@@ -148,6 +152,7 @@ impl Default for Options {
             trace_units: None,
             gpu_worker: None,
             gpu_deadline: gpfarm_client::DEFAULT_GPU_DEADLINE,
+            max_steps: None,
             crash_retry_flags: CRASH_RETRY_FLAGS.iter().map(|f| (*f).to_owned()).collect(),
             crash_retry_on_gpu: true,
             crash_dir: None,

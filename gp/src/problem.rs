@@ -163,6 +163,19 @@ impl Problem {
         &self.spec
     }
 
+    /// Loop iterations a program may take in one case before it fails (`max_steps`).
+    pub fn max_steps(&self) -> u64 {
+        self.spec.max_steps
+    }
+
+    /// This problem with another step limit (`gpfarm evolve --max-steps`); `None` for 0.
+    pub fn with_max_steps(mut self, max_steps: u64) -> Option<Problem> {
+        (max_steps >= 1).then(|| {
+            self.spec.max_steps = max_steps;
+            self
+        })
+    }
+
     /// Short name.
     pub fn name(&self) -> &str {
         &self.spec.name

@@ -59,29 +59,51 @@ use value::{Ty, Value};
 /// Loop iterations allowed per case before a program is declared runaway.
 pub const DEFAULT_MAX_STEPS: u64 = 1_000_000;
 
-/// CUDA C that every NVRTC unit holds after its template's preamble: the step limit
-/// ([`DEFAULT_MAX_STEPS`]) and `gpfarm_step(steps)`, which counts one step in a case's counter
-/// and traps past the limit. The phenotype's loops use it ([`with_step_limit`]); a template's own
-/// loops may too (`unsigned long long steps = 0; while (gpfarm_step(steps) && (c)) ...`), so
-/// that they fail the program as the CPU evaluator would.
-pub const STEP_HELPER: &str = "\n// gpfarm: the step limit every route keeps (one step before each test of a loop's condition).\n\
-static constexpr unsigned long long gpfarm_max_steps = 1000000ull;\n\
+/// CUDA C that every NVRTC unit holds after its template's preamble: the problem's step limit
+/// `max_steps` ([`crate::Problem::max_steps`]), the unit's failure flags (one `unsigned` per
+/// member, `gpfarm_failed`, when `members` > 0: zero when its module is loaded) and two forms of
+/// `gpfarm_step`, each counting one step in a case's counter:
+/// - `gpfarm_step(steps, failure)`, the phenotype's loops' ([`with_step_limit`]): past the limit
+///   it sets `failure` (the member's flag) and returns `false`, so this loop and every later one
+///   ends at once and the kernel runs to its end; the GPU evaluator reads the flags after the
+///   launch and gives a flagged member the worst fitness, as the CPU evaluator fails it;
+/// - `gpfarm_step(steps)`, for a template's own loops (`unsigned long long steps = 0; while
+///   (gpfarm_step(steps) && (c)) ...`): past the limit it stops the kernel with `__trap()`; the
+///   GPU worker then finds the individual and fails it.
+pub fn step_helper(max_steps: u64, members: usize) -> String {
+    let flags = if members > 0 {
+        format!("extern \"C\" {{ __device__ unsigned gpfarm_failed[{members}]; }}\n")
+    } else {
+        String::new()
+    };
+    format!(
+        "\n// gpfarm: the step limit every route keeps (one step before each test of a loop's condition).\n\
+static constexpr unsigned long long gpfarm_max_steps = {max_steps}ull;\n\
+{flags}\
+static __device__ inline bool gpfarm_step(unsigned long long& steps, unsigned& failure)\n\
+{{\n    if (steps >= gpfarm_max_steps) {{ failure = 1u; return false; }}\n    ++steps;\n    return true;\n}}\n\
 static __device__ inline bool gpfarm_step(unsigned long long& steps)\n\
-{\n    if (++steps > gpfarm_max_steps) __trap();\n    return true;\n}\n";
+{{\n    if (++steps > gpfarm_max_steps) __trap();\n    return true;\n}}\n"
+    )
+}
+
+/// The name of a unit's failure flags in [`step_helper`], which the GPU evaluator reads.
+pub const FAILED_FLAGS: &str = "gpfarm_failed";
 
 /// The phenotype's C text with the step limit the CPU evaluator keeps, for code compiled from
-/// the text itself (the NVRTC route): every `while (C)` becomes `while (STEP && (C))` and every
-/// `for (A; C; B)` `for (A; STEP && (C); B)`, where STEP is `gpfarm_step(gpfarm_steps)`
-/// ([`STEP_HELPER`], which the unit must hold): it counts one step in a counter of the case
-/// (declared by a block wrapped around the text) and, past the limit, stops the kernel with
-/// `__trap()`: the program faults, and its individual gets the worst fitness, as the CPU
-/// evaluator fails it. A step is counted before each test of a loop's condition, as the
-/// evaluator counts it, so a program fails on every route at the same step. `None` when the
-/// text has no loop (or does not lex: it is then left as it is, to fail as it would).
-pub fn with_step_limit(phenotype: &str) -> Option<String> {
+/// the text itself (the NVRTC route), as member `member` of its unit: every `while (C)` becomes
+/// `while (STEP && (C))` and every `for (A; C; B)` `for (A; STEP && (C); B)`, where STEP is
+/// `gpfarm_step(gpfarm_steps, gpfarm_failure)` ([`step_helper`], which the unit must hold): it
+/// counts one step in a counter of the case (declared, with `gpfarm_failure`, the member's flag,
+/// by a block wrapped around the text) and, past the limit, sets the flag and ends the loops:
+/// its individual gets the worst fitness, as the CPU evaluator fails it. A step is counted
+/// before each test of a loop's condition, as the evaluator counts it, so a program fails on
+/// every route at the same step. `None` when the text has no loop (or does not lex: it is then
+/// left as it is, to fail as it would).
+pub fn with_step_limit(phenotype: &str, member: usize) -> Option<String> {
     let tokens = lex::lex(phenotype).ok()?;
     let is = |k: usize, p: &str| matches!(tokens.get(k), Some(lex::Token { tok: lex::Tok::Punct(q), .. }) if *q == p);
-    let step = "gpfarm_step(gpfarm_steps)".to_owned();
+    let step = "gpfarm_step(gpfarm_steps, gpfarm_failure)".to_owned();
     // (byte offset, text to insert there), applied from the end.
     let mut inserts: Vec<(usize, String)> = Vec::new();
     for (t, token) in tokens.iter().enumerate() {
@@ -130,7 +152,9 @@ pub fn with_step_limit(phenotype: &str) -> Option<String> {
     for (at, insert) in inserts {
         text.insert_str(at, &insert);
     }
-    Some(format!("{{ unsigned long long gpfarm_steps = 0; {text} }}"))
+    Some(format!(
+        "{{ unsigned long long gpfarm_steps = 0; unsigned& gpfarm_failure = {FAILED_FLAGS}[{member}]; {text} }}"
+    ))
 }
 
 /// Why a phenotype does not parse; `at` is a byte offset into the phenotype.
@@ -413,9 +437,10 @@ impl Program {
         &self.output_types
     }
 
-    /// Runs over every case of `problem`: one column per declared output.
+    /// Runs over every case of `problem`: one column per declared output; a loop may take
+    /// [`Problem::max_steps`] steps in a case.
     pub fn run(&self, problem: &Problem) -> Result<Vec<Column>, RunError> {
-        self.run_with_limit(problem, DEFAULT_MAX_STEPS)
+        self.run_with_limit(problem, problem.max_steps())
     }
 
     /// As [`Program::run`], with `max_steps` loop iterations allowed per case.
@@ -586,9 +611,10 @@ fn writes(stmts: &[Stmt], v: usize) -> bool {
 mod tests {
     use super::with_step_limit;
 
-    use super::{DEFAULT_MAX_STEPS, STEP_HELPER};
+    use super::{DEFAULT_MAX_STEPS, step_helper};
 
-    const STEP: &str = "gpfarm_step(gpfarm_steps)";
+    const STEP: &str = "gpfarm_step(gpfarm_steps, gpfarm_failure)";
+    const BLOCK: &str = "unsigned long long gpfarm_steps = 0; unsigned& gpfarm_failure = gpfarm_failed[0];";
 
     #[test]
     fn a_loop_counting_up_to_a_length_is_bounded_and_any_other_is_not() {
@@ -607,34 +633,34 @@ mod tests {
     }
 
     #[test]
-    fn the_helper_keeps_the_evaluators_limit() {
+    fn the_helper_keeps_the_problems_limit_and_flags_only_when_asked() {
+        let helper = step_helper(DEFAULT_MAX_STEPS, 3);
+        assert!(helper.contains(&format!("gpfarm_max_steps = {DEFAULT_MAX_STEPS}ull;")), "{helper}");
+        assert!(helper.contains("__device__ unsigned gpfarm_failed[3];"), "{helper}");
+        let helper = step_helper(17, 0);
         assert!(
-            STEP_HELPER.contains(&format!("gpfarm_max_steps = {DEFAULT_MAX_STEPS}ull;")),
-            "{STEP_HELPER}"
+            helper.contains("gpfarm_max_steps = 17ull;") && !helper.contains("gpfarm_failed"),
+            "{helper}"
         );
     }
 
     #[test]
     fn every_loop_counts_a_step_before_its_test_and_text_without_loops_is_left_alone() {
-        assert_eq!(with_step_limit("OUTPUT = 1;"), None);
+        assert_eq!(with_step_limit("OUTPUT = 1;", 0), None);
         assert_eq!(
-            with_step_limit("while(i < 3){i = i + 1;}").unwrap(),
-            format!("{{ unsigned long long gpfarm_steps = 0; while({STEP} && (i < 3)){{i = i + 1;}} }}")
+            with_step_limit("while(i < 3){i = i + 1;}", 0).unwrap(),
+            format!("{{ {BLOCK} while({STEP} && (i < 3)){{i = i + 1;}} }}")
         );
         assert_eq!(
-            with_step_limit("for(i=0;i < LENINPUT;i++){tmp = 1;}").unwrap(),
-            format!(
-                "{{ unsigned long long gpfarm_steps = 0; for(i=0; {STEP} && (i < LENINPUT);i++){{tmp = 1;}} }}"
-            )
+            with_step_limit("for(i=0;i < LENINPUT;i++){tmp = 1;}", 0).unwrap(),
+            format!("{{ {BLOCK} for(i=0; {STEP} && (i < LENINPUT);i++){{tmp = 1;}} }}")
         );
-        assert_eq!(
-            with_step_limit("for(;;){}").unwrap(),
-            format!("{{ unsigned long long gpfarm_steps = 0; for(;{STEP};){{}} }}")
-        );
+        assert_eq!(with_step_limit("for(;;){}", 0).unwrap(), format!("{{ {BLOCK} for(;{STEP};){{}} }}"));
+        assert!(with_step_limit("for(;;){}", 7).unwrap().contains("gpfarm_failed[7];"));
         // Nested and sequential loops share the case's one counter; parentheses inside a
         // condition are matched.
-        let two = with_step_limit("while((i) != (tmp)){ while (f(i)) {} } for(i=0;(i);i++){}").unwrap();
-        assert_eq!(two.matches("gpfarm_step(gpfarm_steps)").count(), 3, "{two}");
+        let two = with_step_limit("while((i) != (tmp)){ while (f(i)) {} } for(i=0;(i);i++){}", 0).unwrap();
+        assert_eq!(two.matches(STEP).count(), 3, "{two}");
         assert_eq!(two.matches("gpfarm_steps = 0").count(), 1, "{two}");
         assert!(two.contains(&format!("while({STEP} && ((i) != (tmp)))")), "{two}");
     }

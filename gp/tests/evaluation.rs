@@ -257,3 +257,37 @@ fn float_to_int_conversions_truncate_toward_zero() {
     // (int)(-2.75) = -2; -20 + 2.9f = -17.1f; stored to int: -17.
     assert!(ints(&out[0]).iter().all(|&v| v == -17));
 }
+
+/// `problem.toml`'s `max_steps` (or `--max-steps`) is the limit a loop may run to in one case.
+#[test]
+fn the_step_limit_is_the_problems_own() {
+    let toml = |extra: &str| {
+        format!(
+            "name = \"count\"\nkind = \"statements\"\nfitness = \"correct\"\n{extra}[[inputs]]\nname = \"n\"\ntype = \"int\"\n[[locals]]\nname = \"i\"\ntype = \"int\"\n[[outputs]]\nname = \"y\"\ntype = \"int\"\n[target]\ntype = \"int\"\n"
+        )
+    };
+    let load = |extra: &str| {
+        let toml = toml(extra);
+        Problem::from_sources(
+            "test",
+            &ProblemSources {
+                toml: &toml,
+                grammar: "<s> ::= y = n;",
+                cases: "[{\"n\": 1, \"target\": 1}]",
+                template: "//@kernel\nextern \"C\" __global__ void {{KERNEL}}(const int* in_n, int* out_y, int NCASES) { int c = 0; const int n = in_n[c]; int i = 0; int y = 0; {{PHENOTYPE}} out_y[c] = y; }\n",
+            },
+        )
+    };
+    // Five tests of the condition for four iterations.
+    let text = Phenotype::new("while(i < 4){i = i + 1;} y = i;");
+    let runs = |p: &Problem| Program::parse(p, &text).unwrap().run(p).is_ok();
+    let default = load("").unwrap();
+    assert_eq!(default.max_steps(), gpfarm_gp::program::DEFAULT_MAX_STEPS);
+    assert!(runs(&default));
+    assert!(runs(&load("max_steps = 5\n").unwrap()));
+    assert!(!runs(&load("max_steps = 4\n").unwrap()));
+    assert!(!runs(&default.clone().with_max_steps(4).unwrap()));
+    assert!(default.with_max_steps(0).is_none());
+    let e = load("max_steps = 0\n").err().unwrap().to_string();
+    assert!(e.contains("max_steps") && e.contains("at least 1"), "{e}");
+}

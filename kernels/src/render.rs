@@ -13,7 +13,7 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use gpfarm_gp::problem::template::{KernelParam, ParamRole};
-use gpfarm_gp::program::{DEFAULT_MAX_STEPS, STEP_HELPER, with_step_limit};
+use gpfarm_gp::program::{step_helper, with_step_limit};
 use gpfarm_gp::{KernelName, Phenotype, Problem, Program};
 
 /// Estimated cost of compiling an individual's kernel, in the units of [`UNIT_WEIGHT`]: its
@@ -41,21 +41,24 @@ pub(crate) const KEYED_KERNEL: &str = "gpfarm_individual";
 pub(crate) fn keyed_source(problem: &Problem, phenotype: &Phenotype, program: Option<&Program>) -> String {
     let template = problem.template();
     let name = KernelName::new(KEYED_KERNEL).expect("a C identifier");
+    let text = step_limited(problem, phenotype, program, 0);
     let mut source = template.preamble().to_owned();
-    source.push_str(STEP_HELPER);
-    source.push_str(&template.render_kernel(&name, &step_limited(problem, phenotype, program)));
+    source.push_str(&step_helper(problem.max_steps(), usize::from(matches!(text, Cow::Owned(_)))));
+    source.push_str(&template.render_kernel(&name, &text));
     source
 }
 
-/// The phenotype as compiled: its loops count steps and stop at the CPU evaluator's limit
-/// ([`gpfarm_gp::program::with_step_limit`]), so a program fails on this route where it fails on
-/// every other; unless its loops are provably bounded below the limit
-/// ([`Program::step_bound`]: Search's `for (i = 0; i < LENINPUT; i++)`), when it is compiled as
-/// written. `program` is the phenotype's typed tree when the caller has it (else it is parsed).
+/// The phenotype as compiled as member `member` of its unit: its loops count steps and stop at
+/// the problem's limit ([`gpfarm_gp::program::with_step_limit`]), setting the member's failure
+/// flag, so a program fails on this route where it fails on every other; unless its loops are
+/// provably bounded below the limit ([`Program::step_bound`]: Search's
+/// `for (i = 0; i < LENINPUT; i++)`), when it is compiled as written (borrowed). `program` is
+/// the phenotype's typed tree when the caller has it (else it is parsed).
 pub(crate) fn step_limited<'p>(
     problem: &Problem,
     phenotype: &'p Phenotype,
     program: Option<&Program>,
+    member: usize,
 ) -> Cow<'p, Phenotype> {
     let parsed;
     let program = match program {
@@ -65,11 +68,12 @@ pub(crate) fn step_limited<'p>(
             parsed.as_ref()
         }
     };
-    let bounded = program.and_then(|p| p.step_bound(problem)).is_some_and(|steps| steps <= DEFAULT_MAX_STEPS);
+    let bounded =
+        program.and_then(|p| p.step_bound(problem)).is_some_and(|steps| steps <= problem.max_steps());
     if bounded {
         return Cow::Borrowed(phenotype);
     }
-    match with_step_limit(phenotype.as_str()) {
+    match with_step_limit(phenotype.as_str(), member) {
         Some(text) => Cow::Owned(Phenotype::new(text)),
         None => Cow::Borrowed(phenotype),
     }
@@ -80,13 +84,25 @@ pub(crate) fn render_unit(problem: &Problem, members: &[Named<'_>]) -> String {
     let template = problem.template();
     let body: usize =
         members.iter().map(|(_, p, _)| p.as_str().len() + template.kernel_template().len()).sum();
-    let mut source = String::with_capacity(template.preamble().len() + STEP_HELPER.len() + body);
+    let texts = limited(problem, members);
+    let mut source = String::with_capacity(template.preamble().len() + 600 + body);
     source.push_str(template.preamble());
-    source.push_str(STEP_HELPER);
-    for (name, phenotype, program) in members {
-        source.push_str(&template.render_kernel(name, &step_limited(problem, phenotype, *program)));
+    source.push_str(&helper(problem, &texts));
+    for ((name, ..), text) in members.iter().zip(&texts) {
+        source.push_str(&template.render_kernel(name, text));
     }
     source
+}
+
+/// Each member's text as compiled ([`step_limited`]), by its place in the unit.
+fn limited<'p>(problem: &Problem, members: &[Named<'p>]) -> Vec<Cow<'p, Phenotype>> {
+    members.iter().enumerate().map(|(j, (_, p, program))| step_limited(problem, p, *program, j)).collect()
+}
+
+/// The unit's step helper: failure flags for all its members when any counts steps.
+fn helper(problem: &Problem, texts: &[Cow<'_, Phenotype>]) -> String {
+    let counts = texts.iter().any(|t| matches!(t, Cow::Owned(_)));
+    step_helper(problem.max_steps(), if counts { texts.len() } else { 0 })
 }
 
 /// One translation unit holding the switch kernel `name` ([`gpfarm_protocol::Shape::Switch`]): the preamble,
@@ -101,10 +117,11 @@ pub(crate) fn render_switch_unit(
     members: &[Named<'_>],
 ) -> String {
     let template = problem.template();
+    let texts = limited(problem, members);
     let mut source = template.preamble().to_owned();
-    source.push_str(STEP_HELPER);
-    for (k, phenotype, program) in members {
-        source.push_str(&template.render_device_function(k, &step_limited(problem, phenotype, *program)));
+    source.push_str(&helper(problem, &texts));
+    for ((k, ..), text) in members.iter().zip(&texts) {
+        source.push_str(&template.render_device_function(k, text));
     }
     let declared: Vec<String> = params
         .iter()
@@ -210,9 +227,19 @@ mod tests {
         let keyed = keyed_source(&problem, &p, None);
         for source in [&kernels, &switch, &keyed] {
             assert!(source.contains("unsigned long long gpfarm_steps = 0;"), "{source}");
-            assert!(source.contains("while(gpfarm_step(gpfarm_steps) && (tmp < 3))"), "{source}");
-            assert_eq!(source.matches("bool gpfarm_step(").count(), 1, "{source}");
+            assert!(
+                source.contains("while(gpfarm_step(gpfarm_steps, gpfarm_failure) && (tmp < 3))"),
+                "{source}"
+            );
+            assert!(source.contains("__device__ unsigned gpfarm_failed[1];"), "{source}");
+            assert_eq!(source.matches("bool gpfarm_step(").count(), 2, "{source}");
         }
+        // Each member flags its own failure; a problem's own limit is compiled in.
+        let q = Phenotype::new("OUTPUT = 2;");
+        let two = render_unit(&problem, &[(kernel_name(0, 0), &q, None), (kernel_name(0, 1), &p, None)]);
+        assert!(two.contains("gpfarm_failed[2];") && two.contains("= gpfarm_failed[1];"), "{two}");
+        let strict = problem.clone().with_max_steps(5).unwrap();
+        assert!(keyed_source(&strict, &p, None).contains("gpfarm_max_steps = 5ull;"));
         // Search's own loops are bounded far below the limit: compiled as written.
         let search =
             Phenotype::new("for(i=0;i < LENINPUT;i++){if (INPUT[i % LENINPUT] == SEARCH) {OUTPUT = i;}}");
@@ -221,5 +248,6 @@ mod tests {
         // Without a loop the phenotype is pasted as it is.
         let plain = render_unit(&problem, &[(kernel_name(0, 1), &Phenotype::new("OUTPUT = 1;"), None)]);
         assert!(!plain.contains("gpfarm_steps") && plain.contains("OUTPUT = 1;"));
+        assert!(!plain.contains("gpfarm_failed"), "{plain}");
     }
 }

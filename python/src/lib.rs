@@ -60,6 +60,7 @@ struct EvolveConfig {
     no_crash_retry_on_gpu: bool,
     deadline: u64,
     gpu_deadline: f64,
+    max_steps: Option<u64>,
     islands: usize,
     migrate_every: usize,
     migrants: usize,
@@ -78,7 +79,7 @@ impl EvolveConfig {
         no_cache = false, no_overlap = false, disk_cache = false, cache_dir = None, trace_units = None,
         crash_dir = None, crash_retry_flag = Vec::new(), no_crash_retry = false, no_crash_retry_on_gpu = false,
         deadline = gpfarm_client::DEFAULT_UNIT_DEADLINE.as_secs(),
-        gpu_deadline = gpfarm_client::DEFAULT_GPU_DEADLINE.as_secs_f64(), islands = 1, migrate_every = 10, migrants = 2,
+        gpu_deadline = gpfarm_client::DEFAULT_GPU_DEADLINE.as_secs_f64(), max_steps = None, islands = 1, migrate_every = 10, migrants = 2,
         island_farm = "shared".to_owned(), cuda = None
     ))]
     #[allow(clippy::too_many_arguments)]
@@ -114,6 +115,7 @@ impl EvolveConfig {
         no_crash_retry_on_gpu: bool,
         deadline: u64,
         gpu_deadline: f64,
+        max_steps: Option<u64>,
         islands: usize,
         migrate_every: usize,
         migrants: usize,
@@ -152,6 +154,7 @@ impl EvolveConfig {
             no_crash_retry_on_gpu,
             deadline,
             gpu_deadline,
+            max_steps,
             islands,
             migrate_every,
             migrants,
@@ -225,6 +228,10 @@ impl EvolveConfig {
                 Duration::from_secs_f64(self.gpu_deadline)
             } else {
                 return Err(bad("gpu_deadline", "must be a number of seconds above 0"));
+            },
+            max_steps: match self.max_steps {
+                Some(0) => return Err(bad("max_steps", "must be at least 1")),
+                n => n,
             },
             crash_retry_flags: match (self.no_crash_retry, self.crash_retry_flag.is_empty()) {
                 (true, _) => Vec::new(),

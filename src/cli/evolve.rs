@@ -146,6 +146,10 @@ pub struct EvolveArgs {
     /// worst fitness, with the reason timeout, and the run goes on.
     #[arg(long, value_name = "SECONDS", default_value_t = gpfarm_client::DEFAULT_GPU_DEADLINE.as_secs_f64(), value_parser = positive_seconds)]
     gpu_deadline: f64,
+    /// Loop iterations a program may take in one case before it fails with the worst fitness,
+    /// on every route (default: the problem's `max_steps`, else 1000000).
+    #[arg(long, value_name = "STEPS", value_parser = clap::value_parser!(u64).range(1..))]
+    max_steps: Option<u64>,
     /// Seconds a daemon may spend on one unit before it is killed and replaced, and the unit
     /// retried once (farm only).
     #[arg(long, default_value_t = gpfarm_client::DEFAULT_UNIT_DEADLINE.as_secs())]
@@ -225,6 +229,7 @@ impl EvolveArgs {
             trace_units: self.trace_units.clone(),
             gpu_worker: None,
             gpu_deadline: Duration::from_secs_f64(self.gpu_deadline),
+            max_steps: self.max_steps,
             crash_retry_flags: match (self.no_crash_retry, self.crash_retry_flags.is_empty()) {
                 (true, _) => Vec::new(),
                 (false, true) => Options::default().crash_retry_flags,

@@ -6,7 +6,6 @@
 use std::time::Instant;
 
 use gpfarm_client::{CompiledUnit, GpuWorker, WorkerError};
-use gpfarm_gp::program::DEFAULT_MAX_STEPS;
 use gpfarm_gp::{Fitness, Phenotype, evaluate_all};
 use gpfarm_kernels::interpreter::PackedPopulation;
 
@@ -147,7 +146,7 @@ impl Driver<'_> {
         if !coded.is_empty() {
             let t = Instant::now();
             let wire = PackedPopulation::new(coded.iter().filter_map(|m| m.code.as_deref()))
-                .into_wire(DEFAULT_MAX_STEPS);
+                .into_wire(self.problem.max_steps());
             match worker.interpret(&wire) {
                 Ok(out) => {
                     let took = t.elapsed();

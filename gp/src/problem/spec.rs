@@ -128,6 +128,14 @@ pub struct ProblemSpec {
     pub outputs: Vec<VarSpec>,
     /// What outputs are compared with.
     pub target: TargetSpec,
+    /// Loop iterations a program may take in one case (tests of a loop's condition) before it
+    /// fails with the worst fitness, on every route; `gpfarm evolve --max-steps` overrides it.
+    #[serde(default = "default_max_steps")]
+    pub max_steps: u64,
+}
+
+fn default_max_steps() -> u64 {
+    crate::program::DEFAULT_MAX_STEPS
 }
 
 /// The math functions a phenotype may call, each also in its float form (the name followed by
@@ -214,6 +222,9 @@ impl ProblemSpec {
     pub(crate) fn validate(&self) -> Result<(), SpecIssue> {
         if self.name.trim().is_empty() {
             return Err(issue("name", "must not be empty"));
+        }
+        if self.max_steps == 0 {
+            return Err(issue("max_steps", "must be at least 1"));
         }
         let mut names: Vec<(String, String)> = Vec::new();
         for (i, input) in self.inputs.iter().enumerate() {

@@ -7,12 +7,15 @@
 //! [`super::fitness`], which each launch's `SAFETY` note names. Must never allocate device memory:
 //! the buffers were grown for the generation before ([`super::buffers`]).
 
-use cudarc::driver::{CudaFunction, DriverError, LaunchConfig, PushKernelArg};
+use std::sync::Arc;
+
+use cudarc::driver::{CudaFunction, CudaModule, DriverError, LaunchConfig, PushKernelArg};
+use gpfarm_gp::program::FAILED_FLAGS;
 use gpfarm_gp::{ParamRole, Problem};
 
 use super::buffers::{DevView, Device, tiles};
 use super::modules::Run;
-use super::{BLOCK, GpuError, driver, no_kernel};
+use super::{BLOCK, CompiledUnit, GpuError, driver, no_kernel};
 
 impl Device {
     /// Launches [`super::TILES_KERNEL`] over `n` programs' tile sums and reads their fitness back.
@@ -93,6 +96,27 @@ impl Device {
         // (`Shape::Switch`); every buffer holds the sizes that convention promises (inputs for
         // all cases, `len` output slabs of `ncases` values, one per row of the launch).
         unsafe { b.launch(cfg) }.map(|_| ())
+    }
+
+    /// The individuals whose program ran past the step limit: each unit's failure flags
+    /// ([`FAILED_FLAGS`], absent from a module none of whose members counts steps), read after
+    /// the launches. `modules[u]` is `units[u]`'s.
+    pub(super) fn read_failures(
+        &self,
+        units: &[CompiledUnit<'_>],
+        modules: &[Arc<CudaModule>],
+    ) -> Result<Vec<usize>, GpuError> {
+        let mut failed = Vec::new();
+        for (u, m) in units.iter().zip(modules) {
+            let Ok(flags) = m.get_global(FAILED_FLAGS, &self.stream) else { continue };
+            let bytes: Vec<u8> = self.stream.clone_dtoh(&flags).map_err(driver)?;
+            for (word, &slot) in bytes.chunks_exact(4).zip(u.members) {
+                if word != [0; 4] {
+                    failed.push(slot);
+                }
+            }
+        }
+        Ok(failed)
     }
 
     pub(super) fn reduce(&mut self, n: usize, ncases: usize) -> Result<Vec<f64>, GpuError> {

@@ -6,6 +6,11 @@
 //! then one per individual, [`TILE`]) so that only one `double` per individual is read back, and
 //! unloads its modules again.
 //!
+//! A program whose loop runs past the step limit sets its failure flag
+//! ([`gpfarm_gp::program::FAILED_FLAGS`], one per member of its unit's module) and ends; after
+//! the launches the evaluator reads each module's flags and gives a flagged individual a NaN
+//! fitness, which the engine scores as the worst, as the CPU evaluator fails the program.
+//!
 //! Faults: a launch the driver refuses (too many resources, ...) fails only that individual, with
 //! the reason. A kernel that faults while running (illegal address, trap) leaves a sticky error,
 //! and on the GPU host that poisons every CUDA context of the process: a fresh context created
@@ -189,9 +194,10 @@ impl GpuEvaluator {
         outcome.launch = t.elapsed();
         let t = Instant::now();
         let values = self.device.reduce(n, self.ncases)?;
+        let failed = self.device.read_failures(units, &modules)?;
         outcome.readback = t.elapsed();
         for i in launched {
-            outcome.fitness[i] = values.get(i).copied();
+            outcome.fitness[i] = if failed.contains(&i) { Some(f64::NAN) } else { values.get(i).copied() };
         }
         // `modules` drops here: every module of this generation is unloaded.
         drop(runs);

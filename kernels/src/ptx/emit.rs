@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 
 use gpfarm_gp::problem::template::kernel_params;
 use gpfarm_gp::problem::{InputType, Kind, ParamRole, ScalarType};
-use gpfarm_gp::program::DEFAULT_MAX_STEPS;
+use gpfarm_gp::program::FAILED_FLAGS;
 use gpfarm_gp::program::tree::{ArithOp, Bin, Body, CmpOp, Expr, Fn1, Fn2, IntOp, Source, Stmt, Ty, Value};
 use gpfarm_gp::{Problem, Program};
 use gpfarm_protocol::ptx_math::{self, MathFn};
@@ -164,6 +164,9 @@ pub(super) struct Needs {
     pub(super) calls: BTreeSet<usize>,
     /// Module-local functions called.
     pub(super) helpers: BTreeSet<Helper>,
+    /// Whether a kernel counts loop steps, and so sets its member's failure flag
+    /// ([`FAILED_FLAGS`]) past the limit.
+    pub(super) flags: bool,
 }
 
 /// The state of one kernel's emission.
@@ -182,6 +185,10 @@ struct Emitter<'a> {
     lazy: HashMap<String, String>,
     /// The case's step counter of the program being emitted (statements only).
     steps: Option<String>,
+    /// The program's place in its unit: its failure flag.
+    member: usize,
+    /// The problem's step limit.
+    max_steps: u64,
 }
 
 macro_rules! ins {
@@ -616,12 +623,15 @@ impl Emitter<'_> {
                 let (top, end) = (self.label(), self.label());
                 self.place(&top);
                 // A step before each test of the condition, as the CPU evaluator counts; past
-                // the limit the kernel traps and the program fails.
+                // the limit the case sets its member's failure flag and ends (the program
+                // fails: the evaluator reads the flags after the launch).
                 if let Some(steps) = self.steps.clone() {
                     ins!(self, "add.u64 \t{steps}, {steps}, 1");
                     let p = self.fresh(Class::Pred);
-                    ins!(self, "setp.gt.u64 \t{p}, {steps}, {DEFAULT_MAX_STEPS}");
-                    ins!(self, "@{p} trap");
+                    ins!(self, "setp.gt.u64 \t{p}, {steps}, {}", self.max_steps);
+                    ins!(self, "@{p} st.global.u32 \t[{FAILED_FLAGS}+{}], 1", 4 * self.member);
+                    ins!(self, "@{p} exit");
+                    self.needs.flags = true;
                 }
                 if let Some(c) = cond {
                     let cv = self.expr(c);
@@ -642,8 +652,15 @@ impl Emitter<'_> {
 
 /// The `.visible .entry` of `program` under `name`, with the parameters of the problem's kernel
 /// convention; adds the functions it calls to `needs`.
-pub(super) fn kernel(problem: &Problem, program: &Program, name: &str, needs: &mut Needs) -> String {
-    entry(problem, std::slice::from_ref(&program), name, false, needs)
+/// `member` is its place in the unit, whose failure flag it sets.
+pub(super) fn kernel(
+    problem: &Problem,
+    program: &Program,
+    name: &str,
+    member: usize,
+    needs: &mut Needs,
+) -> String {
+    entry(problem, std::slice::from_ref(&program), name, Some(member), needs)
 }
 
 /// The `.visible .entry` `name` of a unit's switch kernel: the problem's kernel parameters, then
@@ -656,10 +673,19 @@ pub(super) fn switch_kernel(
     name: &str,
     needs: &mut Needs,
 ) -> String {
-    entry(problem, programs, name, true, needs)
+    entry(problem, programs, name, None, needs)
 }
 
-fn entry(problem: &Problem, programs: &[&Program], name: &str, switch: bool, needs: &mut Needs) -> String {
+/// A kernel of its own for member `Some(member)`, else the switch kernel of `programs`
+/// (members `0..`).
+fn entry(
+    problem: &Problem,
+    programs: &[&Program],
+    name: &str,
+    member: Option<usize>,
+    needs: &mut Needs,
+) -> String {
+    let switch = member.is_none();
     let spec = problem.spec();
     let params = kernel_params(spec);
     let mut e = Emitter {
@@ -672,6 +698,8 @@ fn entry(problem: &Problem, programs: &[&Program], name: &str, switch: bool, nee
         needs,
         lazy: HashMap::new(),
         steps: None,
+        member: 0,
+        max_steps: problem.max_steps(),
     };
     let done = e.label();
 
@@ -786,6 +814,7 @@ fn entry(problem: &Problem, programs: &[&Program], name: &str, switch: bool, nee
             e.place(l);
         }
         e.slot_types = program.slot_types();
+        e.member = member.unwrap_or(j);
         e.arrays.clear();
         for &i in program.arrays() {
             let base = base_regs[i].clone().expect("arrays are int[] inputs");

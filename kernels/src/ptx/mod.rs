@@ -56,6 +56,7 @@ use emit::Needs;
 use std::fmt::Write as _;
 
 use gpfarm_gp::problem::{TemplateDifference, compare_with_standard};
+use gpfarm_gp::program::FAILED_FLAGS;
 use gpfarm_gp::{Problem, Program};
 use gpfarm_protocol::SmArch;
 use gpfarm_protocol::ptx_math::FUNCTIONS;
@@ -86,9 +87,12 @@ pub fn ptx_supported(problem: &Problem) -> Result<(), PtxUnsupported> {
 /// One PTX module holding the kernel of each `(kernel name, program)`.
 pub(crate) fn ptx_unit(problem: &Problem, members: &[(&str, &Program)], arch: SmArch) -> String {
     let mut needs = Needs::default();
-    let kernels: Vec<String> =
-        members.iter().map(|(name, program)| emit::kernel(problem, program, name, &mut needs)).collect();
-    module(problem, arch, &needs, &kernels)
+    let kernels: Vec<String> = members
+        .iter()
+        .enumerate()
+        .map(|(j, (name, program))| emit::kernel(problem, program, name, j, &mut needs))
+        .collect();
+    module(problem, arch, &needs, members.len(), &kernels)
 }
 
 /// Estimated cost of assembling `program`'s code in a PTX unit, in the units of
@@ -97,7 +101,7 @@ pub(crate) fn ptx_unit(problem: &Problem, members: &[(&str, &Program)], arch: Sm
 /// individuals of generation 0; the instruction count explains the time with correlation 0.87).
 pub(crate) fn ptx_compile_weight(problem: &Problem, program: &Program) -> f64 {
     let mut needs = Needs::default();
-    let kernel = emit::kernel(problem, program, "gpfarm_weight", &mut needs);
+    let kernel = emit::kernel(problem, program, "gpfarm_weight", 0, &mut needs);
     kernel.lines().filter(|l| l.trim_end().ends_with(';') && !l.trim_start().starts_with('.')).count() as f64
 }
 
@@ -113,15 +117,19 @@ pub(crate) const PTX_UNIT_WEIGHT: f64 = 1200.0;
 pub(crate) fn ptx_switch_unit(problem: &Problem, name: &str, programs: &[&Program], arch: SmArch) -> String {
     let mut needs = Needs::default();
     let kernel = emit::switch_kernel(problem, programs, name, &mut needs);
-    module(problem, arch, &needs, std::slice::from_ref(&kernel))
+    module(problem, arch, &needs, programs.len(), std::slice::from_ref(&kernel))
 }
 
-/// The module around `kernels`: header, declarations of the library functions called, and the
-/// unit's own functions.
-fn module(problem: &Problem, arch: SmArch, needs: &Needs, kernels: &[String]) -> String {
+/// The module around `kernels`: header, the failure flags of its `members` when a kernel counts
+/// steps, declarations of the library functions called, and the unit's own functions.
+fn module(problem: &Problem, arch: SmArch, needs: &Needs, members: usize, kernels: &[String]) -> String {
     let mut s = String::with_capacity(kernels.iter().map(String::len).sum::<usize>() + 1024);
     let _ = writeln!(s, "//\n// gpfarm PTX unit: problem {}\n//\n", problem.name());
     let _ = writeln!(s, ".version {PTX_VERSION}\n.target sm_{}\n.address_size 64\n", arch.0);
+    if needs.flags {
+        // Zero when the module is loaded, as every `.global` without an initialiser.
+        let _ = writeln!(s, ".visible .global .align 4 .u32 {FAILED_FLAGS}[{members}];\n");
+    }
     for &i in &needs.calls {
         let _ = writeln!(s, "{}", FUNCTIONS[i].ptx_extern());
     }
@@ -254,14 +262,26 @@ mod tests {
     }
 
     #[test]
-    fn a_loop_counts_the_cases_steps_and_traps_past_the_limit() {
+    fn a_loop_counts_the_cases_steps_and_flags_its_member_past_the_limit() {
         let p = ptx("search", "while(tmp < 3){tmp = tmp + 1;}");
         assert_eq!(count(&p, "add.u64"), 1, "{p}");
         assert!(p.contains(&format!(", {};", gpfarm_gp::program::DEFAULT_MAX_STEPS)), "{p}");
-        let traps = instructions(&p).iter().filter(|l| l.starts_with('@') && l.ends_with("trap;")).count();
-        assert_eq!(traps, 1, "{p}");
-        // An expression has no loop and no counter.
-        assert_eq!(count(&ptx("keijzer6", "x * 2.0f"), "add.u64"), 0);
+        assert!(p.contains(".visible .global .align 4 .u32 gpfarm_failed[1];"), "{p}");
+        let ins = instructions(&p);
+        assert!(ins.iter().any(|l| l.ends_with("st.global.u32 \t[gpfarm_failed+0], 1;")), "{p}");
+        assert_eq!(ins.iter().filter(|l| l.starts_with('@') && l.ends_with("exit;")).count(), 1, "{p}");
+        assert!(!p.contains("trap"), "{p}");
+        // The second member of a unit flags its own word; the problem's limit is compiled in.
+        let search = Problem::builtin("search").unwrap().with_max_steps(9).unwrap();
+        let (a, b) = (Phenotype::new("OUTPUT = 1;"), Phenotype::new("while(tmp < 3){tmp = tmp + 1;}"));
+        let (a, b) = (Program::parse(&search, &a).unwrap(), Program::parse(&search, &b).unwrap());
+        let unit = ptx_unit(&search, &[("k0", &a), ("k1", &b)], SmArch::SM_90);
+        assert!(unit.contains("gpfarm_failed[2];") && unit.contains("[gpfarm_failed+4], 1;"), "{unit}");
+        assert!(unit.contains(", 9;"), "{unit}");
+        // An expression has no loop, no counter and no flags.
+        let plain = ptx("keijzer6", "x * 2.0f");
+        assert_eq!(count(&plain, "add.u64"), 0);
+        assert!(!plain.contains("gpfarm_failed"), "{plain}");
     }
 
     #[test]
