@@ -424,3 +424,112 @@ fn twenty_generations_of_each_problem_run_on_the_gpu() {
         eprintln!("{problem}: {}", records[21]);
     }
 }
+
+/// The while-loop example's random population (two seeds) under its own step limit and under a
+/// limit of 40 steps, which many of its loops pass: the CPU evaluator, the interpreter, NVRTC
+/// (kernels and switch) and PTX (kernels and switch) give every individual the same fitness bit
+/// for bit, the programs past the limit failing (NaN on the GPU, the worst fitness) on each, and
+/// no kernel faults.
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
+fn a_while_loop_population_has_one_fitness_on_every_route() {
+    let arch = require_gpu("while_loops_every_route");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/while-search");
+    let loaded = Problem::load(&dir).unwrap();
+    let mut farm = Farm::spawn(config(cores())).unwrap();
+    let options = CompileOptions { flags: vec![gpfarm_evolve::NO_FMAD.into()], ..CompileOptions::cubin(arch) };
+    let cubin = |farm: &mut Farm, name: &str, source: String| {
+        let batch = farm.compile(&[Unit::new(name, source)], &options).unwrap();
+        batch.results[0].cubin().unwrap_or_else(|| panic!("{name}: {}", batch.results[0].log)).to_vec()
+    };
+    let (mut compared, mut failing) = (0, 0);
+    for limit in [loaded.max_steps(), 40] {
+        let problem = loaded.clone().with_max_steps(limit).unwrap();
+        let kernels = gpfarm_kernels::gpu::Kernels {
+            fitness: Some(cubin(&mut farm, "fitness.cu", gpu::fitness_source(&problem).unwrap())),
+            interpreter: Some(cubin(
+                &mut farm,
+                "interp.cu",
+                gpfarm_kernels::interpreter::interpreter_source(&problem).unwrap(),
+            )),
+        };
+        let mut gpu = GpuEvaluator::with_kernels(&problem, &kernels).unwrap();
+        for seed in [7, 8] {
+            let phenotypes = random_phenotypes(&problem, seed);
+            let cpu = evaluate_all(&problem, &phenotypes, NonZeroUsize::new(cores()).unwrap());
+            // The CPU's fitness as the GPU reports it: NaN for a program that failed.
+            let want: Vec<Option<u64>> = cpu
+                .iter()
+                .map(|e| Some(if e.failure.is_some() { f64::NAN } else { e.fitness.value() }.to_bits()))
+                .collect();
+            failing += cpu.iter().filter(|e| e.failure.is_some()).count();
+            let mut check = |what: &str, got: &[Option<f64>]| {
+                let mut differ = 0;
+                for (i, (w, g)) in want.iter().zip(got).enumerate() {
+                    let g = g.map(|g| if g.is_nan() { f64::NAN.to_bits() } else { g.to_bits() });
+                    if g != *w {
+                        differ += 1;
+                        eprintln!("limit {limit} seed {seed} {what} #{i}: {g:?} vs cpu {w:?}: {}", phenotypes[i]);
+                    }
+                }
+                compared += got.len();
+                assert_eq!(differ, 0, "limit {limit} seed {seed} {what}: {differ} differ from the CPU");
+            };
+            // Programs that do not map (no phenotype the evaluator parses) fail on the CPU; the
+            // GPU routes take every parsed one.
+            let parsed: Vec<usize> = (0..phenotypes.len())
+                .filter(|&i| gpfarm_gp::Program::parse(&problem, &phenotypes[i]).is_ok())
+                .collect();
+            let subset: Vec<Phenotype> = parsed.iter().map(|&i| phenotypes[i].clone()).collect();
+            let want_subset: Vec<Option<u64>> = parsed.iter().map(|&i| want[i]).collect();
+            let expand = |got: Vec<Option<f64>>| -> Vec<Option<f64>> {
+                let mut all = vec![None; phenotypes.len()];
+                for (k, &i) in parsed.iter().enumerate() {
+                    all[i] = got[k];
+                }
+                all
+            };
+            assert_eq!(want_subset.len(), subset.len());
+            let codes: Vec<_> = subset
+                .iter()
+                .map(|p| {
+                    gpfarm_kernels::interpreter::assemble(&problem, &gpfarm_gp::Program::parse(&problem, p).unwrap())
+                        .unwrap()
+                })
+                .collect();
+            let wire = gpfarm_kernels::interpreter::PackedPopulation::new(&codes).into_wire(problem.max_steps());
+            let interpreted = gpu.interpret(&wire).unwrap();
+            let mut check_parsed = |what: &str, got: Vec<Option<f64>>| {
+                let all = expand(got);
+                let got: Vec<Option<f64>> =
+                    (0..phenotypes.len()).map(|i| if parsed.contains(&i) { all[i] } else { want[i].map(f64::from_bits) }).collect();
+                check(what, &got);
+            };
+            check_parsed("interpreter", interpreted.fitness);
+            for (language, shape) in [
+                (Language::CudaC, Shape::Kernels),
+                (Language::CudaC, Shape::Switch),
+                (Language::Ptx, Shape::Kernels),
+                (Language::Ptx, Shape::Switch),
+            ] {
+                let rendered =
+                    render_batch(&problem, language, shape, arch, &subset, 0, &per_unit(subset.len(), 32));
+                let wire: Vec<Unit> = rendered.units.iter().map(|u| u.unit.clone()).collect();
+                let batch = farm.compile(&wire, &options).unwrap();
+                let mut cubins = Vec::new();
+                for (u, r) in rendered.units.into_iter().zip(batch.results) {
+                    match r.outcome {
+                        UnitOutcome::Cubin(c) => cubins.push((c, u.kernels, u.members)),
+                        UnitOutcome::Failed(f) => panic!("{}: {f}\n{}", u.unit.name, r.log),
+                    }
+                }
+                assert!(rendered.refused.is_empty(), "{language:?} refused {:?}", rendered.refused);
+                let out = gpu.evaluate(&views(&Built { cubins }), subset.len()).unwrap();
+                assert!(out.faults.is_empty(), "{language:?} {shape}: {:?}", out.faults);
+                check_parsed(&format!("{language:?} {shape}"), out.fitness);
+            }
+        }
+    }
+    eprintln!("while loops: {compared} fitness values compared, {failing} CPU failures among them");
+    assert!(failing > 0, "the population must hold programs that fail");
+}

@@ -44,6 +44,11 @@ pub struct BreakEvenConfig {
     pub cpu_max_cases: usize,
     /// The GPU's architecture.
     pub arch: SmArch,
+    /// Loop counts of the loop workloads: for each case count and loop count, programs that
+    /// run a loop that many times per case ([`loops`]); empty for none.
+    pub loops: Vec<u64>,
+    /// Loop workloads only up to this many cases times loop count (each program's total steps).
+    pub loop_max_steps: u64,
     /// Cases per thread at once of the interpreter for programs without jumps: the first is
     /// the `interpreter` route, each other one an extra row `interpreter-xK`.
     pub tunings: Vec<interpreter::Tuning>,
@@ -65,6 +70,9 @@ pub struct BreakEvenRow {
     pub programs: usize,
     /// Mean ops per program (bytecode, constants' words not counted).
     pub mean_ops: f64,
+    /// Times each case runs its loop (loop workloads), 0 for programs without loops.
+    #[serde(default)]
+    pub loop_count: u64,
     /// nvrtc, ptx, interpreter or cpu.
     pub route: String,
     /// Phenotype to executable form: the farm's wall time, or bytecode compilation.
@@ -96,6 +104,13 @@ fn median(mut v: Vec<f64>) -> f64 {
 pub fn regression(n: usize) -> Result<Problem> {
     let base = gpfarm_gp::problem::builtin::sources("keijzer6").ok_or_else(|| anyhow!("no keijzer6"))?;
     let toml = base.toml.replacen("name = \"keijzer6\"", &format!("name = \"regression{n}\""), 1);
+    let cases = regression_cases(n);
+    let src = ProblemSources { toml: &toml, grammar: base.grammar, cases: &cases, template: base.template };
+    Ok(Problem::from_sources(&format!("regression{n}"), &src)?)
+}
+
+/// `cases.json` of [`regression`]: `n` values of `x` spread over `[1, 64]`, target `ln x + 0.5772`.
+fn regression_cases(n: usize) -> String {
     let mut cases = String::with_capacity(n * 48);
     cases.push('[');
     for c in 0..n {
@@ -107,8 +122,36 @@ pub fn regression(n: usize) -> Result<Problem> {
         cases.push_str(&format!("{{\"x\":{x:?},\"target\":{t:?}}}"));
     }
     cases.push(']');
-    let src = ProblemSources { toml: &toml, grammar: base.grammar, cases: &cases, template: base.template };
-    Ok(Problem::from_sources(&format!("regression{n}"), &src)?)
+    cases
+}
+
+/// A loop workload over `n` cases: keijzer6's expressions and cases (as [`regression`]), each
+/// program a statement that adds one expression to an accumulator `count` times per case:
+/// `while(i < COUNT){acc = acc + E; i = i + 1;}y = acc;`. No step limit is reached (it is set
+/// above the count), and no case's state repeats, so every route runs every iteration.
+pub fn loops(n: usize, count: u64) -> Result<Problem> {
+    let keijzer = gpfarm_gp::problem::builtin::sources("keijzer6").ok_or_else(|| anyhow!("no keijzer6"))?;
+    let rules: String =
+        keijzer.grammar.lines().filter(|l| !l.trim_start().starts_with('#')).collect::<Vec<_>>().join("\n");
+    let grammar = format!("<s> ::= while(i < {count}){{acc = acc + <e>; i = i + 1;}}y = acc;\n{rules}\n");
+    let toml = format!(
+        "name = \"loops{n}x{count}\"\nstart = \"s\"\nkind = \"statements\"\nfitness = \"rmse\"\nmax_steps = {}\n\
+         [[inputs]]\nname = \"x\"\ntype = \"float\"\n[[locals]]\nname = \"i\"\ntype = \"int\"\n\
+         [[locals]]\nname = \"acc\"\ntype = \"float\"\n[[outputs]]\nname = \"y\"\ntype = \"float\"\n\
+         [target]\ntype = \"float\"\n",
+        count + 1
+    );
+    let cases = regression_cases(n);
+    // The standard harness for this declaration, from a first load with a plain template.
+    let plain = "//@kernel\nextern \"C\" __global__ void {{KERNEL}}(const float* in_x, float* out_y, int NCASES) { }\n";
+    let name = format!("loops{n}x{count}");
+    let first = Problem::from_sources(&name, &ProblemSources { toml: &toml, grammar: &grammar, cases: &cases, template: plain });
+    let spec = match first {
+        Ok(p) => p.spec().clone(),
+        Err(e) => return Err(anyhow!("{name}: {e}")),
+    };
+    let template = gpfarm_gp::problem::standard_template(&spec);
+    Ok(Problem::from_sources(&name, &ProblemSources { toml: &toml, grammar: &grammar, cases: &cases, template: &template })?)
 }
 
 /// One population of `problem`: generation 0 of seed 1, duplicates and programs that do not
@@ -138,16 +181,21 @@ pub fn run(
     farm: &mut dyn Compiler,
     mut progress: impl FnMut(&str),
 ) -> Result<Vec<BreakEvenRow>> {
-    let mut workloads: Vec<(Problem, Option<u32>)> = Vec::new();
+    let mut workloads: Vec<(Problem, Option<u32>, u64)> = Vec::new();
     if config.builtins {
         for name in Problem::builtin_names() {
-            workloads.push((Problem::builtin(name)?, None));
+            workloads.push((Problem::builtin(name)?, None, 0));
         }
     }
     for &n in &config.cases {
         let problem = regression(n)?;
         for &d in &config.depths {
-            workloads.push((problem.clone(), Some(d)));
+            workloads.push((problem.clone(), Some(d), 0));
+        }
+        for &count in &config.loops {
+            if (n as u64).saturating_mul(count) <= config.loop_max_steps {
+                workloads.push((loops(n, count)?, Some(config.depths.first().copied().unwrap_or(4)), count));
+            }
         }
     }
     let tunings =
@@ -161,7 +209,7 @@ pub fn run(
     let threads = std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN);
     let mut rows = Vec::new();
     let mut evaluators: Option<(String, Vec<GpuEvaluator>)> = None;
-    for &(ref problem, depth_limit) in &workloads {
+    for &(ref problem, depth_limit, loop_count) in &workloads {
         let (phenotypes, programs) = population(problem, config.population, depth_limit)?;
         let depth = depth_limit.unwrap_or(0);
         let cases = problem.cases().len();
@@ -199,19 +247,21 @@ pub fn run(
             depth,
             programs: n,
             mean_ops: ops,
+            loop_count,
             route: route.to_owned(),
             compile_ms,
             load_ms,
             eval_ms,
             generation_ms: compile_ms + load_ms + eval_ms,
-            ops_per_s: ops * n as f64 * cases as f64 / (eval_ms / 1000.0),
+            ops_per_s: ops * loop_count.max(1) as f64 * n as f64 * cases as f64 / (eval_ms / 1000.0),
         };
         let mut keep = |r: BreakEvenRow, progress: &mut dyn FnMut(&str)| {
             progress(&format!(
-                "{} cases {} depth {} ({} programs, {:.1} ops): {} compile {:.2} load {:.2} eval {:.3} ms ({:.3e} ops/s)",
+                "{} cases {} depth {} loops {} ({} programs, {:.1} ops): {} compile {:.2} load {:.2} eval {:.3} ms ({:.3e} ops/s)",
                 r.problem,
                 r.cases,
                 r.depth,
+                r.loop_count,
                 r.programs,
                 r.mean_ops,
                 r.route,
@@ -317,7 +367,7 @@ pub fn run(
             keep(row(route.as_str(), compile_ms, median(loads), median(evals), ops), &mut progress);
         }
         // The CPU evaluator.
-        if cases <= config.cpu_max_cases {
+        if cases <= config.cpu_max_cases && (cases as u64).saturating_mul(loop_count) <= config.cpu_max_cases as u64 * 1000 {
             let mut times = Vec::new();
             for _ in 0..config.repeats.clamp(1, 3) {
                 let t = Instant::now();

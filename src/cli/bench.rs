@@ -70,6 +70,14 @@ pub struct BenchArgs {
     /// each.
     #[arg(long, value_delimiter = ',', requires = "break_even")]
     depths: Option<Vec<u32>>,
+    /// With --break-even: loop counts of loop workloads (programs that add an expression to an
+    /// accumulator in a while loop, that many times per case), for each case count up to
+    /// --loop-max-steps cases times count; none by default.
+    #[arg(long, value_delimiter = ',', requires = "break_even")]
+    loops: Option<Vec<u64>>,
+    /// With --break-even --loops: the largest cases times loop count measured.
+    #[arg(long, default_value_t = 100_000_000, requires = "break_even")]
+    loop_max_steps: u64,
     /// With --break-even: only the regressions, not the built-in problems.
     #[arg(long, requires = "break_even")]
     no_builtins: bool,
@@ -235,6 +243,8 @@ fn break_even(args: &BenchArgs, cuda: Option<&Path>, cores: usize) -> Result<()>
         builtins: !args.no_builtins,
         repeats: args.repeats.max(1),
         cpu_max_cases: 100_000,
+        loops: args.loops.clone().unwrap_or_default(),
+        loop_max_steps: args.loop_max_steps,
         arch: args.arch,
         tunings: args.tunings.clone().unwrap_or_default(),
         out: args.out.clone(),

@@ -176,8 +176,10 @@ ops! {
     Jz = (-1, "{ int z = t.i; t = st[--sp]; if (z == 0) pc = arg; }"),
     /// Jump to `arg`.
     Jmp = (0, "pc = arg;"),
-    /// Count one loop iteration of this case; past the step limit the program fails.
-    Step = (0, "if (++steps > max_steps) { failed = 1; goto finished; }"),
+    /// Count one loop iteration of this case; past the step limit, or once another case of the
+    /// block failed, the program fails (the kernel follows this with a check for a repeated
+    /// state).
+    Step = (0, "if (++steps > max_steps || *(volatile int*)&gpfarm_abort) { failed = 1; goto finished; }"),
     /// `sinf`.
     SinF = (0, "t.f = sinf(t.f);"),
     /// `cosf`.

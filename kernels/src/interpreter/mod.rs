@@ -14,12 +14,13 @@
 //! folds them ([`Folding::Nvvm`]: a math function of constants is the host's value, not CUDA's).
 //! The per-case fitness term and the order of summation are the fitness
 //! kernel's. So, on the GPU, the interpreter's fitness is the compiled routes' fitness, bit for
-//! bit, with two stated exceptions:
-//! - a loop that runs past the step limit in any case (the CPU evaluator's,
-//!   [`gpfarm_gp::program::DEFAULT_MAX_STEPS`] iterations) fails the program (worst fitness),
-//!   where a compiled kernel has no limit and runs on; no built-in grammar can write such a loop;
-//! - with `--fmad` NVRTC may fuse `a * b + c` across tree nodes in compiled code, which an
-//!   interpreter cannot: the default (`--fmad=false`) is exact.
+//! bit, with one stated exception (below). A loop that runs past the step limit in any case
+//! (the problem's [`gpfarm_gp::Problem::max_steps`]) fails the program (worst fitness) here as on
+//! every route; the interpreter finds some such programs sooner (a case whose state repeats, or
+//! another case of its block that failed: see the `Step` op in `source`), with the same outcome.
+//!
+//! The exception: with `--fmad` NVRTC may fuse `a * b + c` across tree nodes in compiled code,
+//! which an interpreter cannot: the default (`--fmad=false`) is exact.
 //!
 //! Like the PTX route it needs the standard harness ([`interp_supported`]): a template that
 //! computes anything else cannot be interpreted.

@@ -10,7 +10,8 @@
 //! cases at once (one fetch and dispatch per op for all of them), still adding their terms in
 //! case order. Each case's outputs are the compiled kernel's, op for op, so the fitness is the
 //! same bits. A program whose loop runs past the step limit in any case gets NaN, which the
-//! engine scores as the worst fitness.
+//! engine scores as the worst fitness; a case whose loop state repeats, or whose block already
+//! has a failed case, fails at once, since it would fail anyway (`step_source`).
 
 use std::fmt::Write as _;
 
@@ -179,8 +180,14 @@ pub fn interpreter_source_with(problem: &Problem, tuning: Tuning) -> Result<Stri
     let mut cases_k = String::new();
     let nslots = layout.len().max(1);
     let nout = outputs.len().max(1);
+    let writable: Vec<usize> =
+        layout.iter().enumerate().filter(|(_, (src, _))| matches!(src, Source::Zero(_))).map(|(k, _)| k).collect();
+    let step = step_source(&writable);
     for (code, op) in Op::ALL.iter().enumerate() {
-        let body = slot_access(op.cuda(), nslots, nout, tuning.register_slots);
+        let body = match op {
+            Op::Step => step.clone(),
+            _ => slot_access(op.cuda(), nslots, nout, tuning.register_slots),
+        };
         writeln!(cases, "            case {code}: {body} break; // {op:?}").ok();
         if !op.is_control() {
             writeln!(
@@ -209,6 +216,9 @@ template <int N> __device__ __forceinline__ void gpfarm_set(V (&a)[N], unsigned 
 template <int DEPTH, int K>\n\
 __device__ __forceinline__ void gpfarm_interpret({decl})\n{{\n\
     __shared__ double part[{BLOCK}];\n\
+    __shared__ int gpfarm_abort;\n\
+    if (threadIdx.x == 0) gpfarm_abort = 0;\n\
+    __syncthreads();\n\
     const unsigned o = offsets[blockIdx.y];\n\
     const unsigned* __restrict__ prog = code + (o & 0x3fffffffu);\n\
     const int first = blockIdx.x * {TILE} + threadIdx.x;\n\
@@ -267,6 +277,9 @@ __device__ __forceinline__ void gpfarm_interpret({decl})\n{{\n\
         int sp = 1;\n\
         unsigned pc = 0;\n\
         unsigned long long steps = 0;\n\
+        unsigned snap_pc = 0xffffffffu;\n\
+        unsigned long long snap_at = 1;\n\
+        V snap[{nsnap}];\n\
         for (;;) {{\n\
             const unsigned w = prog[pc++];\n\
             const unsigned arg = w >> 8;\n\
@@ -276,7 +289,7 @@ __device__ __forceinline__ void gpfarm_interpret({decl})\n{{\n\
             }}\n\
         }}\n\
     finished:\n\
-        if (failed) break;\n\
+        if (failed) {{ gpfarm_abort = 1; break; }}\n\
         {{\n\
         {term}\n\
         }}\n\
@@ -291,11 +304,36 @@ extern \"C\" __global__ void __launch_bounds__({BLOCK}) {INTERP_KERNEL_LARGE}({d
 {{\n    gpfarm_interpret<{MAX_DEPTH}, 1>({args});\n}}\n\n\
 {tiles}",
         problem = problem.name(),
+        nsnap = writable.len().max(1),
         tail = block_sum(
             "partial[(size_t)blockIdx.y * ntiles + blockIdx.x] = any_failed ? __longlong_as_double(0x7ff8000000000000LL) : part[0];"
         ),
         tiles = tiles_source(finish),
     ))
+}
+
+/// The CUDA C of [`Op::Step`] for a problem whose writable variable slots are `writable`. It
+/// counts the case's step and fails the program past the limit, as the CPU evaluator does, and
+/// fails it sooner where the outcome is already certain:
+/// - when another case of the block has failed (`gpfarm_abort`): the program's fitness is the
+///   worst whatever the other cases give;
+/// - when the case's state repeats (Brent's cycle detection): at a step the state is the step's
+///   place (`pc`) and the writable slots (the stack is empty between statements, the read-only
+///   slots and the case's inputs never change, outputs are written after the body); the state of
+///   every `2^k`-th step is kept, and meeting it again means the case runs the same steps
+///   forever, so it would pass the limit. A loop that repeats with period `p` after `m` steps is
+///   caught within about `2 max(m, p) + p` steps.
+///
+/// Either way the program fails exactly where the CPU evaluator fails it, only sooner.
+fn step_source(writable: &[usize]) -> String {
+    let same: String = writable.iter().enumerate().map(|(j, k)| format!(" && vars[{k}].i == snap[{j}].i")).collect();
+    let keep: String = writable.iter().enumerate().map(|(j, k)| format!(" snap[{j}] = vars[{k}];")).collect();
+    format!(
+        "{{ {} \
+         if (pc == snap_pc{same}) {{ failed = 1; goto finished; }} \
+         if (steps == snap_at) {{ snap_pc = pc;{keep} snap_at <<= 1; }} }}",
+        Op::Step.cuda()
+    )
 }
 
 /// The CUDA C of `op` on `K` cases at once, `q` = 0..K (unrolled): each case has its own top
@@ -407,6 +445,19 @@ mod tests {
             assert_eq!(code, op.cuda(), "{op:?}: more slots than registers kept");
         }
         assert_eq!(slot_access(Op::Store.cuda(), 1, 1, 1), "gpfarm_set(vars, arg, t); t = st[--sp];");
+    }
+
+    #[test]
+    fn a_step_compares_and_keeps_only_the_writable_slots() {
+        let step = step_source(&[2, 5]);
+        assert!(step.contains("pc == snap_pc && vars[2].i == snap[0].i && vars[5].i == snap[1].i"), "{step}");
+        assert!(step.contains("snap_pc = pc; snap[0] = vars[2]; snap[1] = vars[5]; snap_at <<= 1;"), "{step}");
+        assert!(step.contains("++steps > max_steps"), "{step}");
+        let search = Problem::builtin("search").unwrap();
+        let source = interpreter_source(&search).unwrap();
+        // Search's writable slots: i, tmp and OUTPUT, after INPUT's length and SEARCH.
+        assert!(source.contains("vars[2].i == snap[0].i && vars[3].i == snap[1].i && vars[4].i == snap[2].i"));
+        assert!(source.contains("V snap[3];"));
     }
 
     #[test]
