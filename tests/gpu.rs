@@ -437,7 +437,8 @@ fn a_while_loop_population_has_one_fitness_on_every_route() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/while-search");
     let loaded = Problem::load(&dir).unwrap();
     let mut farm = Farm::spawn(config(cores())).unwrap();
-    let options = CompileOptions { flags: vec![gpfarm_evolve::NO_FMAD.into()], ..CompileOptions::cubin(arch) };
+    let options =
+        CompileOptions { flags: vec![gpfarm_evolve::NO_FMAD.into()], ..CompileOptions::cubin(arch) };
     let cubin = |farm: &mut Farm, name: &str, source: String| {
         let batch = farm.compile(&[Unit::new(name, source)], &options).unwrap();
         batch.results[0].cubin().unwrap_or_else(|| panic!("{name}: {}", batch.results[0].log)).to_vec()
@@ -456,7 +457,9 @@ fn a_while_loop_population_has_one_fitness_on_every_route() {
         let mut gpu = GpuEvaluator::with_kernels(&problem, &kernels).unwrap();
         for seed in [7, 8] {
             let phenotypes = random_phenotypes(&problem, seed);
+            let t = std::time::Instant::now();
             let cpu = evaluate_all(&problem, &phenotypes, NonZeroUsize::new(cores()).unwrap());
+            eprintln!("limit {limit} seed {seed}: cpu in {:.2?}", t.elapsed());
             // The CPU's fitness as the GPU reports it: NaN for a program that failed.
             let want: Vec<Option<u64>> = cpu
                 .iter()
@@ -469,7 +472,10 @@ fn a_while_loop_population_has_one_fitness_on_every_route() {
                     let g = g.map(|g| if g.is_nan() { f64::NAN.to_bits() } else { g.to_bits() });
                     if g != *w {
                         differ += 1;
-                        eprintln!("limit {limit} seed {seed} {what} #{i}: {g:?} vs cpu {w:?}: {}", phenotypes[i]);
+                        eprintln!(
+                            "limit {limit} seed {seed} {what} #{i}: {g:?} vs cpu {w:?}: {}",
+                            phenotypes[i]
+                        );
                     }
                 }
                 compared += got.len();
@@ -493,16 +499,24 @@ fn a_while_loop_population_has_one_fitness_on_every_route() {
             let codes: Vec<_> = subset
                 .iter()
                 .map(|p| {
-                    gpfarm_kernels::interpreter::assemble(&problem, &gpfarm_gp::Program::parse(&problem, p).unwrap())
-                        .unwrap()
+                    gpfarm_kernels::interpreter::assemble(
+                        &problem,
+                        &gpfarm_gp::Program::parse(&problem, p).unwrap(),
+                    )
+                    .unwrap()
                 })
                 .collect();
-            let wire = gpfarm_kernels::interpreter::PackedPopulation::new(&codes).into_wire(problem.max_steps());
+            let wire =
+                gpfarm_kernels::interpreter::PackedPopulation::new(&codes).into_wire(problem.max_steps());
+            let t = std::time::Instant::now();
+            eprintln!("limit {limit} seed {seed}: {} programs, {failing} failing so far", subset.len());
             let interpreted = gpu.interpret(&wire).unwrap();
+            eprintln!("limit {limit} seed {seed}: interpreted in {:.2?}", t.elapsed());
             let mut check_parsed = |what: &str, got: Vec<Option<f64>>| {
                 let all = expand(got);
-                let got: Vec<Option<f64>> =
-                    (0..phenotypes.len()).map(|i| if parsed.contains(&i) { all[i] } else { want[i].map(f64::from_bits) }).collect();
+                let got: Vec<Option<f64>> = (0..phenotypes.len())
+                    .map(|i| if parsed.contains(&i) { all[i] } else { want[i].map(f64::from_bits) })
+                    .collect();
                 check(what, &got);
             };
             check_parsed("interpreter", interpreted.fitness);
@@ -524,7 +538,9 @@ fn a_while_loop_population_has_one_fitness_on_every_route() {
                     }
                 }
                 assert!(rendered.refused.is_empty(), "{language:?} refused {:?}", rendered.refused);
+                let t = std::time::Instant::now();
                 let out = gpu.evaluate(&views(&Built { cubins }), subset.len()).unwrap();
+                eprintln!("limit {limit} seed {seed}: {language:?} {shape} evaluated in {:.2?}", t.elapsed());
                 assert!(out.faults.is_empty(), "{language:?} {shape}: {:?}", out.faults);
                 check_parsed(&format!("{language:?} {shape}"), out.fitness);
             }

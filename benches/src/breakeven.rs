@@ -145,13 +145,19 @@ pub fn loops(n: usize, count: u64) -> Result<Problem> {
     // The standard harness for this declaration, from a first load with a plain template.
     let plain = "//@kernel\nextern \"C\" __global__ void {{KERNEL}}(const float* in_x, float* out_y, int NCASES) { }\n";
     let name = format!("loops{n}x{count}");
-    let first = Problem::from_sources(&name, &ProblemSources { toml: &toml, grammar: &grammar, cases: &cases, template: plain });
+    let first = Problem::from_sources(
+        &name,
+        &ProblemSources { toml: &toml, grammar: &grammar, cases: &cases, template: plain },
+    );
     let spec = match first {
         Ok(p) => p.spec().clone(),
         Err(e) => return Err(anyhow!("{name}: {e}")),
     };
     let template = gpfarm_gp::problem::standard_template(&spec);
-    Ok(Problem::from_sources(&name, &ProblemSources { toml: &toml, grammar: &grammar, cases: &cases, template: &template })?)
+    Ok(Problem::from_sources(
+        &name,
+        &ProblemSources { toml: &toml, grammar: &grammar, cases: &cases, template: &template },
+    )?)
 }
 
 /// One population of `problem`: generation 0 of seed 1, duplicates and programs that do not
@@ -367,7 +373,9 @@ pub fn run(
             keep(row(route.as_str(), compile_ms, median(loads), median(evals), ops), &mut progress);
         }
         // The CPU evaluator.
-        if cases <= config.cpu_max_cases && (cases as u64).saturating_mul(loop_count) <= config.cpu_max_cases as u64 * 1000 {
+        if cases <= config.cpu_max_cases
+            && (cases as u64).saturating_mul(loop_count) <= config.cpu_max_cases as u64 * 1000
+        {
             let mut times = Vec::new();
             for _ in 0..config.repeats.clamp(1, 3) {
                 let t = Instant::now();

@@ -88,7 +88,13 @@ pub(super) struct Device {
     /// population to the next (grown when too small) so that a launch allocates nothing.
     pub(super) words: CudaSlice<u32>,
     pub(super) offsets: CudaSlice<u32>,
+    /// Streams beside [`Device::stream`] that compiled individuals' launches are spread over, so
+    /// that kernels that run long (loops) run side by side; made at the first such launch.
+    pub(super) side: Vec<Arc<CudaStream>>,
 }
+
+/// Streams compiled individuals' launches are spread over ([`Device::side`]).
+pub(super) const SIDE_STREAMS: usize = 16;
 
 /// Tiles of [`TILE`] cases that `ncases` cases fill (at least one).
 pub(super) fn tiles(ncases: usize) -> usize {
@@ -147,7 +153,19 @@ impl Device {
             interpret,
             words,
             offsets,
+            side: Vec::new(),
         })
+    }
+
+    /// The side streams, each made to wait for the work queued on the main stream so far.
+    pub(super) fn side_streams(&mut self) -> Result<&[Arc<CudaStream>], DriverError> {
+        while self.side.len() < SIDE_STREAMS {
+            self.side.push(self.ctx.new_stream()?);
+        }
+        for s in &self.side {
+            s.join(&self.stream)?;
+        }
+        Ok(&self.side)
     }
 
     pub(super) fn ensure_capacity(

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaModule, DriverError, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaModule, CudaStream, DriverError, LaunchConfig, PushKernelArg};
 use gpfarm_gp::program::FAILED_FLAGS;
 use gpfarm_gp::{ParamRole, Problem};
 
@@ -54,9 +54,16 @@ impl Device {
         Ok(())
     }
 
-    /// Launches `run` over all cases (asynchronously): its kernel for one individual, or rows
-    /// `0..len` of a switch kernel from branch `first`, filling the output slabs of `slot..slot + len`.
-    pub(super) fn launch(&self, problem: &Problem, run: &Run, ncases: usize) -> Result<(), DriverError> {
+    /// Launches `run` over all cases (asynchronously, on `stream`): its kernel for one
+    /// individual, or rows `0..len` of a switch kernel from branch `first`, filling the output
+    /// slabs of `slot..slot + len`.
+    pub(super) fn launch(
+        &self,
+        problem: &Problem,
+        run: &Run,
+        ncases: usize,
+        stream: &Arc<CudaStream>,
+    ) -> Result<(), DriverError> {
         let (slot, len) = (run.slot, run.len);
         let params = problem.kernel_params();
         let mut views: Vec<DevView<'_>> = Vec::with_capacity(params.len());
@@ -75,7 +82,7 @@ impl Device {
         }
         let n = ncases as i32;
         let first = run.first.map(|b| b as i32);
-        let mut b = self.stream.launch_builder(&run.function);
+        let mut b = stream.launch_builder(&run.function);
         for v in &views {
             match v {
                 DevView::Int(v) => b.arg(v),

@@ -173,12 +173,21 @@ impl GpuEvaluator {
         outcome.load = t.elapsed();
         let t = Instant::now();
         let mut launched = Vec::with_capacity(n);
-        for run in &runs {
+        // Outside careful mode the launches are spread over the side streams, so that kernels
+        // that loop long run side by side rather than one after another; the main stream then
+        // waits for all of them.
+        let side = if careful || runs.len() < 2 {
+            Vec::new()
+        } else {
+            self.device.side_streams().map_err(driver)?.to_vec()
+        };
+        for (k, run) in runs.iter().enumerate() {
             if careful {
                 started(run.slot);
             }
+            let stream = side.get(k % side.len().max(1)).unwrap_or(&self.device.stream);
             // A refused launch is not sticky: only this run's individuals fail.
-            match self.device.launch(&self.problem, run, self.ncases) {
+            match self.device.launch(&self.problem, run, self.ncases, stream) {
                 Ok(()) => launched.extend(run.slot..run.slot + run.len),
                 Err(e) => outcome
                     .faults
@@ -188,6 +197,13 @@ impl GpuEvaluator {
                 let why = format!("{e:?}");
                 self.poisoned = Some(why.clone());
                 return Err(GpuError::FaultAt { individual: run.slot, why });
+            }
+        }
+        for s in &side {
+            if let Err(e) = self.device.stream.join(s) {
+                let why = format!("{e:?}");
+                self.poisoned = Some(why.clone());
+                return Err(GpuError::Fault(why));
             }
         }
         self.wait()?;

@@ -3,7 +3,9 @@
 //!
 //! One block of [`crate::gpu::BLOCK`] threads per tile of [`crate::gpu::TILE`] cases (grid x)
 //! and program (grid y). Thread `l` runs the program on cases `l`, `l + 256`, ... of its tile and
-//! adds each case's fitness term to its own `double` in that order; the block then sums the 256
+//! adds each case's fitness term to its own `double` in that order (a program with loops over
+//! at most [`crate::gpu::BLOCK`] cases runs one case per warp instead, so that cases that loop
+//! differently do not serialise one warp, and hands each case's term to its thread); the block then sums the 256
 //! partial sums pairwise into the tile's sum, and [`crate::gpu::TILES_KERNEL`] sums the tiles,
 //! exactly as the fitness kernel of the compiled routes sums its slabs
 //! ([`crate::gpu::fitness_source`]). A program without jumps runs [`INTERLEAVE`] of the thread's
@@ -180,8 +182,12 @@ pub fn interpreter_source_with(problem: &Problem, tuning: Tuning) -> Result<Stri
     let mut cases_k = String::new();
     let nslots = layout.len().max(1);
     let nout = outputs.len().max(1);
-    let writable: Vec<usize> =
-        layout.iter().enumerate().filter(|(_, (src, _))| matches!(src, Source::Zero(_))).map(|(k, _)| k).collect();
+    let writable: Vec<usize> = layout
+        .iter()
+        .enumerate()
+        .filter(|(_, (src, _))| matches!(src, Source::Zero(_)))
+        .map(|(k, _)| k)
+        .collect();
     let step = step_source(&writable);
     for (code, op) in Op::ALL.iter().enumerate() {
         let body = match op {
@@ -263,8 +269,13 @@ __device__ __forceinline__ void gpfarm_interpret({decl})\n{{\n\
             }}\n\
         }}\n\
     }} else {{\n\
-    for (int j = 0; j < {ROWS}; ++j) {{\n\
-        const int c = first + j * {BLOCK};\n\
+    // A program with jumps over no more cases than a block has threads runs one case per warp\n\
+    // (its first lane), so that cases looping differently do not take turns in one warp; each\n\
+    // case's term meets in part[] and thread l takes case l's, as the lane layout sums them.\n\
+    const bool by_warp = ncases <= {BLOCK};\n\
+    for (int j = 0; ; ++j) {{\n\
+        const int c = by_warp ? ((threadIdx.x & 31u) ? ncases : (int)(threadIdx.x >> 5) + j * {WARPS})\n\
+                              : (j < {ROWS} ? first + j * {BLOCK} : ncases);\n\
         if (c >= ncases) break;\n\
         V vars[{nslots}];\n\
         V out[{nout}];\n\
@@ -290,9 +301,17 @@ __device__ __forceinline__ void gpfarm_interpret({decl})\n{{\n\
         }}\n\
     finished:\n\
         if (failed) {{ gpfarm_abort = 1; break; }}\n\
-        {{\n\
+        if (by_warp) {{\n\
+        double s = 0.0;\n\
+        {term}\n\
+        part[c] = s;\n\
+        }} else {{\n\
         {term}\n\
         }}\n\
+    }}\n\
+    if (by_warp) {{\n\
+        __syncthreads();\n\
+        s = (int)threadIdx.x < ncases ? part[threadIdx.x] : 0.0;\n\
     }}\n\
     }}\n\
     const int any_failed = __syncthreads_or(failed);\n\
@@ -304,6 +323,7 @@ extern \"C\" __global__ void __launch_bounds__({BLOCK}) {INTERP_KERNEL_LARGE}({d
 {{\n    gpfarm_interpret<{MAX_DEPTH}, 1>({args});\n}}\n\n\
 {tiles}",
         problem = problem.name(),
+        WARPS = BLOCK / 32,
         nsnap = writable.len().max(1),
         tail = block_sum(
             "partial[(size_t)blockIdx.y * ntiles + blockIdx.x] = any_failed ? __longlong_as_double(0x7ff8000000000000LL) : part[0];"
@@ -326,7 +346,8 @@ extern \"C\" __global__ void __launch_bounds__({BLOCK}) {INTERP_KERNEL_LARGE}({d
 ///
 /// Either way the program fails exactly where the CPU evaluator fails it, only sooner.
 fn step_source(writable: &[usize]) -> String {
-    let same: String = writable.iter().enumerate().map(|(j, k)| format!(" && vars[{k}].i == snap[{j}].i")).collect();
+    let same: String =
+        writable.iter().enumerate().map(|(j, k)| format!(" && vars[{k}].i == snap[{j}].i")).collect();
     let keep: String = writable.iter().enumerate().map(|(j, k)| format!(" snap[{j}] = vars[{k}];")).collect();
     format!(
         "{{ {} \
@@ -451,12 +472,17 @@ mod tests {
     fn a_step_compares_and_keeps_only_the_writable_slots() {
         let step = step_source(&[2, 5]);
         assert!(step.contains("pc == snap_pc && vars[2].i == snap[0].i && vars[5].i == snap[1].i"), "{step}");
-        assert!(step.contains("snap_pc = pc; snap[0] = vars[2]; snap[1] = vars[5]; snap_at <<= 1;"), "{step}");
+        assert!(
+            step.contains("snap_pc = pc; snap[0] = vars[2]; snap[1] = vars[5]; snap_at <<= 1;"),
+            "{step}"
+        );
         assert!(step.contains("++steps > max_steps"), "{step}");
         let search = Problem::builtin("search").unwrap();
         let source = interpreter_source(&search).unwrap();
         // Search's writable slots: i, tmp and OUTPUT, after INPUT's length and SEARCH.
-        assert!(source.contains("vars[2].i == snap[0].i && vars[3].i == snap[1].i && vars[4].i == snap[2].i"));
+        assert!(
+            source.contains("vars[2].i == snap[0].i && vars[3].i == snap[1].i && vars[4].i == snap[2].i")
+        );
         assert!(source.contains("V snap[3];"));
     }
 
