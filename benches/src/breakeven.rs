@@ -143,7 +143,7 @@ pub fn loops(n: usize, count: u64) -> Result<Problem> {
     );
     let cases = regression_cases(n);
     // The standard harness for this declaration, from a first load with a plain template.
-    let plain = "//@kernel\nextern \"C\" __global__ void {{KERNEL}}(const float* in_x, float* out_y, int NCASES) { }\n";
+    let plain = "//@kernel\nextern \"C\" __global__ void {{KERNEL}}(const float* in_x, float* out_y, int NCASES) { int i = 0; float acc = 0.0f; float y = 0.0f; const float x = in_x[0]; {{PHENOTYPE}} out_y[0] = y; }\n";
     let name = format!("loops{n}x{count}");
     let first = Problem::from_sources(
         &name,
@@ -208,8 +208,8 @@ pub fn run(
         if config.tunings.is_empty() { vec![interpreter::Tuning::default()] } else { config.tunings.clone() };
     let options =
         CompileOptions { flags: vec![gpfarm_evolve::NO_FMAD.into()], ..CompileOptions::cubin(config.arch) };
-    let ptx_options = CompileOptions {
-        link_flags: gpfarm_evolve::LINK_FLAGS.iter().map(|f| f.to_string()).collect(),
+    let ptx_options = |problem: &Problem| CompileOptions {
+        link_flags: gpfarm_evolve::default_link_flags(problem),
         ..options.clone()
     };
     let threads = std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN);
@@ -330,7 +330,7 @@ pub fn run(
             )
             .units;
             let wire: Vec<Unit> = units.iter().map(|u| u.unit.clone()).collect();
-            let opts = if route == Route::Ptx { &ptx_options } else { &options };
+            let opts = if route == Route::Ptx { &ptx_options(problem) } else { &options };
             let t = Instant::now();
             let batch = crate::queued(farm, &wire, opts)?;
             let compile_ms = t.elapsed().as_secs_f64() * 1e3;
@@ -449,4 +449,24 @@ pub fn table(rows: &[BreakEvenRow], heading: &str) -> String {
         ));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_loop_workload_runs_its_loop_the_count_times_on_the_cpu() {
+        let problem = loops(8, 100).unwrap();
+        assert_eq!(problem.max_steps(), 101);
+        let (phenotypes, programs) = population(&problem, 20, Some(4)).unwrap();
+        assert!(!programs.is_empty());
+        for (p, program) in phenotypes.iter().zip(&programs) {
+            assert!(p.as_str().starts_with("while(i < 100){acc = acc + "), "{p}");
+            // 101 tests of the condition: exactly the limit, never past it.
+            assert!(program.run(&problem).is_ok(), "{p}");
+            assert!(program.run_with_limit(&problem, 100).is_err(), "{p}");
+        }
+        gpfarm_gp::problem::compare_with_standard(problem.template(), problem.spec()).unwrap();
+    }
 }

@@ -19,7 +19,7 @@ use gpfarm_protocol::{Route, Shape};
 use crate::driver::{CrashSettings, Driver, Evaluator, Settings, with_queues};
 use crate::error::EvolveError;
 use crate::islands::{Link, island_seed, ring};
-use crate::options::{EvalMode, LINK_FLAGS, NO_FMAD, Options, default_crash_dir, default_shape};
+use crate::options::{EvalMode, NO_FMAD, Options, default_crash_dir, default_shape};
 use crate::record::{EvaluatorKind, GenerationRecord, Summary, Totals};
 
 /// What a per-generation callback may fail with; the run stops and returns it as
@@ -157,7 +157,11 @@ impl Engine {
             arch: self.arch,
             mode: CompileMode::Cubin,
             flags,
-            link_flags: self.options.link_flags.clone(),
+            link_flags: if self.options.link_flags.is_empty() {
+                crate::options::default_link_flags(&self.problem)
+            } else {
+                self.options.link_flags.clone()
+            },
         }
     }
 
@@ -238,9 +242,7 @@ impl Engine {
                 " (nvJitLink takes -O0 and -O3 itself, ptxas's other levels as -Xptxas=-O1 or -Xptxas=-O2)",
             ),
         };
-        let default_link =
-            language == Language::Ptx && flags.iter().map(String::as_str).eq(LINK_FLAGS.iter().copied());
-        if !flags.is_empty() && !default_link {
+        if !flags.is_empty() {
             let batch = compiler.compile(std::slice::from_ref(&unit), options)?;
             if let Some(UnitOutcome::Failed(failure)) = batch.results.into_iter().next().map(|r| r.outcome)
                 && failure.kind != FailureKind::Lost

@@ -74,7 +74,8 @@ pub use error::EvolveError;
 pub use gpfarm_client::ProblemRef;
 pub use gpfarm_protocol::Route;
 pub use options::{
-    CRASH_RETRY_FLAGS, EvalMode, LINK_FLAGS, NO_FMAD, Options, default_crash_dir, default_shape,
+    CRASH_RETRY_FLAGS, EvalMode, LINK_FLAGS, LOOP_LINK_FLAGS, NO_FMAD, Options, default_crash_dir,
+    default_link_flags, default_shape, problem_loops,
 };
 pub use record::{
     CompileFigures, CriticalPath, EvalSplit, EvaluatorKind, GenerationRecord, Individuals, Summary, Totals,

@@ -78,8 +78,8 @@ pub struct EvolveArgs {
     /// standard harness. All give the same fitness on the GPU, bit for bit.
     #[arg(long, default_value = "auto", value_parser = Route::parse_choice)]
     route: AutoRoute,
-    /// nvJitLink option for the PTX route (repeatable; replaces the default -O0), e.g.
-    /// --link-flag=-O3.
+    /// nvJitLink option for the PTX route (repeatable; replaces the default: -O0, or -O3 when
+    /// the problem's grammar has loops), e.g. --link-flag=-O3.
     #[arg(long = "link-flag", allow_hyphen_values = true)]
     link_flags: Vec<String>,
     /// How a unit holds its individuals: switch (one kernel per unit, switching on the block
@@ -216,11 +216,7 @@ impl EvolveArgs {
             flags: self.flags.clone(),
             fmad: self.fmad,
             route: if self.no_compile { Some(Route::Cpu) } else { self.route },
-            link_flags: if self.link_flags.is_empty() {
-                Options::default().link_flags
-            } else {
-                self.link_flags.clone()
-            },
+            link_flags: self.link_flags.clone(),
             shape: self.shape,
             cache: !self.no_cache,
             overlap: !self.no_overlap,

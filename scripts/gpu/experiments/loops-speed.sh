@@ -22,7 +22,7 @@ for stage in "$@"; do
     runs)
       mkdir -p "$r/runs"
       python3 "$here/while-cases.py" 100000 /tmp/while-100000
-      for cases in 32 100000; do
+      for cases in ${CASES:-32 100000}; do
         where=(--problem-dir examples/while-search); [ "$cases" != 32 ] && where=(--problem-dir /tmp/while-$cases)
         for route in ${ROUTES:-cpu interpreter ptx nvrtc auto}; do
           eval_mode=(); [ "$route" = cpu ] && eval_mode=(--eval cpu)
@@ -60,7 +60,7 @@ for cases in [32, 100000]:
 PY
       ;;
     breakeven)
-      "$bin" bench --break-even --no-builtins --cases 32,1000,10000,100000,1000000 --depths 4 \
-        --loops 10,100,1000,10000,100000 --sizes 50 --repeats 3 --out "$r/breakeven" 2>&1 | tail -n 60 ;;
+      "$bin" bench --break-even --no-builtins --cases "${BE_CASES:-32,1000,10000,100000,1000000}" --depths 4 \
+        --loops "${BE_LOOPS:-10,100,1000,10000,100000}" --sizes 50 --repeats 3 --out "$r/breakeven" 2>&1 | tail -n 60 ;;
   esac
 done
