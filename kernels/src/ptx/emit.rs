@@ -187,6 +187,10 @@ struct Emitter<'a> {
     steps: Option<String>,
     /// The program's place in its unit: its failure flag.
     member: usize,
+    /// Loops around the code being emitted: inside one, reads and int divisions are inlined
+    /// rather than called ([`Emitter::index`], [`Emitter::helper`]), since a loop runs them
+    /// many times.
+    loop_depth: u32,
     /// The problem's step limit.
     max_steps: u64,
 }
@@ -519,8 +523,29 @@ impl Emitter<'_> {
     /// array, else element `k % len`, moved into `[0, len)`. A call of the unit's read function
     /// ([`Helper::Read`]): inline, the remainder, the wrap and the predicated load cost ptxas
     /// more per read than the call does (a Search individual reads about six times).
+    /// Inside a loop the read is inlined instead: it runs once per iteration.
     fn index(&mut self, array: usize, k: Val) -> Val {
         let (base, len) = self.arrays[array].clone();
+        if self.loop_depth > 0 {
+            let tk = self.text(&k);
+            let (r, out) = self.new_val(Ty::Int);
+            let (empty, negative) = (self.fresh(Class::Pred), self.fresh(Class::Pred));
+            let (m, wrapped, at) = (self.fresh(Class::B32), self.fresh(Class::B32), self.fresh(Class::B32));
+            let (offset, address) = (self.fresh(Class::B64), self.fresh(Class::B64));
+            let done = self.label();
+            ins!(self, "mov.b32 \t{r}, 0");
+            ins!(self, "setp.le.s32 \t{empty}, {len}, 0");
+            ins!(self, "@{empty} bra \t{done}");
+            ins!(self, "rem.s32 \t{m}, {tk}, {len}");
+            ins!(self, "setp.lt.s32 \t{negative}, {m}, 0");
+            ins!(self, "add.s32 \t{wrapped}, {m}, {len}");
+            ins!(self, "selp.b32 \t{at}, {wrapped}, {m}, {negative}");
+            ins!(self, "mul.wide.s32 \t{offset}, {at}, 4");
+            ins!(self, "add.s64 \t{address}, {base}, {offset}");
+            ins!(self, "ld.global.nc.u32 \t{r}, [{address}]");
+            self.place(&done);
+            return out;
+        }
         let h = Helper::Read;
         self.needs.helpers.insert(h);
         let tk = self.text(&k);
@@ -576,7 +601,11 @@ impl Emitter<'_> {
     }
 
     /// `a / b` or `a % b` of ints through the unit's [`Helper`] function.
+    /// Inside a loop the instruction is inlined instead.
     fn helper(&mut self, h: Helper, a: Val, b: Val) -> Val {
+        if self.loop_depth > 0 {
+            return self.op2(h.instruction(), a, b, Ty::Int);
+        }
         self.needs.helpers.insert(h);
         let (ta, tb) = (self.text(&a), self.text(&b));
         let f = h.name();
@@ -633,6 +662,7 @@ impl Emitter<'_> {
                     ins!(self, "@{p} exit");
                     self.needs.flags = true;
                 }
+                self.loop_depth += 1;
                 if let Some(c) = cond {
                     let cv = self.expr(c);
                     let p = self.truth(cv);
@@ -640,6 +670,7 @@ impl Emitter<'_> {
                 }
                 self.stmts(body);
                 self.stmts(step);
+                self.loop_depth -= 1;
                 ins!(self, "bra \t{top}");
                 self.place(&end);
             }
@@ -699,6 +730,7 @@ fn entry(
         lazy: HashMap::new(),
         steps: None,
         member: 0,
+        loop_depth: 0,
         max_steps: problem.max_steps(),
     };
     let done = e.label();
