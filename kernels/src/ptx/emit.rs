@@ -14,7 +14,7 @@ use gpfarm_gp::{Problem, Program};
 use gpfarm_protocol::ptx_math::{self, MathFn};
 
 /// Register classes, in the order of their `.reg` declarations.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Class {
     Pred,
     B32,
@@ -169,6 +169,23 @@ pub(super) struct Needs {
     pub(super) flags: bool,
 }
 
+/// Registers for finding a case whose loop repeats its state (Brent's method), as the GPU
+/// interpreter finds it: at every `2^k`-th step the step's loop and the writable slots are kept;
+/// meeting them again at a step means the case runs the same steps forever and would pass the
+/// step limit, so it fails at once (its member's flag), with the same outcome, sooner. The state
+/// at a step is exactly these: read-only slots and inputs never change, and no other value is
+/// live at a loop's test.
+struct Cycle {
+    /// The loop of the kept step (its number in the program), `u32::MAX` before the first.
+    at_loop: String,
+    /// The step count at which the state is kept next.
+    next: String,
+    /// Each writable slot and the register keeping its value.
+    kept: Vec<(usize, String)>,
+    /// Loops emitted so far in the program.
+    loops: u32,
+}
+
 /// The state of one kernel's emission.
 struct Emitter<'a> {
     body: String,
@@ -185,6 +202,8 @@ struct Emitter<'a> {
     lazy: HashMap<String, String>,
     /// The case's step counter of the program being emitted (statements only).
     steps: Option<String>,
+    /// The case's kept state for finding a loop that repeats ([`Cycle`]; statements only).
+    cycle: Option<Cycle>,
     /// The program's place in its unit: its failure flag.
     member: usize,
     /// Loops around the code being emitted: inside one, reads and int divisions are inlined
@@ -600,6 +619,31 @@ impl Emitter<'_> {
         out
     }
 
+    /// At a loop's step (the counter `steps` just advanced): fails the case when its state is
+    /// the kept one, and keeps it at every `2^k`-th step ([`Cycle`]).
+    fn repeats(&mut self, steps: &str) {
+        let Some(mut cycle) = self.cycle.take() else { return };
+        let id = cycle.loops;
+        cycle.loops += 1;
+        let same = self.fresh(Class::Pred);
+        ins!(self, "setp.eq.u32 \t{same}, {}, {id}", cycle.at_loop);
+        for (slot, kept) in &cycle.kept {
+            let width = if self.slot_ty(*slot) == Ty::Double { "b64" } else { "b32" };
+            ins!(self, "setp.eq.and.{width} \t{same}, {}, {kept}, {same}", self.slots[*slot]);
+        }
+        ins!(self, "@{same} st.global.u32 \t[{FAILED_FLAGS}+{}], 1", 4 * self.member);
+        ins!(self, "@{same} exit");
+        let keep = self.fresh(Class::Pred);
+        ins!(self, "setp.eq.u64 \t{keep}, {steps}, {}", cycle.next);
+        ins!(self, "@{keep} mov.u32 \t{}, {id}", cycle.at_loop);
+        for (slot, kept) in &cycle.kept {
+            let width = if self.slot_ty(*slot) == Ty::Double { "b64" } else { "b32" };
+            ins!(self, "@{keep} mov.{width} \t{kept}, {}", self.slots[*slot]);
+        }
+        ins!(self, "@{keep} shl.b64 \t{}, {}, 1", cycle.next, cycle.next);
+        self.cycle = Some(cycle);
+    }
+
     /// `a / b` or `a % b` of ints through the unit's [`Helper`] function.
     /// Inside a loop the instruction is inlined instead.
     fn helper(&mut self, h: Helper, a: Val, b: Val) -> Val {
@@ -661,6 +705,7 @@ impl Emitter<'_> {
                     ins!(self, "@{p} st.global.u32 \t[{FAILED_FLAGS}+{}], 1", 4 * self.member);
                     ins!(self, "@{p} exit");
                     self.needs.flags = true;
+                    self.repeats(&steps);
                 }
                 self.loop_depth += 1;
                 if let Some(c) = cond {
@@ -729,6 +774,7 @@ fn entry(
         needs,
         lazy: HashMap::new(),
         steps: None,
+        cycle: None,
         member: 0,
         loop_depth: 0,
         max_steps: problem.max_steps(),
@@ -896,6 +942,21 @@ fn entry(
                 let steps = e.fresh(Class::B64);
                 ins!(e, "mov.u64 \t{steps}, 0");
                 e.steps = Some(steps);
+                let (at_loop, next) = (e.fresh(Class::B32), e.fresh(Class::B64));
+                ins!(e, "mov.u32 \t{at_loop}, {}", u32::MAX);
+                ins!(e, "mov.u64 \t{next}, 1");
+                let mut kept = Vec::new();
+                for (slot, src) in program.slots().iter().enumerate() {
+                    if matches!(src, Source::Zero(_)) {
+                        let class =
+                            if program.slot_types()[slot] == Ty::Double { Class::B64 } else { Class::B32 };
+                        let r = e.fresh(class);
+                        let width = if class == Class::B64 { "b64" } else { "b32" };
+                        ins!(e, "mov.{width} \t{r}, 0");
+                        kept.push((slot, r));
+                    }
+                }
+                e.cycle = Some(Cycle { at_loop, next, kept, loops: 0 });
                 e.stmts(s);
                 for (o, &slot) in program.output_slots().iter().enumerate() {
                     let ty = program.slot_types()[slot];

@@ -269,7 +269,11 @@ mod tests {
         assert!(p.contains(".visible .global .align 4 .u32 gpfarm_failed[1];"), "{p}");
         let ins = instructions(&p);
         assert!(ins.iter().any(|l| l.ends_with("st.global.u32 \t[gpfarm_failed+0], 1;")), "{p}");
-        assert_eq!(ins.iter().filter(|l| l.starts_with('@') && l.ends_with("exit;")).count(), 1, "{p}");
+        // Past the limit, and on meeting the kept state again (Search's writable slots: i, tmp
+        // and OUTPUT), the case flags its member and ends.
+        assert_eq!(ins.iter().filter(|l| l.starts_with('@') && l.ends_with("exit;")).count(), 2, "{p}");
+        assert_eq!(ins.iter().filter(|l| l.starts_with("setp.eq.and.b32")).count(), 3, "{p}");
+        assert_eq!(ins.iter().filter(|l| l.ends_with("[gpfarm_failed+0], 1;")).count(), 2, "{p}");
         assert!(!p.contains("trap"), "{p}");
         // The second member of a unit flags its own word; the problem's limit is compiled in.
         let search = Problem::builtin("search").unwrap().with_max_steps(9).unwrap();
