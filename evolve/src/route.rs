@@ -11,6 +11,14 @@
 //! others the choice is between the interpreter and the PTX route (which compiles 3-6 times
 //! faster than NVRTC and evaluates as fast), by [`predict`]: both grow with programs × cases ×
 //! ops, the interpreter's 1.5 times as steeply, and the PTX route pays its compile per program.
+//!
+//! Ops are the ops programs run, not the ops they hold: a program with loops is run on a few
+//! of the problem's cases on the CPU, op for op as the GPU routes run it
+//! ([`gpfarm_kernels::interpreter::exec::profile`]: a loop whose state repeats stops where they
+//! stop it, a loop that runs on is counted to the step limit). A loop also makes a generation
+//! wait for its longest case, which one GPU thread runs op after op: the interpreter about 16
+//! times slower than compiled code, and, over at most a block's cases, one case per warp, so
+//! up to `cases / 8` cases one after another ([`Costs::interp_serial_op_s`]).
 //! The constants ([`Costs::H100`]) come from `gpfarm bench --break-even` on the H100 host with 16
 //! daemons (`results/`): there one interpreter launch evaluates a generation before the
 //! farm has compiled it up to some 10^7-10^8 cases, so auto interprets every problem measured.
@@ -37,6 +45,15 @@ pub struct Costs {
     pub ptx_case_s: f64,
     /// PTX route: evaluating, seconds per op, program and case.
     pub ptx_op_s: f64,
+    /// Interpreter, programs with loops: seconds per op, program and case.
+    pub interp_loop_op_s: f64,
+    /// Interpreter: seconds per op one thread runs after another (a loop's longest case).
+    pub interp_serial_op_s: f64,
+    /// PTX route, problems whose programs loop (linked at `-O3`): compiling and loading one
+    /// program, seconds.
+    pub ptx_loop_program_s: f64,
+    /// PTX route: seconds per op one thread runs after another.
+    pub ptx_serial_op_s: f64,
 }
 
 impl Costs {
@@ -52,18 +69,62 @@ impl Costs {
         ptx_program_op_s: 21.1e-6,
         ptx_case_s: 5.9e-12,
         ptx_op_s: 4.5e-13,
+        // Loop workloads of `gpfarm bench --break-even --loops` on the H100 host, 2026-11-25
+        // (`results/2026-11-25-h100/loops-speed/breakeven/`): 20 programs of 22 ops looping
+        // 10 to 10^5 times over 32 to 10^5 cases.
+        interp_loop_op_s: 1.7e-12,
+        interp_serial_op_s: 1.6e-7,
+        ptx_loop_program_s: 2.0e-3,
+        ptx_serial_op_s: 1.0e-8,
     };
 }
 
-/// A generation's predicted evaluation time by the interpreter and by the PTX route, in
-/// seconds, for `programs` distinct programs of `mean_ops` ops over `cases` cases. Ops are
-/// counted once: a loop's repeats make the interpreter slower than predicted.
-pub fn predict(c: &Costs, programs: usize, mean_ops: f64, cases: usize) -> (f64, f64) {
-    let (n, m, cases) = (programs as f64, mean_ops, cases as f64);
-    let interp = c.interp_fixed_s + n * cases * (c.interp_case_s + m * c.interp_op_s);
-    let ptx = n * (c.ptx_program_s + m * c.ptx_program_op_s) + n * cases * (c.ptx_case_s + m * c.ptx_op_s);
-    (interp, ptx)
+/// What a generation asks of the GPU routes: its distinct programs, the ops they hold and the
+/// ops they run.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Workload {
+    /// Distinct programs.
+    pub programs: usize,
+    /// Mean ops a program holds (bytecode).
+    pub held_ops: f64,
+    /// Mean ops a program runs per case.
+    pub run_ops: f64,
+    /// Ops of the case that runs most, over all programs.
+    pub longest_case_ops: f64,
+    /// Whether any program has a loop.
+    pub loops: bool,
 }
+
+/// A generation's predicted evaluation time by the interpreter and by the PTX route, in
+/// seconds, for `w` over `cases` cases: each route's throughput (programs × cases × ops run) or
+/// its longest case run op after op, whichever is longer, the PTX route's compile added.
+pub fn predict(c: &Costs, w: &Workload, cases: usize) -> (f64, f64) {
+    let (n, cases_f) = (w.programs as f64, cases as f64);
+    let interp_op = if w.loops { c.interp_loop_op_s } else { c.interp_op_s };
+    let interp_flow = n * cases_f * (c.interp_case_s + w.run_ops * interp_op);
+    // Cases one thread (or, for loops over at most a block's cases, one warp) runs in turn.
+    let block = gpfarm_kernels::gpu::BLOCK as usize;
+    let in_turn = if w.loops && cases <= block {
+        cases.div_ceil(block / 32)
+    } else {
+        cases.div_ceil(block).min(gpfarm_kernels::gpu::ROWS as usize)
+    };
+    let interp_wait = if w.loops { w.longest_case_ops * in_turn as f64 * c.interp_serial_op_s } else { 0.0 };
+    let interp = c.interp_fixed_s + interp_flow.max(interp_wait);
+    let compile = if w.loops {
+        n * c.ptx_loop_program_s
+    } else {
+        n * (c.ptx_program_s + w.held_ops * c.ptx_program_op_s)
+    };
+    let ptx_flow = n * cases_f * (c.ptx_case_s + w.run_ops * c.ptx_op_s);
+    let ptx_wait = if w.loops { w.longest_case_ops * c.ptx_serial_op_s } else { 0.0 };
+    (interp, compile + ptx_flow.max(ptx_wait))
+}
+
+/// Cases of the problem a program with loops is run on to count its ops ([`Workload`]).
+pub const PROFILE_CASES: usize = 8;
+/// Steps a profiled case runs at most; one that gets there is counted to the step limit.
+pub const PROFILE_STEPS: u64 = 100_000;
 
 /// The route auto takes for `problem` under `config` (the run's GP parameters, which fix its
 /// first generation), and why, in words for the run's header and records.
@@ -71,33 +132,57 @@ pub fn choose(problem: &Problem, config: &EvolutionConfig) -> (Route, String) {
     if let Err(e) = gpfarm_kernels::interpreter::interp_supported(problem) {
         return (Route::Nvrtc, format!("auto: {}; only NVRTC compiles its template", e.difference));
     }
-    let (programs, mean_ops) = first_generation(problem, config);
+    let w = first_generation(problem, config);
     let cases = problem.cases().len();
-    let (interp, ptx) = predict(&Costs::H100, programs, mean_ops, cases);
+    let (interp, ptx) = predict(&Costs::H100, &w, cases);
     let route = if interp <= ptx { Route::Interpreter } else { Route::Ptx };
+    let loops = if w.loops {
+        format!(" running {:.1} per case (longest case {:.3e})", w.run_ops, w.longest_case_ops)
+    } else {
+        String::new()
+    };
     let why = format!(
-        "auto: {programs} programs of {mean_ops:.1} ops over {cases} cases, predicted {:.2} ms interpreted, \
+        "auto: {} programs of {:.1} ops{loops} over {cases} cases, predicted {:.2} ms interpreted, \
          {:.2} ms by PTX (H100 costs)",
+        w.programs,
+        w.held_ops,
         interp * 1e3,
         ptx * 1e3
     );
     (route, why)
 }
 
-/// Distinct programs of the run's first generation and their mean ops (bytecode). A program
-/// the interpreter cannot take counts as one op, as the CPU evaluates it.
-fn first_generation(problem: &Problem, config: &EvolutionConfig) -> (usize, f64) {
-    let Ok(evolution) = Evolution::new(problem, config.clone()) else { return (0, 0.0) };
+/// The run's first generation as a [`Workload`]: its distinct programs, the ops they hold
+/// (bytecode) and the ops they run, counted for programs with loops on [`PROFILE_CASES`] cases.
+/// A program the interpreter cannot take counts as one op, as the CPU evaluates it.
+fn first_generation(problem: &Problem, config: &EvolutionConfig) -> Workload {
+    use gpfarm_kernels::interpreter::{assemble, exec, walk};
+    let Ok(evolution) = Evolution::new(problem, config.clone()) else { return Workload::default() };
     let unique = evolution.dedup().unique;
-    let ops: usize = unique
-        .iter()
-        .filter_map(|p| Program::parse(problem, p).ok())
-        .map(|p| {
-            gpfarm_kernels::interpreter::assemble(problem, &p)
-                .map_or(1, |b| gpfarm_kernels::interpreter::walk(&b.words).count())
-        })
-        .sum();
-    (unique.len(), ops as f64 / unique.len().max(1) as f64)
+    let mut w = Workload { programs: unique.len(), ..Workload::default() };
+    let (mut held, mut run) = (0.0, 0.0);
+    for p in &unique {
+        let Some(code) = Program::parse(problem, p).ok().and_then(|p| assemble(problem, &p).ok()) else {
+            held += 1.0;
+            run += 1.0;
+            continue;
+        };
+        let ops = walk(&code.words).count() as f64;
+        held += ops;
+        if code.is_straight() {
+            run += ops;
+            w.longest_case_ops = w.longest_case_ops.max(ops);
+        } else {
+            w.loops = true;
+            let profile = exec::profile(problem, &code, PROFILE_CASES, PROFILE_STEPS);
+            run += profile.mean_ops;
+            w.longest_case_ops = w.longest_case_ops.max(profile.max_ops);
+        }
+    }
+    let n = unique.len().max(1) as f64;
+    w.held_ops = held / n;
+    w.run_ops = run / n;
+    w
 }
 
 #[cfg(test)]
@@ -107,15 +192,40 @@ mod tests {
     #[test]
     fn the_interpreter_wins_up_to_tens_of_millions_of_cases_and_ptx_beyond() {
         let c = Costs::H100;
+        let straight = |programs, ops| Workload {
+            programs,
+            held_ops: ops,
+            run_ops: ops,
+            longest_case_ops: ops,
+            loops: false,
+        };
         // keijzer6's first generation: 209 programs of 6.9 ops over 20 cases.
-        let (i, p) = predict(&c, 209, 6.9, 20);
+        let (i, p) = predict(&c, &straight(209, 6.9), 20);
         assert!(i < p / 100.0, "{i} {p}");
         // 10^7 cases, as measured: the interpreter 38 ms, PTX 171 ms.
-        let (i, p) = predict(&c, 189, 27.6, 10_000_000);
+        let (i, p) = predict(&c, &straight(189, 27.6), 10_000_000);
         assert!((0.035..0.06).contains(&i) && (0.1..0.2).contains(&p), "{i} {p}");
         // 2 x 10^8 cases of bloated programs: compiling pays.
-        let (i, p) = predict(&c, 200, 100.0, 200_000_000);
+        let (i, p) = predict(&c, &straight(200, 100.0), 200_000_000);
         assert!(i > p, "{i} {p}");
+    }
+
+    #[test]
+    fn long_loops_are_compiled_and_short_ones_interpreted() {
+        let c = Costs::H100;
+        let looping = |count: f64| Workload {
+            programs: 20,
+            held_ops: 22.0,
+            run_ops: 22.0 * count,
+            longest_case_ops: 22.0 * count,
+            loops: true,
+        };
+        // As measured (loops32x100000): the interpreter 1.54 s, PTX 73 ms.
+        let (i, p) = predict(&c, &looping(1e5), 32);
+        assert!((1.0..2.0).contains(&i) && (0.04..0.12).contains(&p), "{i} {p}");
+        // Ten iterations over 32 cases: a fraction of a millisecond interpreted.
+        let (i, p) = predict(&c, &looping(10.0), 32);
+        assert!(i < 0.001 && i < p, "{i} {p}");
     }
 
     #[test]
@@ -126,5 +236,23 @@ mod tests {
             assert_eq!(route, Route::Interpreter, "{name}: {why}");
             assert!(why.starts_with("auto: ") && why.contains("ms interpreted"), "{why}");
         }
+    }
+
+    #[test]
+    fn auto_counts_the_ops_loops_run_and_compiles_a_problem_whose_loops_run_long() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/while-search");
+        let problem = Problem::load(&dir).unwrap();
+        let config = EvolutionConfig { population: 100, seed: 1, ..EvolutionConfig::default() };
+        let w = first_generation(&problem, &config);
+        assert!(w.loops && w.run_ops > w.held_ops, "{w:?}");
+        let (route, why) = choose(&problem, &config);
+        assert!(why.contains("per case (longest case"), "{why}");
+        // Seeded: the same choice every time.
+        assert_eq!(choose(&problem, &config), (route, why));
+        // The same programs looping 10^6 times more per case: compiled.
+        let long =
+            Workload { run_ops: w.run_ops * 1e6, longest_case_ops: w.longest_case_ops.max(1.0) * 1e6, ..w };
+        let (i, p) = predict(&Costs::H100, &long, 32);
+        assert!(p < i, "{i} {p}");
     }
 }

@@ -313,3 +313,26 @@ fn programs_without_jumps_and_only_those_are_straight() {
     }
     assert!(straight > 0 && not > 0, "{straight} straight, {not} with jumps");
 }
+
+/// The route choice's count of what programs cost the GPU: ops per case as run, a loop whose
+/// state repeats stopped where the GPU routes stop it, a long loop counted to the limit.
+#[test]
+fn a_profile_counts_the_ops_the_gpu_routes_run() {
+    use gpfarm_kernels::interpreter::exec::profile;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/while-search");
+    let problem = Problem::load(&dir).unwrap();
+    let code =
+        |text: &str| assemble(&problem, &Program::parse(&problem, &Phenotype::new(text)).unwrap()).unwrap();
+    let straight = code("OUTPUT = 1;");
+    let p = profile(&problem, &straight, 32, 1000);
+    assert!(!p.fails && p.mean_ops == p.max_ops && p.mean_ops <= 8.0, "{p:?}");
+    // Ten iterations in every case, each the same few ops.
+    let counted = profile(&problem, &code("while(i < 10){i = i + 1;}"), 32, 1000);
+    assert!(!counted.fails && counted.mean_ops > 10.0 * 5.0 && counted.mean_ops < 10.0 * 12.0, "{counted:?}");
+    // A loop that changes nothing repeats its state at once: a few steps, and it fails.
+    let stuck = profile(&problem, &code("while(tmp < 3){OUTPUT = 1;}"), 32, 1000);
+    assert!(stuck.fails && stuck.max_ops < 100.0, "{stuck:?}");
+    // A loop that never repeats runs to the limit: 10^6 steps at its ops per step.
+    let long = profile(&problem, &code("while(tmp != (-1)){tmp = tmp + 2;}"), 32, 1000);
+    assert!(long.fails && long.max_ops > 1e6 * 5.0, "{long:?}");
+}

@@ -46,7 +46,6 @@ pub fn run(problem: &Problem, code: &Bytecode, max_steps: u64) -> Result<Vec<Col
     let cases = problem.cases();
     let n = cases.len();
     let layout = slot_layout(problem);
-    let arrays = array_layout(problem);
     let types: Vec<ScalarType> = problem.spec().outputs.iter().map(|o| o.ty).collect();
     let mut columns: Vec<Column> = types
         .iter()
@@ -58,29 +57,9 @@ pub fn run(problem: &Problem, code: &Bytecode, max_steps: u64) -> Result<Vec<Col
     let mut stack = vec![Cell::default(); code.depth + 1];
     let mut out = vec![Cell::default(); types.len()];
     for c in 0..n {
-        let vars: Vec<Cell> = layout
-            .iter()
-            .map(|(src, ty)| match src {
-                Source::Input(i) => match &cases.inputs()[*i] {
-                    InputColumn::Scalar(Column::Int(v)) => Cell::int(v[c]),
-                    InputColumn::Scalar(Column::Float(v)) => Cell::float(v[c]),
-                    InputColumn::IntArray { .. } => Cell::default(),
-                },
-                Source::Length(i) => match &cases.inputs()[*i] {
-                    InputColumn::IntArray { lens, .. } => Cell::int(lens[c]),
-                    InputColumn::Scalar(_) => Cell::default(),
-                },
-                Source::CaseBit(bit) => Cell::int(((c >> bit) & 1) as i32),
-                Source::Zero(_) => match ty {
-                    Ty::Double => Cell::double(0.0),
-                    Ty::Float => Cell::float(0.0),
-                    Ty::Int => Cell::int(0),
-                },
-            })
-            .collect();
-        let data: Vec<&[i32]> = arrays.iter().map(|&i| cases.array(i, c).unwrap_or(&[])).collect();
-        let mut m = Machine { vars, stack: &mut stack, out: &mut out, data, steps: 0, max_steps };
-        m.run(&code.words).map_err(|()| RunError::StepLimit { case: c, limit: max_steps })?;
+        let (vars, data) = case_state(problem, &layout, c);
+        let mut m = Machine::new(vars, &mut stack, &mut out, data, max_steps);
+        m.run(&code.words).map_err(|_| RunError::StepLimit { case: c, limit: max_steps })?;
         for (col, v) in columns.iter_mut().zip(out.iter()) {
             match col {
                 Column::Int(x) => x.push(v.i()),
@@ -91,6 +70,89 @@ pub fn run(problem: &Problem, code: &Bytecode, max_steps: u64) -> Result<Vec<Col
     Ok(columns)
 }
 
+/// What a program's cases cost the GPU routes, counted on the CPU ([`profile`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Profile {
+    /// Ops run per case, on average over the cases counted.
+    pub mean_ops: f64,
+    /// Ops run by the case that ran most.
+    pub max_ops: f64,
+    /// Whether the program fails (passes the step limit, or a case's state repeats).
+    pub fails: bool,
+}
+
+/// Counts the ops `code` runs on `problem`'s first `cases` cases as the GPU routes run them: a
+/// case whose loop state repeats stops there (as the interpreter and the PTX route stop it),
+/// and the first case to fail (fewest ops) stops the others, which run beside it. Each case runs
+/// at most `cap` steps; one that reaches `cap` is counted as running to the problem's step
+/// limit at the ops per step it showed. Deterministic: it depends on the program and the cases
+/// only, never on this machine.
+pub fn profile(problem: &Problem, code: &Bytecode, cases: usize, cap: u64) -> Profile {
+    let n = problem.cases().len().min(cases.max(1));
+    let layout = slot_layout(problem);
+    let writable: Vec<usize> = layout
+        .iter()
+        .enumerate()
+        .filter(|(_, (src, _))| matches!(src, Source::Zero(_)))
+        .map(|(k, _)| k)
+        .collect();
+    let limit = problem.max_steps();
+    // Each case's ops, and whether it failed.
+    let mut runs: Vec<(f64, bool)> = Vec::with_capacity(n);
+    let mut stack = vec![Cell::default(); code.depth + 1];
+    let mut out = vec![Cell::default(); problem.spec().outputs.len()];
+    for c in 0..n {
+        let (vars, data) = case_state(problem, &layout, c);
+        let mut m = Machine::new(vars, &mut stack, &mut out, data, cap.min(limit));
+        m.cycles =
+            Some(Cycles { writable: writable.clone(), kept_pc: usize::MAX, kept: Vec::new(), next: 1 });
+        let outcome = m.run(&code.words);
+        let ops = match outcome {
+            Err(Stop::Limit) if cap < limit => m.ops as f64 / m.steps.max(1) as f64 * limit as f64,
+            _ => m.ops as f64,
+        };
+        runs.push((ops, outcome.is_err()));
+    }
+    // The cases run side by side; the first to fail stops the others.
+    let first_failure = runs.iter().filter(|r| r.1).map(|r| r.0).reduce(f64::min);
+    let fails = first_failure.is_some();
+    let stop = first_failure.unwrap_or(f64::INFINITY);
+    let (mut total, mut max) = (0.0f64, 0.0f64);
+    for &(ops, _) in &runs {
+        let ops = ops.min(stop);
+        total += ops;
+        max = max.max(ops);
+    }
+    Profile { mean_ops: total / runs.len().max(1) as f64, max_ops: max, fails }
+}
+
+/// Case `c`'s variable slots and int arrays.
+fn case_state<'p>(problem: &'p Problem, layout: &[(Source, Ty)], c: usize) -> (Vec<Cell>, Vec<&'p [i32]>) {
+    let cases = problem.cases();
+    let vars = layout
+        .iter()
+        .map(|(src, ty)| match src {
+            Source::Input(i) => match &cases.inputs()[*i] {
+                InputColumn::Scalar(Column::Int(v)) => Cell::int(v[c]),
+                InputColumn::Scalar(Column::Float(v)) => Cell::float(v[c]),
+                InputColumn::IntArray { .. } => Cell::default(),
+            },
+            Source::Length(i) => match &cases.inputs()[*i] {
+                InputColumn::IntArray { lens, .. } => Cell::int(lens[c]),
+                InputColumn::Scalar(_) => Cell::default(),
+            },
+            Source::CaseBit(bit) => Cell::int(((c >> bit) & 1) as i32),
+            Source::Zero(_) => match ty {
+                Ty::Double => Cell::double(0.0),
+                Ty::Float => Cell::float(0.0),
+                Ty::Int => Cell::int(0),
+            },
+        })
+        .collect();
+    let data = array_layout(problem).iter().map(|&i| cases.array(i, c).unwrap_or(&[])).collect();
+    (vars, data)
+}
+
 struct Machine<'a> {
     vars: Vec<Cell>,
     stack: &'a mut [Cell],
@@ -98,17 +160,64 @@ struct Machine<'a> {
     data: Vec<&'a [i32]>,
     steps: u64,
     max_steps: u64,
+    /// Ops run so far.
+    ops: u64,
+    /// For finding a repeated state as the GPU routes do ([`profile`]): the writable slots,
+    /// and the kept step's place, slots and the step at which the next is kept.
+    cycles: Option<Cycles>,
 }
 
-impl Machine<'_> {
-    /// Runs to [`Op::End`]; `Err` past the step limit.
-    fn run(&mut self, prog: &[u32]) -> Result<(), ()> {
+struct Cycles {
+    writable: Vec<usize>,
+    kept_pc: usize,
+    kept: Vec<Cell>,
+    next: u64,
+}
+
+/// Why a run stopped before [`Op::End`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// Past the step limit.
+    Limit,
+    /// The state of a step repeated: the case would never end.
+    Repeats,
+}
+
+impl<'a> Machine<'a> {
+    fn new(
+        vars: Vec<Cell>,
+        stack: &'a mut [Cell],
+        out: &'a mut [Cell],
+        data: Vec<&'a [i32]>,
+        max_steps: u64,
+    ) -> Machine<'a> {
+        Machine { vars, stack, out, data, steps: 0, max_steps, ops: 0, cycles: None }
+    }
+
+    /// At a step: whether the state repeats the kept one; keeps it at every `2^k`-th step.
+    fn repeats(&mut self, pc: usize) -> bool {
+        let Some(c) = &mut self.cycles else { return false };
+        if pc == c.kept_pc && c.writable.iter().zip(&c.kept).all(|(&k, v)| self.vars[k].0 == v.0) {
+            return true;
+        }
+        if self.steps == c.next {
+            c.kept_pc = pc;
+            c.kept = c.writable.iter().map(|&k| self.vars[k]).collect();
+            c.next <<= 1;
+        }
+        false
+    }
+
+    /// Runs to [`Op::End`]; `Err` past the step limit, or when a step's state repeats (with
+    /// `cycles` only).
+    fn run(&mut self, prog: &[u32]) -> Result<(), Stop> {
         let mut t = Cell::default();
         let mut sp = 1usize;
         let mut pc = 0usize;
         loop {
             let w = prog[pc];
             pc += 1;
+            self.ops += 1;
             let arg = (w >> 8) as usize;
             let op = Op::decode(w).expect("the compiler writes only ops it knows");
             let effect = op.effect();
@@ -205,7 +314,10 @@ impl Machine<'_> {
                 Op::Step => {
                     self.steps += 1;
                     if self.steps > self.max_steps {
-                        return Err(());
+                        return Err(Stop::Limit);
+                    }
+                    if self.repeats(pc) {
+                        return Err(Stop::Repeats);
                     }
                     t
                 }
