@@ -79,6 +79,10 @@ pub struct Profile {
     pub max_ops: f64,
     /// Whether the program fails (passes the step limit, or a case's state repeats).
     pub fails: bool,
+    /// For a failing program, the ops its failing case would run to the step limit, at the ops
+    /// per step it showed, had its loop not repeated: what such a loop costs where nothing
+    /// finds the repetition (the CPU evaluator), or a loop like it that does not repeat.
+    pub to_limit: f64,
 }
 
 /// Counts the ops `code` runs on `problem`'s first `cases` cases as the GPU routes run them: a
@@ -99,6 +103,7 @@ pub fn profile(problem: &Problem, code: &Bytecode, cases: usize, cap: u64) -> Pr
     let limit = problem.max_steps();
     // Each case's ops, and whether it failed.
     let mut runs: Vec<(f64, bool)> = Vec::with_capacity(n);
+    let mut to_limit = 0.0f64;
     let mut stack = vec![Cell::default(); code.depth + 1];
     let mut out = vec![Cell::default(); problem.spec().outputs.len()];
     for c in 0..n {
@@ -111,6 +116,9 @@ pub fn profile(problem: &Problem, code: &Bytecode, cases: usize, cap: u64) -> Pr
             Err(Stop::Limit) if cap < limit => m.ops as f64 / m.steps.max(1) as f64 * limit as f64,
             _ => m.ops as f64,
         };
+        if outcome.is_err() {
+            to_limit = to_limit.max(m.ops as f64 / m.steps.max(1) as f64 * limit as f64);
+        }
         runs.push((ops, outcome.is_err()));
     }
     // The cases run side by side; the first to fail stops the others.
@@ -123,7 +131,7 @@ pub fn profile(problem: &Problem, code: &Bytecode, cases: usize, cap: u64) -> Pr
         total += ops;
         max = max.max(ops);
     }
-    Profile { mean_ops: total / runs.len().max(1) as f64, max_ops: max, fails }
+    Profile { mean_ops: total / runs.len().max(1) as f64, max_ops: max, fails, to_limit }
 }
 
 /// Case `c`'s variable slots and int arrays.

@@ -3,7 +3,7 @@
 #   tests  the GPU tests of loops: one fitness per route for a while-loop population, the
 #          interpreter's, and the GPU worker's watchdog (tests.txt);
 #   runs   the while-loop example evolved by cpu, interpreter, ptx, nvrtc and auto (population
-#          100, 3 generations, seed 1) at its 32 cases and at 10^5 cases (while-cases.py);
+#          100, GENS generations (default 3), seed 1) at its 32 cases and at 10^5 cases (while-cases.py);
 #          runs.md: per run whether every generation's best, mean, median, invalid and unique
 #          equal the cpu route's, and the time per generation;
 #   breakeven  gpfarm bench --break-even with loop workloads: 32 to 10^6 cases, loops of 10 to
@@ -27,7 +27,7 @@ for stage in "$@"; do
         for route in ${ROUTES:-cpu interpreter ptx nvrtc auto}; do
           eval_mode=(); [ "$route" = cpu ] && eval_mode=(--eval cpu)
           start=$(date +%s.%N)
-          timeout "${RUN_TIMEOUT:-150}" "$bin" evolve "${where[@]}" --population 100 --generations 3 --route "$route" \
+          timeout "${RUN_TIMEOUT:-150}" "$bin" evolve "${where[@]}" --population 100 --generations "${GENS:-3}" --route "$route" \
             "${eval_mode[@]}" --seed 1 --json > "$r/runs/while${cases}_$route.jsonl" 2> "$r/runs/while${cases}_$route.err"
           echo "while $cases $route: rc=$? $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s"
         done
