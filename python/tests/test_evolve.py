@@ -81,6 +81,18 @@ def test_a_bad_value_names_the_option():
         gpfarm.evolve("keijzer6", route="cpu", attach=True)
     with pytest.raises(ValueError, match="gpu_deadline"):
         gpfarm.evolve("keijzer6", gpu_deadline=0)
+    with pytest.raises(ValueError, match="max_steps"):
+        gpfarm.evolve("keijzer6", max_steps=0)
+
+
+def test_a_step_limit_of_one_s_own_fails_the_loops_that_pass_it():
+    """With a limit of 2 steps per case, a Search loop over a list (up to 21 steps) fails."""
+    kwargs = dict(population=60, generations=1, seed=3, route="cpu")
+    default = gpfarm.evolve("search", **kwargs)
+    strict = gpfarm.evolve("search", max_steps=2, **kwargs)
+    assert gpfarm.EvolveConfig("search").max_steps is None
+    invalid = lambda run: sum(g["invalid"] for g in run.history)
+    assert invalid(strict) > invalid(default), (invalid(strict), invalid(default))
 
 
 def test_the_configuration_is_a_typed_object_with_the_cli_s_defaults():
