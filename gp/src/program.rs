@@ -56,8 +56,7 @@ use parse::{ArithOp, Bin, Binding, CmpOp, Expr, Parser, Stmt};
 use run::{Machine, OutOfSteps};
 use value::{Ty, Value};
 
-/// Loop iterations allowed per case before a program is declared runaway.
-pub const DEFAULT_MAX_STEPS: u64 = 1_000_000;
+pub use crate::problem::spec::DEFAULT_MAX_STEPS;
 
 /// CUDA C that every NVRTC unit holds after its template's preamble: the problem's step limit
 /// `max_steps` ([`crate::Problem::max_steps`]), the unit's failure flags (one `unsigned` per

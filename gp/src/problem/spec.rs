@@ -134,8 +134,12 @@ pub struct ProblemSpec {
     pub max_steps: u64,
 }
 
+/// Loop iterations allowed per case before a program is declared runaway, unless
+/// `problem.toml` says otherwise (`max_steps`).
+pub const DEFAULT_MAX_STEPS: u64 = 1_000_000;
+
 fn default_max_steps() -> u64 {
-    crate::program::DEFAULT_MAX_STEPS
+    DEFAULT_MAX_STEPS
 }
 
 /// The math functions a phenotype may call, each also in its float form (the name followed by
