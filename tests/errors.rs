@@ -169,3 +169,67 @@ fn logs_written_to_a_pipe_carry_no_colour_codes() {
     assert!(err.contains("INFO") && err.contains("available"), "{err}");
     assert!(!err.contains("\x1b["), "{err:?}");
 }
+
+/// A copy of the built-in search problem (an `int[]` input) with `max_len` set to `max_len`.
+fn search_with_max_len(max_len: &str) -> tempfile::TempDir {
+    let original = Path::new(env!("CARGO_MANIFEST_DIR")).join("gp/problems/search");
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["problem.toml", "grammar.bnf", "cases.json", "template.cu"] {
+        std::fs::copy(original.join(name), dir.path().join(name)).unwrap();
+    }
+    let toml = std::fs::read_to_string(original.join("problem.toml")).unwrap();
+    assert!(toml.contains("max_len = 20"));
+    std::fs::write(
+        dir.path().join("problem.toml"),
+        toml.replace("max_len = 20", &format!("max_len = {max_len}")),
+    )
+    .unwrap();
+    dir
+}
+
+/// Sizes, counts and values out of range are one line each, before anything is allocated: no
+/// abort, no panic, no backtrace.
+#[test]
+fn inputs_out_of_range_are_one_line_errors() {
+    let run = |args: &[&str], dir: Option<&Path>| {
+        let mut c = gpfarm();
+        c.args(["evolve", "--route", "cpu", "--generations", "1"]).args(args).env("RUST_BACKTRACE", "1");
+        if let Some(d) = dir {
+            c.arg("--problem-dir").arg(d);
+        }
+        let out = c.output().unwrap();
+        (out.status.code(), stderr(&out))
+    };
+    let huge = search_with_max_len("1000000000000");
+    let (code, err) = run(&[], Some(huge.path()));
+    assert_eq!(code, Some(1), "{err}");
+    assert_one_line_with_cause_once(&err, "more than the 2147483647 elements a kernel can index");
+    let wide = search_with_max_len("2147483647");
+    let (code, err) = run(&[], Some(wide.path()));
+    assert_eq!(code, Some(1), "{err}");
+    assert_one_line_with_cause_once(&err, "a kernel can index");
+    let cases = r#"[{"x": 1e300, "target": 1.0}]"#;
+    let far = problem_with("cases.json", cases);
+    let (code, err) = run(&[], Some(far.path()));
+    assert_eq!(code, Some(1), "{err}");
+    assert_one_line_with_cause_once(&err, "beyond the range of a float");
+    assert!(err.contains("case 0"), "{err}");
+    for (args, cause) in [
+        (&["--population", "1000000000000"][..], "is more than 100000000"),
+        (&["--population", "18446744073709551615"][..], "is more than 100000000"),
+        (&["--islands", "1000000"][..], "is more than 1024"),
+        (&["--population", "10000000", "--islands", "1000"][..], "of memory"),
+    ] {
+        let (code, err) = run(args, None);
+        assert_eq!(code, Some(1), "{args:?}: {err}");
+        assert_one_line_with_cause_once(&err, cause);
+    }
+    for args in [&["--deadline", "0"][..], &["--max-steps", "0"][..]] {
+        let (code, err) = run(args, None);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(!err.contains("panicked") && err.contains("0 is not in 1.."), "{err}");
+    }
+    let out = gpfarm().args(["daemons", "start", "--max-rss-mib", "0"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("0 is not in 1.."), "{}", stderr(&out));
+}

@@ -265,6 +265,15 @@ impl Engine {
 
     fn check_islands(&self) -> Result<(), EvolveError> {
         let o = &self.options;
+        let most = gpfarm_gp::limits::MAX_ISLANDS;
+        if o.islands > most {
+            return Err(EvolveError::Islands(format!("--islands {} is more than {most}", o.islands)));
+        }
+        let e = &o.evolution;
+        let bytes =
+            gpfarm_gp::limits::population_bytes(e.population, e.init_max_len as usize) * o.islands as u128;
+        let what = format!("{} islands of {} individuals", o.islands, e.population);
+        gpfarm_gp::limits::fits(&what, bytes).map_err(EvolveError::Islands)?;
         let why = if o.islands == 0 {
             "--islands must be at least 1"
         } else if o.islands > 1 && o.migrate_every == 0 {

@@ -8,6 +8,7 @@ pub mod evolution;
 pub mod fitness;
 pub mod grammar;
 pub mod init;
+pub mod limits;
 pub mod mapping;
 pub mod operators;
 pub mod pipeline;

@@ -162,6 +162,13 @@ fn validate(c: &EvolutionConfig, grammar: &Grammar) -> Result<(), EvolutionError
     if c.population == 0 {
         return err("population", "must be at least 1".into());
     }
+    if c.population > crate::limits::MAX_POPULATION {
+        return err("population", format!("{} is more than {}", c.population, crate::limits::MAX_POPULATION));
+    }
+    let bytes = crate::limits::population_bytes(c.population, c.init_max_len as usize);
+    if let Err(why) = crate::limits::fits(&format!("a population of {}", c.population), bytes) {
+        return err("population", why);
+    }
     if c.tournament == 0 {
         return err("tournament", "must be at least 1".into());
     }

@@ -75,7 +75,7 @@ pub struct CompileArgs {
     json: bool,
     /// Seconds a daemon may spend on one unit before it is killed and replaced, and the unit
     /// retried once (farm only).
-    #[arg(long, default_value_t = gpfarm_client::DEFAULT_UNIT_DEADLINE.as_secs())]
+    #[arg(long, default_value_t = gpfarm_client::DEFAULT_UNIT_DEADLINE.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     deadline: u64,
 }
 

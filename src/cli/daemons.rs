@@ -43,7 +43,7 @@ pub enum DaemonsCommand {
         gpu_context: bool,
         /// Replace a daemon that, idle after a unit, holds more than this many MiB (default: four
         /// times its warm size).
-        #[arg(long, value_name = "MIB")]
+        #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..))]
         max_rss_mib: Option<u64>,
         /// With --detach: append the keeper's log (what it replaced, and why) to this file.
         #[arg(long, value_name = "FILE", requires = "detach")]

@@ -152,7 +152,7 @@ pub struct EvolveArgs {
     max_steps: Option<u64>,
     /// Seconds a daemon may spend on one unit before it is killed and replaced, and the unit
     /// retried once (farm only).
-    #[arg(long, default_value_t = gpfarm_client::DEFAULT_UNIT_DEADLINE.as_secs())]
+    #[arg(long, default_value_t = gpfarm_client::DEFAULT_UNIT_DEADLINE.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     deadline: u64,
     /// Sub-populations evolved side by side (the island model), each of --population
     /// individuals, each with its own evaluator (GPUs taken round-robin); under mpirun, per

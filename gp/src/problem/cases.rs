@@ -122,6 +122,21 @@ pub(crate) fn parse_cases(text: &str, spec: &ProblemSpec) -> Result<Cases, Cases
     if cases.is_empty() {
         return Err(CasesIssue::Whole("no cases: give at least one object".into()));
     }
+    // Every case's elements of an `int[]` input, zero-padded to max_len: the kernels index them
+    // with a 32-bit int, and they must fit in memory.
+    for i in spec.inputs.iter().filter(|i| i.ty == InputType::IntArray) {
+        let elements = (cases.len() as u128) * (i.max_len.unwrap_or(0) as u128);
+        if elements > i32::MAX as u128 {
+            return Err(CasesIssue::Whole(format!(
+                "`{}`: {} cases of max_len {} make {elements} elements, more than the {} a kernel can index",
+                i.name,
+                cases.len(),
+                i.max_len.unwrap_or(0),
+                i32::MAX
+            )));
+        }
+        crate::limits::fits(&format!("`{}`'s elements", i.name), elements * 4).map_err(CasesIssue::Whole)?;
+    }
     let mut inputs: Vec<InputColumn> = spec
         .inputs
         .iter()
@@ -189,6 +204,9 @@ fn push_scalar(col: &mut Column, v: &Value) -> Result<(), String> {
         Column::Int(c) => c.push(int(v)?),
         Column::Float(c) => {
             let f = v.as_f64().ok_or_else(|| format!("expected a number, found {v}"))?;
+            if !(f as f32).is_finite() {
+                return Err(format!("{v} is beyond the range of a float (about ±3.4e38)"));
+            }
             c.push(f as f32);
         }
     }

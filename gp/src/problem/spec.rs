@@ -244,6 +244,12 @@ impl ProblemSpec {
                     };
                     names.push((len_name.clone(), format!("{field}.length_name")));
                     match input.max_len {
+                        Some(n) if n > i32::MAX as usize => {
+                            return Err(issue(
+                                format!("{field}.max_len"),
+                                format!("{n} is more than the {} elements a kernel can index", i32::MAX),
+                            ));
+                        }
                         Some(n) if n >= 1 => {}
                         _ => {
                             return Err(issue(
