@@ -270,8 +270,7 @@ impl Engine {
             return Err(EvolveError::Islands(format!("--islands {} is more than {most}", o.islands)));
         }
         let e = &o.evolution;
-        let bytes =
-            gpfarm_gp::limits::population_bytes(e.population, e.init_max_len as usize) * o.islands as u128;
+        let bytes = gpfarm_gp::limits::population_bytes(e.population, e.init_max_len) * o.islands as u128;
         let what = format!("{} islands of {} individuals", o.islands, e.population);
         gpfarm_gp::limits::fits(&what, bytes).map_err(EvolveError::Islands)?;
         let why = if o.islands == 0 {

@@ -165,7 +165,7 @@ fn validate(c: &EvolutionConfig, grammar: &Grammar) -> Result<(), EvolutionError
     if c.population > crate::limits::MAX_POPULATION {
         return err("population", format!("{} is more than {}", c.population, crate::limits::MAX_POPULATION));
     }
-    let bytes = crate::limits::population_bytes(c.population, c.init_max_len as usize);
+    let bytes = crate::limits::population_bytes(c.population, c.init_max_len);
     if let Err(why) = crate::limits::fits(&format!("a population of {}", c.population), bytes) {
         return err("population", why);
     }
