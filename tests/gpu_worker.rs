@@ -10,6 +10,33 @@ use gpfarm_client::{Compiler, Unit};
 use gpfarm_client::{GpuWorker, ProblemRef};
 use gpfarm_kernels::gpu::CompiledUnit;
 
+/// One unit of six keijzer6 kernels `i0`..`i5`, kernel `k` running `body(k)` on case `c`: its
+/// CUBIN, kernel names and members.
+fn six_kernels(
+    farm: &mut gpfarm_client::Farm,
+    options: &gpfarm_client::CompileOptions,
+    body: &dyn Fn(usize) -> String,
+) -> (Vec<u8>, Vec<String>, Vec<usize>) {
+    let src: String = (0..6)
+        .map(|k| {
+            format!(
+                "extern \"C\" __global__ void i{k}(const float* in_x, float* out_y, int NCASES)\n\
+                 {{ int c = blockIdx.x * blockDim.x + threadIdx.x; if (c < NCASES) {{ {} }} }}\n",
+                body(k)
+            )
+        })
+        .collect();
+    let batch = farm.compile(&[Unit::new("six.cu", src)], options).unwrap();
+    let cubin = batch.results[0].cubin().unwrap().to_vec();
+    (cubin, (0..6).map(|k| format!("i{k}")).collect(), (0..6).collect())
+}
+
+/// A GPU worker process for keijzer6 with its fitness kernel.
+fn keijzer6_worker(fitness_cubin: Vec<u8>) -> GpuWorker {
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_gpfarm-gpu-worker"));
+    GpuWorker::spawn(exe, ProblemRef::Builtin("keijzer6".into()), fitness_cubin).unwrap()
+}
+
 #[test]
 #[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
 fn in_a_worker_process_a_faulting_kernel_costs_only_its_individual() {
@@ -20,21 +47,8 @@ fn in_a_worker_process_a_faulting_kernel_costs_only_its_individual() {
         4 => "out_y[c] = in_x[c + (1 << 30)];".to_string(),
         k => format!("out_y[c] = in_x[c] * {k}.5f;"),
     };
-    let src: String = (0..6)
-        .map(|k| {
-            format!(
-                "extern \"C\" __global__ void i{k}(const float* in_x, float* out_y, int NCASES)\n\
-                 {{ int c = blockIdx.x * blockDim.x + threadIdx.x; if (c < NCASES) {{ {} }} }}\n",
-                body(k)
-            )
-        })
-        .collect();
-    let batch = farm.compile(&[Unit::new("six.cu", src)], &options).unwrap();
-    let cubin = batch.results[0].cubin().unwrap().to_vec();
-    let kernels: Vec<String> = (0..6).map(|k| format!("i{k}")).collect();
-    let members: Vec<usize> = (0..6).collect();
-    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_gpfarm-gpu-worker"));
-    let mut worker = GpuWorker::spawn(exe, ProblemRef::Builtin("keijzer6".into()), fitness_cubin).unwrap();
+    let (cubin, kernels, members) = six_kernels(&mut farm, &options, &body);
+    let mut worker = keijzer6_worker(fitness_cubin);
     let units = [CompiledUnit { cubin: &cubin, kernels: &kernels, members: &members }];
     let t = std::time::Instant::now();
     let out = worker.evaluate(&units, 6).expect("the faults were isolated");
@@ -77,21 +91,8 @@ fn a_kernel_that_never_ends_costs_only_its_individual_and_the_deadline() {
         3 => "out_y[c] = in_x[c]; __trap();".to_string(),
         k => format!("out_y[c] = in_x[c] * {k}.5f;"),
     };
-    let src: String = (0..6)
-        .map(|k| {
-            format!(
-                "extern \"C\" __global__ void i{k}(const float* in_x, float* out_y, int NCASES)\n\
-                 {{ int c = blockIdx.x * blockDim.x + threadIdx.x; if (c < NCASES) {{ {} }} }}\n",
-                body(k)
-            )
-        })
-        .collect();
-    let batch = farm.compile(&[Unit::new("six.cu", src)], &options).unwrap();
-    let cubin = batch.results[0].cubin().unwrap().to_vec();
-    let kernels: Vec<String> = (0..6).map(|k| format!("i{k}")).collect();
-    let members: Vec<usize> = (0..6).collect();
-    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_gpfarm-gpu-worker"));
-    let mut worker = GpuWorker::spawn(exe, ProblemRef::Builtin("keijzer6".into()), fitness_cubin).unwrap();
+    let (cubin, kernels, members) = six_kernels(&mut farm, &options, &body);
+    let mut worker = keijzer6_worker(fitness_cubin);
     let deadline = std::time::Duration::from_secs(3);
     worker.set_deadline(deadline);
     let units = [CompiledUnit { cubin: &cubin, kernels: &kernels, members: &members }];

@@ -43,7 +43,7 @@ pub(crate) fn keyed_source(problem: &Problem, phenotype: &Phenotype, program: Op
     let name = KernelName::new(KEYED_KERNEL).expect("a C identifier");
     let text = step_limited(problem, phenotype, program, 0);
     let mut source = template.preamble().to_owned();
-    source.push_str(&step_helper(problem.max_steps(), usize::from(matches!(text, Cow::Owned(_)))));
+    source.push_str(&helper(problem, std::slice::from_ref(&text)));
     source.push_str(&template.render_kernel(&name, &text));
     source
 }

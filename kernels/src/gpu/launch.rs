@@ -105,21 +105,22 @@ impl Device {
         unsafe { b.launch(cfg) }.map(|_| ())
     }
 
-    /// The individuals whose program ran past the step limit: each unit's failure flags
-    /// ([`FAILED_FLAGS`], absent from a module none of whose members counts steps), read after
-    /// the launches. `modules[u]` is `units[u]`'s.
+    /// Which of the generation's `n` individuals ran past the step limit, by slot: each unit's
+    /// failure flags ([`FAILED_FLAGS`], absent from a module none of whose members counts
+    /// steps), read after the launches. `modules[u]` is `units[u]`'s.
     pub(super) fn read_failures(
         &self,
         units: &[CompiledUnit<'_>],
         modules: &[Arc<CudaModule>],
-    ) -> Result<Vec<usize>, GpuError> {
-        let mut failed = Vec::new();
+        n: usize,
+    ) -> Result<Vec<bool>, GpuError> {
+        let mut failed = vec![false; n];
         for (u, m) in units.iter().zip(modules) {
             let Ok(flags) = m.get_global(FAILED_FLAGS, &self.stream) else { continue };
             let bytes: Vec<u8> = self.stream.clone_dtoh(&flags).map_err(driver)?;
             for (word, &slot) in bytes.chunks_exact(4).zip(u.members) {
-                if word != [0; 4] {
-                    failed.push(slot);
+                if word != [0; 4] && slot < n {
+                    failed[slot] = true;
                 }
             }
         }

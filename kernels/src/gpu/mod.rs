@@ -210,10 +210,10 @@ impl GpuEvaluator {
         outcome.launch = t.elapsed();
         let t = Instant::now();
         let values = self.device.reduce(n, self.ncases)?;
-        let failed = self.device.read_failures(units, &modules)?;
+        let failed = self.device.read_failures(units, &modules, n)?;
         outcome.readback = t.elapsed();
         for i in launched {
-            outcome.fitness[i] = if failed.contains(&i) { Some(f64::NAN) } else { values.get(i).copied() };
+            outcome.fitness[i] = if failed[i] { Some(f64::NAN) } else { values.get(i).copied() };
         }
         // `modules` drops here: every module of this generation is unloaded.
         drop(runs);

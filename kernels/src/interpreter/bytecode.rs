@@ -288,6 +288,17 @@ impl Bytecode {
     }
 }
 
+/// The slots of [`slot_layout`] a program may write (locals and statement outputs), by index:
+/// with the place of a loop's step, a case's whole state there.
+pub fn writable_slots(problem: &Problem) -> Vec<usize> {
+    slot_layout(problem)
+        .iter()
+        .enumerate()
+        .filter(|(_, (src, _))| matches!(src, Source::Zero(_)))
+        .map(|(k, _)| k)
+        .collect()
+}
+
 /// The variable slots every program of `problem` has, in the order the CPU evaluator binds
 /// them ([`Program::slots`]): inputs (an `int[]` input as its length), case bits, locals, and a
 /// statement problem's outputs.

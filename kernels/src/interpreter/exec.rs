@@ -10,7 +10,7 @@ use gpfarm_gp::program::RunError;
 use gpfarm_gp::program::semantics::{int_div, int_rem, shl, shr, wrapped};
 use gpfarm_gp::program::tree::{Source, Ty};
 
-use super::bytecode::{Bytecode, Op, array_layout, slot_layout};
+use super::bytecode::{Bytecode, Op, array_layout, slot_layout, writable_slots};
 
 /// A stack cell: an int or a float in its low 32 bits, or a double.
 #[derive(Clone, Copy, Default)]
@@ -94,12 +94,7 @@ pub struct Profile {
 pub fn profile(problem: &Problem, code: &Bytecode, cases: usize, cap: u64) -> Profile {
     let n = problem.cases().len().min(cases.max(1));
     let layout = slot_layout(problem);
-    let writable: Vec<usize> = layout
-        .iter()
-        .enumerate()
-        .filter(|(_, (src, _))| matches!(src, Source::Zero(_)))
-        .map(|(k, _)| k)
-        .collect();
+    let writable = writable_slots(problem);
     let limit = problem.max_steps();
     // Each case's ops, and whether it failed.
     let mut runs: Vec<(f64, bool)> = Vec::with_capacity(n);

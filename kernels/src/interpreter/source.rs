@@ -21,7 +21,7 @@ use gpfarm_gp::Problem;
 use gpfarm_gp::problem::{InputType, ParamRole, ScalarType};
 use gpfarm_gp::program::tree::{Source, Ty};
 
-use super::bytecode::{MAX_DEPTH, Op, array_layout, slot_layout};
+use super::bytecode::{MAX_DEPTH, Op, array_layout, slot_layout, writable_slots};
 use crate::gpu::contract::{INTERP_KERNEL_LARGE, INTERP_KERNEL_SMALL};
 use crate::gpu::{BLOCK, GpuError, ROWS, TILE, block_sum, fitness_term, tiles_source};
 
@@ -182,12 +182,7 @@ pub fn interpreter_source_with(problem: &Problem, tuning: Tuning) -> Result<Stri
     let mut cases_k = String::new();
     let nslots = layout.len().max(1);
     let nout = outputs.len().max(1);
-    let writable: Vec<usize> = layout
-        .iter()
-        .enumerate()
-        .filter(|(_, (src, _))| matches!(src, Source::Zero(_)))
-        .map(|(k, _)| k)
-        .collect();
+    let writable = writable_slots(problem);
     let step = step_source(&writable);
     for (code, op) in Op::ALL.iter().enumerate() {
         let body = match op {

@@ -180,8 +180,8 @@ struct Cycle {
     at_loop: String,
     /// The step count at which the state is kept next.
     next: String,
-    /// Each writable slot and the register keeping its value.
-    kept: Vec<(usize, String)>,
+    /// Each writable slot, the register keeping its value, and their width (`b32`, `b64`).
+    kept: Vec<(usize, String, &'static str)>,
     /// Loops emitted so far in the program.
     loops: u32,
 }
@@ -627,8 +627,7 @@ impl Emitter<'_> {
         cycle.loops += 1;
         let same = self.fresh(Class::Pred);
         ins!(self, "setp.eq.u32 \t{same}, {}, {id}", cycle.at_loop);
-        for (slot, kept) in &cycle.kept {
-            let width = if self.slot_ty(*slot) == Ty::Double { "b64" } else { "b32" };
+        for (slot, kept, width) in &cycle.kept {
             ins!(self, "setp.eq.and.{width} \t{same}, {}, {kept}, {same}", self.slots[*slot]);
         }
         ins!(self, "@{same} st.global.u32 \t[{FAILED_FLAGS}+{}], 1", 4 * self.member);
@@ -636,8 +635,7 @@ impl Emitter<'_> {
         let keep = self.fresh(Class::Pred);
         ins!(self, "setp.eq.u64 \t{keep}, {steps}, {}", cycle.next);
         ins!(self, "@{keep} mov.u32 \t{}, {id}", cycle.at_loop);
-        for (slot, kept) in &cycle.kept {
-            let width = if self.slot_ty(*slot) == Ty::Double { "b64" } else { "b32" };
+        for (slot, kept, width) in &cycle.kept {
             ins!(self, "@{keep} mov.{width} \t{kept}, {}", self.slots[*slot]);
         }
         ins!(self, "@{keep} shl.b64 \t{}, {}, 1", cycle.next, cycle.next);
@@ -948,12 +946,14 @@ fn entry(
                 let mut kept = Vec::new();
                 for (slot, src) in program.slots().iter().enumerate() {
                     if matches!(src, Source::Zero(_)) {
-                        let class =
-                            if program.slot_types()[slot] == Ty::Double { Class::B64 } else { Class::B32 };
+                        let (class, width) = if program.slot_types()[slot] == Ty::Double {
+                            (Class::B64, "b64")
+                        } else {
+                            (Class::B32, "b32")
+                        };
                         let r = e.fresh(class);
-                        let width = if class == Class::B64 { "b64" } else { "b32" };
                         ins!(e, "mov.{width} \t{r}, 0");
-                        kept.push((slot, r));
+                        kept.push((slot, r, width));
                     }
                 }
                 e.cycle = Some(Cycle { at_loop, next, kept, loops: 0 });
