@@ -9,6 +9,9 @@
 //! - `<` opens a nonterminal only when followed by `[A-Za-z0-9_-]+>`; otherwise it is
 //!   literal text, so `i < LENINPUT` works.
 //! - Escapes: `#lesser#` → `<`, `#greater#` → `>`, `#or#` → `|`, `#nl#` → newline.
+//! - `#param#` is a free parameter ([`Symbol::Param`]): each one a derivation emits becomes the
+//!   next slot of the program's parameter array, `p[0]`, `p[1]`, ..., whose values are fitted
+//!   and belong to the individual.
 //!   Double-quoted text is literal (`"|"`), quotes removed; it must close on its line.
 //! - Spacing inside an alternative is kept exactly; only its two ends are trimmed.
 //! - Whole-line comments start with `# ` (or are a lone `#`) or with `//`.
@@ -33,6 +36,9 @@ pub enum Symbol {
     Terminal(String),
     /// A rule to expand.
     Nonterminal(RuleId),
+    /// A free parameter (`#param#`): the mapping emits `p[k]`, k counting the parameters
+    /// emitted before it.
+    Param,
 }
 
 impl Symbol {
@@ -40,7 +46,7 @@ impl Symbol {
     pub fn nonterminal(&self) -> Option<RuleId> {
         match self {
             Symbol::Nonterminal(id) => Some(*id),
-            Symbol::Terminal(_) => None,
+            Symbol::Terminal(_) | Symbol::Param => None,
         }
     }
 }
@@ -153,6 +159,9 @@ pub enum GrammarError {
 }
 
 /// Escapes recognised anywhere outside quotes.
+/// The escape of a free parameter ([`Symbol::Param`]).
+pub const PARAM_ESCAPE: &str = "#param#";
+
 const ESCAPES: [(&str, &str); 4] = [("#lesser#", "<"), ("#greater#", ">"), ("#or#", "|"), ("#nl#", "\n")];
 
 impl Grammar {
@@ -186,6 +195,7 @@ impl Grammar {
                 for piece in alt {
                     match piece {
                         Resolved::Text(t) => symbols.push(Symbol::Terminal(t)),
+                        Resolved::Param => symbols.push(Symbol::Param),
                         Resolved::Nt { name, line } => match by_name.get(&name) {
                             Some(id) => symbols.push(Symbol::Nonterminal(*id)),
                             None => {
@@ -243,6 +253,11 @@ impl Grammar {
     /// Names of rules with no finite derivation, in source order.
     pub fn non_terminating_rules(&self) -> Vec<&str> {
         self.rules.iter().filter(|r| !r.can_terminate()).map(|r| r.name.as_str()).collect()
+    }
+
+    /// Whether some alternative holds a free parameter (`#param#`).
+    pub fn has_params(&self) -> bool {
+        self.rules.iter().flat_map(|r| &r.alternatives).any(|a| a.symbols.contains(&Symbol::Param))
     }
 
     /// The largest number of alternatives of any rule: codons below this cannot reach
@@ -304,7 +319,7 @@ impl Grammar {
             for alt in &mut self.rules[r].alternatives {
                 alt.recursive = alt.symbols.iter().any(|s| match s {
                     Symbol::Nonterminal(n) => reach[n.0].contains(&RuleId(r)),
-                    Symbol::Terminal(_) => false,
+                    Symbol::Terminal(_) | Symbol::Param => false,
                 });
             }
         }
@@ -370,12 +385,14 @@ fn split_rules(text: &str) -> Result<Vec<RawRule>, GrammarError> {
 enum Piece {
     Text { text: String, protected: bool },
     Nt { name: String, line: usize },
+    Param,
 }
 
 /// An alternative's symbol before names are resolved.
 enum Resolved {
     Text(String),
     Nt { name: String, line: usize },
+    Param,
 }
 
 fn parse_alternatives(rule: &RawRule) -> Result<Vec<Vec<Resolved>>, GrammarError> {
@@ -408,6 +425,11 @@ fn parse_alternatives(rule: &RawRule) -> Result<Vec<Vec<Resolved>>, GrammarError
                     pieces.push(Piece::Nt { name: name.to_string(), line: *line });
                 }
                 rest = &rest[name.len() + 2..];
+            } else if let Some(after) = rest.strip_prefix(PARAM_ESCAPE) {
+                if let Some((_, pieces)) = alts.last_mut() {
+                    pieces.push(Piece::Param);
+                }
+                rest = after;
             } else if let Some((esc, lit)) = ESCAPES.iter().find(|(e, _)| rest.starts_with(e)) {
                 push_text(&mut alts, lit, true);
                 rest = &rest[esc.len()..];
@@ -432,6 +454,7 @@ fn parse_alternatives(rule: &RawRule) -> Result<Vec<Vec<Resolved>>, GrammarError
                     _ => resolved.push(Resolved::Text(text)),
                 },
                 Piece::Nt { name, line } => resolved.push(Resolved::Nt { name, line }),
+                Piece::Param => resolved.push(Resolved::Param),
             }
         }
         resolved.retain(|r| !matches!(r, Resolved::Text(t) if t.is_empty()));
@@ -491,6 +514,7 @@ mod tests {
                     .map(|s| match s {
                         Symbol::Terminal(t) => t.clone(),
                         Symbol::Nonterminal(n) => format!("<{}>", g.rule(*n).name()),
+                        Symbol::Param => "#param#".to_owned(),
                     })
                     .collect::<String>()
             })
@@ -520,6 +544,16 @@ mod tests {
     fn escapes_and_quotes_produce_literal_symbols() {
         let g = Grammar::parse("<a> ::= #lesser# | #greater# | #or# | \"|\" | a\"  \"b").unwrap();
         assert_eq!(terminals(&g, "a"), ["<", ">", "|", "|", "a  b"]);
+    }
+
+    #[test]
+    fn a_param_escape_is_a_symbol_of_its_own_inside_text() {
+        let g = Grammar::parse("<a> ::= x * #param# | 1\n<b> ::= <a>").unwrap();
+        let a = g.rule(g.rule_id("a").unwrap());
+        assert_eq!(a.alternatives()[0].symbols(), [Symbol::Terminal("x * ".into()), Symbol::Param]);
+        assert_eq!(terminals(&g, "a"), ["x * #param#", "1"]);
+        assert!(g.has_params());
+        assert!(!Grammar::parse("<a> ::= x | #lesser#").unwrap().has_params());
     }
 
     #[test]

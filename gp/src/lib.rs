@@ -5,6 +5,7 @@
 
 pub mod dedup;
 pub mod evolution;
+pub mod fit;
 pub mod fitness;
 pub mod grammar;
 pub mod init;
@@ -18,6 +19,7 @@ pub mod program;
 
 pub use dedup::Dedup;
 pub use evolution::{Evolution, RunReport, run_cpu, run_cpu_with};
+pub use fit::{FitSettings, Fitted, fit, fittable};
 pub use fitness::{Direction, Fitness, FitnessKind};
 pub use grammar::{Grammar, GrammarError};
 pub use init::InitMethod;

@@ -11,6 +11,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::grammar::{Grammar, Symbol};
 
+/// The name of the parameter array a phenotype's free parameters index (`p[k]`).
+pub const PARAM_ARRAY: &str = "p";
+
 /// A genotype: the codons that choose alternatives.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Genome(pub Vec<u32>);
@@ -96,6 +99,9 @@ pub struct Derivation {
     pub max_depth: usize,
     /// Nonterminal nodes in the derivation tree (expansions performed).
     pub nodes: usize,
+    /// Free parameters emitted (`p[0]` .. `p[params - 1]`).
+    #[serde(default)]
+    pub params: usize,
 }
 
 /// Why a genome has no phenotype.
@@ -168,10 +174,16 @@ pub fn map(grammar: &Grammar, genome: &Genome, limits: &MappingLimits) -> Mappin
     let mut used = 0usize;
     let mut nodes = 0usize;
     let mut max_depth = 0usize;
+    let mut params = 0usize;
     while let Some((symbol, depth)) = stack.pop() {
         match symbol {
-            Symbol::Terminal(t) => {
-                text.push_str(t);
+            Symbol::Terminal(_) | Symbol::Param => {
+                if let Symbol::Terminal(t) = symbol {
+                    text.push_str(t);
+                } else {
+                    text.push_str(&format!("{PARAM_ARRAY}[{params}]"));
+                    params += 1;
+                }
                 if text.len() > limits.max_phenotype_len {
                     return Mapping::Invalid(InvalidReason::PhenotypeTooLong {
                         limit: limits.max_phenotype_len,
@@ -210,7 +222,14 @@ pub fn map(grammar: &Grammar, genome: &Genome, limits: &MappingLimits) -> Mappin
         }
     }
     let wraps = if used == 0 { 0 } else { ((used - 1) / codons.len()) as u32 };
-    Mapping::Valid(Derivation { phenotype: Phenotype(text), used_codons: used, wraps, max_depth, nodes })
+    Mapping::Valid(Derivation {
+        phenotype: Phenotype(text),
+        used_codons: used,
+        wraps,
+        max_depth,
+        nodes,
+        params,
+    })
 }
 
 #[cfg(test)]
@@ -230,6 +249,20 @@ mod tests {
         assert_eq!(d.phenotype.as_str(), "x + x");
         assert_eq!(d.used_codons, 5);
         assert_eq!(d.wraps, 2);
+    }
+
+    #[test]
+    fn each_param_emitted_is_the_next_slot_of_the_array() {
+        let g = Grammar::parse("<e> ::= <e> + <e> | x * #param# | #param#").unwrap();
+        // 0 -> `<e> + <e>`, 1 -> `x * #param#`, 0 -> `<e> + <e>`, 2, 1.
+        let m = map(&g, &Genome(vec![0, 1, 0, 2, 1]), &MappingLimits::default());
+        let d = m.derivation().unwrap();
+        assert_eq!(d.phenotype.as_str(), "x * p[0] + p[1] + x * p[2]");
+        assert_eq!(d.params, 3);
+        assert_eq!(
+            map(&grammar(), &Genome(vec![2, 5]), &MappingLimits::default()).derivation().unwrap().params,
+            0
+        );
     }
 
     #[test]

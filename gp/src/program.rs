@@ -24,6 +24,7 @@
 mod lex;
 mod parse;
 mod run;
+mod tangent;
 mod value;
 
 /// The typed tree a phenotype parses into ([`Program::parse`]), read-only, for code
@@ -49,11 +50,12 @@ use std::collections::HashMap;
 use std::num::NonZeroUsize;
 
 use crate::fitness::Fitness;
-use crate::mapping::Phenotype;
+use crate::mapping::{PARAM_ARRAY, Phenotype};
 use crate::problem::{Column, InputColumn, InputType, Kind, Problem, ScalarType, ScoreError};
 
 use parse::{ArithOp, Bin, Binding, CmpOp, Expr, Parser, Stmt};
 use run::{Machine, OutOfSteps};
+use tangent::Tangent;
 use value::{Ty, Value};
 
 pub use crate::problem::spec::DEFAULT_MAX_STEPS;
@@ -196,6 +198,12 @@ pub enum RunError {
         "program compiled for problem `{compiled_for}` run on `{run_on}`: compile it for the problem it runs on"
     )]
     WrongProblem { compiled_for: String, run_on: String },
+    /// Derivatives asked of a program without a single float output.
+    #[error("only a program with one float output has derivatives")]
+    NotDifferentiable,
+    /// Not one value per free parameter.
+    #[error("the program reads {expected} parameter(s) and was given {given} value(s)")]
+    Params { expected: usize, given: usize },
 }
 
 /// Why an evaluation ended with the worst fitness.
@@ -223,6 +231,8 @@ pub enum Source {
     CaseBit(u32),
     /// Zero of its type.
     Zero(Ty),
+    /// Free parameter `k` (`p[k]`, a float): the same in every case, set per run.
+    Param(usize),
 }
 
 /// What a program does.
@@ -307,6 +317,20 @@ impl Program {
         }
         let text = phenotype.as_str();
         let toks = lex::lex(text)?;
+        let params = param_count(&toks);
+        if params > MAX_PARAMS {
+            return Err(ParseError::Unsupported {
+                at: 0,
+                what: format!("more than {MAX_PARAMS} parameters"),
+            });
+        }
+        if params > 0 && !names.contains_key(PARAM_ARRAY) {
+            names.insert(PARAM_ARRAY.to_owned(), Binding::Params { first: slots.len(), count: params });
+            for k in 0..params {
+                slots.push(Source::Param(k));
+                slot_types.push(Ty::Float);
+            }
+        }
         let mut parser = Parser::new(&toks, text.len(), &names);
         let body = match spec.kind {
             Kind::Expression => {
@@ -438,19 +462,31 @@ impl Program {
 
     /// Runs over every case of `problem`: one column per declared output; a loop may take
     /// [`Problem::max_steps`] steps in a case.
+    /// A program with free parameters ([`Program::params`]) needs their values: see
+    /// [`Program::run_params`].
     pub fn run(&self, problem: &Problem) -> Result<Vec<Column>, RunError> {
-        self.run_with_limit(problem, problem.max_steps())
+        self.run_params(problem, &[], problem.max_steps())
     }
 
     /// As [`Program::run`], with `max_steps` loop iterations allowed per case.
     pub fn run_with_limit(&self, problem: &Problem, max_steps: u64) -> Result<Vec<Column>, RunError> {
-        let wrong = || RunError::WrongProblem {
-            compiled_for: self.problem.clone(),
-            run_on: problem.name().to_string(),
-        };
-        if problem.name() != self.problem || problem.spec().outputs.len() != self.output_types.len() {
-            return Err(wrong());
-        }
+        self.run_params(problem, &[], max_steps)
+    }
+
+    /// Free parameters the program reads (`p[0]` .. `p[params - 1]`).
+    pub fn params(&self) -> usize {
+        self.slots.iter().filter(|s| matches!(s, Source::Param(_))).count()
+    }
+
+    /// As [`Program::run_with_limit`], with `params[k]` the value of `p[k]`: one value per
+    /// parameter the program reads, exactly.
+    pub fn run_params(
+        &self,
+        problem: &Problem,
+        params: &[f32],
+        max_steps: u64,
+    ) -> Result<Vec<Column>, RunError> {
+        self.check(problem, params)?;
         let cases = problem.cases();
         let n = cases.len();
         let mut outputs: Vec<Column> = self
@@ -468,26 +504,10 @@ impl Program {
             max_steps,
         };
         for c in 0..n {
-            machine.slots.clear();
-            for src in &self.slots {
-                let v = match src {
-                    Source::Zero(ty) => Value::zero(*ty),
-                    Source::CaseBit(bit) => Value::Int(((c >> bit) & 1) as i32),
-                    Source::Input(i) => match cases.inputs().get(*i) {
-                        Some(InputColumn::Scalar(Column::Int(v))) => Value::Int(v[c]),
-                        Some(InputColumn::Scalar(Column::Float(v))) => Value::Float(v[c]),
-                        _ => return Err(wrong()),
-                    },
-                    Source::Length(i) => match cases.inputs().get(*i) {
-                        Some(InputColumn::IntArray { lens, .. }) => Value::Int(lens[c]),
-                        _ => return Err(wrong()),
-                    },
-                };
-                machine.slots.push(v);
-            }
+            self.load(problem, c, params, &mut machine.slots)?;
             machine.arrays.clear();
             for &i in &self.arrays {
-                machine.arrays.push(cases.array(i, c).ok_or_else(wrong)?);
+                machine.arrays.push(cases.array(i, c).ok_or_else(|| self.wrong(problem))?);
             }
             machine.steps = 0;
             match &self.body {
@@ -507,6 +527,134 @@ impl Program {
         }
         Ok(outputs)
     }
+}
+
+impl Program {
+    fn wrong(&self, problem: &Problem) -> RunError {
+        RunError::WrongProblem { compiled_for: self.problem.clone(), run_on: problem.name().to_string() }
+    }
+
+    /// Whether the program can run on `problem` with `params`.
+    fn check(&self, problem: &Problem, params: &[f32]) -> Result<(), RunError> {
+        if params.len() != self.params() {
+            return Err(RunError::Params { expected: self.params(), given: params.len() });
+        }
+        if problem.name() != self.problem || problem.spec().outputs.len() != self.output_types.len() {
+            return Err(self.wrong(problem));
+        }
+        Ok(())
+    }
+
+    /// Each slot's value at the start of case `c`, into `slots`.
+    fn load(
+        &self,
+        problem: &Problem,
+        c: usize,
+        params: &[f32],
+        slots: &mut Vec<Value>,
+    ) -> Result<(), RunError> {
+        let inputs = problem.cases().inputs();
+        slots.clear();
+        for src in &self.slots {
+            let v = match src {
+                Source::Zero(ty) => Value::zero(*ty),
+                Source::Param(k) => Value::Float(params[*k]),
+                Source::CaseBit(bit) => Value::Int(((c >> bit) & 1) as i32),
+                Source::Input(i) => match inputs.get(*i) {
+                    Some(InputColumn::Scalar(Column::Int(v))) => Value::Int(v[c]),
+                    Some(InputColumn::Scalar(Column::Float(v))) => Value::Float(v[c]),
+                    _ => return Err(self.wrong(problem)),
+                },
+                Source::Length(i) => match inputs.get(*i) {
+                    Some(InputColumn::IntArray { lens, .. }) => Value::Int(lens[c]),
+                    _ => return Err(self.wrong(problem)),
+                },
+            };
+            slots.push(v);
+        }
+        Ok(())
+    }
+
+    /// Whether [`Program::linearize`] applies: the problem has one float output.
+    pub fn differentiable(&self) -> bool {
+        matches!(self.output_types.as_slice(), [ScalarType::Float])
+    }
+
+    /// The program's single float output in every case with `params`, and its derivatives with
+    /// respect to each parameter by forward-mode automatic differentiation (the rules are in
+    /// [`tangent`]'s documentation): `jacobian[c * params.len() + k]` is d output(c) / d `p[k]`.
+    /// The outputs are [`Program::run_params`]'s, bit for bit.
+    pub fn linearize(
+        &self,
+        problem: &Problem,
+        params: &[f32],
+        max_steps: u64,
+    ) -> Result<Linearization, RunError> {
+        self.check(problem, params)?;
+        if !self.differentiable() {
+            return Err(RunError::NotDifferentiable);
+        }
+        let cases = problem.cases();
+        let (n, np) = (cases.len(), params.len());
+        let mut out = Linearization { outputs: Vec::with_capacity(n), jacobian: vec![0.0; n * np] };
+        let mut t = Tangent {
+            slots: Vec::with_capacity(self.slots.len()),
+            dots: vec![0.0; self.slots.len()],
+            arrays: Vec::with_capacity(self.arrays.len()),
+            steps: 0,
+            max_steps,
+        };
+        let param_slots: Vec<usize> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| matches!(s, Source::Param(_)))
+            .map(|(i, _)| i)
+            .collect();
+        for c in 0..n {
+            t.arrays.clear();
+            for &i in &self.arrays {
+                t.arrays.push(cases.array(i, c).ok_or_else(|| self.wrong(problem))?);
+            }
+            // One run per direction (at least one, for the value).
+            for k in 0..np.max(1) {
+                self.load(problem, c, params, &mut t.slots)?;
+                t.dots.iter_mut().for_each(|d| *d = 0.0);
+                if let Some(&slot) = param_slots.get(k) {
+                    t.dots[slot] = 1.0;
+                }
+                t.steps = 0;
+                let (v, d) = match &self.body {
+                    Body::Expression(e) => t.eval(e),
+                    Body::Statements(s) => {
+                        t.exec(s).map_err(|OutOfSteps| RunError::StepLimit { case: c, limit: max_steps })?;
+                        let slot = self.output_slots[0];
+                        (t.slots[slot], t.dots[slot])
+                    }
+                };
+                if k == 0 {
+                    out.outputs.push(match v.to(Ty::Float) {
+                        Value::Float(f) => f,
+                        _ => f32::NAN,
+                    });
+                }
+                if np > 0 {
+                    out.jacobian[c * np + k] = d;
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A program's outputs and their derivatives with respect to its parameters
+/// ([`Program::linearize`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Linearization {
+    /// The output in each case.
+    pub outputs: Vec<f32>,
+    /// Case-major: `jacobian[c * params + k]` is d output(c) / d `p[k]`.
+    pub jacobian: Vec<f64>,
 }
 
 /// Stores `v` converted to the column's type, as the kernel's store does.
@@ -593,6 +741,62 @@ pub fn evaluate_all(problem: &Problem, phenotypes: &[Phenotype], threads: NonZer
         }
         out
     })
+}
+
+/// `phenotype` with each free parameter `p[k]` replaced by `params[k]` written as a
+/// parenthesized float literal (`(-1.25f)`) that reads back as exactly that value, so the text
+/// computes what the program computes with those values, on every route. A `p[k]` beyond
+/// `params` is left as it is; a value that is not finite, which fitting never keeps, is written
+/// as `0.0f`.
+pub fn instantiate(phenotype: &Phenotype, params: &[f32]) -> Phenotype {
+    let Ok(toks) = lex::lex(phenotype.as_str()) else { return phenotype.clone() };
+    let text = phenotype.as_str();
+    let mut out = String::with_capacity(text.len() + 12 * params.len());
+    let mut copied = 0;
+    for w in toks.windows(4) {
+        let (lex::Tok::Ident(p), lex::Tok::Punct("["), lex::Tok::Int(k), lex::Tok::Punct("]")) =
+            (&w[0].tok, &w[1].tok, &w[2].tok, &w[3].tok)
+        else {
+            continue;
+        };
+        let Some(&v) = usize::try_from(*k).ok().and_then(|k| params.get(k)) else { continue };
+        if p != PARAM_ARRAY || w[0].at < copied {
+            continue;
+        }
+        out.push_str(&text[copied..w[0].at]);
+        out.push_str(&format!("({}f)", float_literal(v)));
+        copied = w[3].at + 1;
+    }
+    out.push_str(&text[copied..]);
+    Phenotype::new(out)
+}
+
+/// `v` as the digits of a C float literal (without the `f`) that reads back as `v`: Rust's
+/// shortest round-trip form, with `.0` where it has neither a point nor an exponent.
+pub fn float_literal(v: f32) -> String {
+    if !v.is_finite() {
+        return "0.0".to_owned();
+    }
+    let s = format!("{v:?}");
+    if s.contains(['.', 'e', 'E']) { s } else { format!("{s}.0") }
+}
+
+/// The most free parameters a program may read.
+pub const MAX_PARAMS: usize = 4096;
+
+/// One more than the largest `k` of the `p[k]` the tokens hold (0 when they hold none).
+fn param_count(toks: &[lex::Token]) -> usize {
+    toks.windows(4)
+        .filter_map(|w| match (&w[0].tok, &w[1].tok, &w[2].tok, &w[3].tok) {
+            (lex::Tok::Ident(p), lex::Tok::Punct("["), lex::Tok::Int(k), lex::Tok::Punct("]"))
+                if p == PARAM_ARRAY =>
+            {
+                usize::try_from(*k).ok().map(|k| k + 1)
+            }
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// Whether `stmts` assign slot `v` anywhere.

@@ -195,8 +195,17 @@ pub enum Stmt {
 /// What a name means to the parser.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Binding {
-    Scalar { slot: usize, ty: Ty, writable: bool },
+    Scalar {
+        slot: usize,
+        ty: Ty,
+        writable: bool,
+    },
     Array(usize),
+    /// The free parameters `p[0]` .. `p[count - 1]`, read-only floats in slots `first` ...
+    Params {
+        first: usize,
+        count: usize,
+    },
 }
 
 pub(super) struct Parser<'a> {
@@ -547,6 +556,20 @@ impl<'a> Parser<'a> {
                 self.expect("]")?;
                 // The template's operator[] takes an int: C++ converts implicitly.
                 Ok((Expr::Index(array, Box::new(convert(i, t, Ty::Int))), Ty::Int))
+            }
+            Some(Binding::Params { first, count }) => {
+                let (first, count) = (*first, *count);
+                self.expect("[")?;
+                let k = match self.peek() {
+                    Some(Tok::Int(k)) => usize::try_from(*k).ok().filter(|&k| k < count),
+                    _ => None,
+                };
+                let Some(k) = k else {
+                    return Err(self.syntax("a parameter's index must be a literal int (`p[0]`)"));
+                };
+                self.pos += 1;
+                self.expect("]")?;
+                Ok((Expr::Var(first + k), Ty::Float))
             }
             None => Err(ParseError::Undeclared { at, name }),
         }

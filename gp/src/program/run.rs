@@ -3,7 +3,7 @@
 //! step limit.
 
 use super::parse::{ArithOp, Bin, CmpOp, Expr, Fn1, Fn2, IntOp, Stmt};
-use super::value::{Pair, Value, int_div, int_rem, shl, shr};
+use super::value::{Pair, Ty, Value, int_div, int_rem, shl, shr};
 
 /// The state of one case: variable slots and the case's int arrays.
 pub(super) struct Machine<'a> {
@@ -87,20 +87,8 @@ impl Machine<'_> {
                     self.eval(b)
                 }
             }
-            Expr::Call1(f, ty, a) => match self.eval(a).to(*ty) {
-                Value::Double(x) => Value::Double(fn1_f64(*f, x)),
-                Value::Float(x) => Value::Float(fn1_f32(*f, x)),
-                // Arguments are converted to float or double when compiled.
-                Value::Int(x) => Value::Double(fn1_f64(*f, f64::from(x))),
-            },
-            Expr::Call2(f, ty, a, b) => match (self.eval(a).to(*ty), self.eval(b).to(*ty)) {
-                (Value::Float(x), Value::Float(y)) => Value::Float(fn2_f32(*f, x, y)),
-                (x, y) => match Value::promote(x, y) {
-                    Pair::Double(x, y) => Value::Double(fn2_f64(*f, x, y)),
-                    Pair::Float(x, y) => Value::Float(fn2_f32(*f, x, y)),
-                    Pair::Int(x, y) => Value::Double(fn2_f64(*f, f64::from(x), f64::from(y))),
-                },
-            },
+            Expr::Call1(f, ty, a) => call1(*f, *ty, self.eval(a)),
+            Expr::Call2(f, ty, a, b) => call2(*f, *ty, self.eval(a), self.eval(b)),
         }
     }
 }
@@ -119,7 +107,29 @@ pub fn wrapped(data: &[i32], k: i32) -> i32 {
     data.get(m as usize).copied().unwrap_or(0)
 }
 
-fn int_op(op: IntOp, x: i32, y: i32) -> i32 {
+/// `f(a)` computed in `ty`.
+pub(super) fn call1(f: Fn1, ty: Ty, a: Value) -> Value {
+    match a.to(ty) {
+        Value::Double(x) => Value::Double(fn1_f64(f, x)),
+        Value::Float(x) => Value::Float(fn1_f32(f, x)),
+        // Arguments are converted to float or double when compiled.
+        Value::Int(x) => Value::Double(fn1_f64(f, f64::from(x))),
+    }
+}
+
+/// `f(a, b)` computed in `ty`.
+pub(super) fn call2(f: Fn2, ty: Ty, a: Value, b: Value) -> Value {
+    match (a.to(ty), b.to(ty)) {
+        (Value::Float(x), Value::Float(y)) => Value::Float(fn2_f32(f, x, y)),
+        (x, y) => match Value::promote(x, y) {
+            Pair::Double(x, y) => Value::Double(fn2_f64(f, x, y)),
+            Pair::Float(x, y) => Value::Float(fn2_f32(f, x, y)),
+            Pair::Int(x, y) => Value::Double(fn2_f64(f, f64::from(x), f64::from(y))),
+        },
+    }
+}
+
+pub(super) fn int_op(op: IntOp, x: i32, y: i32) -> i32 {
     match op {
         IntOp::Rem => int_rem(x, y),
         IntOp::And => x & y,
@@ -130,7 +140,7 @@ fn int_op(op: IntOp, x: i32, y: i32) -> i32 {
     }
 }
 
-fn arith(op: ArithOp, a: Value, b: Value) -> Value {
+pub(super) fn arith(op: ArithOp, a: Value, b: Value) -> Value {
     match Value::promote(a, b) {
         Pair::Int(x, y) => Value::Int(match op {
             ArithOp::Add => x.wrapping_add(y),
@@ -153,7 +163,7 @@ fn arith(op: ArithOp, a: Value, b: Value) -> Value {
     }
 }
 
-fn compare(op: CmpOp, a: Value, b: Value) -> bool {
+pub(super) fn compare(op: CmpOp, a: Value, b: Value) -> bool {
     fn cmp<T: PartialOrd>(op: CmpOp, x: T, y: T) -> bool {
         match op {
             CmpOp::Lt => x < y,

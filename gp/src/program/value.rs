@@ -103,7 +103,7 @@ impl Value {
         }
     }
 
-    fn to_f64(self) -> f64 {
+    pub(super) fn to_f64(self) -> f64 {
         match self {
             Value::Int(i) => f64::from(i),
             Value::Float(f) => f64::from(f),

@@ -1,0 +1,148 @@
+//! Free parameters: `p[k]` in a phenotype, its values given per run, the text with the values
+//! written in, forward-mode derivatives, and Levenberg–Marquardt fitting.
+
+use gpfarm_gp::problem::Column;
+use gpfarm_gp::program::{float_literal, instantiate};
+use gpfarm_gp::{FitSettings, Phenotype, Problem, Program, fit, fittable};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+fn keijzer6() -> Problem {
+    Problem::builtin("keijzer6").unwrap()
+}
+
+fn floats(c: &Column) -> Vec<u32> {
+    match c {
+        Column::Float(v) => v.iter().map(|f| f.to_bits()).collect(),
+        Column::Int(_) => panic!("an int column"),
+    }
+}
+
+fn xs(problem: &Problem) -> Vec<f64> {
+    match &problem.cases().inputs()[0] {
+        gpfarm_gp::problem::InputColumn::Scalar(Column::Float(v)) => {
+            v.iter().map(|&x| f64::from(x)).collect()
+        }
+        _ => panic!("keijzer6's x is a float"),
+    }
+}
+
+#[test]
+fn a_program_with_values_written_in_computes_what_it_computes_with_them_bit_for_bit() {
+    let problem = keijzer6();
+    let text = Phenotype::new("sinf(x * p[0]) * p[1] + expf(p[2] / x) - p[0] * 07.35");
+    let program = Program::parse(&problem, &text).unwrap();
+    assert_eq!(program.params(), 3);
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    for _ in 0..200 {
+        let params: Vec<f32> =
+            (0..3).map(|_| rng.random_range(-3.0f32..3.0) * 10f32.powi(rng.random_range(-8..8))).collect();
+        let with = program.run_params(&problem, &params, 1000).unwrap();
+        let written = Program::parse(&problem, &instantiate(&text, &params)).unwrap();
+        assert_eq!(written.params(), 0);
+        assert_eq!(floats(&with[0]), floats(&written.run(&problem).unwrap()[0]), "{params:?}");
+        let lin = program.linearize(&problem, &params, 1000).unwrap();
+        let lin_bits: Vec<u32> = lin.outputs.iter().map(|f| f.to_bits()).collect();
+        assert_eq!(lin_bits, floats(&with[0]));
+    }
+    assert_eq!(
+        instantiate(&Phenotype::new("x * p[0] + p[1]"), &[1.5, -2e-8]).as_str(),
+        "x * (1.5f) + (-2e-8f)"
+    );
+    assert_eq!(float_literal(1.0), "1.0");
+    assert_eq!(float_literal(-3e20), "-3e20");
+}
+
+#[test]
+fn a_program_needs_one_value_per_parameter_and_an_index_that_is_a_literal() {
+    let problem = keijzer6();
+    let program = Program::parse(&problem, &Phenotype::new("x * p[1]")).unwrap();
+    assert_eq!(program.params(), 2);
+    let err = program.run(&problem).unwrap_err();
+    assert_eq!(err.to_string(), "the program reads 2 parameter(s) and was given 0 value(s)");
+    assert!(Program::parse(&problem, &Phenotype::new("x * p[x]")).is_err());
+    assert!(Program::parse(&problem, &Phenotype::new("x * p[100000]")).is_err());
+}
+
+#[test]
+fn derivatives_are_the_analytic_ones() {
+    let problem = keijzer6();
+    let x = xs(&problem);
+    let program =
+        Program::parse(&problem, &Phenotype::new("sinf(x * p[0]) * p[1] + logf(fabsf(p[2] * x) + 1)"))
+            .unwrap();
+    let p = [0.3f32, -1.7, 0.25];
+    let lin = program.linearize(&problem, &p, 1000).unwrap();
+    let (p0, p1, p2) = (f64::from(p[0]), f64::from(p[1]), f64::from(p[2]));
+    for (c, &x) in x.iter().enumerate() {
+        let expect = [
+            x * (x * p0).cos() * p1,
+            (x * p0).sin(),
+            x / ((p2 * x).abs() + 1.0), // p2 * x > 0 here
+        ];
+        for k in 0..3 {
+            let got = lin.jacobian[c * 3 + k];
+            assert!(
+                (got - expect[k]).abs() <= 1e-5 * (1.0 + expect[k].abs()),
+                "case {c}, p[{k}]: {got} against {}",
+                expect[k]
+            );
+        }
+    }
+}
+
+#[test]
+fn fitting_a_model_linear_in_its_parameters_reaches_the_least_squares_solution() {
+    let problem = keijzer6();
+    let x = xs(&problem);
+    let t: Vec<f64> = (0..x.len()).map(|c| problem.cases().targets().as_f64(c)).collect();
+    // Closed form for y = a·ln(x) + b.
+    let n = x.len() as f64;
+    let l: Vec<f64> = x.iter().map(|x| x.ln()).collect();
+    let (sl, st) = (l.iter().sum::<f64>(), t.iter().sum::<f64>());
+    let sll: f64 = l.iter().map(|v| v * v).sum();
+    let slt: f64 = l.iter().zip(&t).map(|(a, b)| a * b).sum();
+    let a = (n * slt - sl * st) / (n * sll - sl * sl);
+    let b = (st - a * sl) / n;
+
+    let program = Program::parse(&problem, &Phenotype::new("p[0] * logf(x) + p[1]")).unwrap();
+    assert!(fittable(&problem, &program));
+    let fitted =
+        fit(&problem, &program, &[0.0, 0.0], &FitSettings { iterations: 20, restarts: 0 }, 1).unwrap();
+    assert!((f64::from(fitted.params[0]) - a).abs() < 1e-4, "{:?} against a = {a}", fitted.params);
+    assert!((f64::from(fitted.params[1]) - b).abs() < 1e-4, "{:?} against b = {b}", fitted.params);
+    // The fit's sum of squares is the fitness's.
+    let text = instantiate(&Phenotype::new("p[0] * logf(x) + p[1]"), &fitted.params);
+    let rmse = gpfarm_gp::evaluate_phenotype(&problem, &text).fitness.value();
+    assert!((rmse - (fitted.sse / n).sqrt()).abs() <= 1e-12 * rmse.max(1.0), "{rmse} against {}", fitted.sse);
+    assert!(rmse < 0.05, "{rmse}");
+}
+
+#[test]
+fn fitting_never_makes_a_program_worse_and_restarts_only_help() {
+    let problem = keijzer6();
+    let text = Phenotype::new("expf(p[0] * x) * p[1] + p[2]");
+    let program = Program::parse(&problem, &text).unwrap();
+    let start = [0.5f32, 3.0, -1.0];
+    let before = gpfarm_gp::evaluate_phenotype(&problem, &instantiate(&text, &start)).fitness.value();
+    let once = fit(&problem, &program, &start, &FitSettings { iterations: 10, restarts: 0 }, 3).unwrap();
+    let more = fit(&problem, &program, &start, &FitSettings { iterations: 10, restarts: 3 }, 3).unwrap();
+    let n = problem.cases().len() as f64;
+    assert!((once.sse / n).sqrt() <= before);
+    assert!(more.sse <= once.sse);
+    assert!(more.runs > once.runs);
+    // Not fittable: no parameters, or a fitness that is not least squares.
+    assert!(
+        fit(
+            &problem,
+            &Program::parse(&problem, &Phenotype::new("x")).unwrap(),
+            &[],
+            &FitSettings { iterations: 5, restarts: 0 },
+            0
+        )
+        .is_none()
+    );
+    let search = Problem::builtin("search").unwrap();
+    let p = Program::parse(&search, &Phenotype::new("OUTPUT = (int)p[0];")).unwrap();
+    assert!(!fittable(&search, &p));
+}
