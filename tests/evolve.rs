@@ -362,3 +362,67 @@ fn the_while_loop_example_ends_on_the_cpu() {
     assert!(records[0]["invalid"].as_u64().unwrap() > 0, "{}", records[0]);
     assert!(summary["best_phenotype"].as_str().is_some());
 }
+
+/// Runs the Friedman-1 example on the CPU route with `extra` arguments; the records and summary.
+fn friedman1(extra: &[&str]) -> (Vec<Value>, Value) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/friedman1");
+    let out = Command::new(env!("CARGO_BIN_EXE_gpfarm"))
+        .args([
+            "evolve",
+            "--route",
+            "cpu",
+            "--population",
+            "100",
+            "--generations",
+            "4",
+            "--seed",
+            "5",
+            "--json",
+        ])
+        .arg("--problem-dir")
+        .arg(&dir)
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let mut records: Vec<Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let summary = records.pop().unwrap();
+    (records, summary)
+}
+
+/// Fitting the free parameters finds better models than evolving them alone, the best model is
+/// printed with its values written in, exactly (it re-evaluates to the reported fitness bit for
+/// bit), and the thread count changes nothing.
+#[test]
+fn fitted_parameters_beat_evolved_ones_and_print_exactly() {
+    let (fitted, summary) = friedman1(&[]);
+    let (unfitted_records, unfitted) = friedman1(&["--fit-iterations", "0"]);
+    let (best, plain) =
+        (summary["best_fitness"].as_f64().unwrap(), unfitted["best_fitness"].as_f64().unwrap());
+    assert!(best < 0.8 * plain, "fitted {best} against {plain} unfitted");
+    assert!(fitted.iter().map(|r| r["fitted"].as_u64().unwrap()).sum::<u64>() > 0);
+    assert_eq!(unfitted_records.iter().map(|r| r["fitted"].as_u64().unwrap()).sum::<u64>(), 0);
+    // The printed model, parsed and evaluated, has the reported fitness.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/friedman1");
+    let problem = gpfarm_gp::Problem::load(&dir).unwrap();
+    let text = summary["best_phenotype"].as_str().unwrap();
+    assert!(!text.contains("p["), "{text}");
+    let again = gpfarm_gp::evaluate_phenotype(&problem, &gpfarm_gp::Phenotype::new(text)).fitness.value();
+    assert_eq!(again.to_bits(), best.to_bits(), "{text}");
+    // One fitting thread or many: the same run.
+    let (one, _) = friedman1(&["--daemons", "1"]);
+    assert_eq!(trajectory(&one), trajectory(&fitted));
+    // Baldwinian fitting runs too, and is a different run.
+    let (baldwin, _) = friedman1(&["--no-lamarck"]);
+    assert_eq!(baldwin.len(), fitted.len());
+    // A share outside [0, 1] is a one-line error.
+    let out = Command::new(env!("CARGO_BIN_EXE_gpfarm"))
+        .args(["evolve", "--route", "cpu", "--fit-share", "1.5"])
+        .arg("--problem-dir")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not a share in [0, 1]"));
+}

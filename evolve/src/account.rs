@@ -66,6 +66,10 @@ pub(crate) struct Account {
     pub readback: Duration,
     /// Breeding this generation's individuals.
     pub breed: Duration,
+    /// Fitting their parameters.
+    pub fit: Duration,
+    /// Individuals whose parameters fitting moved.
+    pub fitted: usize,
     /// The individual whose fitness was known last.
     pub last: Option<Chain>,
 }

@@ -513,7 +513,7 @@ impl Engine {
             cache: o.cache,
             overlap: o.overlap,
             best_fitness: best.map_or(f64::NAN, |(_, f)| f.value()),
-            best_phenotype: best.and_then(|(i, _)| i.phenotype()).map(|p| p.as_str().to_owned()),
+            best_phenotype: best.and_then(|(i, _)| i.expression()).map(|p| p.as_str().to_owned()),
             route: self.route.as_str().to_owned(),
             route_reason: self.route_why.clone(),
             mean_generation_ms: totals.wall_s * 1000.0 / (e.generations + 1) as f64,

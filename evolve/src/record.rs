@@ -154,6 +154,12 @@ pub struct GenerationRecord {
     pub eval_split: EvalSplit,
     /// Breeding time spent on this generation's individuals.
     pub breed_ms: f64,
+    /// Time spent fitting their free parameters.
+    #[serde(default)]
+    pub fit_ms: f64,
+    /// Individuals whose parameters fitting moved.
+    #[serde(default)]
+    pub fitted: usize,
     /// From the previous generation's completion to this one's: what a researcher waits for.
     pub generation_ms: f64,
     /// When this generation was complete, from the start of the run.
@@ -215,6 +221,8 @@ impl GenerationRecord {
                 ..split
             },
             breed_ms: ms(a.breed),
+            fit_ms: ms(a.fit),
+            fitted: a.fitted,
             generation_ms: ms(done.saturating_duration_since(previous_done)),
             done_ms: ms(done.saturating_duration_since(run_start)),
             critical_path: a.last.map(|c| CriticalPath::along(&c, previous_done, done)).unwrap_or(
@@ -262,6 +270,9 @@ pub struct Totals {
     pub eval_s: f64,
     /// Time spent breeding.
     pub breed_s: f64,
+    /// Time spent fitting free parameters.
+    #[serde(default)]
+    pub fit_s: f64,
     /// The run's wall time.
     pub wall_s: f64,
     /// Fitness values remembered at the end (bounded).
@@ -330,6 +341,7 @@ impl Totals {
         self.compile_busy_s += other.compile_busy_s;
         self.eval_s += other.eval_s;
         self.breed_s += other.breed_s;
+        self.fit_s += other.fit_s;
         self.wall_s = self.wall_s.max(other.wall_s);
         self.memo_entries += other.memo_entries;
     }

@@ -6,7 +6,8 @@
 //! One iteration solves `(JᵀJ + λ·diag(JᵀJ)) δ = −Jᵀr` for the residuals `r` (output − target)
 //! and Jacobian `J` at the current values, rounds `p + δ` to float, and runs the program there
 //! (with its derivatives, for the next iteration): a lower sum of squares is taken and λ shrinks
-//! tenfold, a higher one is refused and λ grows tenfold. The sum of squares is computed from the
+//! tenfold, a higher one is refused and λ grows tenfold; a start ends early once a step gains
+//! less than a millionth of the sum of squares, or leaves the float values as they were. The sum of squares is computed from the
 //! float outputs exactly as the fitness is, so the fitness of the values returned is what the fit
 //! saw. The small system is solved by Cholesky's method, written here because the same few lines
 //! run for every individual at once and need no matrix library.
@@ -20,6 +21,10 @@ use rand_chacha::ChaCha8Rng;
 use crate::fitness::FitnessKind;
 use crate::problem::Problem;
 use crate::program::{Linearization, Program};
+
+/// A start ends once an iteration gains less than this share of the sum of squares: float
+/// outputs cannot improve much further.
+const CONVERGED: f64 = 1e-6;
 
 /// How hard to fit.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -90,9 +95,13 @@ pub fn fit(
             best.runs += p.len();
             match run(&trial) {
                 Some(next) if sse(&next, &targets) < current => {
+                    let gain = current - sse(&next, &targets);
                     current = sse(&next, &targets);
                     (p, at) = (trial, next);
                     lambda = (lambda / 10.0).max(1e-12);
+                    if gain <= CONVERGED * current {
+                        break;
+                    }
                 }
                 _ => lambda *= 10.0,
             }

@@ -34,7 +34,7 @@ use crate::population::{EvolutionConfig, EvolutionError, Individual, initial_pop
 use crate::problem::Problem;
 
 /// An individual that needs a fitness.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Born {
     /// Its generation.
     pub generation: usize,
@@ -42,6 +42,8 @@ pub struct Born {
     pub slot: usize,
     /// What to evaluate.
     pub phenotype: Phenotype,
+    /// The values of its free parameters (`p[k]`), to fit or to evaluate with.
+    pub params: Vec<f32>,
 }
 
 /// Summary of one evaluated generation.
@@ -200,7 +202,12 @@ impl Pipeline {
             (Some(f), _) => Some(f),
             (None, None) => Some(Fitness::worst(self.direction)),
             (None, Some(p)) => {
-                self.born.push(Born { generation: generation.index, slot, phenotype: p.clone() });
+                self.born.push(Born {
+                    generation: generation.index,
+                    slot,
+                    phenotype: p.clone(),
+                    params: individual.params.clone(),
+                });
                 None
             }
         };
@@ -237,6 +244,34 @@ impl Pipeline {
             (Some(Some(_)), Some(None)) => {
                 g.fitness[slot] = Some(fitness);
                 g.known += 1;
+                Ok(())
+            }
+            _ => Err(unknown),
+        }
+    }
+
+    /// Records the values an individual handed out by [`Pipeline::take_born`] was fitted to,
+    /// before its fitness: its offspring inherit them when fitting is Lamarckian
+    /// ([`crate::FitConfig::lamarckian`]); either way they are the values its expression shows.
+    pub fn set_fitted(
+        &mut self,
+        generation: usize,
+        slot: usize,
+        params: Vec<f32>,
+    ) -> Result<(), EvolutionError> {
+        let lamarckian = self.config.fit.lamarckian;
+        let unknown = EvolutionError::UnknownIndividual { generation, slot };
+        let first = self.generations.front().map_or(0, |g| g.index);
+        let g =
+            generation.checked_sub(first).and_then(|i| self.generations.get_mut(i)).ok_or(unknown.clone())?;
+        match (g.individuals.get_mut(slot), g.fitness.get(slot)) {
+            (Some(Some(individual)), Some(None)) if individual.params.len() == params.len() => {
+                if lamarckian {
+                    individual.params = params;
+                    individual.fitted = None;
+                } else {
+                    individual.fitted = Some(params);
+                }
                 Ok(())
             }
             _ => Err(unknown),
@@ -469,14 +504,27 @@ impl PairPlan {
         } else {
             (pa.genome.clone(), pb.genome.clone())
         };
-        [ga, gb]
+        // A child's parameters are its first parent's, place by place: crossover keeps the
+        // first parent's codons up to the cut, so the derivation, left to right, and the
+        // parameters it emits, are that parent's up to there.
+        [(ga, pa), (gb, pb)]
             .into_iter()
-            .map(|genome| {
-                let mut child = Individual::new(genome, grammar, &c.limits);
+            .map(|(genome, parent)| {
+                let mut child = Individual::new(genome, grammar, &c.limits, &parent.params, rng);
                 if rng.random_bool(c.mutation_rate) {
                     let used = child.used_codons();
                     int_flip(rng, &mut child.genome, used, c.mutation_codon_probability, c.codon_size);
-                    child = Individual::new(child.genome, grammar, &c.limits);
+                    let mut kept = child.params;
+                    if !kept.is_empty() {
+                        // Each value is drawn afresh with the codons' flip probability.
+                        let p = c.mutation_codon_probability.unwrap_or(1.0 / kept.len() as f64);
+                        for v in &mut kept {
+                            if rng.random_bool(p) {
+                                *v = rng.random_range(-1.0..=1.0);
+                            }
+                        }
+                    }
+                    child = Individual::new(child.genome, grammar, &c.limits, &kept, rng);
                 }
                 child
             })
@@ -502,7 +550,7 @@ fn generation_stats(
         invalid: fitness.len() - finite.len(),
         unique_phenotypes: individuals.iter().filter_map(Individual::phenotype).collect::<HashSet<_>>().len(),
         mean_genome_len: individuals.iter().map(|i| i.genome.len() as f64).sum::<f64>() / n,
-        best_phenotype: best.and_then(|i| individuals[i].phenotype().cloned()),
+        best_phenotype: best.and_then(|i| individuals[i].expression()),
     }
 }
 

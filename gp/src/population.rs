@@ -3,7 +3,7 @@
 //! from the run's seed, and the errors of driving a run. Must never breed or look at fitness
 //! (that is [`crate::pipeline`]'s), and never draw randomness from anything but the run's seed.
 
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
@@ -46,6 +46,33 @@ pub struct EvolutionConfig {
     pub limits: MappingLimits,
     /// Seed of the run's random generator.
     pub seed: u64,
+    /// Fitting of free parameters (`#param#` in the grammar).
+    pub fit: FitConfig,
+}
+
+/// How the free parameters of a grammar with `#param#` are fitted.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FitConfig {
+    /// Levenberg–Marquardt iterations per individual fitted (0: none; the values are then
+    /// only inherited and mutated).
+    pub iterations: usize,
+    /// Starts beyond the first, from values moved at random.
+    pub restarts: usize,
+    /// Share of the individuals bred that are fitted, in [0, 1] (each drawn by its own seed).
+    pub share: f64,
+    /// Whether fitted values are passed on to offspring (Lamarckian) or only used for the
+    /// individual's own fitness (Baldwinian).
+    pub lamarckian: bool,
+    /// Fit on at most this many of the cases, evenly spaced (0: all); the fitness is still
+    /// computed on all of them.
+    pub cases: usize,
+}
+
+impl Default for FitConfig {
+    fn default() -> Self {
+        Self { iterations: 10, restarts: 0, share: 1.0, lamarckian: true, cases: 0 }
+    }
 }
 
 impl Default for EvolutionConfig {
@@ -65,6 +92,7 @@ impl Default for EvolutionConfig {
             init_max_depth: 10,
             limits: MappingLimits::default(),
             seed: 0,
+            fit: FitConfig::default(),
         }
     }
 }
@@ -107,18 +135,53 @@ pub enum EvolutionError {
 }
 
 /// One member of the population.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Individual {
     /// Its codons.
     pub genome: Genome,
     /// What they map to.
     pub mapping: Mapping,
+    /// The values of its free parameters, one per `p[k]` its phenotype reads: what its
+    /// offspring inherit.
+    #[serde(default)]
+    pub params: Vec<f32>,
+    /// The values its fitness was computed with, where fitting moved them and they are not
+    /// passed on ([`FitConfig::lamarckian`] off); otherwise they are `params`.
+    #[serde(default)]
+    pub fitted: Option<Vec<f32>>,
 }
 
 impl Individual {
-    pub(crate) fn new(genome: Genome, grammar: &Grammar, limits: &MappingLimits) -> Self {
+    /// Maps `genome`; its parameter `k` takes `inherited[k]`, or a value drawn from `rng`
+    /// uniformly in [-1, 1] where `inherited` has none. Nothing is drawn for a phenotype without
+    /// parameters.
+    pub(crate) fn new(
+        genome: Genome,
+        grammar: &Grammar,
+        limits: &MappingLimits,
+        inherited: &[f32],
+        rng: &mut impl Rng,
+    ) -> Self {
         let mapping = map(grammar, &genome, limits);
-        Self { genome, mapping }
+        let count = mapping.derivation().map_or(0, |d| d.params);
+        let params = (0..count)
+            .map(|k| inherited.get(k).copied().unwrap_or_else(|| rng.random_range(-1.0..=1.0)))
+            .collect();
+        Self { genome, mapping, params, fitted: None }
+    }
+
+    /// The values its fitness was computed with (see [`Individual::fitted`]).
+    pub fn evaluated_params(&self) -> &[f32] {
+        self.fitted.as_deref().unwrap_or(&self.params)
+    }
+
+    /// Its phenotype with the values of its parameters written in
+    /// ([`crate::program::instantiate`]): the program that was evaluated, as C text that
+    /// keeps every value exactly.
+    pub fn expression(&self) -> Option<Phenotype> {
+        let p = self.phenotype()?;
+        let params = self.evaluated_params();
+        Some(if params.is_empty() { p.clone() } else { crate::program::instantiate(p, params) })
     }
 
     /// The phenotype, if mapping succeeded.
@@ -154,7 +217,7 @@ pub(crate) fn initial_population(
         )
         .ok_or(EvolutionError::NonTerminatingGrammar)?,
     };
-    Ok(genomes.into_iter().map(|g| Individual::new(g, grammar, &config.limits)).collect())
+    Ok(genomes.into_iter().map(|g| Individual::new(g, grammar, &config.limits, &[], &mut rng)).collect())
 }
 
 fn validate(c: &EvolutionConfig, grammar: &Grammar) -> Result<(), EvolutionError> {
@@ -175,7 +238,9 @@ fn validate(c: &EvolutionConfig, grammar: &Grammar) -> Result<(), EvolutionError
     if c.elite > c.population {
         return err("elite", format!("must not exceed the population ({})", c.population));
     }
-    for (field, rate) in [("crossover_rate", c.crossover_rate), ("mutation_rate", c.mutation_rate)] {
+    for (field, rate) in
+        [("crossover_rate", c.crossover_rate), ("mutation_rate", c.mutation_rate), ("fit.share", c.fit.share)]
+    {
         if !(0.0..=1.0).contains(&rate) {
             return err(field, format!("{rate} is not a probability in [0, 1]"));
         }

@@ -176,6 +176,11 @@ impl Problem {
         })
     }
 
+    /// The same problem on at most `max` of its cases, evenly spaced ([`Cases::strided`]).
+    pub fn strided(&self, max: usize) -> Problem {
+        Problem { cases: self.cases.strided(max), ..self.clone() }
+    }
+
     /// Short name.
     pub fn name(&self) -> &str {
         &self.spec.name

@@ -598,50 +598,42 @@ impl Program {
         let (n, np) = (cases.len(), params.len());
         let mut out = Linearization { outputs: Vec::with_capacity(n), jacobian: vec![0.0; n * np] };
         let mut t = Tangent {
+            np,
             slots: Vec::with_capacity(self.slots.len()),
-            dots: vec![0.0; self.slots.len()],
+            dots: vec![0.0; self.slots.len() * np],
             arrays: Vec::with_capacity(self.arrays.len()),
             steps: 0,
             max_steps,
+            stack: Vec::new(),
         };
-        let param_slots: Vec<usize> = self
-            .slots
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| matches!(s, Source::Param(_)))
-            .map(|(i, _)| i)
-            .collect();
         for c in 0..n {
             t.arrays.clear();
             for &i in &self.arrays {
                 t.arrays.push(cases.array(i, c).ok_or_else(|| self.wrong(problem))?);
             }
-            // One run per direction (at least one, for the value).
-            for k in 0..np.max(1) {
-                self.load(problem, c, params, &mut t.slots)?;
-                t.dots.iter_mut().for_each(|d| *d = 0.0);
-                if let Some(&slot) = param_slots.get(k) {
-                    t.dots[slot] = 1.0;
-                }
-                t.steps = 0;
-                let (v, d) = match &self.body {
-                    Body::Expression(e) => t.eval(e),
-                    Body::Statements(s) => {
-                        t.exec(s).map_err(|OutOfSteps| RunError::StepLimit { case: c, limit: max_steps })?;
-                        let slot = self.output_slots[0];
-                        (t.slots[slot], t.dots[slot])
-                    }
-                };
-                if k == 0 {
-                    out.outputs.push(match v.to(Ty::Float) {
-                        Value::Float(f) => f,
-                        _ => f32::NAN,
-                    });
-                }
-                if np > 0 {
-                    out.jacobian[c * np + k] = d;
+            self.load(problem, c, params, &mut t.slots)?;
+            t.dots.iter_mut().for_each(|d| *d = 0.0);
+            for (slot, src) in self.slots.iter().enumerate() {
+                if let Source::Param(k) = src {
+                    t.dots[slot * np + k] = 1.0;
                 }
             }
+            t.steps = 0;
+            t.stack.clear();
+            let v = match &self.body {
+                Body::Expression(e) => t.eval(e),
+                Body::Statements(s) => {
+                    t.exec(s).map_err(|OutOfSteps| RunError::StepLimit { case: c, limit: max_steps })?;
+                    let slot = self.output_slots[0];
+                    t.stack.extend_from_slice(&t.dots[slot * np..(slot + 1) * np]);
+                    t.slots[slot]
+                }
+            };
+            out.outputs.push(match v.to(Ty::Float) {
+                Value::Float(f) => f,
+                _ => f32::NAN,
+            });
+            out.jacobian[c * np..(c + 1) * np].copy_from_slice(t.top());
         }
         Ok(out)
     }

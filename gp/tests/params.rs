@@ -144,3 +144,60 @@ fn fitting_never_makes_a_program_worse_and_restarts_only_help() {
     let p = Program::parse(&search, &Phenotype::new("OUTPUT = (int)p[0];")).unwrap();
     assert!(!fittable(&search, &p));
 }
+
+/// A pipeline on keijzer6 whose grammar has free parameters.
+fn param_pipeline(lamarckian: bool) -> gpfarm_gp::Pipeline {
+    let grammar =
+        gpfarm_gp::Grammar::parse("<e> ::= <e> + <e> | <e> * <e> | x * #param# | #param# | x").unwrap();
+    let config = gpfarm_gp::EvolutionConfig {
+        population: 40,
+        generations: 2,
+        seed: 9,
+        fit: gpfarm_gp::FitConfig { lamarckian, ..Default::default() },
+        ..Default::default()
+    };
+    gpfarm_gp::Pipeline::with_grammar(
+        grammar,
+        gpfarm_gp::Direction::Lower,
+        config,
+        std::num::NonZeroUsize::MIN,
+    )
+    .unwrap()
+}
+
+#[test]
+fn children_inherit_fitted_values_when_lamarckian_and_the_values_they_started_with_when_not() {
+    const FITTED: f32 = 1234.5;
+    let problem = keijzer6();
+    for lamarckian in [true, false] {
+        let mut p = param_pipeline(lamarckian);
+        let born = p.take_born();
+        assert!(born.iter().any(|b| !b.params.is_empty()), "the grammar emits parameters");
+        for b in &born {
+            assert_eq!(Program::parse(&problem, &b.phenotype).unwrap().params(), b.params.len());
+            assert!(b.params.iter().all(|v| (-1.0..=1.0).contains(v)), "fresh values are drawn in [-1, 1]");
+            if !b.params.is_empty() {
+                p.set_fitted(b.generation, b.slot, vec![FITTED; b.params.len()]).unwrap();
+            }
+            let text = instantiate(&b.phenotype, &vec![FITTED; b.params.len()]);
+            p.set_fitness(b.generation, b.slot, gpfarm_gp::evaluate_phenotype(&problem, &text).fitness)
+                .unwrap();
+        }
+        let stats = p.advance();
+        // The best expression shows the values its fitness was computed with, either way.
+        let best = stats[0].best_phenotype.as_ref().unwrap().as_str().to_owned();
+        assert!(!best.contains("p["), "{best}");
+        let children = p.take_born();
+        let inherited = children.iter().flat_map(|b| &b.params).filter(|&&v| v == FITTED).count();
+        if lamarckian {
+            assert!(inherited > 0, "no child inherited a fitted value");
+        } else {
+            assert_eq!(inherited, 0, "a Baldwinian child inherited a fitted value");
+        }
+        // Refused: values for nobody, or not one per parameter.
+        assert!(p.set_fitted(0, 0, vec![1.0]).is_err());
+        if let Some(b) = children.iter().find(|b| !b.params.is_empty()) {
+            assert!(p.set_fitted(b.generation, b.slot, vec![]).is_err());
+        }
+    }
+}

@@ -11,7 +11,7 @@ use clap::Args;
 use gpfarm_client::{BuildConfig, DiskCache, Workers};
 use gpfarm_evolve::plan::{self, CompilerRequest, Compilers, IslandFarm};
 use gpfarm_evolve::{Engine, EvalMode, EvolveError, Options, ProblemRef, Route, Summary};
-use gpfarm_gp::EvolutionConfig;
+use gpfarm_gp::{EvolutionConfig, FitConfig};
 use gpfarm_protocol::{FarmName, SmArch};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -150,6 +150,23 @@ pub struct EvolveArgs {
     /// on every route (default: the problem's `max_steps`, else 1000000).
     #[arg(long, value_name = "STEPS", value_parser = clap::value_parser!(u64).range(1..))]
     max_steps: Option<u64>,
+    /// Levenberg-Marquardt iterations fitting the free parameters (`#param#` in the grammar) of
+    /// each individual bred; 0: no fitting (the values are only inherited and mutated).
+    #[arg(long, value_name = "N", default_value_t = gpfarm_gp::FitConfig::default().iterations)]
+    fit_iterations: usize,
+    /// Fits from other starting values beyond the first, keeping the best.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    fit_restarts: usize,
+    /// Share of the individuals bred whose parameters are fitted, in [0, 1].
+    #[arg(long, value_name = "SHARE", default_value_t = 1.0, value_parser = probability)]
+    fit_share: f64,
+    /// Fit on at most this many cases, evenly spaced (0: all); the fitness still uses all.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    fit_cases: usize,
+    /// Keep fitted values for the individual's own fitness only (Baldwinian); by default
+    /// offspring inherit them (Lamarckian).
+    #[arg(long)]
+    no_lamarck: bool,
     /// Seconds a daemon may spend on one unit before it is killed and replaced, and the unit
     /// retried once (farm only).
     #[arg(long, default_value_t = gpfarm_client::DEFAULT_UNIT_DEADLINE.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
@@ -183,6 +200,13 @@ fn positive_seconds(s: &str) -> Result<f64, String> {
     }
 }
 
+fn probability(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s:?} is not a share in [0, 1]")),
+    }
+}
+
 impl EvolveArgs {
     /// Which problem the run is on.
     pub fn problem(&self) -> ProblemRef {
@@ -209,6 +233,13 @@ impl EvolveArgs {
                 tournament: self.tournament,
                 elite: self.elite,
                 seed: self.seed,
+                fit: FitConfig {
+                    iterations: self.fit_iterations,
+                    restarts: self.fit_restarts,
+                    share: self.fit_share,
+                    lamarckian: !self.no_lamarck,
+                    cases: self.fit_cases,
+                },
                 ..EvolutionConfig::default()
             },
             eval: self.eval,

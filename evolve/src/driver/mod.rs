@@ -16,6 +16,7 @@
 
 mod admit;
 mod evaluate;
+mod fit;
 mod units;
 
 use std::collections::{BTreeMap, HashMap};
@@ -122,6 +123,13 @@ pub(crate) struct Driver<'a> {
     evaluator: Evaluator,
     fell_back: Option<String>,
     eval_threads: NonZeroUsize,
+    /// The threads that fit parameters, started at the first individual that has any (`Some(None)`:
+    /// none could be started).
+    fit_pool: Option<Option<rayon::ThreadPool>>,
+    /// Values fitted before, by [`fit::fit_key`] (`None`: the fit moved nothing).
+    fit_memo: HashMap<blake3::Hash, Option<Vec<f32>>>,
+    /// The problem on the cases fitting uses ([`gpfarm_gp::FitConfig::cases`]).
+    fit_problem: Option<Problem>,
     /// Individuals identical to one being compiled, by key, waiting for its fitness.
     waiting: HashMap<CacheKey, Vec<Member>>,
     /// Bred individuals not yet in a unit, by generation.
@@ -214,6 +222,9 @@ impl<'a> Driver<'a> {
             evaluator,
             fell_back: None,
             eval_threads: std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN),
+            fit_pool: None,
+            fit_memo: HashMap::new(),
+            fit_problem: None,
             waiting: HashMap::new(),
             pools: BTreeMap::new(),
             jobs: HashMap::new(),
@@ -299,6 +310,7 @@ impl<'a> Driver<'a> {
             if self.pipeline.is_finished() {
                 return Ok(());
             }
+            let born = self.fit(born)?;
             let progress = self.admit(born)?;
             if let Some(generation) = self.pipeline.awaiting_migration() {
                 self.migrate(generation)?;

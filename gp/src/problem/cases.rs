@@ -92,6 +92,35 @@ impl Cases {
         &self.targets
     }
 
+    /// At most `max` of the cases, evenly spaced (case `k·len/max`, for k = 0, 1, ...), in order;
+    /// all of them when `max` is 0 or at least their number.
+    pub fn strided(&self, max: usize) -> Cases {
+        if max == 0 || max >= self.len {
+            return self.clone();
+        }
+        let picked: Vec<usize> = (0..max).map(|k| k * self.len / max).collect();
+        let column = |c: &Column| match c {
+            Column::Int(v) => Column::Int(picked.iter().map(|&i| v[i]).collect()),
+            Column::Float(v) => Column::Float(picked.iter().map(|&i| v[i]).collect()),
+        };
+        let inputs = self
+            .inputs
+            .iter()
+            .map(|input| match input {
+                InputColumn::Scalar(c) => InputColumn::Scalar(column(c)),
+                InputColumn::IntArray { max_len, data, lens } => InputColumn::IntArray {
+                    max_len: *max_len,
+                    data: picked
+                        .iter()
+                        .flat_map(|&i| data[i * max_len..(i + 1) * max_len].iter().copied())
+                        .collect(),
+                    lens: picked.iter().map(|&i| lens[i]).collect(),
+                },
+            })
+            .collect();
+        Cases { len: max, inputs, targets: column(&self.targets) }
+    }
+
     /// The int array of input `input` for case `c`, without padding.
     pub fn array(&self, input: usize, c: usize) -> Option<&[i32]> {
         match self.inputs.get(input)? {

@@ -1,11 +1,12 @@
-//! Forward-mode derivatives: a program run on one case with, beside each value, its derivative
-//! along one direction of the free parameters (a tangent). Must compute every value exactly as
-//! the evaluator does ([`super::run`]'s operations, shared), so the outputs of a tangent run are
-//! the evaluator's outputs bit for bit; derivatives are f64 whatever the values' type.
+//! Forward-mode derivatives: a program run on one case with, beside each value, its derivatives
+//! with respect to every free parameter at once (a tangent of `np` numbers). Must compute every
+//! value exactly as the evaluator does ([`super::run`]'s operations, shared), so the outputs of a
+//! tangent run are the evaluator's outputs bit for bit; derivatives are f64 whatever the values'
+//! type. Must never allocate per operation: tangents live on one stack of `np`-wide frames.
 //!
 //! Where C's operations have no derivative the rule is that of automatic-differentiation
 //! tools: ints, comparisons, `!`, `&&`, `||`, bit operations and conversions to int carry
-//! none (0); a branch (`?:`, `if`, a loop's test) contributes the derivative of the path taken;
+//! none (0); a branch (`?:`, `if`, a loop's test) contributes the derivatives of the path taken;
 //! `fabs` at 0, `fmin`/`fmax` on a tie take the first argument's side; `pow(x, y)` carries a
 //! derivative along `y` only where `x > 0`. A derivative that is not finite (`log` at 0) stays
 //! what it is, and whoever uses it decides.
@@ -14,16 +15,54 @@ use super::parse::{ArithOp, Bin, Expr, Fn1, Fn2, Stmt};
 use super::run::{OutOfSteps, arith, call1, call2, compare, int_op, wrapped};
 use super::value::{Ty, Value};
 
-/// The state of one case: each slot's value and derivative, and the case's int arrays.
+/// The state of one case: each slot's value and derivatives, and the case's int arrays.
 pub(super) struct Tangent<'a> {
+    /// Derivatives per value.
+    pub np: usize,
     pub slots: Vec<Value>,
+    /// `np` derivatives per slot.
     pub dots: Vec<f64>,
     pub arrays: Vec<&'a [i32]>,
     pub steps: u64,
     pub max_steps: u64,
+    /// The derivatives of the values being computed, `np` per value, innermost last.
+    pub stack: Vec<f64>,
 }
 
 impl Tangent<'_> {
+    /// A frame of zeros on top of the stack.
+    fn push_zero(&mut self) {
+        self.stack.resize(self.stack.len() + self.np, 0.0);
+    }
+
+    fn pop(&mut self) {
+        self.stack.truncate(self.stack.len() - self.np);
+    }
+
+    /// The top frame.
+    pub(super) fn top(&self) -> &[f64] {
+        &self.stack[self.stack.len() - self.np..]
+    }
+
+    fn top_mut(&mut self) -> &mut [f64] {
+        let n = self.stack.len();
+        &mut self.stack[n - self.np..]
+    }
+
+    /// Sets the top frame to zeros (the value has no derivative).
+    fn zero_top(&mut self) {
+        self.top_mut().iter_mut().for_each(|d| *d = 0.0);
+    }
+
+    /// Scales the top frame by `k` (0 when `k` is 0, whatever the frame holds).
+    fn scale_top(&mut self, k: f64) {
+        if k == 0.0 {
+            self.zero_top();
+        } else {
+            self.top_mut().iter_mut().for_each(|d| *d *= k);
+        }
+    }
+
     pub(super) fn exec(&mut self, stmts: &[Stmt]) -> Result<(), OutOfSteps> {
         for s in stmts {
             self.exec_one(s)?;
@@ -34,12 +73,18 @@ impl Tangent<'_> {
     fn exec_one(&mut self, s: &Stmt) -> Result<(), OutOfSteps> {
         match s {
             Stmt::Assign(slot, ty, e) => {
-                let (v, d) = self.eval(e);
+                let v = self.eval(e);
                 self.slots[*slot] = v.to(*ty);
-                self.dots[*slot] = if *ty == Ty::Int { 0.0 } else { d };
+                let (np, n) = (self.np, self.stack.len());
+                if *ty == Ty::Int {
+                    self.dots[slot * np..(slot + 1) * np].iter_mut().for_each(|d| *d = 0.0);
+                } else {
+                    self.dots[slot * np..(slot + 1) * np].copy_from_slice(&self.stack[n - np..]);
+                }
+                self.pop();
             }
             Stmt::If(c, then, els) => {
-                if self.eval(c).0.truthy() {
+                if self.test(c) {
                     self.exec(then)?;
                 } else {
                     self.exec(els)?;
@@ -50,7 +95,7 @@ impl Tangent<'_> {
                 if self.steps > self.max_steps {
                     return Err(OutOfSteps);
                 }
-                if cond.as_ref().is_some_and(|c| !self.eval(c).0.truthy()) {
+                if cond.as_ref().is_some_and(|c| !self.test(c)) {
                     break;
                 }
                 self.exec(body)?;
@@ -62,83 +107,148 @@ impl Tangent<'_> {
         Ok(())
     }
 
-    /// The value of `e` and its derivative.
-    pub(super) fn eval(&self, e: &Expr) -> (Value, f64) {
+    /// The truth of `e`, leaving the stack as it was.
+    fn test(&mut self, e: &Expr) -> bool {
+        let v = self.eval(e);
+        self.pop();
+        v.truthy()
+    }
+
+    /// The value of `e`, its derivatives pushed as a frame.
+    pub(super) fn eval(&mut self, e: &Expr) -> Value {
         match e {
-            Expr::Const(v) => (*v, 0.0),
-            Expr::Var(slot) => (self.slots[*slot], self.dots[*slot]),
-            Expr::Index(array, i) => (Value::Int(wrapped(self.arrays[*array], self.eval(i).0.as_int())), 0.0),
+            Expr::Const(v) => {
+                self.push_zero();
+                *v
+            }
+            Expr::Var(slot) => {
+                let np = self.np;
+                self.stack.extend_from_slice(&self.dots[slot * np..(slot + 1) * np]);
+                self.slots[*slot]
+            }
+            Expr::Index(array, i) => {
+                let k = self.eval(i).as_int();
+                self.zero_top();
+                Value::Int(wrapped(self.arrays[*array], k))
+            }
             Expr::Convert(ty, a) => {
-                let (v, d) = self.eval(a);
-                (v.to(*ty), if *ty == Ty::Int { 0.0 } else { d })
+                let v = self.eval(a).to(*ty);
+                if *ty == Ty::Int {
+                    self.zero_top();
+                }
+                v
             }
             Expr::Neg(a) => {
-                let (v, d) = self.eval(a);
-                let v = match v {
+                let v = match self.eval(a) {
                     Value::Int(i) => Value::Int(i.wrapping_neg()),
                     Value::Float(f) => Value::Float(-f),
                     Value::Double(x) => Value::Double(-x),
                 };
-                (v, -d)
+                self.scale_top(-1.0);
+                v
             }
-            Expr::BitNot(a) => (Value::Int(!self.eval(a).0.as_int()), 0.0),
-            Expr::Not(a) => (Value::Int(i32::from(!self.eval(a).0.truthy())), 0.0),
+            Expr::BitNot(a) => {
+                let v = Value::Int(!self.eval(a).as_int());
+                self.zero_top();
+                v
+            }
+            Expr::Not(a) => {
+                let v = Value::Int(i32::from(!self.eval(a).truthy()));
+                self.zero_top();
+                v
+            }
             Expr::Chain(first, rest) => {
-                let (mut acc, mut dacc) = self.eval(first);
+                let mut acc = self.eval(first);
                 for (op, e) in rest {
-                    (acc, dacc) = match op {
+                    acc = match op {
                         Bin::Arith(o) => {
-                            let (b, db) = self.eval(e);
+                            let b = self.eval(e);
                             let v = arith(*o, acc, b);
-                            let d = if v.ty() == Ty::Int { 0.0 } else { arith_dot(*o, acc, dacc, b, db) };
-                            (v, d)
+                            if v.ty() == Ty::Int {
+                                self.pop();
+                                self.zero_top();
+                            } else {
+                                self.combine(*o, acc.to_f64(), b.to_f64());
+                            }
+                            v
                         }
-                        Bin::Int(o) => (Value::Int(int_op(*o, acc.as_int(), self.eval(e).0.as_int())), 0.0),
-                        Bin::Cmp(o) => (Value::Int(i32::from(compare(*o, acc, self.eval(e).0))), 0.0),
-                        Bin::And => (Value::Int(i32::from(acc.truthy() && self.eval(e).0.truthy())), 0.0),
-                        Bin::Or => (Value::Int(i32::from(acc.truthy() || self.eval(e).0.truthy())), 0.0),
+                        Bin::Int(o) => {
+                            let b = self.eval(e).as_int();
+                            self.pop();
+                            self.zero_top();
+                            Value::Int(int_op(*o, acc.as_int(), b))
+                        }
+                        Bin::Cmp(o) => {
+                            let b = self.eval(e);
+                            self.pop();
+                            self.zero_top();
+                            Value::Int(i32::from(compare(*o, acc, b)))
+                        }
+                        Bin::And => {
+                            let v = acc.truthy() && self.test(e);
+                            self.zero_top();
+                            Value::Int(i32::from(v))
+                        }
+                        Bin::Or => {
+                            let v = acc.truthy() || self.test(e);
+                            self.zero_top();
+                            Value::Int(i32::from(v))
+                        }
                     };
                 }
-                (acc, dacc)
+                acc
             }
             Expr::Cond(c, a, b) => {
-                if self.eval(c).0.truthy() {
+                if self.test(c) {
                     self.eval(a)
                 } else {
                     self.eval(b)
                 }
             }
             Expr::Call1(f, ty, a) => {
-                let (x, dx) = self.eval(a);
+                let x = self.eval(a);
                 let v = call1(*f, *ty, x);
-                (v, fn1_dot(*f, x.to_f64(), v.to_f64(), dx))
+                self.scale_top(fn1_slope(*f, x.to_f64(), v.to_f64()));
+                v
             }
             Expr::Call2(f, ty, a, b) => {
-                let ((x, dx), (y, dy)) = (self.eval(a), self.eval(b));
+                let x = self.eval(a);
+                let y = self.eval(b);
                 let v = call2(*f, *ty, x, y);
-                (v, fn2_dot(*f, x.to_f64(), dx, y.to_f64(), dy, v.to_f64()))
+                let (sx, sy) = fn2_slopes(*f, x.to_f64(), y.to_f64(), v.to_f64());
+                self.mix(sx, sy);
+                v
             }
         }
     }
-}
 
-/// The derivative of `a op b`.
-fn arith_dot(op: ArithOp, a: Value, da: f64, b: Value, db: f64) -> f64 {
-    let (x, y) = (a.to_f64(), b.to_f64());
-    match op {
-        ArithOp::Add => da + db,
-        ArithOp::Sub => da - db,
-        ArithOp::Mul => da * y + x * db,
-        ArithOp::Div => (da * y - x * db) / (y * y),
+    /// Replaces the top two frames `da`, `db` (of `a` below `b`) by the derivatives of `a op b`.
+    fn combine(&mut self, op: ArithOp, a: f64, b: f64) {
+        match op {
+            ArithOp::Add => self.mix(1.0, 1.0),
+            ArithOp::Sub => self.mix(1.0, -1.0),
+            ArithOp::Mul => self.mix(b, a),
+            ArithOp::Div => self.mix(1.0 / b, -a / (b * b)),
+        }
+    }
+
+    /// Replaces the top two frames `da`, `db` by `sa·da + sb·db` (a slope of 0 ignores its frame,
+    /// so an infinite derivative where the slope is 0 does not make NaN).
+    fn mix(&mut self, sa: f64, sb: f64) {
+        let (np, n) = (self.np, self.stack.len());
+        let (lower, upper) = self.stack[n - 2 * np..].split_at_mut(np);
+        for (a, b) in lower.iter_mut().zip(upper.iter()) {
+            let left = if sa == 0.0 { 0.0 } else { sa * *a };
+            let right = if sb == 0.0 { 0.0 } else { sb * *b };
+            *a = left + right;
+        }
+        self.pop();
     }
 }
 
-/// The derivative of `v = f(x)`.
-fn fn1_dot(f: Fn1, x: f64, v: f64, dx: f64) -> f64 {
-    if dx == 0.0 {
-        return 0.0;
-    }
-    dx * match f {
+/// d f(x) / dx where `v = f(x)`.
+fn fn1_slope(f: Fn1, x: f64, v: f64) -> f64 {
+    match f {
         Fn1::Sin => x.cos(),
         Fn1::Cos => -x.sin(),
         Fn1::Exp => v,
@@ -155,16 +265,12 @@ fn fn1_dot(f: Fn1, x: f64, v: f64, dx: f64) -> f64 {
     }
 }
 
-/// The derivative of `v = f(x, y)`.
-fn fn2_dot(f: Fn2, x: f64, dx: f64, y: f64, dy: f64, v: f64) -> f64 {
+/// The partial derivatives of `v = f(x, y)`.
+fn fn2_slopes(f: Fn2, x: f64, y: f64, v: f64) -> (f64, f64) {
     match f {
-        Fn2::Pow => {
-            let along_x = if dx == 0.0 { 0.0 } else { dx * y * x.powf(y - 1.0) };
-            let along_y = if dy == 0.0 || x <= 0.0 { 0.0 } else { dy * v * x.ln() };
-            along_x + along_y
-        }
+        Fn2::Pow => (y * x.powf(y - 1.0), if x > 0.0 { v * x.ln() } else { 0.0 }),
         // NaN loses to a number in fmin/fmax, as C's do.
-        Fn2::Fmin | Fn2::Fmax if v == x || y.is_nan() => dx,
-        Fn2::Fmin | Fn2::Fmax => dy,
+        Fn2::Fmin | Fn2::Fmax if v == x || y.is_nan() => (1.0, 0.0),
+        Fn2::Fmin | Fn2::Fmax => (0.0, 1.0),
     }
 }

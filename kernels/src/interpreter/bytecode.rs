@@ -263,6 +263,10 @@ pub enum BytecodeError {
     /// problem's interpreter expects.
     #[error("the program was compiled for `{compiled_for}`, not for `{problem}`")]
     WrongProblem { compiled_for: String, problem: String },
+    /// It reads free parameters: the interpreter runs a program with their values written in
+    /// ([`gpfarm_gp::program::instantiate`]).
+    #[error("the program reads {params} free parameter(s): write their values in first")]
+    Params { params: usize },
     /// Deeper than [`MAX_DEPTH`].
     #[error("the program needs a stack of {depth} cells; the interpreter has {MAX_DEPTH}")]
     TooDeep { depth: usize },
@@ -369,6 +373,9 @@ pub fn assemble_with(
     program: &Program,
     folding: Folding,
 ) -> Result<Bytecode, BytecodeError> {
+    if program.params() > 0 {
+        return Err(BytecodeError::Params { params: program.params() });
+    }
     let layout = slot_layout(problem);
     let same_layout = program.problem() == problem.name()
         && program.slots().len() == layout.len()

@@ -145,6 +145,9 @@ fn case_state<'p>(problem: &'p Problem, layout: &[(Source, Ty)], c: usize) -> (V
                 InputColumn::Scalar(_) => Cell::default(),
             },
             Source::CaseBit(bit) => Cell::int(((c >> bit) & 1) as i32),
+            // A problem's layout has no parameters: programs reach the interpreter with their
+            // values written in (`assemble` refuses any other).
+            Source::Param(_) => Cell::default(),
             Source::Zero(_) => match ty {
                 Ty::Double => Cell::double(0.0),
                 Ty::Float => Cell::float(0.0),

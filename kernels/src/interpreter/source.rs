@@ -147,9 +147,10 @@ pub fn interpreter_source_with(problem: &Problem, tuning: Tuning) -> Result<Stri
             Source::Input(i) => format!("{}[c]", name_of(ParamRole::Input(*i))?),
             Source::Length(i) => format!("{}[c]", name_of(ParamRole::Lengths(*i))?),
             Source::CaseBit(bit) => format!("(c >> {bit}) & 1"),
-            Source::Zero(_) => "0".to_owned(),
+            // Never in a problem's layout (see `bytecode::assemble`).
+            Source::Zero(_) | Source::Param(_) => "0".to_owned(),
         };
-        if matches!(src, Source::Zero(_)) {
+        if matches!(src, Source::Zero(_) | Source::Param(_)) {
             writeln!(init, "        vars[{k}].d = 0.0;").ok();
         } else {
             writeln!(init, "        vars[{k}].{field} = {value};").ok();

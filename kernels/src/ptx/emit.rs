@@ -918,6 +918,14 @@ fn entry(
                     ins!(e, "mov.{} \t{r}, {}", bits(ty), immediate(Value::Int(0).to(ty)));
                     r
                 }
+                // Programs reach this route with their parameters' values written in
+                // (`gpfarm_gp::program::instantiate`); a bare `p[k]` reads NaN, which fails the
+                // individual rather than giving it a fitness it does not have.
+                Source::Param(_) => {
+                    let r = e.fresh(class(ty));
+                    ins!(e, "mov.{} \t{r}, {}", bits(ty), immediate(Value::Float(f32::NAN).to(ty)));
+                    r
+                }
             };
             e.slots.push(r);
         }
