@@ -23,23 +23,32 @@ _RESERVED = {
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def default_grammar(names: Sequence[str]) -> str:
+def default_grammar(names: Sequence[str], constants: str = "fitted") -> str:
     """An arithmetic grammar over `names` in float: + - * /, protected log and sqrt, sin, cos,
-    exp, tanh, and constants d.dd (float literals, so the arithmetic stays in float)."""
+    exp, tanh, and constants: free parameters fitted to the data (`constants="fitted"`, the
+    grammar's `#param#`) or digit strings d.dd that only evolution changes (`"digits"`; float
+    literals, so the arithmetic stays in float)."""
+    if constants not in ("fitted", "digits"):
+        raise ValueError(f'constants must be "fitted" or "digits", not {constants!r}')
     variables = " | ".join(names)
     ops = "<e> + <e> | <e> - <e> | <e> * <e> | <e> / <e>"
     calls = "sinf(<e>) | cosf(<e>) | tanhf(<e>) | expf(<e>) | logf(fabsf(<e>)+1.0f) | sqrtf(fabsf(<e>))"
     top = ops.replace("<e>", "<e2>")
     mid = ops.replace("<e>", "<e3>")
     leaves = "<v> | <v> | <v> | <v> | <c> | <c>"
+    if constants == "fitted":
+        # A fitted weight on a variable, or a fitted constant.
+        c = "<c>  ::= #param# * <v> | #param#\n"
+        tail = ""
+    else:
+        c = "<c>  ::= <d>.<d><d>f | <d>.<d><d>f | -<d>.<d><d>f\n"
+        tail = "<d>  ::= 0 | 1 | 2 | 3 | 4 | 5 | 6 | 7 | 8 | 9\n"
     return (
         "# Symbolic regression over " + ", ".join(names) + ".\n"
         f"<e>  ::= {top} | {calls.replace('<e>', '<e2>')} | {leaves}\n"
         f"<e2> ::= {mid} | {calls.replace('<e>', '<e3>')} | {leaves}\n"
         f"<e3> ::= {ops.replace('<e>', '<e3>')} | {calls.replace('<e>', '<e3>')} | {leaves} | {leaves}\n"
-        f"<v>  ::= {variables}\n"
-        "<c>  ::= <d>.<d><d>f | <d>.<d><d>f | -<d>.<d><d>f\n"
-        "<d>  ::= 0 | 1 | 2 | 3 | 4 | 5 | 6 | 7 | 8 | 9\n"
+        f"<v>  ::= {variables}\n" + c + tail
     )
 
 
@@ -193,8 +202,11 @@ class SymbolicRegressor(_Mixin, _Base):
     Parameters mirror `gpfarm evolve`: `population`, `generations`, `tournament`, `elite`,
     `random_state` (the seed; None draws one), `eval` ("auto", "gpu", "cpu"), `route` ("auto",
     "interpreter", "ptx", "nvrtc", "cpu"), and `grammar` (BNF over the variable names; default
-    `default_grammar`). `options` passes any other `gpfarm evolve` option, as `gpfarm.evolve`
-    takes it.
+    `default_grammar`). `optimize_constants` (default True) makes the default grammar's constants
+    free parameters fitted by Levenberg-Marquardt, `optimizer_iterations` (default 10) times per
+    individual; with it False constants are digit strings that only evolution changes. `options`
+    passes any other `gpfarm evolve` option, as `gpfarm.evolve` takes it (e.g. `fit_restarts`,
+    `fit_cases`, `no_lamarck`).
 
     Fitted attributes: `program_` (the best phenotype), `fitness_` (its training RMSE),
     `history_` (one dict per generation), `route_`, `n_features_in_`, `feature_names_in_` (when
@@ -211,6 +223,8 @@ class SymbolicRegressor(_Mixin, _Base):
         eval: str = "auto",
         route: str = "auto",
         grammar: Optional[str] = None,
+        optimize_constants: bool = True,
+        optimizer_iterations: int = 10,
         options: Optional[Dict[str, Any]] = None,
     ):
         self.population = population
@@ -221,6 +235,8 @@ class SymbolicRegressor(_Mixin, _Base):
         self.eval = eval
         self.route = route
         self.grammar = grammar
+        self.optimize_constants = optimize_constants
+        self.optimizer_iterations = optimizer_iterations
         self.options = options
 
     def _seed(self) -> int:
@@ -258,8 +274,15 @@ class SymbolicRegressor(_Mixin, _Base):
         rows, _ = _rows(X)
         _targets(y, len(rows))
         names = check_names(frame_names if frame_names is not None else [f"x{j}" for j in range(len(rows[0]))])
+        if not isinstance(self.optimizer_iterations, int) or self.optimizer_iterations < 0:
+            raise ValueError(f"optimizer_iterations must be an int of at least 0, not {self.optimizer_iterations!r}")
+        grammar = self.grammar
+        if grammar is None:
+            grammar = default_grammar(names, "fitted" if self.optimize_constants else "digits")
+        fitting = {"fit_iterations": self.optimizer_iterations if self.optimize_constants else 0}
+        fitting.update(self.options or {})
         with tempfile.TemporaryDirectory(prefix="gpfarm-fit-") as tmp:
-            directory = regression_problem(rows, y, names=names, grammar=self.grammar, directory=tmp)
+            directory = regression_problem(rows, y, names=names, grammar=grammar, directory=tmp)
             result = evolve(
                 None,
                 problem_dir=directory,
@@ -270,7 +293,7 @@ class SymbolicRegressor(_Mixin, _Base):
                 seed=self._seed(),
                 eval=self.eval,
                 route=self.route,
-                **(self.options or {}),
+                **fitting,
             )
         if result.best_phenotype is None:
             raise RuntimeError("no individual of the run mapped to a program: try more generations or another grammar")

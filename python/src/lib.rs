@@ -16,7 +16,7 @@ use gpfarm_client::{
 };
 use gpfarm_evolve::plan::{self, CompilerRequest, IslandFarm, build_compiler};
 use gpfarm_evolve::{CallbackError, EvalMode, EvolveError, GenerationRecord, Options, ProblemRef, Route};
-use gpfarm_gp::EvolutionConfig;
+use gpfarm_gp::{EvolutionConfig, FitConfig};
 use gpfarm_protocol::{FarmName, Shape};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -61,6 +61,11 @@ struct EvolveConfig {
     deadline: u64,
     gpu_deadline: f64,
     max_steps: Option<u64>,
+    fit_iterations: usize,
+    fit_restarts: usize,
+    fit_share: f64,
+    fit_cases: usize,
+    no_lamarck: bool,
     islands: usize,
     migrate_every: usize,
     migrants: usize,
@@ -79,7 +84,9 @@ impl EvolveConfig {
         no_cache = false, no_overlap = false, disk_cache = false, cache_dir = None, trace_units = None,
         crash_dir = None, crash_retry_flag = Vec::new(), no_crash_retry = false, no_crash_retry_on_gpu = false,
         deadline = gpfarm_client::DEFAULT_UNIT_DEADLINE.as_secs(),
-        gpu_deadline = gpfarm_client::DEFAULT_GPU_DEADLINE.as_secs_f64(), max_steps = None, islands = 1, migrate_every = 10, migrants = 2,
+        gpu_deadline = gpfarm_client::DEFAULT_GPU_DEADLINE.as_secs_f64(), max_steps = None,
+        fit_iterations = gpfarm_gp::FitConfig::default().iterations, fit_restarts = 0, fit_share = 1.0, fit_cases = 0,
+        no_lamarck = false, islands = 1, migrate_every = 10, migrants = 2,
         island_farm = "shared".to_owned(), cuda = None
     ))]
     #[allow(clippy::too_many_arguments)]
@@ -116,6 +123,11 @@ impl EvolveConfig {
         deadline: u64,
         gpu_deadline: f64,
         max_steps: Option<u64>,
+        fit_iterations: usize,
+        fit_restarts: usize,
+        fit_share: f64,
+        fit_cases: usize,
+        no_lamarck: bool,
         islands: usize,
         migrate_every: usize,
         migrants: usize,
@@ -155,6 +167,11 @@ impl EvolveConfig {
             deadline,
             gpu_deadline,
             max_steps,
+            fit_iterations,
+            fit_restarts,
+            fit_share,
+            fit_cases,
+            no_lamarck,
             islands,
             migrate_every,
             migrants,
@@ -206,6 +223,16 @@ impl EvolveConfig {
                 tournament: self.tournament,
                 elite: self.elite,
                 seed: self.seed,
+                fit: FitConfig {
+                    iterations: self.fit_iterations,
+                    restarts: self.fit_restarts,
+                    share: match self.fit_share {
+                        s if (0.0..=1.0).contains(&s) => s,
+                        s => return Err(bad("fit_share", format!("{s} is not a share in [0, 1]"))),
+                    },
+                    lamarckian: !self.no_lamarck,
+                    cases: self.fit_cases,
+                },
                 ..EvolutionConfig::default()
             },
             eval,
