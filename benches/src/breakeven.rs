@@ -239,6 +239,7 @@ pub fn run(
                         "interp.cu",
                         farm,
                     )?),
+                    fit: None,
                 };
                 all.push(GpuEvaluator::with_kernels(problem, &kernels)?);
             }

@@ -27,7 +27,7 @@ use std::process::{ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use gpfarm_protocol::worker::{
-    CompiledUnit, FrameError, GpuGeneration, ProblemRef, Reply, Request, WirePopulation, WireUnit,
+    CompiledUnit, FrameError, GpuGeneration, ProblemRef, Reply, Request, WireFit, WirePopulation, WireUnit,
     read_frame, write_frame,
 };
 use thiserror::Error;
@@ -128,19 +128,21 @@ impl GpuWorker {
         fitness_cubin: Option<Vec<u8>>,
         interpreter_cubin: Option<Vec<u8>>,
     ) -> Result<GpuWorker, WorkerError> {
-        GpuWorker::spawn_on(exe, problem, fitness_cubin, interpreter_cubin, None)
+        GpuWorker::spawn_on(exe, problem, fitness_cubin, interpreter_cubin, None, None)
     }
 
-    /// As [`GpuWorker::spawn_with`], on GPU `device` (an ordinal among the GPUs this process
-    /// sees): the worker is started with `CUDA_VISIBLE_DEVICES` naming that GPU alone.
+    /// As [`GpuWorker::spawn_with`], also loading the fitting kernel `fit_cubin` (to fit free
+    /// parameters, [`GpuWorker::linearize`]), on GPU `device` (an ordinal among the GPUs this
+    /// process sees): the worker is started with `CUDA_VISIBLE_DEVICES` naming that GPU alone.
     pub fn spawn_on(
         exe: &Path,
         problem: ProblemRef,
         fitness_cubin: Option<Vec<u8>>,
         interpreter_cubin: Option<Vec<u8>>,
+        fit_cubin: Option<Vec<u8>>,
         device: Option<usize>,
     ) -> Result<GpuWorker, WorkerError> {
-        let init = Request::Init { fitness_cubin, interpreter_cubin };
+        let init = Request::Init { fitness_cubin, interpreter_cubin, fit_cubin };
         let command = worker_command(exe, &problem, device);
         let mut child = Supervised::spawn(command, ParentDeath::Signal(libc::SIGKILL))?;
         let (stdin, stdout, name) = handshake(&mut child, &init)?;
@@ -253,7 +255,9 @@ impl GpuWorker {
                     careful = true;
                 }
                 Ok(Reply::Error(e)) => return Err(WorkerError::Remote(e)),
-                Ok(Reply::Ready { .. } | Reply::Started { .. }) => return Err(WorkerError::Unexpected),
+                Ok(Reply::Ready { .. } | Reply::Started { .. } | Reply::Linearized { .. }) => {
+                    return Err(WorkerError::Unexpected);
+                }
             }
             if let Request::Evaluate { careful: c, skip: s, .. } = &mut request {
                 (*c, *s) = (careful, skip.clone());
@@ -281,12 +285,32 @@ impl GpuWorker {
                 });
             }
             Ok(Reply::Error(e)) => return Err(WorkerError::Remote(e)),
-            Ok(Reply::Ready { .. } | Reply::Started { .. }) => return Err(WorkerError::Unexpected),
+            Ok(Reply::Ready { .. } | Reply::Started { .. } | Reply::Linearized { .. }) => {
+                return Err(WorkerError::Unexpected);
+            }
             Ok(Reply::Fault { why, .. }) | Err(Unanswered::Died(why)) => why,
             Err(Unanswered::Timeout(_)) => format!("no answer within {:?}", self.deadline),
         };
         self.restart()?;
         Err(WorkerError::Fault(format!("{why}, in the interpreter")))
+    }
+
+    /// The least-squares sums of `fit`'s programs at its values, by the fitting kernel (the worker
+    /// must have it, [`GpuWorker::spawn_on`]), and the worker's time for them. As
+    /// [`GpuWorker::interpret`], a fault replaces the worker and returns the error, for the caller
+    /// to fit elsewhere.
+    pub fn linearize(&mut self, fit: &WireFit) -> Result<(Vec<f64>, Duration), WorkerError> {
+        let why = match self.ask(&Request::Linearize(fit.clone())) {
+            Ok(Reply::Linearized { sums, launch_us }) => return Ok((sums, Duration::from_micros(launch_us))),
+            Ok(Reply::Error(e)) => return Err(WorkerError::Remote(e)),
+            Ok(Reply::Ready { .. } | Reply::Started { .. } | Reply::Done { .. }) => {
+                return Err(WorkerError::Unexpected);
+            }
+            Ok(Reply::Fault { why, .. }) | Err(Unanswered::Died(why)) => why,
+            Err(Unanswered::Timeout(_)) => format!("no answer within {:?}", self.deadline),
+        };
+        self.restart()?;
+        Err(WorkerError::Fault(format!("{why}, in the fitting kernel")))
     }
 }
 

@@ -70,6 +70,8 @@ pub(crate) struct Account {
     pub fit: Duration,
     /// Individuals whose parameters fitting moved.
     pub fitted: usize,
+    /// Individuals fitted on the GPU (moved or not).
+    pub fitted_on_gpu: usize,
     /// The individual whose fitness was known last.
     pub last: Option<Chain>,
 }

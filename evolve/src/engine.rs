@@ -350,6 +350,11 @@ impl Engine {
             }
             (Some(_), Some(c)) => Some(self.worker_kernel(&mut **c, &options)?),
         };
+        // The fitting kernel too, where the GPU fits the free parameters.
+        let fit_kernel = match (&kernel, compilers.first_mut()) {
+            (Some(_), Some(c)) => self.fit_kernel(&mut **c, &options)?,
+            _ => None,
+        };
         // The interpreter's kernel is compiled; individuals are not.
         if !self.route.compiles_individuals() {
             compilers.clear();
@@ -358,6 +363,7 @@ impl Engine {
         let shared = IslandShared {
             options: &options,
             kernel: kernel.as_deref(),
+            fit_kernel: fit_kernel.as_deref(),
             settings: self.settings(compilers.first().map_or(1, |c| c.workers())),
             toolchain: compilers.first().map_or_else(|| "none".into(), |c| c.toolchain()),
             compiling: !compilers.is_empty(),
@@ -446,7 +452,8 @@ impl Engine {
         let evaluator = match shared.kernel {
             None => Evaluator::Cpu,
             Some(cubin) => {
-                let worker = Box::new(self.spawn_worker(cubin.to_vec(), island % shared.devices)?);
+                let fit = shared.fit_kernel.map(<[u8]>::to_vec);
+                let worker = Box::new(self.spawn_worker(cubin.to_vec(), fit, island % shared.devices)?);
                 match self.route {
                     Route::Interpreter => Evaluator::Interpreter(worker),
                     _ => Evaluator::Gpu(worker),
@@ -467,6 +474,9 @@ impl Engine {
         );
         driver.island(island, link, self.stop.clone());
         driver.eval_threads(shared.eval_threads);
+        if shared.fit_kernel.is_some() {
+            driver.fit_on_gpu();
+        }
         if let (Some(dir), true, true) = (&o.disk_cache, o.cache, shared.compiling) {
             let disk = DiskCache::open(dir, DEFAULT_CACHE_LIMIT)
                 .map_err(|source| EvolveError::DiskCache { dir: dir.clone(), source })?;
@@ -549,9 +559,41 @@ impl Engine {
         }
     }
 
+    /// The problem's fitting kernel ([`gpfarm_kernels::interpreter::fit_source`]), compiled, when
+    /// the GPU fits free parameters: the grammar has `#param#`, fitting is on and the problem's
+    /// programs can be fitted on the GPU; `None` otherwise (they are fitted on the CPU). A kernel
+    /// that does not compile is a warning, and the CPU fits.
+    fn fit_kernel(
+        &self,
+        compiler: &mut (dyn Compiler + Send + '_),
+        options: &CompileOptions,
+    ) -> Result<Option<Vec<u8>>, EvolveError> {
+        let fit = &self.options.evolution.fit;
+        if !self.problem.grammar().has_params() || fit.iterations == 0 {
+            return Ok(None);
+        }
+        let source = match gpfarm_kernels::interpreter::fit_source(&self.problem) {
+            Ok(source) => source,
+            Err(e) => {
+                tracing::info!("free parameters are fitted on the CPU: {e}");
+                return Ok(None);
+            }
+        };
+        let batch = compiler.compile(&[Unit::new("gpfarm_fit.cu", source)], options)?;
+        let result = batch.results.into_iter().next().ok_or(EvolveError::CompilerStopped)?;
+        match result.outcome {
+            UnitOutcome::Cubin(c) => Ok(Some(c)),
+            UnitOutcome::Failed(failure) => {
+                tracing::warn!("the fitting kernel did not compile ({failure:?}); the CPU fits: {}", result.log);
+                Ok(None)
+            }
+        }
+    }
+
     /// Starts a GPU worker process on GPU `device` with the kernel [`Engine::worker_kernel`]
-    /// compiled, on the calling thread (the worker ends with it).
-    fn spawn_worker(&self, cubin: Vec<u8>, device: usize) -> Result<GpuWorker, EvolveError> {
+    /// compiled (and the fitting kernel `fit`, when there is one), on the calling thread (the
+    /// worker ends with it).
+    fn spawn_worker(&self, cubin: Vec<u8>, fit: Option<Vec<u8>>, device: usize) -> Result<GpuWorker, EvolveError> {
         let source =
             self.source.clone().ok_or_else(|| EvolveError::NoGpu("the problem has no source".into()))?;
         let exe = match &self.options.gpu_worker {
@@ -560,7 +602,7 @@ impl Engine {
         };
         let (fitness, interpreter) =
             if self.route == Route::Interpreter { (None, Some(cubin)) } else { (Some(cubin), None) };
-        let mut worker = GpuWorker::spawn_on(&exe, source, fitness, interpreter, Some(device))?;
+        let mut worker = GpuWorker::spawn_on(&exe, source, fitness, interpreter, fit, Some(device))?;
         worker.set_deadline(self.options.gpu_deadline);
         Ok(worker)
     }
@@ -572,6 +614,8 @@ struct IslandShared<'a> {
     options: &'a CompileOptions,
     /// The GPU worker's kernel (fitness kernel or interpreter), when the GPU evaluates.
     kernel: Option<&'a [u8]>,
+    /// The fitting kernel, when the GPU fits free parameters.
+    fit_kernel: Option<&'a [u8]>,
     settings: Settings,
     toolchain: String,
     /// Individuals are compiled (so the disk cache applies).

@@ -160,6 +160,9 @@ pub struct GenerationRecord {
     /// Individuals whose parameters fitting moved.
     #[serde(default)]
     pub fitted: usize,
+    /// Individuals fitted on the GPU (moved or not); the rest were fitted on the CPU.
+    #[serde(default)]
+    pub fitted_on_gpu: usize,
     /// From the previous generation's completion to this one's: what a researcher waits for.
     pub generation_ms: f64,
     /// When this generation was complete, from the start of the run.
@@ -223,6 +226,7 @@ impl GenerationRecord {
             breed_ms: ms(a.breed),
             fit_ms: ms(a.fit),
             fitted: a.fitted,
+            fitted_on_gpu: a.fitted_on_gpu,
             generation_ms: ms(done.saturating_duration_since(previous_done)),
             done_ms: ms(done.saturating_duration_since(run_start)),
             critical_path: a.last.map(|c| CriticalPath::along(&c, previous_done, done)).unwrap_or(

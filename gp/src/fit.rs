@@ -99,7 +99,7 @@ pub fn fit(
                     current = sse(&next, &targets);
                     (p, at) = (trial, next);
                     lambda = (lambda / 10.0).max(1e-12);
-                    if gain <= CONVERGED * current {
+                    if converged(gain, current) {
                         break;
                     }
                 }
@@ -139,7 +139,14 @@ fn lm_step(at: &Linearization, targets: &[f64], np: usize, lambda: f64) -> Optio
             }
         }
     }
-    if a.iter().chain(&g).any(|v| !v.is_finite()) {
+    damped_step(a, &g, np, lambda)
+}
+
+/// The Levenberg–Marquardt step from the normal equations: `JᵀJ` in `a` (`np` × `np`, row-major;
+/// only the lower triangle is read) and `Jᵀr` in `g`, damped by `lambda`: the solution of
+/// `(JᵀJ + λ·diag(JᵀJ)) δ = −Jᵀr`. `None` when a sum is not finite or the system cannot be solved.
+pub fn damped_step(mut a: Vec<f64>, g: &[f64], np: usize, lambda: f64) -> Option<Vec<f64>> {
+    if a.len() != np * np || g.len() != np || a.iter().chain(g).any(|v| !v.is_finite()) {
         return None;
     }
     for i in 0..np {
@@ -148,6 +155,12 @@ fn lm_step(at: &Linearization, targets: &[f64], np: usize, lambda: f64) -> Optio
     }
     let mut x: Vec<f64> = g.iter().map(|v| -v).collect();
     cholesky_solve(&mut a, &mut x, np).then_some(x)
+}
+
+/// A start ends once an iteration gains less than this share of the sum of squares (see
+/// [`CONVERGED`]); for fitting loops outside this module.
+pub fn converged(gain: f64, sse: f64) -> bool {
+    gain <= CONVERGED * sse
 }
 
 /// Solves `A x = b` for symmetric positive definite `A` (lower triangle used; overwritten by its

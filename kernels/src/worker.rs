@@ -48,17 +48,19 @@ pub fn serve(problem: &Problem) -> Result<(), GpuError> {
             Err(e) => return Err(e.into()),
         };
         let reply = match request {
-            Request::Init { fitness_cubin, interpreter_cubin } => match GpuEvaluator::with_kernels(
-                problem,
-                &Kernels { fitness: fitness_cubin, interpreter: interpreter_cubin },
-            ) {
-                Ok(g) => {
-                    let name = g.name.clone();
-                    evaluator = Some(g);
-                    Reply::Ready { name }
+            Request::Init { fitness_cubin, interpreter_cubin, fit_cubin } => {
+                match GpuEvaluator::with_kernels(
+                    problem,
+                    &Kernels { fitness: fitness_cubin, interpreter: interpreter_cubin, fit: fit_cubin },
+                ) {
+                    Ok(g) => {
+                        let name = g.name.clone();
+                        evaluator = Some(g);
+                        Reply::Ready { name }
+                    }
+                    Err(e) => Reply::Error(gpfarm_protocol::error_chain(&e)),
                 }
-                Err(e) => Reply::Error(gpfarm_protocol::error_chain(&e)),
-            },
+            }
             Request::Evaluate { units, n, careful, skip } => match &mut evaluator {
                 None => Reply::Error("evaluate before init".into()),
                 Some(g) => {
@@ -80,6 +82,14 @@ pub fn serve(problem: &Problem) -> Result<(), GpuError> {
             Request::Interpret(population) => match &mut evaluator {
                 None => Reply::Error("interpret before init".into()),
                 Some(g) => reply(g.interpret(&population)),
+            },
+            Request::Linearize(fit) => match &mut evaluator {
+                None => Reply::Error("linearize before init".into()),
+                Some(g) => match g.linearize(&fit) {
+                    Ok((sums, took)) => Reply::Linearized { sums, launch_us: took.as_micros() as u64 },
+                    Err(GpuError::Fault(why)) => Reply::Fault { culprit: None, why },
+                    Err(e) => Reply::Error(gpfarm_protocol::error_chain(&e)),
+                },
             },
         };
         write_frame(&mut output, &reply)?;

@@ -48,7 +48,7 @@ impl ProblemRef {
 }
 
 /// What the parent asks of the worker.
-#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+#[derive(Debug, Clone, PartialEq, Encode, Decode)]
 pub enum Request {
     /// Make the CUDA context, upload the cases and load the fitness kernel and the interpreter,
     /// those of the two the run uses.
@@ -57,6 +57,8 @@ pub enum Request {
         fitness_cubin: Option<Vec<u8>>,
         /// CUBIN of the problem's interpreter.
         interpreter_cubin: Option<Vec<u8>>,
+        /// CUBIN of the problem's fitting kernel (free parameters fitted on the GPU).
+        fit_cubin: Option<Vec<u8>>,
     },
     /// Evaluate one generation.
     Evaluate {
@@ -71,6 +73,27 @@ pub enum Request {
     },
     /// Interpret one population: one program per individual, in order.
     Interpret(WirePopulation),
+    /// The least-squares sums of programs with free parameters at the given values (the
+    /// worker must have the fitting kernel).
+    Linearize(WireFit),
+}
+
+/// Programs with free parameters and their values, for the fitting kernel: each program's
+/// bytecode as the interpreter's fitting kernel reads it (parameters marked), one after the other.
+#[derive(Debug, Clone, PartialEq, Encode, Decode)]
+pub struct WireFit {
+    /// All programs' words.
+    pub words: Vec<u32>,
+    /// The first word of each program.
+    pub offsets: Vec<u32>,
+    /// All programs' parameter values.
+    pub params: Vec<f32>,
+    /// The first value of each program.
+    pub param_offsets: Vec<u32>,
+    /// Each program's number of parameters.
+    pub nparams: Vec<i32>,
+    /// Loop iterations allowed per case before a program fails.
+    pub max_steps: u64,
 }
 
 /// A population's bytecode for the interpreter: every program's words one after the other.
@@ -139,6 +162,14 @@ pub enum Reply {
         culprit: Option<u64>,
         /// The driver's error.
         why: String,
+    },
+    /// The least-squares sums of each program of a [`Request::Linearize`], one after the other
+    /// (the fitting kernel's layout).
+    Linearized {
+        /// The sums.
+        sums: Vec<f64>,
+        /// Launching until the device finished and copying back, microseconds.
+        launch_us: u64,
     },
     /// The request could not be served (no GPU, evaluate before init, ...).
     Error(String),

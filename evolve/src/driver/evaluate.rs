@@ -33,6 +33,14 @@ impl Evaluator {
         }
     }
 
+    /// The GPU worker, when there is one.
+    pub(crate) fn worker(&mut self) -> Option<&mut GpuWorker> {
+        match self {
+            Evaluator::Cpu => None,
+            Evaluator::Gpu(worker) | Evaluator::Interpreter(worker) => Some(worker),
+        }
+    }
+
     /// GPU workers replaced so far.
     pub(crate) fn restarts(&self) -> usize {
         match self {

@@ -16,7 +16,15 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 
+use std::sync::Arc;
+
+use gpfarm_client::GpuWorker;
+use gpfarm_gp::{FitConfig, Problem};
+use gpfarm_kernels::gpu::WireFit;
+use gpfarm_kernels::interpreter::{FIT_DEPTH, FIT_PARAMS, FIT_SUMS, assemble_structure};
+
 use super::Driver;
+use super::evaluate::Evaluator;
 use crate::error::EvolveError;
 
 /// Fits remembered (their values, or that the fit moved nothing) before the memo starts again.
@@ -92,14 +100,34 @@ impl Driver<'_> {
             // No pool (no threads could be started): fit on this thread.
             self.fit_pool = Some(pool.ok());
         }
-        let fitted: Vec<Option<Vec<f32>>> = match self.fit_pool.as_ref().and_then(Option::as_ref) {
-            Some(pool) => pool.install(|| todo.par_iter().map(one).collect()),
-            None => todo.iter().map(one).collect(),
+        // The GPU fits what its fitting kernel can; the CPU the rest.
+        let mut fitted: Vec<Option<Option<Vec<f32>>>> = vec![None; todo.len()];
+        if self.gpu_fit {
+            match gpu_fit(self.problem, &mut self.evaluator, &born, &todo, &config) {
+                Ok(done) => fitted = done,
+                Err(e) => {
+                    tracing::warn!("fitting on the GPU failed ({e}); the CPU fits from now on");
+                    self.gpu_fit = false;
+                }
+            }
+        }
+        let by_gpu: Vec<bool> = fitted.iter().map(Option::is_some).collect();
+        let rest: Vec<usize> = (0..todo.len()).filter(|&i| fitted[i].is_none()).collect();
+        let on_cpu: Vec<Option<Vec<f32>>> = match self.fit_pool.as_ref().and_then(Option::as_ref) {
+            Some(pool) => pool.install(|| rest.par_iter().map(|&i| one(&todo[i])).collect()),
+            None => rest.iter().map(|&i| one(&todo[i])).collect(),
         };
+        for (i, values) in rest.into_iter().zip(on_cpu) {
+            fitted[i] = Some(values);
+        }
+        let fitted: Vec<Option<Vec<f32>>> = fitted.into_iter().map(Option::flatten).collect();
         if self.fit_memo.len() + todo.len() > FIT_MEMO_CAPACITY {
             self.fit_memo.clear();
         }
-        for ((k, key), values) in todo.into_iter().zip(fitted) {
+        for (((k, key), values), gpu) in todo.into_iter().zip(fitted).zip(by_gpu) {
+            if gpu {
+                self.account(born[k].generation).fitted_on_gpu += 1;
+            }
             self.fit_memo.insert(key, values.clone());
             known[k] = Some(values);
         }
@@ -121,4 +149,179 @@ impl Driver<'_> {
         self.totals.fit_s += took.as_secs_f64();
         Ok(born)
     }
+}
+
+/// One start of one program fitted on the GPU.
+struct Start {
+    /// Index into the individuals to fit.
+    item: usize,
+    code: Arc<Vec<u32>>,
+    params: Vec<f32>,
+    lambda: f64,
+    sse: f64,
+    /// `JᵀJ` (dense, lower triangle) and `Jᵀr` at `params`.
+    normal: (Vec<f64>, Vec<f64>),
+    active: bool,
+}
+
+/// The sum of squares, `JᵀJ` (dense) and `Jᵀr` of one program's block of the fitting kernel's sums.
+fn unpack(sums: &[f64], np: usize) -> (f64, Vec<f64>, Vec<f64>) {
+    let mut a = vec![0.0; np * np];
+    for k in 0..np {
+        for l in 0..=k {
+            a[k * np + l] = sums[1 + FIT_PARAMS + k * (k + 1) / 2 + l];
+        }
+    }
+    (sums[0], a, sums[1..1 + np].to_vec())
+}
+
+/// The least-squares sums of each start at its values (`trial` where given), by the GPU worker.
+fn linearize(
+    worker: &mut GpuWorker,
+    starts: &[&Start],
+    values: &[&[f32]],
+    max_steps: u64,
+) -> Result<Vec<f64>, EvolveError> {
+    let mut fit = WireFit {
+        words: Vec::new(),
+        offsets: Vec::with_capacity(starts.len()),
+        params: Vec::new(),
+        param_offsets: Vec::with_capacity(starts.len()),
+        nparams: Vec::with_capacity(starts.len()),
+        max_steps,
+    };
+    for (s, v) in starts.iter().zip(values) {
+        fit.offsets.push(fit.words.len() as u32);
+        fit.words.extend_from_slice(&s.code);
+        fit.param_offsets.push(fit.params.len() as u32);
+        fit.params.extend_from_slice(v);
+        fit.nparams.push(v.len() as i32);
+    }
+    let (sums, _) = worker.linearize(&fit)?;
+    if sums.len() != starts.len() * FIT_SUMS {
+        return Err(EvolveError::Gpu(gpfarm_kernels::gpu::GpuError::Problem(format!(
+            "the fitting kernel sent {} sums for {} programs",
+            sums.len(),
+            starts.len()
+        ))));
+    }
+    Ok(sums)
+}
+
+/// Levenberg–Marquardt on the GPU for the individuals `todo` (indices into `born`, with their fit
+/// keys) whose programs the fitting kernel takes: every start of every program in one launch per
+/// iteration, the same algorithm as [`gpfarm_gp::fit`] (each iteration solves the damped normal
+/// equations on the host and runs every trial at once). Returns, per individual, `None` where the
+/// CPU must fit it, else `Some` of its new values (`None` when the fit moved nothing). The sums
+/// are the GPU's (outputs the interpreter's, derivatives floats), on all cases.
+fn gpu_fit(
+    problem: &Problem,
+    evaluator: &mut Evaluator,
+    born: &[Born],
+    todo: &[(usize, blake3::Hash)],
+    config: &FitConfig,
+) -> Result<Vec<Option<Option<Vec<f32>>>>, EvolveError> {
+    let mut out: Vec<Option<Option<Vec<f32>>>> = vec![None; todo.len()];
+    let Some(worker) = evaluator.worker() else { return Ok(out) };
+    let max_steps = problem.max_steps();
+    let mut starts: Vec<Start> = Vec::new();
+    for (i, &(k, key)) in todo.iter().enumerate() {
+        let b = &born[k];
+        if b.params.len() > FIT_PARAMS {
+            continue;
+        }
+        let Ok(program) = Program::parse(problem, &b.phenotype) else { continue };
+        let Ok(code) = assemble_structure(problem, &program) else { continue };
+        if code.depth > FIT_DEPTH {
+            continue;
+        }
+        let code = Arc::new(code.words);
+        let mut rng = ChaCha8Rng::seed_from_u64(u64::from_le_bytes(key.as_bytes()[..8].try_into().expect("8 bytes")));
+        for restart in 0..=config.restarts {
+            let params: Vec<f32> = if restart == 0 {
+                b.params.clone()
+            } else {
+                b.params.iter().map(|&v| v + f32::max(1.0, v.abs()) * rng.random_range(-1.0f32..=1.0)).collect()
+            };
+            starts.push(Start {
+                item: i,
+                code: code.clone(),
+                params,
+                lambda: 1e-3,
+                sse: f64::INFINITY,
+                normal: (Vec::new(), Vec::new()),
+                active: true,
+            });
+        }
+        out[i] = Some(None);
+    }
+    if starts.is_empty() {
+        return Ok(out);
+    }
+    // Where each start begins.
+    let all: Vec<&Start> = starts.iter().collect();
+    let values: Vec<&[f32]> = starts.iter().map(|s| s.params.as_slice()).collect();
+    let sums = linearize(worker, &all, &values, max_steps)?;
+    for (s, block) in starts.iter_mut().zip(sums.chunks(FIT_SUMS)) {
+        let (sse, a, g) = unpack(block, s.params.len());
+        s.sse = if sse.is_finite() { sse } else { f64::INFINITY };
+        s.normal = (a, g);
+        s.active = s.sse.is_finite();
+    }
+    let first_sse: Vec<f64> = starts.iter().map(|s| s.sse).collect();
+    for _ in 0..config.iterations {
+        let mut trials: Vec<(usize, Vec<f32>)> = Vec::new();
+        for (j, s) in starts.iter_mut().enumerate().filter(|(_, s)| s.active) {
+            let np = s.params.len();
+            let Some(step) = gpfarm_gp::fit::damped_step(s.normal.0.clone(), &s.normal.1, np, s.lambda) else {
+                s.active = false;
+                continue;
+            };
+            let trial: Vec<f32> = s.params.iter().zip(&step).map(|(&v, &d)| (f64::from(v) + d) as f32).collect();
+            if trial == s.params || trial.iter().any(|v| !v.is_finite()) {
+                s.active = false;
+                continue;
+            }
+            trials.push((j, trial));
+        }
+        if trials.is_empty() {
+            break;
+        }
+        let run: Vec<&Start> = trials.iter().map(|(j, _)| &starts[*j]).collect();
+        let values: Vec<&[f32]> = trials.iter().map(|(_, v)| v.as_slice()).collect();
+        let sums = linearize(worker, &run, &values, max_steps)?;
+        for ((j, trial), block) in trials.into_iter().zip(sums.chunks(FIT_SUMS)) {
+            let s = &mut starts[j];
+            let (sse, a, g) = unpack(block, trial.len());
+            if sse < s.sse {
+                let gain = s.sse - sse;
+                (s.params, s.sse, s.normal) = (trial, sse, (a, g));
+                s.lambda = (s.lambda / 10.0).max(1e-12);
+                if gpfarm_gp::fit::converged(gain, sse) {
+                    s.active = false;
+                }
+            } else {
+                s.lambda *= 10.0;
+                if s.lambda > 1e12 {
+                    s.active = false;
+                }
+            }
+        }
+    }
+    // Per individual, its best start, if it beats where the individual began.
+    let mut best: Vec<Option<(f64, &[f32])>> = vec![None; todo.len()];
+    for (s, &start_sse) in starts.iter().zip(&first_sse) {
+        let began = born[todo[s.item].0].params.as_slice();
+        let beats = s.sse < start_sse || (s.params.as_slice() != began && s.sse <= start_sse);
+        if beats && best[s.item].is_none_or(|(sse, _)| s.sse < sse) {
+            best[s.item] = Some((s.sse, &s.params));
+        }
+    }
+    for (i, b) in best.into_iter().enumerate() {
+        if let (Some((_, params)), Some(slot)) = (b, out.get_mut(i)) {
+            let began = &born[todo[i].0].params;
+            *slot = Some((params != began.as_slice()).then(|| params.to_vec()));
+        }
+    }
+    Ok(out)
 }

@@ -128,6 +128,8 @@ pub(crate) struct Driver<'a> {
     fit_pool: Option<Option<rayon::ThreadPool>>,
     /// Values fitted before, by [`fit::fit_key`] (`None`: the fit moved nothing).
     fit_memo: HashMap<blake3::Hash, Option<Vec<f32>>>,
+    /// Whether the GPU worker fits free parameters (it has the fitting kernel).
+    gpu_fit: bool,
     /// The problem on the cases fitting uses ([`gpfarm_gp::FitConfig::cases`]).
     fit_problem: Option<Problem>,
     /// Individuals identical to one being compiled, by key, waiting for its fitness.
@@ -225,6 +227,7 @@ impl<'a> Driver<'a> {
             fit_pool: None,
             fit_memo: HashMap::new(),
             fit_problem: None,
+            gpu_fit: false,
             waiting: HashMap::new(),
             pools: BTreeMap::new(),
             jobs: HashMap::new(),
@@ -252,6 +255,11 @@ impl<'a> Driver<'a> {
     /// Evaluates on the CPU with at most `threads` threads (default: one per core).
     pub fn eval_threads(&mut self, threads: NonZeroUsize) {
         self.eval_threads = threads;
+    }
+
+    /// Fits free parameters on the GPU worker, whose fitting kernel is loaded.
+    pub fn fit_on_gpu(&mut self) {
+        self.gpu_fit = self.evaluator.worker().is_some();
     }
 
     /// Looks up and stores CUBIN in `disk`.

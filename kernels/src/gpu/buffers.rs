@@ -13,7 +13,7 @@ use cudarc::driver::{
 use gpfarm_gp::problem::{Column, InputColumn};
 use gpfarm_gp::{ParamRole, Problem};
 
-use super::modules::{load_interpreter, load_reduce};
+use super::modules::{load_fit, load_interpreter, load_reduce};
 use super::{GpuError, Kernels, TILE, driver};
 
 pub(super) enum DevCol {
@@ -88,9 +88,22 @@ pub(super) struct Device {
     /// population to the next (grown when too small) so that a launch allocates nothing.
     pub(super) words: CudaSlice<u32>,
     pub(super) offsets: CudaSlice<u32>,
+    /// The fitting kernels and their buffers, when free parameters are fitted on the GPU.
+    pub(super) fit: Option<(CudaFunction, CudaFunction)>,
+    pub(super) fit_buffers: Option<FitBuffers>,
     /// Streams beside [`Device::stream`] that compiled individuals' launches are spread over, so
     /// that kernels that run long (loops) run side by side; made at the first such launch.
     pub(super) side: Vec<Arc<CudaStream>>,
+}
+
+/// The fitting kernel's buffers: parameter values, each program's first value and count, the
+/// tile sums and the programs' sums; grown as [`grow_copy`] grows.
+pub(super) struct FitBuffers {
+    pub(super) params: CudaSlice<f32>,
+    pub(super) poffsets: CudaSlice<u32>,
+    pub(super) nparams: CudaSlice<i32>,
+    pub(super) partial: CudaSlice<f64>,
+    pub(super) sums: CudaSlice<f64>,
 }
 
 /// Streams compiled individuals' launches are spread over ([`Device::side`]).
@@ -136,6 +149,7 @@ impl Device {
         let reduce = kernels.fitness.as_deref().map(|cubin| load_reduce(&ctx, cubin)).transpose()?;
         let interpret =
             kernels.interpreter.as_deref().map(|cubin| load_interpreter(&ctx, cubin)).transpose()?;
+        let fit = kernels.fit.as_deref().map(|cubin| load_fit(&ctx, cubin)).transpose()?;
         let fitness = stream.alloc_zeros::<f64>(1).map_err(driver)?;
         let partial = stream.alloc_zeros::<f64>(1).map_err(driver)?;
         let words = stream.alloc_zeros::<u32>(1).map_err(driver)?;
@@ -153,6 +167,8 @@ impl Device {
             interpret,
             words,
             offsets,
+            fit,
+            fit_buffers: None,
             side: Vec::new(),
         })
     }
@@ -201,13 +217,13 @@ impl Device {
 
 /// Copies `host` to the start of `dev`, first replacing `dev` by a buffer of the next power of
 /// two when it is too small.
-pub(super) fn grow_copy(
+pub(super) fn grow_copy<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
     stream: &Arc<CudaStream>,
-    host: &[u32],
-    dev: &mut CudaSlice<u32>,
+    host: &[T],
+    dev: &mut CudaSlice<T>,
 ) -> Result<(), DriverError> {
     if dev.len() < host.len() {
-        *dev = stream.alloc_zeros::<u32>(host.len().next_power_of_two())?;
+        *dev = stream.alloc_zeros::<T>(host.len().next_power_of_two())?;
     }
     if !host.is_empty() {
         stream.memcpy_htod(host, &mut dev.slice_mut(..host.len()))?;

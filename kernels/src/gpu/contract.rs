@@ -30,3 +30,14 @@ pub fn program_range(offsets: &[u32], nwords: usize, k: usize) -> std::ops::Rang
     let end = offsets.get(k + 1).map_or(nwords, |&e| (e & !FLAGS) as usize);
     start..end
 }
+
+/// The interpreter's fitting kernel (`interpreter::fit_source`): least-squares sums of programs
+/// with free parameters.
+pub const FIT_KERNEL: &str = "gpfarm_fit";
+/// The kernel that sums each program's tiles of [`FIT_KERNEL`]'s sums.
+pub const FIT_TILES_KERNEL: &str = "gpfarm_fit_tiles";
+/// The most parameters a program fitted on the GPU may have.
+pub const FIT_PARAMS: usize = 8;
+/// Sums per program: the sum of squares, `Jᵀr` ([`FIT_PARAMS`]), and the lower triangle of
+/// `JᵀJ`, row by row (`[k * (k + 1) / 2 + l]` for `l <= k`).
+pub const FIT_SUMS: usize = 1 + FIT_PARAMS + FIT_PARAMS * (FIT_PARAMS + 1) / 2;

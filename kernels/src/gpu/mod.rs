@@ -29,6 +29,7 @@
 
 mod buffers;
 pub(crate) mod contract;
+mod fit;
 mod fitness;
 mod interpreter;
 mod launch;
@@ -43,7 +44,7 @@ use thiserror::Error;
 
 // Defined with the worker's wire, so that the GPU worker's parent (in `gpfarm-client`) speaks the
 // same types as this evaluator.
-pub use gpfarm_protocol::worker::{CompiledUnit, GpuGeneration, KernelRef, WirePopulation};
+pub use gpfarm_protocol::worker::{CompiledUnit, GpuGeneration, KernelRef, WireFit, WirePopulation};
 
 pub use fitness::{BLOCK, FITNESS_KERNEL, ROWS, TILE, TILES_KERNEL, fitness_source};
 pub(crate) use fitness::{block_sum, fitness_term, tiles_source};
@@ -97,6 +98,8 @@ pub struct Kernels {
     pub fitness: Option<Vec<u8>>,
     /// The interpreter's CUBIN.
     pub interpreter: Option<Vec<u8>>,
+    /// The fitting kernel's CUBIN (`interpreter::fit_source`), to fit free parameters.
+    pub fit: Option<Vec<u8>>,
 }
 
 /// Evaluates compiled individuals of one problem on GPU 0.
@@ -113,13 +116,14 @@ impl GpuEvaluator {
     /// Creates the context on GPU 0, uploads the problem's cases and loads the fitness kernel
     /// (compiled from [`fitness_source`] for this GPU).
     pub fn new(problem: &Problem, fitness_cubin: Vec<u8>) -> Result<GpuEvaluator, GpuError> {
-        GpuEvaluator::with_kernels(problem, &Kernels { fitness: Some(fitness_cubin), interpreter: None })
+        GpuEvaluator::with_kernels(problem, &Kernels { fitness: Some(fitness_cubin), ..Kernels::default() })
     }
 
-    /// As [`GpuEvaluator::new`], loading the fitness kernel, the interpreter, or both.
+    /// As [`GpuEvaluator::new`], loading the fitness kernel, the interpreter, the fitting kernel,
+    /// or several of them.
     pub fn with_kernels(problem: &Problem, kernels: &Kernels) -> Result<GpuEvaluator, GpuError> {
-        if kernels.fitness.is_none() && kernels.interpreter.is_none() {
-            return Err(GpuError::Problem("neither a fitness kernel nor an interpreter to load".into()));
+        if kernels.fitness.is_none() && kernels.interpreter.is_none() && kernels.fit.is_none() {
+            return Err(GpuError::Problem("no kernel to load: a fitness kernel, an interpreter or a fitting kernel".into()));
         }
         let (name, _) = probe()?;
         let device = Device::new(problem, kernels)?;
@@ -248,6 +252,23 @@ impl GpuEvaluator {
             outcome.fitness[k] = Some(v);
         }
         Ok(outcome)
+    }
+
+    /// The least-squares sums (`interpreter::FIT_SUMS` per program: sum of squared residuals,
+    /// `Jᵀr`, the lower triangle of `JᵀJ`) of `fit`'s programs at its parameter values, by the
+    /// fitting kernel, and the time from upload to the sums' copy back.
+    pub fn linearize(&mut self, fit: &WireFit) -> Result<(Vec<f64>, std::time::Duration), GpuError> {
+        if let Some(why) = &self.poisoned {
+            return Err(GpuError::Fault(why.clone()));
+        }
+        let t = Instant::now();
+        if fit.offsets.is_empty() {
+            return Ok((Vec::new(), t.elapsed()));
+        }
+        self.device.launch_fit(&self.problem, fit, self.ncases)?;
+        self.wait()?;
+        let sums = self.device.read_fit(fit.offsets.len())?;
+        Ok((sums, t.elapsed()))
     }
 
     /// Waits for the stream; a fault poisons the evaluator.

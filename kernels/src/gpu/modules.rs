@@ -11,7 +11,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::Ptx;
 
-use super::contract::{INTERP_KERNEL_LARGE, INTERP_KERNEL_SMALL};
+use super::contract::{FIT_KERNEL, FIT_TILES_KERNEL, INTERP_KERNEL_LARGE, INTERP_KERNEL_SMALL};
 use super::{CompiledUnit, FITNESS_KERNEL, GpuError, KernelRef, TILES_KERNEL, driver};
 
 /// One launch: a kernel for one individual, or consecutive branches of a switch kernel.
@@ -49,6 +49,18 @@ pub(super) fn load_interpreter(
         module.load_function(INTERP_KERNEL_SMALL).map_err(driver)?,
         module.load_function(INTERP_KERNEL_LARGE).map_err(driver)?,
         module.load_function(TILES_KERNEL).map_err(driver)?,
+    ))
+}
+
+/// The fitting kernels ([`FIT_KERNEL`], [`FIT_TILES_KERNEL`]) from the fitting kernel's CUBIN.
+pub(super) fn load_fit(
+    ctx: &Arc<CudaContext>,
+    cubin: &[u8],
+) -> Result<(CudaFunction, CudaFunction), GpuError> {
+    let module = ctx.load_module(Ptx::from_binary(cubin.to_vec())).map_err(driver)?;
+    Ok((
+        module.load_function(FIT_KERNEL).map_err(driver)?,
+        module.load_function(FIT_TILES_KERNEL).map_err(driver)?,
     ))
 }
 

@@ -376,9 +376,28 @@ pub fn assemble_with(
     if program.params() > 0 {
         return Err(BytecodeError::Params { params: program.params() });
     }
+    assemble_checked(problem, program, folding)
+}
+
+/// A program with free parameters as the interpreter's fitting kernel runs it
+/// ([`super::fit_source`]): each `p[k]` is a `PushF` whose argument is `k + 1` (0 for every other
+/// constant, so the evaluating kernel, which ignores the argument, would read the value word,
+/// here 0); the fitting kernel reads the value from the program's parameters instead and gives it
+/// the derivative 1 along `p[k]`. Folds as [`assemble`] does (a parameter is never constant).
+pub fn assemble_structure(problem: &Problem, program: &Program) -> Result<Bytecode, BytecodeError> {
+    assemble_checked(problem, program, Folding::Nvvm)
+}
+
+fn assemble_checked(
+    problem: &Problem,
+    program: &Program,
+    folding: Folding,
+) -> Result<Bytecode, BytecodeError> {
     let layout = slot_layout(problem);
+    let own = program.slots().len() - program.params();
     let same_layout = program.problem() == problem.name()
-        && program.slots().len() == layout.len()
+        && own == layout.len()
+        && program.slots()[own..].iter().all(|s| matches!(s, Source::Param(_)))
         && program.slots().iter().zip(&layout).all(|(s, (l, _))| s == l)
         && program.slot_types().iter().zip(&layout).all(|(t, (_, l))| t == l)
         && program.arrays() == array_layout(problem).as_slice();
@@ -393,6 +412,7 @@ pub fn assemble_with(
         depth: 0,
         max: 0,
         slot_types: program.slot_types(),
+        params: program.slots(),
         fold: folding == Folding::Nvvm,
     };
     let outputs: Vec<Ty> = program
@@ -435,6 +455,8 @@ struct Emitter<'a> {
     depth: i32,
     max: usize,
     slot_types: &'a [Ty],
+    /// Each slot's source: a parameter's slot is read as a marked `PushF`.
+    params: &'a [Source],
     fold: bool,
 }
 
@@ -548,6 +570,11 @@ impl Emitter<'_> {
         match x {
             Expr::Const(v) => self.constant(*v),
             Expr::Var(slot) => {
+                if let Some(Source::Param(k)) = self.params.get(*slot) {
+                    self.op_arg(Op::PushF, k + 1);
+                    self.words.push(0);
+                    return Ty::Float;
+                }
                 self.op_arg(Op::Load, *slot);
                 self.slot_types[*slot]
             }

@@ -1,0 +1,317 @@
+//! The interpreter's fitting kernel: for a population of programs with free parameters
+//! ([`super::bytecode::assemble_structure`]), one launch computes, for every program over every
+//! case, the sums Levenberg–Marquardt needs: the sum of squared residuals (output − target), the
+//! gradient `Jᵀr` and the lower triangle of `JᵀJ`, with the Jacobian by forward-mode automatic
+//! differentiation (a tangent of [`FIT_PARAMS`] floats beside each value). The programs'
+//! parameter values come in a buffer, so the same bytecode serves every iteration.
+//!
+//! Layout: one block of [`BLOCK`] threads per tile of [`TILE`] cases (grid x) and program
+//! (grid y); a thread runs cases `l`, `l + BLOCK`, ... of its tile and adds to its own `double`
+//! sums in that order; the block sums its warps by shuffles and then its warps in order, and
+//! [`FIT_TILES_KERNEL`] sums each program's tiles in order, so the sums are the same bits on
+//! every run. Values are the evaluating kernel's ops (so the outputs are the interpreter's, bit for
+//! bit); the derivatives are floats, by the rules of the CPU's tangents (`gp::program`): none for
+//! ints, comparisons and conversions to int; the path taken at a branch; the first argument's
+//! side of `fabs` at 0 and of `fmin`/`fmax` on a tie; `pow`'s exponent only where its base is
+//! positive. So the GPU's sums agree with the CPU's within float rounding of the derivatives.
+//!
+//! Supported: problems the interpreter runs, with one float output, the rmse fitness and no
+//! `int[]` input ([`fit_supported`]); programs with at most [`FIT_PARAMS`] parameters and a stack
+//! of at most [`FIT_DEPTH`] cells. Others are fitted on the CPU.
+
+use std::fmt::Write as _;
+
+use gpfarm_gp::problem::{InputType, ParamRole, ScalarType};
+use gpfarm_gp::program::tree::{Source, Ty};
+use gpfarm_gp::{FitnessKind, Problem};
+
+use super::bytecode::{Op, slot_layout};
+use crate::gpu::contract::{FIT_KERNEL, FIT_PARAMS, FIT_SUMS, FIT_TILES_KERNEL};
+use crate::gpu::{BLOCK, GpuError, ROWS, TILE};
+
+/// The deepest stack (cells) of a program fitted on the GPU.
+pub const FIT_DEPTH: usize = 64;
+/// Whether `problem`'s programs can be fitted on the GPU (see the module documentation); why not
+/// otherwise.
+pub fn fit_supported(problem: &Problem) -> Result<(), String> {
+    let spec = problem.spec();
+    if spec.fitness != FitnessKind::Rmse {
+        return Err("its fitness is not least squares (rmse)".into());
+    }
+    if !matches!(spec.outputs.as_slice(), [o] if o.ty == ScalarType::Float) {
+        return Err("it does not have one float output".into());
+    }
+    if spec.inputs.iter().any(|i| i.ty == InputType::IntArray) {
+        return Err("it has an int[] input".into());
+    }
+    super::interp_supported(problem).map_err(|e| e.to_string())
+}
+
+/// The dual (value and tangent) CUDA C of `op`: `t`/`dt` the top and its derivatives, `st`/`sdt`
+/// the cells below, `vars`/`vdt` the variable slots, `P` the program's parameter values.
+fn dual(op: Op) -> String {
+    let zero = "FORK dt[k] = 0.0f;";
+    let pop_dt = "FORK dt[k] = sdt[sp][k];";
+    let push_dt = "FORK sdt[sp][k] = dt[k];";
+    // `f(x)` in float or double with the derivative's slope `s`, from `x` (before) and `t` (after).
+    let unary = |field: &str, call: &str, slope: &str| {
+        let ty = if field == "f" { "float" } else { "double" };
+        format!(
+            "{{ const {ty} x = t.{field}; t.{field} = {call}(x); const float s = (float)({slope}); FORK dt[k] *= s; }}"
+        )
+    };
+    let binary = |field: &str, op: &str, da: &str, db: &str| {
+        format!(
+            "{{ --sp; const V a = st[sp]; FORK dt[k] = (float)(({da}) * (double)sdt[sp][k] + ({db}) * (double)dt[k]); t.{field} = a.{field} {op} t.{field}; }}"
+        )
+    };
+    match op {
+        Op::End | Op::Jmp | Op::Step | Op::CvtFD | Op::CvtDF => op.cuda().to_owned(),
+        Op::PushI | Op::PushD => format!("{{ {push_dt} {} {zero} }}", op.cuda()),
+        Op::PushF => format!(
+            "{{ {push_dt} st[sp++] = t; const unsigned bits = prog[pc++]; \
+             if (arg) {{ t.f = P[arg - 1]; FORK dt[k] = (k == (int)arg - 1) ? 1.0f : 0.0f; }} \
+             else {{ t.f = __int_as_float((int)bits); {zero} }} }}"
+        ),
+        Op::Load => format!("{{ {push_dt} st[sp++] = t; t = vars[arg]; FORK dt[k] = vdt[arg][k]; }}"),
+        Op::Store => format!("{{ FORK vdt[arg][k] = dt[k]; vars[arg] = t; t = st[--sp]; {pop_dt} }}"),
+        Op::Out => {
+            format!("{{ if (arg == 0) {{ FORK dout[k] = dt[k]; }} out[arg] = t; t = st[--sp]; {pop_dt} }}")
+        }
+        Op::Jz => format!("{{ int z = t.i; t = st[--sp]; {pop_dt} if (z == 0) pc = arg; }}"),
+        Op::Read
+        | Op::CvtIF
+        | Op::CvtID
+        | Op::CvtFI
+        | Op::CvtDI
+        | Op::NegI
+        | Op::BitNot
+        | Op::NotI
+        | Op::NotF
+        | Op::NotD
+        | Op::TruthI
+        | Op::TruthF
+        | Op::TruthD => format!("{{ {} {zero} }}", op.cuda()),
+        Op::NegF | Op::NegD => format!("{{ {} FORK dt[k] = -dt[k]; }}", op.cuda()),
+        Op::AddI
+        | Op::SubI
+        | Op::MulI
+        | Op::DivI
+        | Op::Rem
+        | Op::And
+        | Op::Or
+        | Op::Xor
+        | Op::Shl
+        | Op::Shr
+        | Op::LtI
+        | Op::GtI
+        | Op::LeI
+        | Op::GeI
+        | Op::EqI
+        | Op::NeI
+        | Op::LtF
+        | Op::GtF
+        | Op::LeF
+        | Op::GeF
+        | Op::EqF
+        | Op::NeF
+        | Op::LtD
+        | Op::GtD
+        | Op::LeD
+        | Op::GeD
+        | Op::EqD
+        | Op::NeD
+        | Op::LAnd
+        | Op::LOr => format!("{{ {} {zero} }}", op.cuda()),
+        Op::AddF => binary("f", "+", "1.0", "1.0"),
+        Op::SubF => binary("f", "-", "1.0", "-1.0"),
+        Op::MulF => binary("f", "*", "(double)t.f", "(double)a.f"),
+        Op::DivF => binary("f", "/", "1.0 / (double)t.f", "-(double)a.f / ((double)t.f * (double)t.f)"),
+        Op::AddD => binary("d", "+", "1.0", "1.0"),
+        Op::SubD => binary("d", "-", "1.0", "-1.0"),
+        Op::MulD => binary("d", "*", "t.d", "a.d"),
+        Op::DivD => binary("d", "/", "1.0 / t.d", "-a.d / (t.d * t.d)"),
+        Op::SinF => unary("f", "sinf", "cosf(x)"),
+        Op::CosF => unary("f", "cosf", "-sinf(x)"),
+        Op::ExpF => unary("f", "expf", "t.f"),
+        Op::LogF => unary("f", "logf", "1.0f / x"),
+        Op::SqrtF => unary("f", "sqrtf", "0.5f / t.f"),
+        Op::FabsF => unary("f", "fabsf", "x < 0.0f ? -1.0f : 1.0f"),
+        Op::TanhF => unary("f", "tanhf", "1.0f - t.f * t.f"),
+        Op::SinD => unary("d", "sin", "cos(x)"),
+        Op::CosD => unary("d", "cos", "-sin(x)"),
+        Op::ExpD => unary("d", "exp", "t.d"),
+        Op::LogD => unary("d", "log", "1.0 / x"),
+        Op::SqrtD => unary("d", "sqrt", "0.5 / t.d"),
+        Op::FabsD => unary("d", "fabs", "x < 0.0 ? -1.0 : 1.0"),
+        Op::TanhD => unary("d", "tanh", "1.0 - t.d * t.d"),
+        Op::PowF | Op::PowD => {
+            let (f, ty, pow, log) =
+                if op == Op::PowF { ("f", "float", "powf", "logf") } else { ("d", "double", "pow", "log") };
+            format!(
+                "{{ --sp; const V a = st[sp]; const {ty} r = {pow}(a.{f}, t.{f}); \
+                 const double sa = (double)(t.{f} * {pow}(a.{f}, t.{f} - 1)); \
+                 const double sb = a.{f} > 0 ? (double)(r * {log}(a.{f})) : 0.0; \
+                 FORK dt[k] = (float)(MIX(sa, (double)sdt[sp][k]) + MIX(sb, (double)dt[k])); t.{f} = r; }}"
+            )
+        }
+        Op::FminF | Op::FmaxF | Op::FminD | Op::FmaxD => {
+            let (f, ty, call) = match op {
+                Op::FminF => ("f", "float", "fminf"),
+                Op::FmaxF => ("f", "float", "fmaxf"),
+                Op::FminD => ("d", "double", "fmin"),
+                _ => ("d", "double", "fmax"),
+            };
+            format!(
+                "{{ --sp; const V a = st[sp]; const {ty} r = {call}(a.{f}, t.{f}); \
+                 const bool first = r == a.{f} || isnan(t.{f}); FORK dt[k] = first ? sdt[sp][k] : dt[k]; t.{f} = r; }}"
+            )
+        }
+    }
+}
+
+/// CUDA C of the fitting kernels for `problem` ([`FIT_KERNEL`], [`FIT_TILES_KERNEL`]). The fitting
+/// kernel's parameters, in order: one pointer per input of the problem's compiled kernels (in
+/// [`Problem::kernel_params`] order), the targets, `int ncases`, the programs' words, each
+/// program's first word, the parameter values, each program's first value, each program's number
+/// of parameters, the step limit per case, `int ntiles`, and [`FIT_SUMS`] `double`s per program
+/// and tile. The tiles kernel's: those sums, `int ntiles`, `int nprograms`, and [`FIT_SUMS`]
+/// `double`s per program.
+pub fn fit_source(problem: &Problem) -> Result<String, GpuError> {
+    fit_supported(problem).map_err(|why| {
+        GpuError::Problem(format!("problem `{}` cannot be fitted on the GPU: {why}", problem.name()))
+    })?;
+    let spec = problem.spec();
+    let params = problem.kernel_params();
+    let mut decl = Vec::new();
+    for p in &params {
+        if matches!(p.role, ParamRole::Input(_)) {
+            decl.push(format!("{} __restrict__ {}", p.c_type, p.name));
+        }
+    }
+    let name_of = |i: usize| {
+        params.iter().find(|p| p.role == ParamRole::Input(i)).map(|p| p.name.clone()).ok_or_else(|| {
+            GpuError::Problem(format!("problem `{}` has no kernel parameter for input {i}", problem.name()))
+        })
+    };
+    let layout = slot_layout(problem);
+    let mut init = String::new();
+    for (k, (src, ty)) in layout.iter().enumerate() {
+        match src {
+            Source::Input(i) => {
+                let field = if *ty == Ty::Int { "i" } else { "f" };
+                writeln!(init, "            vars[{k}].{field} = {}[c];", name_of(*i)?).ok();
+            }
+            Source::CaseBit(bit) => {
+                writeln!(init, "            vars[{k}].i = (c >> {bit}) & 1;").ok();
+            }
+            Source::Length(_) | Source::Zero(_) | Source::Param(_) => {
+                writeln!(init, "            vars[{k}].d = 0.0;").ok();
+            }
+        }
+    }
+    let target_ty = spec.target.ty.c_name();
+    let mut cases = String::new();
+    for (code, op) in Op::ALL.iter().enumerate() {
+        writeln!(cases, "                case {code}: {} break; // {op:?}", dual(*op)).ok();
+    }
+    let nslots = layout.len().max(1);
+    let nout = spec.outputs.len().max(1);
+    let decl = decl.join(", ");
+    let sep = if decl.is_empty() { "" } else { ", " };
+    Ok(format!(
+        "// gpfarm fitting kernel for problem `{problem}`\n\
+union V {{ int i; float f; double d; }};\n\
+#define NP {FIT_PARAMS}\n\
+#define NSUMS {FIT_SUMS}\n\
+#define FORK _Pragma(\"unroll\") for (int k = 0; k < NP; ++k)\n\
+#define MIX(s, d) ((s) == 0.0 ? 0.0 : (s) * (d))\n\n\
+extern \"C\" __global__ void __launch_bounds__({BLOCK}) {FIT_KERNEL}({decl}{sep}const {target_ty}* __restrict__ target, int ncases,\n\
+    const unsigned* __restrict__ code, const unsigned* __restrict__ offsets, const float* __restrict__ params,\n\
+    const unsigned* __restrict__ poffsets, const int* __restrict__ nparams, unsigned long long max_steps, int ntiles,\n\
+    double* __restrict__ partial)\n\
+{{\n\
+    __shared__ double red[{WARPS}][NSUMS];\n\
+    __shared__ int gpfarm_abort;\n\
+    if (threadIdx.x == 0) gpfarm_abort = 0;\n\
+    __syncthreads();\n\
+    const unsigned* __restrict__ prog = code + offsets[blockIdx.y];\n\
+    const float* __restrict__ P = params + poffsets[blockIdx.y];\n\
+    const int np = nparams[blockIdx.y];\n\
+    auto gpfarm_read = [](unsigned, int, int) -> int {{ return 0; }};\n\
+    double acc[NSUMS];\n\
+#pragma unroll\n\
+    for (int q = 0; q < NSUMS; ++q) acc[q] = 0.0;\n\
+    for (int j = 0; j < {ROWS}; ++j) {{\n\
+        const int c = blockIdx.x * {TILE} + threadIdx.x + j * {BLOCK};\n\
+        if (c >= ncases) break;\n\
+        V vars[{nslots}];\n\
+        float vdt[{nslots}][NP];\n\
+        V out[{nout}];\n\
+        float dout[NP];\n\
+        V st[{depth}];\n\
+        float sdt[{depth}][NP];\n\
+{init}\
+        for (int s = 0; s < {nslots}; ++s) {{ FORK vdt[s][k] = 0.0f; }}\n\
+        for (int s = 0; s < {nout}; ++s) out[s].d = 0.0;\n\
+        FORK dout[k] = 0.0f;\n\
+        V t;\n\
+        t.d = 0.0;\n\
+        float dt[NP];\n\
+        FORK dt[k] = 0.0f;\n\
+        st[0].d = 0.0;\n\
+        int sp = 1;\n\
+        unsigned pc = 0;\n\
+        unsigned long long steps = 0;\n\
+        int failed = 0;\n\
+        for (;;) {{\n\
+            const unsigned w = prog[pc++];\n\
+            const unsigned arg = w >> 8;\n\
+            if (sp >= {depth} - 1) {{ failed = 1; goto finished; }}\n\
+            switch (w & 0xffu) {{\n\
+{cases}\
+                default: failed = 1; goto finished;\n\
+            }}\n\
+        }}\n\
+    finished:\n\
+        {{\n\
+            const double r = failed ? __longlong_as_double(0x7ff8000000000000LL) : (double)out[0].f - (double)target[c];\n\
+            acc[0] += r * r;\n\
+#pragma unroll\n\
+            for (int k = 0; k < NP; ++k) {{\n\
+                const double jk = k < np ? (double)dout[k] : 0.0;\n\
+                acc[1 + k] += jk * r;\n\
+#pragma unroll\n\
+                for (int l = 0; l <= k; ++l) acc[1 + NP + k * (k + 1) / 2 + l] += jk * (l < np ? (double)dout[l] : 0.0);\n\
+            }}\n\
+        }}\n\
+    }}\n\
+    const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;\n\
+#pragma unroll\n\
+    for (int q = 0; q < NSUMS; ++q) {{\n\
+        double v = acc[q];\n\
+        for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);\n\
+        if (lane == 0) red[warp][q] = v;\n\
+    }}\n\
+    __syncthreads();\n\
+    if (threadIdx.x < NSUMS) {{\n\
+        double s = 0.0;\n\
+        for (int w = 0; w < {WARPS}; ++w) s += red[w][threadIdx.x];\n\
+        partial[((size_t)blockIdx.y * ntiles + blockIdx.x) * NSUMS + threadIdx.x] = s;\n\
+    }}\n\
+}}\n\n\
+extern \"C\" __global__ void {FIT_TILES_KERNEL}(const double* __restrict__ partial, int ntiles, int nprograms,\n\
+    double* __restrict__ sums)\n\
+{{\n\
+    const int p = blockIdx.x;\n\
+    const int q = threadIdx.x;\n\
+    if (p >= nprograms || q >= NSUMS) return;\n\
+    double s = 0.0;\n\
+    for (int tile = 0; tile < ntiles; ++tile) s += partial[((size_t)p * ntiles + tile) * NSUMS + q];\n\
+    sums[(size_t)p * NSUMS + q] = s;\n\
+}}\n",
+        problem = problem.name(),
+        WARPS = BLOCK / 32,
+        depth = FIT_DEPTH + 2,
+    ))
+}

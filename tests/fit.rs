@@ -1,0 +1,178 @@
+//! Free parameters fitted on the GPU: the fitting kernel compiles (NVRTC only, no GPU); on the
+//! GPU its least-squares sums agree with the CPU's within float rounding of the derivatives, and
+//! a run fits on the GPU. The GPU tests are ignored unless asked for with `--include-ignored`,
+//! and then fail, saying why, when there is no GPU.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::require_gpu;
+use gpfarm_client::{CompileOptions, Compiler, InProcess, SmArch, Unit};
+use gpfarm_gp::{Phenotype, Problem, Program};
+use gpfarm_kernels::gpu::{GpuEvaluator, Kernels, WireFit};
+use gpfarm_kernels::interpreter::{FIT_PARAMS, FIT_SUMS, assemble_structure, fit_source, fit_supported};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde_json::Value;
+
+fn friedman1() -> Problem {
+    Problem::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/friedman1")).unwrap()
+}
+
+fn fit_cubin(problem: &Problem, arch: SmArch) -> Vec<u8> {
+    let toolchain = gpfarm_toolchain::Toolchain::discover(None).unwrap();
+    let options = CompileOptions { flags: vec![gpfarm_evolve::NO_FMAD.into()], ..CompileOptions::cubin(arch) };
+    let mut nvrtc = InProcess::new(&toolchain, &options).unwrap();
+    let batch = nvrtc.compile(&[Unit::new("fit.cu", fit_source(problem).unwrap())], &options).unwrap();
+    let r = &batch.results[0];
+    r.cubin().unwrap_or_else(|| panic!("the fitting kernel does not compile: {:?}\n{}", r.outcome, r.log)).to_vec()
+}
+
+#[test]
+fn the_fitting_kernel_compiles_where_fitting_applies_and_is_refused_elsewhere() {
+    if !common::nvrtc_or_skip("fitting_kernel_compiles") {
+        return;
+    }
+    for problem in [Problem::builtin("keijzer6").unwrap(), friedman1()] {
+        let cubin = fit_cubin(&problem, SmArch::SM_90);
+        let text = String::from_utf8_lossy(&cubin);
+        assert!(text.contains(gpfarm_kernels::interpreter::FIT_KERNEL), "{}", problem.name());
+        assert!(text.contains(gpfarm_kernels::interpreter::FIT_TILES_KERNEL), "{}", problem.name());
+    }
+    let why = fit_supported(&Problem::builtin("search").unwrap()).unwrap_err();
+    assert!(why.contains("not least squares"), "{why}");
+    assert!(fit_source(&Problem::builtin("multiplier5").unwrap()).is_err());
+}
+
+/// The CPU's least-squares sums of `program` at `params`: sum of squares, `Jᵀr`, `JᵀJ` (lower).
+fn cpu_sums(problem: &Problem, program: &Program, params: &[f32]) -> (f64, Vec<f64>, Vec<f64>) {
+    let np = params.len();
+    let lin = program.linearize(problem, params, problem.max_steps()).unwrap();
+    let (mut sse, mut g, mut a) = (0.0, vec![0.0; np], vec![0.0; np * (np + 1) / 2]);
+    for (c, &y) in lin.outputs.iter().enumerate() {
+        let r = f64::from(y) - problem.cases().targets().as_f64(c);
+        sse += r * r;
+        let row = &lin.jacobian[c * np..(c + 1) * np];
+        for k in 0..np {
+            g[k] += row[k] * r;
+            for l in 0..=k {
+                a[k * (k + 1) / 2 + l] += row[k] * row[l];
+            }
+        }
+    }
+    (sse, g, a)
+}
+
+fn close(what: &str, got: f64, want: f64, rel: f64, scale: f64) {
+    assert!(
+        (got - want).abs() <= rel * (want.abs() + scale),
+        "{what}: GPU {got} against CPU {want} (relative {})",
+        (got - want).abs() / want.abs().max(1e-300)
+    );
+}
+
+/// Programs with parameters over every kind of op the fitting kernel differentiates.
+fn programs() -> Vec<&'static str> {
+    vec![
+        "p[0] * x1 + p[1]",
+        "sinf(p[0] * x1 * x2) * p[1] + p[2] * (x3 - p[3]) * (x3 - p[3]) + p[4] * x4 + p[5] * x5",
+        "expf(p[0] * x1) - tanhf(p[1] * x2) + logf(fabsf(p[2] * x3) + 1.0f) + sqrtf(fabsf(p[3]) + x4)",
+        "x1 > p[0] ? p[1] * x2 : cosf(p[2] * x3)",
+        "fminf(p[0] * x1, x2) + fmaxf(p[1], x3) + powf(fabsf(p[2]) + 1.0f, x4)",
+        "p[0] * 07.35 * x1 + (float)(p[1] * 1.5) / (x2 + 2.0f)",
+        "(p[0] - x1) / (p[1] + x2 * x2 + 1.0f) - p[2] * p[3] * x5",
+    ]
+}
+
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
+fn gpu_sums_agree_with_the_cpu_s() {
+    let arch = require_gpu("gpu_fit_sums");
+    let problem = friedman1();
+    let kernels = Kernels { fit: Some(fit_cubin(&problem, arch)), ..Kernels::default() };
+    let mut gpu = GpuEvaluator::with_kernels(&problem, &kernels).unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let mut fit = WireFit {
+        words: Vec::new(),
+        offsets: Vec::new(),
+        params: Vec::new(),
+        param_offsets: Vec::new(),
+        nparams: Vec::new(),
+        max_steps: problem.max_steps(),
+    };
+    let mut want = Vec::new();
+    for text in programs() {
+        let program = Program::parse(&problem, &Phenotype::new(text)).unwrap();
+        let np = program.params();
+        assert!(np <= FIT_PARAMS);
+        let code = assemble_structure(&problem, &program).unwrap();
+        for _ in 0..3 {
+            let params: Vec<f32> = (0..np).map(|_| rng.random_range(-1.5f32..1.5)).collect();
+            fit.offsets.push(fit.words.len() as u32);
+            fit.words.extend_from_slice(&code.words);
+            fit.param_offsets.push(fit.params.len() as u32);
+            fit.params.extend_from_slice(&params);
+            fit.nparams.push(np as i32);
+            want.push((text, cpu_sums(&problem, &program, &params)));
+        }
+    }
+    let (sums, took) = gpu.linearize(&fit).unwrap();
+    eprintln!("{} programs over {} cases in {took:?}", want.len(), problem.cases().len());
+    assert_eq!(sums.len(), want.len() * FIT_SUMS);
+    for (j, (text, (sse, g, a))) in want.iter().enumerate() {
+        let block = &sums[j * FIT_SUMS..(j + 1) * FIT_SUMS];
+        let np = g.len();
+        // Outputs are the interpreter's (CUDA's math functions against the host's): sums of
+        // squares agree to float rounding; derivatives are floats on the GPU.
+        close(&format!("{text}: sse"), block[0], *sse, 1e-5, 0.0);
+        let gscale = g.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        for k in 0..np {
+            close(&format!("{text}: g[{k}]"), block[1 + k], g[k], 1e-3, 1e-3 * gscale);
+        }
+        let ascale = a.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        for k in 0..np {
+            for l in 0..=k {
+                let q = k * (k + 1) / 2 + l;
+                close(&format!("{text}: A[{k}][{l}]"), block[1 + FIT_PARAMS + q], a[q], 1e-3, 1e-3 * ascale);
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
+fn a_run_on_the_gpu_fits_its_parameters_there() {
+    require_gpu("gpu_fit_run");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/friedman1");
+    let run = |route: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_gpfarm"))
+            .args(["evolve", "--route", route, "--population", "200", "--generations", "5", "--seed", "3", "--json"])
+            .arg("--problem-dir")
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{route}: {}", String::from_utf8_lossy(&out.stderr));
+        let mut records: Vec<Value> =
+            String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let summary = records.pop().unwrap();
+        (records, summary)
+    };
+    let (records, summary) = run("interpreter");
+    let on_gpu: u64 = records.iter().map(|r| r["fitted_on_gpu"].as_u64().unwrap()).sum();
+    let moved: u64 = records.iter().map(|r| r["fitted"].as_u64().unwrap()).sum();
+    eprintln!("fitted on the GPU: {on_gpu}, moved: {moved}, best {}", summary["best_fitness"]);
+    assert!(on_gpu > 0 && moved > 0);
+    // The printed model re-evaluates, on the CPU, to the fitness the GPU reported (same text).
+    let problem = friedman1();
+    let text = summary["best_phenotype"].as_str().unwrap();
+    let again = gpfarm_gp::evaluate_phenotype(&problem, &Phenotype::new(text)).fitness.value();
+    close("best", again, summary["best_fitness"].as_f64().unwrap(), 1e-5, 0.0);
+    // Fitting on the GPU finds models as good as fitting on the CPU does (not the same run: the
+    // sums differ in the last bits).
+    let (_, cpu) = run("cpu");
+    let (g, c) = (summary["best_fitness"].as_f64().unwrap(), cpu["best_fitness"].as_f64().unwrap());
+    eprintln!("best: GPU-fitted {g}, CPU-fitted {c}");
+    assert!(g < 2.0 * c, "GPU-fitted {g} against CPU-fitted {c}");
+}
