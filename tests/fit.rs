@@ -23,11 +23,14 @@ fn friedman1() -> Problem {
 
 fn fit_cubin(problem: &Problem, arch: SmArch) -> Vec<u8> {
     let toolchain = gpfarm_toolchain::Toolchain::discover(None).unwrap();
-    let options = CompileOptions { flags: vec![gpfarm_evolve::NO_FMAD.into()], ..CompileOptions::cubin(arch) };
+    let options =
+        CompileOptions { flags: vec![gpfarm_evolve::NO_FMAD.into()], ..CompileOptions::cubin(arch) };
     let mut nvrtc = InProcess::new(&toolchain, &options).unwrap();
     let batch = nvrtc.compile(&[Unit::new("fit.cu", fit_source(problem).unwrap())], &options).unwrap();
     let r = &batch.results[0];
-    r.cubin().unwrap_or_else(|| panic!("the fitting kernel does not compile: {:?}\n{}", r.outcome, r.log)).to_vec()
+    r.cubin()
+        .unwrap_or_else(|| panic!("the fitting kernel does not compile: {:?}\n{}", r.outcome, r.log))
+        .to_vec()
 }
 
 #[test]
@@ -83,6 +86,9 @@ fn programs() -> Vec<&'static str> {
         "fminf(p[0] * x1, x2) + fmaxf(p[1], x3) + powf(fabsf(p[2]) + 1.0f, x4)",
         "p[0] * 07.35 * x1 + (float)(p[1] * 1.5) / (x2 + 2.0f)",
         "(p[0] - x1) / (p[1] + x2 * x2 + 1.0f) - p[2] * p[3] * x5",
+        // Wider than the narrowest kernel.
+        "p[0] * x1 + p[1] * x2 + p[2] * x3 + p[3] * x4 + p[4] * x5 + sinf(p[5] * x1 + p[6]) * p[7] \
+         + p[8] * x1 * x2 + p[9] * x3 * x3 + expf(p[10] * x4) + p[11]",
     ]
 }
 
@@ -148,7 +154,18 @@ fn a_run_on_the_gpu_fits_its_parameters_there() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/friedman1");
     let run = |route: &str| {
         let out = Command::new(env!("CARGO_BIN_EXE_gpfarm"))
-            .args(["evolve", "--route", route, "--population", "200", "--generations", "5", "--seed", "3", "--json"])
+            .args([
+                "evolve",
+                "--route",
+                route,
+                "--population",
+                "200",
+                "--generations",
+                "5",
+                "--seed",
+                "3",
+                "--json",
+            ])
             .arg("--problem-dir")
             .arg(&dir)
             .output()

@@ -72,6 +72,8 @@ pub(crate) struct Account {
     pub fitted: usize,
     /// Individuals fitted on the GPU (moved or not).
     pub fitted_on_gpu: usize,
+    /// Of `fit`, the GPU's fitting (launches, copies and the host's solves between them).
+    pub fit_gpu: Duration,
     /// The individual whose fitness was known last.
     pub last: Option<Chain>,
 }

@@ -584,7 +584,10 @@ impl Engine {
         match result.outcome {
             UnitOutcome::Cubin(c) => Ok(Some(c)),
             UnitOutcome::Failed(failure) => {
-                tracing::warn!("the fitting kernel did not compile ({failure:?}); the CPU fits: {}", result.log);
+                tracing::warn!(
+                    "the fitting kernel did not compile ({failure:?}); the CPU fits: {}",
+                    result.log
+                );
                 Ok(None)
             }
         }
@@ -593,7 +596,12 @@ impl Engine {
     /// Starts a GPU worker process on GPU `device` with the kernel [`Engine::worker_kernel`]
     /// compiled (and the fitting kernel `fit`, when there is one), on the calling thread (the
     /// worker ends with it).
-    fn spawn_worker(&self, cubin: Vec<u8>, fit: Option<Vec<u8>>, device: usize) -> Result<GpuWorker, EvolveError> {
+    fn spawn_worker(
+        &self,
+        cubin: Vec<u8>,
+        fit: Option<Vec<u8>>,
+        device: usize,
+    ) -> Result<GpuWorker, EvolveError> {
         let source =
             self.source.clone().ok_or_else(|| EvolveError::NoGpu("the problem has no source".into()))?;
         let exe = match &self.options.gpu_worker {

@@ -163,6 +163,9 @@ pub struct GenerationRecord {
     /// Individuals fitted on the GPU (moved or not); the rest were fitted on the CPU.
     #[serde(default)]
     pub fitted_on_gpu: usize,
+    /// Of `fit_ms`, fitting on the GPU (its launches and the host's solves between them).
+    #[serde(default)]
+    pub fit_gpu_ms: f64,
     /// From the previous generation's completion to this one's: what a researcher waits for.
     pub generation_ms: f64,
     /// When this generation was complete, from the start of the run.
@@ -227,6 +230,7 @@ impl GenerationRecord {
             fit_ms: ms(a.fit),
             fitted: a.fitted,
             fitted_on_gpu: a.fitted_on_gpu,
+            fit_gpu_ms: ms(a.fit_gpu),
             generation_ms: ms(done.saturating_duration_since(previous_done)),
             done_ms: ms(done.saturating_duration_since(run_start)),
             critical_path: a.last.map(|c| CriticalPath::along(&c, previous_done, done)).unwrap_or(

@@ -27,6 +27,10 @@ use super::Driver;
 use super::evaluate::Evaluator;
 use crate::error::EvolveError;
 
+/// The most cases the CPU fits a program on while the GPU fits the others (the programs its
+/// fitting kernel cannot take), unless the run sets its own (`--fit-cases`).
+pub const CPU_BESIDE_GPU_CASES: usize = 4096;
+
 /// Fits remembered (their values, or that the fit moved nothing) before the memo starts again.
 const FIT_MEMO_CAPACITY: usize = 200_000;
 
@@ -56,12 +60,16 @@ impl Driver<'_> {
         let config = self.pipeline.config().fit;
         let seed = self.pipeline.config().seed;
         let settings = FitSettings { iterations: config.iterations, restarts: config.restarts };
-        if self
-            .fit_problem
-            .as_ref()
-            .is_none_or(|p| p.cases().len() != config.cases.min(self.problem.cases().len()))
-        {
-            self.fit_problem = Some(self.problem.strided(config.cases));
+        // Beside the GPU, the CPU fits the programs its fitting kernel cannot take, on at most
+        // CPU_BESIDE_GPU_CASES cases unless --fit-cases says otherwise.
+        let cases = match (config.cases, self.gpu_fit) {
+            (0, true) => CPU_BESIDE_GPU_CASES,
+            (n, _) => n,
+        };
+        let all = self.problem.cases().len();
+        let want = if cases == 0 { all } else { cases.min(all) };
+        if self.fit_problem.as_ref().is_none_or(|p| p.cases().len() != want) {
+            self.fit_problem = Some(self.problem.strided(cases));
         }
         let problem = self.fit_problem.as_ref().expect("set above");
         // What each individual needs: nothing, a fit, or the values of an identical one's fit.
@@ -102,8 +110,12 @@ impl Driver<'_> {
         }
         // The GPU fits what its fitting kernel can; the CPU the rest.
         let mut fitted: Vec<Option<Option<Vec<f32>>>> = vec![None; todo.len()];
+        let mut gpu_took = std::time::Duration::ZERO;
         if self.gpu_fit {
-            match gpu_fit(self.problem, &mut self.evaluator, &born, &todo, &config) {
+            let t = Instant::now();
+            let outcome = gpu_fit(self.problem, &mut self.evaluator, &born, &todo, &config);
+            gpu_took = t.elapsed();
+            match outcome {
                 Ok(done) => fitted = done,
                 Err(e) => {
                     tracing::warn!("fitting on the GPU failed ({e}); the CPU fits from now on");
@@ -140,6 +152,9 @@ impl Driver<'_> {
             if !b.params.is_empty() {
                 b.phenotype = instantiate(&b.phenotype, &b.params);
             }
+        }
+        if let Some(b) = born.first() {
+            self.account(b.generation).fit_gpu += gpu_took;
         }
         let took = started.elapsed();
         let share = took / born.len().max(1) as u32;
@@ -236,12 +251,16 @@ fn gpu_fit(
             continue;
         }
         let code = Arc::new(code.words);
-        let mut rng = ChaCha8Rng::seed_from_u64(u64::from_le_bytes(key.as_bytes()[..8].try_into().expect("8 bytes")));
+        let mut rng =
+            ChaCha8Rng::seed_from_u64(u64::from_le_bytes(key.as_bytes()[..8].try_into().expect("8 bytes")));
         for restart in 0..=config.restarts {
             let params: Vec<f32> = if restart == 0 {
                 b.params.clone()
             } else {
-                b.params.iter().map(|&v| v + f32::max(1.0, v.abs()) * rng.random_range(-1.0f32..=1.0)).collect()
+                b.params
+                    .iter()
+                    .map(|&v| v + f32::max(1.0, v.abs()) * rng.random_range(-1.0f32..=1.0))
+                    .collect()
             };
             starts.push(Start {
                 item: i,
@@ -273,11 +292,13 @@ fn gpu_fit(
         let mut trials: Vec<(usize, Vec<f32>)> = Vec::new();
         for (j, s) in starts.iter_mut().enumerate().filter(|(_, s)| s.active) {
             let np = s.params.len();
-            let Some(step) = gpfarm_gp::fit::damped_step(s.normal.0.clone(), &s.normal.1, np, s.lambda) else {
+            let Some(step) = gpfarm_gp::fit::damped_step(s.normal.0.clone(), &s.normal.1, np, s.lambda)
+            else {
                 s.active = false;
                 continue;
             };
-            let trial: Vec<f32> = s.params.iter().zip(&step).map(|(&v, &d)| (f64::from(v) + d) as f32).collect();
+            let trial: Vec<f32> =
+                s.params.iter().zip(&step).map(|(&v, &d)| (f64::from(v) + d) as f32).collect();
             if trial == s.params || trial.iter().any(|v| !v.is_finite()) {
                 s.active = false;
                 continue;

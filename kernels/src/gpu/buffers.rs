@@ -89,7 +89,7 @@ pub(super) struct Device {
     pub(super) words: CudaSlice<u32>,
     pub(super) offsets: CudaSlice<u32>,
     /// The fitting kernels and their buffers, when free parameters are fitted on the GPU.
-    pub(super) fit: Option<(CudaFunction, CudaFunction)>,
+    pub(super) fit: Option<Arc<cudarc::driver::CudaModule>>,
     pub(super) fit_buffers: Option<FitBuffers>,
     /// Streams beside [`Device::stream`] that compiled individuals' launches are spread over, so
     /// that kernels that run long (loops) run side by side; made at the first such launch.

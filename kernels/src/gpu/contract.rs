@@ -31,13 +31,27 @@ pub fn program_range(offsets: &[u32], nwords: usize, k: usize) -> std::ops::Rang
     start..end
 }
 
-/// The interpreter's fitting kernel (`interpreter::fit_source`): least-squares sums of programs
-/// with free parameters.
+/// The interpreter's fitting kernels (`interpreter::fit_source`): least-squares sums of programs
+/// with free parameters, one kernel per width of [`FIT_WIDTHS`], named by [`fit_kernel`].
 pub const FIT_KERNEL: &str = "gpfarm_fit";
-/// The kernel that sums each program's tiles of [`FIT_KERNEL`]'s sums.
+/// The kernel that sums each program's tiles of the fitting kernels' sums.
 pub const FIT_TILES_KERNEL: &str = "gpfarm_fit_tiles";
+/// The parameter counts the fitting kernels are built for: a program runs in the narrowest that
+/// holds its parameters ([`fit_width`]), since a kernel's cost grows with its width.
+pub const FIT_WIDTHS: [usize; 4] = [4, 8, 16, 32];
 /// The most parameters a program fitted on the GPU may have.
-pub const FIT_PARAMS: usize = 8;
-/// Sums per program: the sum of squares, `Jᵀr` ([`FIT_PARAMS`]), and the lower triangle of
-/// `JᵀJ`, row by row (`[k * (k + 1) / 2 + l]` for `l <= k`).
+pub const FIT_PARAMS: usize = FIT_WIDTHS[FIT_WIDTHS.len() - 1];
+/// Sums per program, whatever its width: the sum of squares, `Jᵀr` ([`FIT_PARAMS`] places), and
+/// the lower triangle of `JᵀJ`, row by row (`[1 + FIT_PARAMS + k * (k + 1) / 2 + l]` for
+/// `l <= k`); places beyond the program's parameters hold 0.
 pub const FIT_SUMS: usize = 1 + FIT_PARAMS + FIT_PARAMS * (FIT_PARAMS + 1) / 2;
+
+/// The fitting kernel of width `width` (one of [`FIT_WIDTHS`]).
+pub fn fit_kernel(width: usize) -> String {
+    format!("{FIT_KERNEL}_{width}")
+}
+
+/// The narrowest of [`FIT_WIDTHS`] that holds `params` parameters; `None` beyond [`FIT_PARAMS`].
+pub fn fit_width(params: usize) -> Option<usize> {
+    FIT_WIDTHS.iter().copied().find(|&w| params <= w)
+}

@@ -123,7 +123,9 @@ impl GpuEvaluator {
     /// or several of them.
     pub fn with_kernels(problem: &Problem, kernels: &Kernels) -> Result<GpuEvaluator, GpuError> {
         if kernels.fitness.is_none() && kernels.interpreter.is_none() && kernels.fit.is_none() {
-            return Err(GpuError::Problem("no kernel to load: a fitness kernel, an interpreter or a fitting kernel".into()));
+            return Err(GpuError::Problem(
+                "no kernel to load: a fitness kernel, an interpreter or a fitting kernel".into(),
+            ));
         }
         let (name, _) = probe()?;
         let device = Device::new(problem, kernels)?;
@@ -265,9 +267,9 @@ impl GpuEvaluator {
         if fit.offsets.is_empty() {
             return Ok((Vec::new(), t.elapsed()));
         }
-        self.device.launch_fit(&self.problem, fit, self.ncases)?;
+        let order = self.device.launch_fit(&self.problem, fit, self.ncases)?;
         self.wait()?;
-        let sums = self.device.read_fit(fit.offsets.len())?;
+        let sums = self.device.read_fit(&order)?;
         Ok((sums, t.elapsed()))
     }
 

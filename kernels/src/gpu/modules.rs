@@ -11,7 +11,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::Ptx;
 
-use super::contract::{FIT_KERNEL, FIT_TILES_KERNEL, INTERP_KERNEL_LARGE, INTERP_KERNEL_SMALL};
+use super::contract::{FIT_TILES_KERNEL, FIT_WIDTHS, INTERP_KERNEL_LARGE, INTERP_KERNEL_SMALL, fit_kernel};
 use super::{CompiledUnit, FITNESS_KERNEL, GpuError, KernelRef, TILES_KERNEL, driver};
 
 /// One launch: a kernel for one individual, or consecutive branches of a switch kernel.
@@ -52,16 +52,15 @@ pub(super) fn load_interpreter(
     ))
 }
 
-/// The fitting kernels ([`FIT_KERNEL`], [`FIT_TILES_KERNEL`]) from the fitting kernel's CUBIN.
-pub(super) fn load_fit(
-    ctx: &Arc<CudaContext>,
-    cubin: &[u8],
-) -> Result<(CudaFunction, CudaFunction), GpuError> {
+/// The fitting kernels' module (one kernel per width and [`FIT_TILES_KERNEL`]), checked to hold
+/// them all.
+pub(super) fn load_fit(ctx: &Arc<CudaContext>, cubin: &[u8]) -> Result<Arc<CudaModule>, GpuError> {
     let module = ctx.load_module(Ptx::from_binary(cubin.to_vec())).map_err(driver)?;
-    Ok((
-        module.load_function(FIT_KERNEL).map_err(driver)?,
-        module.load_function(FIT_TILES_KERNEL).map_err(driver)?,
-    ))
+    for w in FIT_WIDTHS {
+        module.load_function(&fit_kernel(w)).map_err(driver)?;
+    }
+    module.load_function(FIT_TILES_KERNEL).map_err(driver)?;
+    Ok(module)
 }
 
 /// Loads the units' modules and groups their members into launches: consecutive branches

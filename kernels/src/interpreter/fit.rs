@@ -2,8 +2,9 @@
 //! ([`super::bytecode::assemble_structure`]), one launch computes, for every program over every
 //! case, the sums Levenberg–Marquardt needs: the sum of squared residuals (output − target), the
 //! gradient `Jᵀr` and the lower triangle of `JᵀJ`, with the Jacobian by forward-mode automatic
-//! differentiation (a tangent of [`FIT_PARAMS`] floats beside each value). The programs'
-//! parameter values come in a buffer, so the same bytecode serves every iteration.
+//! differentiation (a tangent of as many floats as the kernel's width beside each value: one
+//! kernel per width of [`FIT_WIDTHS`], a program in the narrowest that holds its parameters).
+//! The programs' parameter values come in a buffer, so the same bytecode serves every iteration.
 //!
 //! Layout: one block of [`BLOCK`] threads per tile of [`TILE`] cases (grid x) and program
 //! (grid y); a thread runs cases `l`, `l + BLOCK`, ... of its tile and adds to its own `double`
@@ -26,7 +27,7 @@ use gpfarm_gp::program::tree::{Source, Ty};
 use gpfarm_gp::{FitnessKind, Problem};
 
 use super::bytecode::{Op, slot_layout};
-use crate::gpu::contract::{FIT_KERNEL, FIT_PARAMS, FIT_SUMS, FIT_TILES_KERNEL};
+use crate::gpu::contract::{FIT_PARAMS, FIT_SUMS, FIT_TILES_KERNEL, FIT_WIDTHS, fit_kernel};
 use crate::gpu::{BLOCK, GpuError, ROWS, TILE};
 
 /// The deepest stack (cells) of a program fitted on the GPU.
@@ -170,13 +171,14 @@ fn dual(op: Op) -> String {
     }
 }
 
-/// CUDA C of the fitting kernels for `problem` ([`FIT_KERNEL`], [`FIT_TILES_KERNEL`]). The fitting
-/// kernel's parameters, in order: one pointer per input of the problem's compiled kernels (in
-/// [`Problem::kernel_params`] order), the targets, `int ncases`, the programs' words, each
-/// program's first word, the parameter values, each program's first value, each program's number
-/// of parameters, the step limit per case, `int ntiles`, and [`FIT_SUMS`] `double`s per program
-/// and tile. The tiles kernel's: those sums, `int ntiles`, `int nprograms`, and [`FIT_SUMS`]
-/// `double`s per program.
+/// CUDA C of the fitting kernels for `problem` (one per width of [`FIT_WIDTHS`], named by
+/// [`fit_kernel`], and [`FIT_TILES_KERNEL`]). A fitting kernel's parameters, in order: one
+/// pointer per input of the problem's compiled kernels (in [`Problem::kernel_params`] order), the
+/// targets, `int ncases`, the programs' words, each program's first word, the parameter values,
+/// each program's first value, each program's number of parameters, the step limit per case,
+/// `int ntiles`, and [`FIT_SUMS`] `double`s per program and tile (in the layout [`FIT_SUMS`]
+/// states, whatever the width). The tiles kernel's: those sums, `int ntiles`, `int nprograms`,
+/// and [`FIT_SUMS`] `double`s per program.
 pub fn fit_source(problem: &Problem) -> Result<String, GpuError> {
     fit_supported(problem).map_err(|why| {
         GpuError::Problem(format!("problem `{}` cannot be fitted on the GPU: {why}", problem.name()))
@@ -184,11 +186,45 @@ pub fn fit_source(problem: &Problem) -> Result<String, GpuError> {
     let spec = problem.spec();
     let params = problem.kernel_params();
     let mut decl = Vec::new();
+    let mut args = Vec::new();
     for p in &params {
         if matches!(p.role, ParamRole::Input(_)) {
             decl.push(format!("{} __restrict__ {}", p.c_type, p.name));
+            args.push(p.name.clone());
         }
     }
+    let target_ty = spec.target.ty.c_name();
+    decl.push(format!("const {target_ty}* __restrict__ target"));
+    decl.extend(
+        [
+            "int ncases",
+            "const unsigned* __restrict__ code",
+            "const unsigned* __restrict__ offsets",
+            "const float* __restrict__ params",
+            "const unsigned* __restrict__ poffsets",
+            "const int* __restrict__ nparams",
+            "unsigned long long max_steps",
+            "int ntiles",
+            "double* __restrict__ partial",
+        ]
+        .map(String::from),
+    );
+    args.extend(
+        [
+            "target",
+            "ncases",
+            "code",
+            "offsets",
+            "params",
+            "poffsets",
+            "nparams",
+            "max_steps",
+            "ntiles",
+            "partial",
+        ]
+        .map(String::from),
+    );
+    let (decl, args) = (decl.join(", "), args.join(", "));
     let name_of = |i: usize| {
         params.iter().find(|p| p.role == ParamRole::Input(i)).map(|p| p.name.clone()).ok_or_else(|| {
             GpuError::Problem(format!("problem `{}` has no kernel parameter for input {i}", problem.name()))
@@ -210,27 +246,33 @@ pub fn fit_source(problem: &Problem) -> Result<String, GpuError> {
             }
         }
     }
-    let target_ty = spec.target.ty.c_name();
     let mut cases = String::new();
     for (code, op) in Op::ALL.iter().enumerate() {
         writeln!(cases, "                case {code}: {} break; // {op:?}", dual(*op)).ok();
     }
     let nslots = layout.len().max(1);
     let nout = spec.outputs.len().max(1);
-    let decl = decl.join(", ");
-    let sep = if decl.is_empty() { "" } else { ", " };
+    let mut kernels = String::new();
+    for w in FIT_WIDTHS {
+        writeln!(
+            kernels,
+            "extern \"C\" __global__ void __launch_bounds__({BLOCK}) {}({decl})\n{{\n    gpfarm_fit_body<{w}>({args});\n}}\n",
+            fit_kernel(w)
+        )
+        .ok();
+    }
     Ok(format!(
-        "// gpfarm fitting kernel for problem `{problem}`\n\
+        "// gpfarm fitting kernels for problem `{problem}`\n\
 union V {{ int i; float f; double d; }};\n\
-#define NP {FIT_PARAMS}\n\
-#define NSUMS {FIT_SUMS}\n\
 #define FORK _Pragma(\"unroll\") for (int k = 0; k < NP; ++k)\n\
-#define MIX(s, d) ((s) == 0.0 ? 0.0 : (s) * (d))\n\n\
-extern \"C\" __global__ void __launch_bounds__({BLOCK}) {FIT_KERNEL}({decl}{sep}const {target_ty}* __restrict__ target, int ncases,\n\
-    const unsigned* __restrict__ code, const unsigned* __restrict__ offsets, const float* __restrict__ params,\n\
-    const unsigned* __restrict__ poffsets, const int* __restrict__ nparams, unsigned long long max_steps, int ntiles,\n\
-    double* __restrict__ partial)\n\
+#define MIX(s, d) ((s) == 0.0 ? 0.0 : (s) * (d))\n\
+#define FIT_PARAMS {FIT_PARAMS}\n\
+#define FIT_SUMS {FIT_SUMS}\n\n\
+// Width NP: a tangent of NP floats per value; NSUMS = 1 + NP + NP (NP + 1) / 2 sums per thread.\n\
+template <int NP>\n\
+__device__ __forceinline__ void gpfarm_fit_body({decl})\n\
 {{\n\
+    constexpr int NSUMS = 1 + NP + NP * (NP + 1) / 2;\n\
     __shared__ double red[{WARPS}][NSUMS];\n\
     __shared__ int gpfarm_abort;\n\
     if (threadIdx.x == 0) gpfarm_abort = 0;\n\
@@ -240,7 +282,6 @@ extern \"C\" __global__ void __launch_bounds__({BLOCK}) {FIT_KERNEL}({decl}{sep}
     const int np = nparams[blockIdx.y];\n\
     auto gpfarm_read = [](unsigned, int, int) -> int {{ return 0; }};\n\
     double acc[NSUMS];\n\
-#pragma unroll\n\
     for (int q = 0; q < NSUMS; ++q) acc[q] = 0.0;\n\
     for (int j = 0; j < {ROWS}; ++j) {{\n\
         const int c = blockIdx.x * {TILE} + threadIdx.x + j * {BLOCK};\n\
@@ -277,41 +318,79 @@ extern \"C\" __global__ void __launch_bounds__({BLOCK}) {FIT_KERNEL}({decl}{sep}
         {{\n\
             const double r = failed ? __longlong_as_double(0x7ff8000000000000LL) : (double)out[0].f - (double)target[c];\n\
             acc[0] += r * r;\n\
+            // Narrow kernels unroll, so that every index is a constant and the sums live in\n\
+            // registers; wide ones keep them in local memory and loop over the parameters used.\n\
+            if constexpr (NP <= {UNROLLED}) {{\n\
 #pragma unroll\n\
-            for (int k = 0; k < NP; ++k) {{\n\
-                const double jk = k < np ? (double)dout[k] : 0.0;\n\
-                acc[1 + k] += jk * r;\n\
+                for (int k = 0; k < NP; ++k) {{\n\
+                    if (k < np) {{\n\
+                        const double jk = (double)dout[k];\n\
+                        acc[1 + k] += jk * r;\n\
 #pragma unroll\n\
-                for (int l = 0; l <= k; ++l) acc[1 + NP + k * (k + 1) / 2 + l] += jk * (l < np ? (double)dout[l] : 0.0);\n\
+                        for (int l = 0; l <= k; ++l) acc[1 + NP + k * (k + 1) / 2 + l] += jk * (double)dout[l];\n\
+                    }}\n\
+                }}\n\
+            }} else {{\n\
+                for (int k = 0; k < np; ++k) {{\n\
+                    const double jk = (double)dout[k];\n\
+                    acc[1 + k] += jk * r;\n\
+                    for (int l = 0; l <= k; ++l) acc[1 + NP + k * (k + 1) / 2 + l] += jk * (double)dout[l];\n\
+                }}\n\
             }}\n\
         }}\n\
     }}\n\
     const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;\n\
+    // The sums this program fills: the triangle's rows beyond its parameters stay zero.\n\
+    const int used = 1 + NP + np * (np + 1) / 2;\n\
+    if constexpr (NP <= {UNROLLED}) {{\n\
 #pragma unroll\n\
-    for (int q = 0; q < NSUMS; ++q) {{\n\
-        double v = acc[q];\n\
-        for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);\n\
-        if (lane == 0) red[warp][q] = v;\n\
+        for (int q = 0; q < NSUMS; ++q) {{\n\
+            if (q < used) {{\n\
+                double v = acc[q];\n\
+                for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);\n\
+                if (lane == 0) red[warp][q] = v;\n\
+            }}\n\
+        }}\n\
+    }} else {{\n\
+        for (int q = 0; q < used; ++q) {{\n\
+            double v = acc[q];\n\
+            for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);\n\
+            if (lane == 0) red[warp][q] = v;\n\
+        }}\n\
     }}\n\
     __syncthreads();\n\
-    if (threadIdx.x < NSUMS) {{\n\
+    // Into the layout of every width: sum of squares, Jᵀr in FIT_PARAMS places, then the triangle.\n\
+    for (int q = threadIdx.x; q < FIT_SUMS; q += {BLOCK}) {{\n\
+        int from = -1;\n\
+        if (q == 0) from = 0;\n\
+        else if (q <= FIT_PARAMS) from = q - 1 < np ? q : -1;\n\
+        else {{\n\
+            const int idx = q - 1 - FIT_PARAMS;\n\
+            int k = (int)((sqrt(8.0 * idx + 1.0) - 1.0) * 0.5);\n\
+            while (k * (k + 1) / 2 > idx) --k;\n\
+            while ((k + 1) * (k + 2) / 2 <= idx) ++k;\n\
+            from = k < np ? 1 + NP + idx : -1;\n\
+        }}\n\
         double s = 0.0;\n\
-        for (int w = 0; w < {WARPS}; ++w) s += red[w][threadIdx.x];\n\
-        partial[((size_t)blockIdx.y * ntiles + blockIdx.x) * NSUMS + threadIdx.x] = s;\n\
+        if (from >= 0) for (int w = 0; w < {WARPS}; ++w) s += red[w][from];\n\
+        partial[((size_t)blockIdx.y * ntiles + blockIdx.x) * FIT_SUMS + q] = s;\n\
     }}\n\
 }}\n\n\
+{kernels}\n\
 extern \"C\" __global__ void {FIT_TILES_KERNEL}(const double* __restrict__ partial, int ntiles, int nprograms,\n\
     double* __restrict__ sums)\n\
 {{\n\
     const int p = blockIdx.x;\n\
-    const int q = threadIdx.x;\n\
-    if (p >= nprograms || q >= NSUMS) return;\n\
-    double s = 0.0;\n\
-    for (int tile = 0; tile < ntiles; ++tile) s += partial[((size_t)p * ntiles + tile) * NSUMS + q];\n\
-    sums[(size_t)p * NSUMS + q] = s;\n\
+    if (p >= nprograms) return;\n\
+    for (int q = threadIdx.x; q < FIT_SUMS; q += blockDim.x) {{\n\
+        double s = 0.0;\n\
+        for (int tile = 0; tile < ntiles; ++tile) s += partial[((size_t)p * ntiles + tile) * FIT_SUMS + q];\n\
+        sums[(size_t)p * FIT_SUMS + q] = s;\n\
+    }}\n\
 }}\n",
         problem = problem.name(),
         WARPS = BLOCK / 32,
         depth = FIT_DEPTH + 2,
+        UNROLLED = 8,
     ))
 }
