@@ -2,8 +2,8 @@
 # Friedman-1 with fitted free parameters on the GPU host: the fitting tests, then runs of
 # population POP for GENS generations on CASES cases (make_cases.py), fitted on the GPU by the
 # interpreter route's fitting kernel, unfitted, and fitted on the CPU; one JSON log per run.
-# Env: CASES (100000), POP (1000), GENS (10), SEEDS ("1 2"), EXTRA (more evolve flags),
-# STAGES ("tests runs").
+# Env: CASES (100000), POP (1000), GENS (10), SEEDS ("1 2"), EXTRA (more evolve flags), TAG (in
+# the log names), MODES ("gpu-fit unfitted"), STAGES ("tests runs").
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../harness/env.sh"
 CASES=${CASES:-100000} POP=${POP:-1000} GENS=${GENS:-10} SEEDS=${SEEDS:-"1 2"} EXTRA=${EXTRA:-}
@@ -16,15 +16,15 @@ if [[ " ${STAGES:-tests runs} " == *" tests "* ]]; then
 fi
 if [[ " ${STAGES:-tests runs} " == *" runs "* ]]; then
   for seed in $SEEDS; do
-    for mode in gpu-fit unfitted; do
+    for mode in ${MODES:-gpu-fit unfitted}; do
       case $mode in
         gpu-fit) flags="--route interpreter" ;;
         unfitted) flags="--route interpreter --fit-iterations 0" ;;
       esac
       # shellcheck disable=SC2086
       timeout ${RUN_TIMEOUT:-300} "$bin" evolve --problem-dir "$dir" --population "$POP" --generations "$GENS" \
-        --seed "$seed" --json $flags $EXTRA > "$r/run_${mode}_s$seed.jsonl" 2> "$r/run_${mode}_s$seed.err"
-      echo "$mode seed $seed: rc=$? $(tail -1 "$r/run_${mode}_s$seed.jsonl" | python3 -c 'import json,sys; s=json.load(sys.stdin); print("best", s["best_fitness"], "ms/gen", round(s["mean_generation_ms"],1), "fit_s", round(s["totals"].get("fit_s",0),2))' 2>/dev/null)"
+        --seed "$seed" --json $flags $EXTRA > "$r/run_${mode}${TAG:-}_s$seed.jsonl" 2> "$r/run_${mode}${TAG:-}_s$seed.err"
+      echo "$mode${TAG:-} seed $seed: rc=$? $(tail -1 "$r/run_${mode}${TAG:-}_s$seed.jsonl" | python3 -c 'import json,sys; s=json.load(sys.stdin); print("best", s["best_fitness"], "ms/gen", round(s["mean_generation_ms"],1), "fit_s", round(s["totals"].get("fit_s",0),2))' 2>/dev/null)"
     done
   done
 fi
