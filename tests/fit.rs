@@ -26,7 +26,9 @@ fn fit_cubin(problem: &Problem, arch: SmArch) -> Vec<u8> {
     let options =
         CompileOptions { flags: vec![gpfarm_evolve::NO_FMAD.into()], ..CompileOptions::cubin(arch) };
     let mut nvrtc = InProcess::new(&toolchain, &options).unwrap();
+    let t = std::time::Instant::now();
     let batch = nvrtc.compile(&[Unit::new("fit.cu", fit_source(problem).unwrap())], &options).unwrap();
+    eprintln!("{}: the fitting kernels compiled in {:.2?}", problem.name(), t.elapsed());
     let r = &batch.results[0];
     r.cubin()
         .unwrap_or_else(|| panic!("the fitting kernel does not compile: {:?}\n{}", r.outcome, r.log))
@@ -181,6 +183,10 @@ fn a_run_on_the_gpu_fits_its_parameters_there() {
     let moved: u64 = records.iter().map(|r| r["fitted"].as_u64().unwrap()).sum();
     eprintln!("fitted on the GPU: {on_gpu}, moved: {moved}, best {}", summary["best_fitness"]);
     assert!(on_gpu > 0 && moved > 0);
+    // The GPU's sums are reduced in a fixed order: the same seed gives the same run.
+    let (again_records, _) = run("interpreter");
+    let best = |r: &[Value]| r.iter().map(|g| g["best"].as_f64().unwrap().to_bits()).collect::<Vec<_>>();
+    assert_eq!(best(&again_records), best(&records));
     // The printed model re-evaluates, on the CPU, to the fitness the GPU reported (same text).
     let problem = friedman1();
     let text = summary["best_phenotype"].as_str().unwrap();
