@@ -74,6 +74,8 @@ pub(crate) struct Account {
     pub fitted_on_gpu: usize,
     /// Of `fit`, the GPU's fitting (launches, copies and the host's solves between them).
     pub fit_gpu: Duration,
+    /// Of `fit_gpu`, the GPU worker's own time (uploads, launches, copies back).
+    pub fit_worker: Duration,
     /// The individual whose fitness was known last.
     pub last: Option<Chain>,
 }

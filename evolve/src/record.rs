@@ -166,6 +166,9 @@ pub struct GenerationRecord {
     /// Of `fit_ms`, fitting on the GPU (its launches and the host's solves between them).
     #[serde(default)]
     pub fit_gpu_ms: f64,
+    /// Of `fit_gpu_ms`, the GPU worker's own time (uploads, launches, copies back).
+    #[serde(default)]
+    pub fit_worker_ms: f64,
     /// From the previous generation's completion to this one's: what a researcher waits for.
     pub generation_ms: f64,
     /// When this generation was complete, from the start of the run.
@@ -231,6 +234,7 @@ impl GenerationRecord {
             fitted: a.fitted,
             fitted_on_gpu: a.fitted_on_gpu,
             fit_gpu_ms: ms(a.fit_gpu),
+            fit_worker_ms: ms(a.fit_worker),
             generation_ms: ms(done.saturating_duration_since(previous_done)),
             done_ms: ms(done.saturating_duration_since(run_start)),
             critical_path: a.last.map(|c| CriticalPath::along(&c, previous_done, done)).unwrap_or(

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use gpfarm_client::GpuWorker;
 use gpfarm_gp::{FitConfig, Problem};
 use gpfarm_kernels::gpu::WireFit;
-use gpfarm_kernels::interpreter::{FIT_DEPTH, FIT_PARAMS, FIT_SUMS, assemble_structure};
+use gpfarm_kernels::interpreter::{FIT_DEPTH, FIT_PARAMS, assemble_structure, sums_of};
 
 use super::Driver;
 use super::evaluate::Evaluator;
@@ -111,9 +111,10 @@ impl Driver<'_> {
         // The GPU fits what its fitting kernel can; the CPU the rest.
         let mut fitted: Vec<Option<Option<Vec<f32>>>> = vec![None; todo.len()];
         let mut gpu_took = std::time::Duration::ZERO;
+        let mut worker_took = std::time::Duration::ZERO;
         if self.gpu_fit {
             let t = Instant::now();
-            let outcome = gpu_fit(self.problem, &mut self.evaluator, &born, &todo, &config);
+            let outcome = gpu_fit(self.problem, &mut self.evaluator, &born, &todo, &config, &mut worker_took);
             gpu_took = t.elapsed();
             match outcome {
                 Ok(done) => fitted = done,
@@ -154,7 +155,9 @@ impl Driver<'_> {
             }
         }
         if let Some(b) = born.first() {
-            self.account(b.generation).fit_gpu += gpu_took;
+            let a = self.account(b.generation);
+            a.fit_gpu += gpu_took;
+            a.fit_worker += worker_took;
         }
         let took = started.elapsed();
         let share = took / born.len().max(1) as u32;
@@ -179,15 +182,27 @@ struct Start {
     active: bool,
 }
 
-/// The sum of squares, `JᵀJ` (dense) and `Jᵀr` of one program's block of the fitting kernel's sums.
+/// The sum of squares, `JᵀJ` (dense) and `Jᵀr` of one program's sums ([`sums_of`] its `np`).
 fn unpack(sums: &[f64], np: usize) -> (f64, Vec<f64>, Vec<f64>) {
     let mut a = vec![0.0; np * np];
     for k in 0..np {
         for l in 0..=k {
-            a[k * np + l] = sums[1 + FIT_PARAMS + k * (k + 1) / 2 + l];
+            a[k * np + l] = sums[1 + np + k * (k + 1) / 2 + l];
         }
     }
     (sums[0], a, sums[1..1 + np].to_vec())
+}
+
+/// Each program's sums, split from the worker's reply.
+fn split<'s>(sums: &'s [f64], counts: impl Iterator<Item = usize>) -> Vec<&'s [f64]> {
+    let mut at = 0;
+    counts
+        .map(|np| {
+            let block = &sums[at.min(sums.len())..(at + sums_of(np)).min(sums.len())];
+            at += sums_of(np);
+            block
+        })
+        .collect()
 }
 
 /// The least-squares sums of each start at its values (`trial` where given), by the GPU worker.
@@ -196,6 +211,7 @@ fn linearize(
     starts: &[&Start],
     values: &[&[f32]],
     max_steps: u64,
+    kernel_time: &mut std::time::Duration,
 ) -> Result<Vec<f64>, EvolveError> {
     let mut fit = WireFit {
         words: Vec::new(),
@@ -212,8 +228,9 @@ fn linearize(
         fit.params.extend_from_slice(v);
         fit.nparams.push(v.len() as i32);
     }
-    let (sums, _) = worker.linearize(&fit)?;
-    if sums.len() != starts.len() * FIT_SUMS {
+    let (sums, took) = worker.linearize(&fit)?;
+    *kernel_time += took;
+    if sums.len() != values.iter().map(|v| sums_of(v.len())).sum::<usize>() {
         return Err(EvolveError::Gpu(gpfarm_kernels::gpu::GpuError::Problem(format!(
             "the fitting kernel sent {} sums for {} programs",
             sums.len(),
@@ -235,6 +252,7 @@ fn gpu_fit(
     born: &[Born],
     todo: &[(usize, blake3::Hash)],
     config: &FitConfig,
+    kernel_time: &mut std::time::Duration,
 ) -> Result<Vec<Option<Option<Vec<f32>>>>, EvolveError> {
     let mut out: Vec<Option<Option<Vec<f32>>>> = vec![None; todo.len()];
     let Some(worker) = evaluator.worker() else { return Ok(out) };
@@ -280,8 +298,9 @@ fn gpu_fit(
     // Where each start begins.
     let all: Vec<&Start> = starts.iter().collect();
     let values: Vec<&[f32]> = starts.iter().map(|s| s.params.as_slice()).collect();
-    let sums = linearize(worker, &all, &values, max_steps)?;
-    for (s, block) in starts.iter_mut().zip(sums.chunks(FIT_SUMS)) {
+    let sums = linearize(worker, &all, &values, max_steps, kernel_time)?;
+    let blocks = split(&sums, starts.iter().map(|s| s.params.len()));
+    for (s, block) in starts.iter_mut().zip(blocks) {
         let (sse, a, g) = unpack(block, s.params.len());
         s.sse = if sse.is_finite() { sse } else { f64::INFINITY };
         s.normal = (a, g);
@@ -310,8 +329,9 @@ fn gpu_fit(
         }
         let run: Vec<&Start> = trials.iter().map(|(j, _)| &starts[*j]).collect();
         let values: Vec<&[f32]> = trials.iter().map(|(_, v)| v.as_slice()).collect();
-        let sums = linearize(worker, &run, &values, max_steps)?;
-        for ((j, trial), block) in trials.into_iter().zip(sums.chunks(FIT_SUMS)) {
+        let sums = linearize(worker, &run, &values, max_steps, kernel_time)?;
+        let blocks = split(&sums, trials.iter().map(|(_, v)| v.len()));
+        for ((j, trial), block) in trials.into_iter().zip(blocks) {
             let s = &mut starts[j];
             let (sse, a, g) = unpack(block, trial.len());
             if sse < s.sse {

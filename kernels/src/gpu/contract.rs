@@ -46,6 +46,32 @@ pub const FIT_PARAMS: usize = FIT_WIDTHS[FIT_WIDTHS.len() - 1];
 /// `l <= k`); places beyond the program's parameters hold 0.
 pub const FIT_SUMS: usize = 1 + FIT_PARAMS + FIT_PARAMS * (FIT_PARAMS + 1) / 2;
 
+/// The sums a program with `params` parameters has, as [`compact_sums`] packs them: the sum of
+/// squares, `Jᵀr` (`params`), and the lower triangle of `JᵀJ` row by row.
+pub fn sums_of(params: usize) -> usize {
+    1 + params + params * (params + 1) / 2
+}
+
+/// One program's block of [`FIT_SUMS`] sums packed to its `params` parameters ([`sums_of`]).
+pub fn compact_sums(block: &[f64], params: usize) -> Vec<f64> {
+    let mut out = Vec::with_capacity(sums_of(params));
+    out.push(block[0]);
+    out.extend_from_slice(&block[1..1 + params]);
+    out.extend_from_slice(&block[1 + FIT_PARAMS..1 + FIT_PARAMS + params * (params + 1) / 2]);
+    out
+}
+
+/// Cases each thread of a fitting kernel runs, one after another (more than the interpreter's,
+/// as each tile ends in a reduction of up to [`FIT_SUMS`] sums).
+pub const FIT_ROWS: u32 = 16;
+/// Cases per tile (block) of a fitting kernel.
+pub const FIT_TILE: u32 = super::BLOCK * FIT_ROWS;
+
+/// Tiles of [`FIT_TILE`] cases that `ncases` cases fill (at least one).
+pub fn fit_tiles(ncases: usize) -> usize {
+    ncases.div_ceil(FIT_TILE as usize).max(1)
+}
+
 /// The fitting kernel of width `width` (one of [`FIT_WIDTHS`]).
 pub fn fit_kernel(width: usize) -> String {
     format!("{FIT_KERNEL}_{width}")

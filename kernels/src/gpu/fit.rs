@@ -7,8 +7,8 @@
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 use gpfarm_gp::{ParamRole, Problem};
 
-use super::buffers::{Device, FitBuffers, grow_copy, tiles};
-use super::contract::{FIT_SUMS, FIT_TILES_KERNEL, FIT_WIDTHS, fit_kernel, fit_width};
+use super::buffers::{Device, FitBuffers, grow_copy};
+use super::contract::{FIT_SUMS, FIT_TILES_KERNEL, FIT_WIDTHS, fit_kernel, fit_tiles, fit_width};
 use super::{BLOCK, GpuError, WireFit, driver, no_kernel};
 
 /// The most blocks a launch may have along y.
@@ -25,7 +25,7 @@ impl Device {
     ) -> Result<Vec<usize>, GpuError> {
         let module = self.fit.clone().ok_or_else(|| no_kernel("the fitting kernel"))?;
         let n = fit.offsets.len();
-        let nt = tiles(ncases);
+        let nt = fit_tiles(ncases);
         // Programs by width (narrowest first), each width one launch.
         let width = |k: usize| fit_width(fit.nparams[k].max(0) as usize);
         if let Some(k) = (0..n).find(|&k| width(k).is_none()) {

@@ -256,9 +256,10 @@ impl GpuEvaluator {
         Ok(outcome)
     }
 
-    /// The least-squares sums (`interpreter::FIT_SUMS` per program: sum of squared residuals,
-    /// `Jᵀr`, the lower triangle of `JᵀJ`) of `fit`'s programs at its parameter values, by the
-    /// fitting kernel, and the time from upload to the sums' copy back.
+    /// The least-squares sums of `fit`'s programs at its parameter values, by the fitting kernel:
+    /// per program, one after the other, its sum of squared residuals, `Jᵀr` and the lower
+    /// triangle of `JᵀJ` row by row (`contract::sums_of` its parameters); and the time from
+    /// upload to the sums' copy back.
     pub fn linearize(&mut self, fit: &WireFit) -> Result<(Vec<f64>, std::time::Duration), GpuError> {
         if let Some(why) = &self.poisoned {
             return Err(GpuError::Fault(why.clone()));
@@ -269,7 +270,14 @@ impl GpuEvaluator {
         }
         let order = self.device.launch_fit(&self.problem, fit, self.ncases)?;
         self.wait()?;
-        let sums = self.device.read_fit(&order)?;
+        let all = self.device.read_fit(&order)?;
+        let mut sums = Vec::new();
+        for (k, &np) in fit.nparams.iter().enumerate() {
+            sums.extend(contract::compact_sums(
+                &all[k * contract::FIT_SUMS..(k + 1) * contract::FIT_SUMS],
+                np.max(0) as usize,
+            ));
+        }
         Ok((sums, t.elapsed()))
     }
 

@@ -6,7 +6,7 @@
 //! kernel per width of [`FIT_WIDTHS`], a program in the narrowest that holds its parameters).
 //! The programs' parameter values come in a buffer, so the same bytecode serves every iteration.
 //!
-//! Layout: one block of [`BLOCK`] threads per tile of [`TILE`] cases (grid x) and program
+//! Layout: one block of [`BLOCK`] threads per tile of [`FIT_TILE`] cases (grid x) and program
 //! (grid y); a thread runs cases `l`, `l + BLOCK`, ... of its tile and adds to its own `double`
 //! sums in that order; the block sums its warps by shuffles and then its warps in order, and
 //! [`FIT_TILES_KERNEL`] sums each program's tiles in order, so the sums are the same bits on
@@ -27,8 +27,10 @@ use gpfarm_gp::program::tree::{Source, Ty};
 use gpfarm_gp::{FitnessKind, Problem};
 
 use super::bytecode::{Op, slot_layout};
-use crate::gpu::contract::{FIT_PARAMS, FIT_SUMS, FIT_TILES_KERNEL, FIT_WIDTHS, fit_kernel};
-use crate::gpu::{BLOCK, GpuError, ROWS, TILE};
+use crate::gpu::contract::{
+    FIT_PARAMS, FIT_ROWS, FIT_SUMS, FIT_TILE, FIT_TILES_KERNEL, FIT_WIDTHS, fit_kernel,
+};
+use crate::gpu::{BLOCK, GpuError};
 
 /// The deepest stack (cells) of a program fitted on the GPU.
 pub const FIT_DEPTH: usize = 64;
@@ -283,8 +285,8 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
     auto gpfarm_read = [](unsigned, int, int) -> int {{ return 0; }};\n\
     double acc[NSUMS];\n\
     for (int q = 0; q < NSUMS; ++q) acc[q] = 0.0;\n\
-    for (int j = 0; j < {ROWS}; ++j) {{\n\
-        const int c = blockIdx.x * {TILE} + threadIdx.x + j * {BLOCK};\n\
+    for (int j = 0; j < {FIT_ROWS}; ++j) {{\n\
+        const int c = blockIdx.x * {FIT_TILE} + threadIdx.x + j * {BLOCK};\n\
         if (c >= ncases) break;\n\
         V vars[{nslots}];\n\
         float vdt[{nslots}][NP];\n\

@@ -45,7 +45,7 @@ pub use source::{
 // layout follow them.
 pub use crate::gpu::contract::{
     DEEP, FIT_KERNEL, FIT_PARAMS, FIT_SUMS, FIT_TILES_KERNEL, FLAGS, INTERP_KERNEL_LARGE,
-    INTERP_KERNEL_SMALL, STRAIGHT, program_range,
+    INTERP_KERNEL_SMALL, STRAIGHT, compact_sums, program_range, sums_of,
 };
 
 use gpfarm_gp::Problem;
