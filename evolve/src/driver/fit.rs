@@ -194,7 +194,7 @@ fn unpack(sums: &[f64], np: usize) -> (f64, Vec<f64>, Vec<f64>) {
 }
 
 /// Each program's sums, split from the worker's reply.
-fn split<'s>(sums: &'s [f64], counts: impl Iterator<Item = usize>) -> Vec<&'s [f64]> {
+fn split(sums: &[f64], counts: impl Iterator<Item = usize>) -> Vec<&[f64]> {
     let mut at = 0;
     counts
         .map(|np| {
