@@ -46,6 +46,10 @@ fn the_fitting_kernel_compiles_where_fitting_applies_and_is_refused_elsewhere() 
         assert!(text.contains(gpfarm_kernels::interpreter::FIT_KERNEL), "{}", problem.name());
         assert!(text.contains(gpfarm_kernels::interpreter::FIT_TILES_KERNEL), "{}", problem.name());
     }
+    // One width alone is a source of its own (the engine compiles each width apart).
+    let one = gpfarm_kernels::interpreter::fit_source_for(&friedman1(), &[8]).unwrap();
+    assert!(one.contains("gpfarm_fit_8(") && !one.contains("gpfarm_fit_32("));
+    assert!(gpfarm_kernels::interpreter::fit_source_for(&friedman1(), &[7]).is_err());
     let why = fit_supported(&Problem::builtin("search").unwrap()).unwrap_err();
     assert!(why.contains("not least squares"), "{why}");
     assert!(fit_source(&Problem::builtin("multiplier5").unwrap()).is_err());
@@ -99,7 +103,7 @@ fn programs() -> Vec<&'static str> {
 fn gpu_sums_agree_with_the_cpu_s() {
     let arch = require_gpu("gpu_fit_sums");
     let problem = friedman1();
-    let kernels = Kernels { fit: Some(fit_cubin(&problem, arch)), ..Kernels::default() };
+    let kernels = Kernels { fit: vec![fit_cubin(&problem, arch)], ..Kernels::default() };
     let mut gpu = GpuEvaluator::with_kernels(&problem, &kernels).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(11);
     let mut fit = WireFit {

@@ -453,7 +453,7 @@ fn a_while_loop_population_has_one_fitness_on_every_route() {
                 "interp.cu",
                 gpfarm_kernels::interpreter::interpreter_source(&problem).unwrap(),
             )),
-            fit: None,
+            fit: Vec::new(),
         };
         let mut gpu = GpuEvaluator::with_kernels(&problem, &kernels).unwrap();
         for seed in [7, 8] {

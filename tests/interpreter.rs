@@ -146,7 +146,7 @@ fn interpreted_fitness_is_the_compiled_routes_fitness_bit_for_bit() {
                 interpreter_source(&problem).unwrap(),
                 &options,
             )),
-            fit: None,
+            fit: Vec::new(),
         };
         let mut gpu = GpuEvaluator::with_kernels(&problem, &kernels).unwrap();
         let compiled = compiled_fitness(&mut gpu, &mut farm, &problem, &phenotypes, &options);
@@ -186,7 +186,7 @@ fn deep_and_shallow_programs_share_a_population() {
     let kernels = Kernels {
         fitness: Some(cubin_of(&mut nvrtc, "fitness.cu", gpu::fitness_source(&problem).unwrap(), &options)),
         interpreter: Some(cubin_of(&mut nvrtc, "interp.cu", interpreter_source(&problem).unwrap(), &options)),
-        fit: None,
+        fit: Vec::new(),
     };
     let mut gpu = GpuEvaluator::with_kernels(&problem, &kernels).unwrap();
     // Right-nested sums keep one value waiting per level: from shallow to deeper than the
@@ -220,9 +220,11 @@ fn a_runaway_loop_fails_its_own_program_only() {
     let options = options(arch);
     let mut nvrtc = InProcess::new(&toolchain, &options).unwrap();
     let cubin = cubin_of(&mut nvrtc, "interp.cu", interpreter_source(&problem).unwrap(), &options);
-    let mut gpu =
-        GpuEvaluator::with_kernels(&problem, &Kernels { fitness: None, interpreter: Some(cubin), fit: None })
-            .unwrap();
+    let mut gpu = GpuEvaluator::with_kernels(
+        &problem,
+        &Kernels { fitness: None, interpreter: Some(cubin), fit: Vec::new() },
+    )
+    .unwrap();
     let phenotypes = [
         Phenotype::new("OUTPUT = (-1);"),
         Phenotype::new("OUTPUT = 1; while (1) { tmp = tmp + 1; }"),

@@ -239,7 +239,7 @@ pub fn run(
                         "interp.cu",
                         farm,
                     )?),
-                    fit: None,
+                    fit: Vec::new(),
                 };
                 all.push(GpuEvaluator::with_kernels(problem, &kernels)?);
             }

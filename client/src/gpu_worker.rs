@@ -128,10 +128,10 @@ impl GpuWorker {
         fitness_cubin: Option<Vec<u8>>,
         interpreter_cubin: Option<Vec<u8>>,
     ) -> Result<GpuWorker, WorkerError> {
-        GpuWorker::spawn_on(exe, problem, fitness_cubin, interpreter_cubin, None, None)
+        GpuWorker::spawn_on(exe, problem, fitness_cubin, interpreter_cubin, Vec::new(), None)
     }
 
-    /// As [`GpuWorker::spawn_with`], also loading the fitting kernel `fit_cubin` (to fit free
+    /// As [`GpuWorker::spawn_with`], also loading the fitting kernels `fit_cubins` (to fit free
     /// parameters, [`GpuWorker::linearize`]), on GPU `device` (an ordinal among the GPUs this
     /// process sees): the worker is started with `CUDA_VISIBLE_DEVICES` naming that GPU alone.
     pub fn spawn_on(
@@ -139,10 +139,10 @@ impl GpuWorker {
         problem: ProblemRef,
         fitness_cubin: Option<Vec<u8>>,
         interpreter_cubin: Option<Vec<u8>>,
-        fit_cubin: Option<Vec<u8>>,
+        fit_cubins: Vec<Vec<u8>>,
         device: Option<usize>,
     ) -> Result<GpuWorker, WorkerError> {
-        let init = Request::Init { fitness_cubin, interpreter_cubin, fit_cubin };
+        let init = Request::Init { fitness_cubin, interpreter_cubin, fit_cubins };
         let command = worker_command(exe, &problem, device);
         let mut child = Supervised::spawn(command, ParentDeath::Signal(libc::SIGKILL))?;
         let (stdin, stdout, name) = handshake(&mut child, &init)?;

@@ -342,18 +342,17 @@ impl Engine {
         for c in compilers.iter_mut() {
             self.check_options(&mut **c)?;
         }
-        // The evaluator's kernel is compiled once, here; each island's worker loads it.
-        let kernel = match (&self.gpu, compilers.first_mut()) {
-            (None, _) => None,
+        // The evaluator's kernel (and the fitting kernel, where the GPU fits free parameters) is
+        // compiled once, here, in one batch; each island's worker loads it.
+        let (kernel, fit_kernel) = match (&self.gpu, compilers.first_mut()) {
+            (None, _) => (None, Vec::new()),
             (Some(_), None) => {
                 return Err(EvolveError::NoGpu("individuals must be compiled to run on it".into()));
             }
-            (Some(_), Some(c)) => Some(self.worker_kernel(&mut **c, &options)?),
-        };
-        // The fitting kernel too, where the GPU fits the free parameters.
-        let fit_kernel = match (&kernel, compilers.first_mut()) {
-            (Some(_), Some(c)) => self.fit_kernel(&mut **c, &options)?,
-            _ => None,
+            (Some(_), Some(c)) => {
+                let (kernel, fit) = self.worker_kernels(&mut **c, &options)?;
+                (Some(kernel), fit)
+            }
         };
         // The interpreter's kernel is compiled; individuals are not.
         if !self.route.compiles_individuals() {
@@ -363,7 +362,7 @@ impl Engine {
         let shared = IslandShared {
             options: &options,
             kernel: kernel.as_deref(),
-            fit_kernel: fit_kernel.as_deref(),
+            fit_kernels: &fit_kernel,
             settings: self.settings(compilers.first().map_or(1, |c| c.workers())),
             toolchain: compilers.first().map_or_else(|| "none".into(), |c| c.toolchain()),
             compiling: !compilers.is_empty(),
@@ -452,7 +451,7 @@ impl Engine {
         let evaluator = match shared.kernel {
             None => Evaluator::Cpu,
             Some(cubin) => {
-                let fit = shared.fit_kernel.map(<[u8]>::to_vec);
+                let fit = shared.fit_kernels.to_vec();
                 let worker = Box::new(self.spawn_worker(cubin.to_vec(), fit, island % shared.devices)?);
                 match self.route {
                     Route::Interpreter => Evaluator::Interpreter(worker),
@@ -474,7 +473,7 @@ impl Engine {
         );
         driver.island(island, link, self.stop.clone());
         driver.eval_threads(shared.eval_threads);
-        if shared.fit_kernel.is_some() {
+        if !shared.fit_kernels.is_empty() {
             driver.fit_on_gpu();
         }
         if let (Some(dir), true, true) = (&o.disk_cache, o.cache, shared.compiling) {
@@ -534,72 +533,69 @@ impl Engine {
     }
 
     /// Compiles the problem's fitness kernel, or its interpreter (once; no daemon is needed for
-    /// it), for the GPU workers to load.
-    fn worker_kernel(
+    /// it), for the GPU workers to load; with it, in the same batch (so a compiler with several
+    /// workers builds both at once), the fitting kernel ([`gpfarm_kernels::interpreter::fit_source`])
+    /// when the GPU fits free parameters: the grammar has `#param#`, fitting is on and the
+    /// problem's programs can be fitted on the GPU. Without it the CPU fits; a fitting kernel that
+    /// does not compile is a warning, and the CPU fits.
+    fn worker_kernels(
         &self,
         compiler: &mut (dyn Compiler + Send + '_),
         options: &CompileOptions,
-    ) -> Result<Vec<u8>, EvolveError> {
+    ) -> Result<(Vec<u8>, Vec<Vec<u8>>), EvolveError> {
         let interpreter = self.route == Route::Interpreter;
         let (name, kernel) = if interpreter {
             ("gpfarm_interpreter.cu", gpfarm_kernels::interpreter::interpreter_source(&self.problem)?)
         } else {
             ("gpfarm_fitness.cu", gpu::fitness_source(&self.problem)?)
         };
-        let batch = compiler.compile(&[Unit::new(name, kernel)], options)?;
-        let result = batch.results.into_iter().next().ok_or(EvolveError::CompilerStopped)?;
-        match (result.outcome, interpreter) {
-            (UnitOutcome::Cubin(c), _) => Ok(c),
+        let mut units = vec![Unit::new(name, kernel)];
+        let fit = &self.options.evolution.fit;
+        if self.problem.grammar().has_params() && fit.iterations > 0 {
+            // One unit per width, so that several compile threads build them at once.
+            for w in gpfarm_kernels::interpreter::FIT_WIDTHS {
+                match gpfarm_kernels::interpreter::fit_source_for(&self.problem, &[w]) {
+                    Ok(source) => units.push(Unit::new(format!("gpfarm_fit_{w}.cu"), source)),
+                    Err(e) => {
+                        tracing::info!("free parameters are fitted on the CPU: {e}");
+                        units.truncate(1);
+                        break;
+                    }
+                }
+            }
+        }
+        let batch = compiler.compile(&units, options)?;
+        let mut results = batch.results.into_iter();
+        let result = results.next().ok_or(EvolveError::CompilerStopped)?;
+        let kernel = match (result.outcome, interpreter) {
+            (UnitOutcome::Cubin(c), _) => c,
             (UnitOutcome::Failed(failure), false) => {
-                Err(EvolveError::FitnessKernel { failure, log: result.log })
+                return Err(EvolveError::FitnessKernel { failure, log: result.log });
             }
             (UnitOutcome::Failed(failure), true) => {
-                Err(EvolveError::InterpreterKernel { failure, log: result.log })
-            }
-        }
-    }
-
-    /// The problem's fitting kernel ([`gpfarm_kernels::interpreter::fit_source`]), compiled, when
-    /// the GPU fits free parameters: the grammar has `#param#`, fitting is on and the problem's
-    /// programs can be fitted on the GPU; `None` otherwise (they are fitted on the CPU). A kernel
-    /// that does not compile is a warning, and the CPU fits.
-    fn fit_kernel(
-        &self,
-        compiler: &mut (dyn Compiler + Send + '_),
-        options: &CompileOptions,
-    ) -> Result<Option<Vec<u8>>, EvolveError> {
-        let fit = &self.options.evolution.fit;
-        if !self.problem.grammar().has_params() || fit.iterations == 0 {
-            return Ok(None);
-        }
-        let source = match gpfarm_kernels::interpreter::fit_source(&self.problem) {
-            Ok(source) => source,
-            Err(e) => {
-                tracing::info!("free parameters are fitted on the CPU: {e}");
-                return Ok(None);
+                return Err(EvolveError::InterpreterKernel { failure, log: result.log });
             }
         };
-        let batch = compiler.compile(&[Unit::new("gpfarm_fit.cu", source)], options)?;
-        let result = batch.results.into_iter().next().ok_or(EvolveError::CompilerStopped)?;
-        match result.outcome {
-            UnitOutcome::Cubin(c) => Ok(Some(c)),
-            UnitOutcome::Failed(failure) => {
-                tracing::warn!(
-                    "the fitting kernel did not compile ({failure:?}); the CPU fits: {}",
-                    result.log
-                );
-                Ok(None)
+        let mut fit = Vec::new();
+        for r in results {
+            match r.outcome {
+                UnitOutcome::Cubin(c) => fit.push(c),
+                UnitOutcome::Failed(failure) => {
+                    tracing::warn!("a fitting kernel did not compile ({failure:?}); the CPU fits: {}", r.log);
+                    return Ok((kernel, Vec::new()));
+                }
             }
         }
+        Ok((kernel, fit))
     }
 
-    /// Starts a GPU worker process on GPU `device` with the kernel [`Engine::worker_kernel`]
+    /// Starts a GPU worker process on GPU `device` with the kernel [`Engine::worker_kernels`]
     /// compiled (and the fitting kernel `fit`, when there is one), on the calling thread (the
     /// worker ends with it).
     fn spawn_worker(
         &self,
         cubin: Vec<u8>,
-        fit: Option<Vec<u8>>,
+        fit: Vec<Vec<u8>>,
         device: usize,
     ) -> Result<GpuWorker, EvolveError> {
         let source =
@@ -622,8 +618,8 @@ struct IslandShared<'a> {
     options: &'a CompileOptions,
     /// The GPU worker's kernel (fitness kernel or interpreter), when the GPU evaluates.
     kernel: Option<&'a [u8]>,
-    /// The fitting kernel, when the GPU fits free parameters.
-    fit_kernel: Option<&'a [u8]>,
+    /// The fitting kernels, when the GPU fits free parameters (else empty).
+    fit_kernels: &'a [Vec<u8>],
     settings: Settings,
     toolchain: String,
     /// Individuals are compiled (so the disk cache applies).

@@ -92,9 +92,17 @@ pub fn prepare(
     let options = engine.compile_options();
     let mut compilers: Compilers = if !engine.needs_daemons() {
         match (engine.route(), engine.evaluator()) {
-            // The interpreter: its one kernel is compiled in this process, and only for the GPU.
+            // The interpreter: its one kernel is compiled in this process, and only for the GPU;
+            // with the fitting kernels beside it (one unit per width), on a thread each, at once.
             (Route::Interpreter, EvaluatorKind::Gpu) => {
-                vec![build_compiler(CompilerSpec::InProcess, None, &options, &request.build)?]
+                let fit = &engine.options().evolution.fit;
+                let spec = if engine.problem().grammar().has_params() && fit.iterations > 0 {
+                    let kernels = 1 + gpfarm_kernels::interpreter::FIT_WIDTHS.len();
+                    CompilerSpec::Threads(Workers::Exactly(NonZeroUsize::MIN.saturating_add(kernels - 1)))
+                } else {
+                    CompilerSpec::InProcess
+                };
+                vec![build_compiler(spec, None, &options, &request.build)?]
             }
             _ => Vec::new(),
         }

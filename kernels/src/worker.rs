@@ -48,10 +48,10 @@ pub fn serve(problem: &Problem) -> Result<(), GpuError> {
             Err(e) => return Err(e.into()),
         };
         let reply = match request {
-            Request::Init { fitness_cubin, interpreter_cubin, fit_cubin } => {
+            Request::Init { fitness_cubin, interpreter_cubin, fit_cubins } => {
                 match GpuEvaluator::with_kernels(
                     problem,
-                    &Kernels { fitness: fitness_cubin, interpreter: interpreter_cubin, fit: fit_cubin },
+                    &Kernels { fitness: fitness_cubin, interpreter: interpreter_cubin, fit: fit_cubins },
                 ) {
                     Ok(g) => {
                         let name = g.name.clone();

@@ -57,8 +57,9 @@ pub enum Request {
         fitness_cubin: Option<Vec<u8>>,
         /// CUBIN of the problem's interpreter.
         interpreter_cubin: Option<Vec<u8>>,
-        /// CUBIN of the problem's fitting kernel (free parameters fitted on the GPU).
-        fit_cubin: Option<Vec<u8>>,
+        /// CUBIN of the problem's fitting kernels (free parameters fitted on the GPU), one module
+        /// per kernel width or one for all; empty: none.
+        fit_cubins: Vec<Vec<u8>>,
     },
     /// Evaluate one generation.
     Evaluate {

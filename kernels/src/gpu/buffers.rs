@@ -89,7 +89,7 @@ pub(super) struct Device {
     pub(super) words: CudaSlice<u32>,
     pub(super) offsets: CudaSlice<u32>,
     /// The fitting kernels and their buffers, when free parameters are fitted on the GPU.
-    pub(super) fit: Option<Arc<cudarc::driver::CudaModule>>,
+    pub(super) fit: Option<super::modules::FitModules>,
     pub(super) fit_buffers: Option<FitBuffers>,
     /// Streams beside [`Device::stream`] that compiled individuals' launches are spread over, so
     /// that kernels that run long (loops) run side by side; made at the first such launch.
@@ -149,7 +149,7 @@ impl Device {
         let reduce = kernels.fitness.as_deref().map(|cubin| load_reduce(&ctx, cubin)).transpose()?;
         let interpret =
             kernels.interpreter.as_deref().map(|cubin| load_interpreter(&ctx, cubin)).transpose()?;
-        let fit = kernels.fit.as_deref().map(|cubin| load_fit(&ctx, cubin)).transpose()?;
+        let fit = if kernels.fit.is_empty() { None } else { Some(load_fit(&ctx, &kernels.fit)?) };
         let fitness = stream.alloc_zeros::<f64>(1).map_err(driver)?;
         let partial = stream.alloc_zeros::<f64>(1).map_err(driver)?;
         let words = stream.alloc_zeros::<u32>(1).map_err(driver)?;

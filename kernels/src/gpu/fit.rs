@@ -8,7 +8,7 @@ use cudarc::driver::{LaunchConfig, PushKernelArg};
 use gpfarm_gp::{ParamRole, Problem};
 
 use super::buffers::{Device, FitBuffers, grow_copy};
-use super::contract::{FIT_SUMS, FIT_TILES_KERNEL, FIT_WIDTHS, fit_kernel, fit_tiles, fit_width};
+use super::contract::{FIT_SUMS, fit_tiles, fit_width};
 use super::{BLOCK, GpuError, WireFit, driver, no_kernel};
 
 /// The most blocks a launch may have along y.
@@ -23,7 +23,7 @@ impl Device {
         fit: &WireFit,
         ncases: usize,
     ) -> Result<Vec<usize>, GpuError> {
-        let module = self.fit.clone().ok_or_else(|| no_kernel("the fitting kernel"))?;
+        let modules = self.fit.clone().ok_or_else(|| no_kernel("the fitting kernel"))?;
         let n = fit.offsets.len();
         let nt = fit_tiles(ncases);
         // Programs by width (narrowest first), each width one launch.
@@ -63,9 +63,9 @@ impl Device {
         }
         let (nc, ntiles) = (ncases as i32, nt as i32);
         let mut first = 0;
-        for w in FIT_WIDTHS {
+        for (w, kernel) in &modules.kernels {
+            let w = *w;
             let end = first + order[first..].iter().take_while(|&&k| width(k) == Some(w)).count();
-            let kernel = module.load_function(&fit_kernel(w)).map_err(driver)?;
             for start in (first..end).step_by(MAX_GRID_Y) {
                 let rows = (end - start).min(MAX_GRID_Y);
                 let offsets = self.offsets.slice(start..start + rows);
@@ -74,7 +74,7 @@ impl Device {
                 let mut partial = b.partial.slice_mut(start * nt * FIT_SUMS..(start + rows) * nt * FIT_SUMS);
                 let words = self.words.slice(..fit.words.len().max(1));
                 let params = b.params.slice(..fit.params.len().max(1));
-                let mut launch = self.stream.launch_builder(&kernel);
+                let mut launch = self.stream.launch_builder(kernel);
                 for (k, p) in problem.kernel_params().iter().enumerate() {
                     if matches!(p.role, ParamRole::Input(_))
                         && let Some(buf) = &self.params[k]
@@ -107,9 +107,8 @@ impl Device {
             }
             first = end;
         }
-        let tiles_kernel = module.load_function(FIT_TILES_KERNEL).map_err(driver)?;
         let n32 = n as i32;
-        let mut launch = self.stream.launch_builder(&tiles_kernel);
+        let mut launch = self.stream.launch_builder(&modules.tiles);
         launch.arg(&b.partial);
         launch.arg(&ntiles);
         launch.arg(&n32);

@@ -98,8 +98,9 @@ pub struct Kernels {
     pub fitness: Option<Vec<u8>>,
     /// The interpreter's CUBIN.
     pub interpreter: Option<Vec<u8>>,
-    /// The fitting kernel's CUBIN (`interpreter::fit_source`), to fit free parameters.
-    pub fit: Option<Vec<u8>>,
+    /// The fitting kernels' CUBIN (`interpreter::fit_source`), to fit free parameters: one
+    /// module with every width, or one module per width; empty: none.
+    pub fit: Vec<Vec<u8>>,
 }
 
 /// Evaluates compiled individuals of one problem on GPU 0.
@@ -122,7 +123,7 @@ impl GpuEvaluator {
     /// As [`GpuEvaluator::new`], loading the fitness kernel, the interpreter, the fitting kernel,
     /// or several of them.
     pub fn with_kernels(problem: &Problem, kernels: &Kernels) -> Result<GpuEvaluator, GpuError> {
-        if kernels.fitness.is_none() && kernels.interpreter.is_none() && kernels.fit.is_none() {
+        if kernels.fitness.is_none() && kernels.interpreter.is_none() && kernels.fit.is_empty() {
             return Err(GpuError::Problem(
                 "no kernel to load: a fitness kernel, an interpreter or a fitting kernel".into(),
             ));

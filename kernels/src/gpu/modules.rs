@@ -52,15 +52,32 @@ pub(super) fn load_interpreter(
     ))
 }
 
-/// The fitting kernels' module (one kernel per width and [`FIT_TILES_KERNEL`]), checked to hold
-/// them all.
-pub(super) fn load_fit(ctx: &Arc<CudaContext>, cubin: &[u8]) -> Result<Arc<CudaModule>, GpuError> {
-    let module = ctx.load_module(Ptx::from_binary(cubin.to_vec())).map_err(driver)?;
-    for w in FIT_WIDTHS {
-        module.load_function(&fit_kernel(w)).map_err(driver)?;
-    }
-    module.load_function(FIT_TILES_KERNEL).map_err(driver)?;
-    Ok(module)
+/// The fitting kernels: one per width of [`FIT_WIDTHS`], and [`FIT_TILES_KERNEL`].
+#[derive(Clone)]
+pub(super) struct FitModules {
+    /// The kernel of each width, in [`FIT_WIDTHS`] order.
+    pub(super) kernels: Vec<(usize, CudaFunction)>,
+    pub(super) tiles: CudaFunction,
+    /// The modules the functions live in, kept loaded.
+    _modules: Vec<Arc<CudaModule>>,
+}
+
+/// The fitting kernels from their CUBIN (one module with every width, or several), checked to
+/// hold a kernel of every width and the tiles kernel.
+pub(super) fn load_fit(ctx: &Arc<CudaContext>, cubins: &[Vec<u8>]) -> Result<FitModules, GpuError> {
+    let modules: Vec<Arc<CudaModule>> = cubins
+        .iter()
+        .map(|c| ctx.load_module(Ptx::from_binary(c.clone())).map_err(driver))
+        .collect::<Result<_, _>>()?;
+    let find = |name: &str| {
+        modules
+            .iter()
+            .find_map(|m| m.load_function(name).ok())
+            .ok_or_else(|| GpuError::Problem(format!("no fitting kernel `{name}` in the modules given")))
+    };
+    let kernels =
+        FIT_WIDTHS.iter().map(|&w| Ok((w, find(&fit_kernel(w))?))).collect::<Result<_, GpuError>>()?;
+    Ok(FitModules { kernels, tiles: find(FIT_TILES_KERNEL)?, _modules: modules })
 }
 
 /// Loads the units' modules and groups their members into launches: consecutive branches

@@ -182,6 +182,15 @@ fn dual(op: Op) -> String {
 /// states, whatever the width). The tiles kernel's: those sums, `int ntiles`, `int nprograms`,
 /// and [`FIT_SUMS`] `double`s per program.
 pub fn fit_source(problem: &Problem) -> Result<String, GpuError> {
+    fit_source_for(problem, &FIT_WIDTHS)
+}
+
+/// As [`fit_source`], with the fitting kernels of `widths` only (each one of [`FIT_WIDTHS`]), so
+/// that each width can be compiled apart, at the same time as the others.
+pub fn fit_source_for(problem: &Problem, widths: &[usize]) -> Result<String, GpuError> {
+    if let Some(w) = widths.iter().find(|w| !FIT_WIDTHS.contains(w)) {
+        return Err(GpuError::Problem(format!("{w} is not a fitting kernel's width ({FIT_WIDTHS:?})")));
+    }
     fit_supported(problem).map_err(|why| {
         GpuError::Problem(format!("problem `{}` cannot be fitted on the GPU: {why}", problem.name()))
     })?;
@@ -255,7 +264,7 @@ pub fn fit_source(problem: &Problem) -> Result<String, GpuError> {
     let nslots = layout.len().max(1);
     let nout = spec.outputs.len().max(1);
     let mut kernels = String::new();
-    for w in FIT_WIDTHS {
+    for &w in widths {
         writeln!(
             kernels,
             "extern \"C\" __global__ void __launch_bounds__({BLOCK}) {}({decl})\n{{\n    gpfarm_fit_body<{w}>({args});\n}}\n",

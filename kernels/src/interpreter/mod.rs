@@ -37,14 +37,14 @@ mod source;
 pub use bytecode::{
     Bytecode, BytecodeError, Folding, MAX_DEPTH, Op, assemble, assemble_structure, assemble_with, walk,
 };
-pub use fit::{FIT_DEPTH, fit_source, fit_supported};
+pub use fit::{FIT_DEPTH, fit_source, fit_source_for, fit_supported};
 pub use source::{
     INTERLEAVE, REGISTER_SLOTS, SMALL_DEPTH, Tuning, interpreter_source, interpreter_source_with,
 };
 // The evaluator launches by these names and flags; the interpreter's kernels and its population
 // layout follow them.
 pub use crate::gpu::contract::{
-    DEEP, FIT_KERNEL, FIT_PARAMS, FIT_SUMS, FIT_TILES_KERNEL, FLAGS, INTERP_KERNEL_LARGE,
+    DEEP, FIT_KERNEL, FIT_PARAMS, FIT_SUMS, FIT_TILES_KERNEL, FIT_WIDTHS, FLAGS, INTERP_KERNEL_LARGE,
     INTERP_KERNEL_SMALL, STRAIGHT, compact_sums, program_range, sums_of,
 };
 
