@@ -606,17 +606,31 @@ impl Program {
             max_steps,
             stack: Vec::new(),
         };
+        for (slot, src) in self.slots.iter().enumerate() {
+            if let Source::Param(k) = src {
+                t.dots[slot * np + k] = 1.0;
+            }
+        }
+        let written: Vec<usize> = match &self.body {
+            Body::Expression(_) => Vec::new(),
+            Body::Statements(_) => self
+                .slots
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| matches!(s, Source::Zero(_)))
+                .map(|(k, _)| k)
+                .collect(),
+        };
         for c in 0..n {
             t.arrays.clear();
             for &i in &self.arrays {
                 t.arrays.push(cases.array(i, c).ok_or_else(|| self.wrong(problem))?);
             }
             self.load(problem, c, params, &mut t.slots)?;
-            t.dots.iter_mut().for_each(|d| *d = 0.0);
-            for (slot, src) in self.slots.iter().enumerate() {
-                if let Source::Param(k) = src {
-                    t.dots[slot * np + k] = 1.0;
-                }
+            // Only statements write slots: their locals' and outputs' derivatives start again at
+            // zero; every other slot's (inputs: 0, parameters: their unit vector) never changes.
+            for &slot in &written {
+                t.dots[slot * np..(slot + 1) * np].iter_mut().for_each(|d| *d = 0.0);
             }
             t.steps = 0;
             t.stack.clear();

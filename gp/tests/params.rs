@@ -201,3 +201,71 @@ fn children_inherit_fitted_values_when_lamarckian_and_the_values_they_started_wi
         }
     }
 }
+
+/// A statement problem with a float output: x in, a float local, y out.
+fn statements_problem() -> Problem {
+    let toml = r#"
+name = "float-statements"
+description = "y from x by statements"
+start = "s"
+kind = "statements"
+fitness = "rmse"
+
+[[inputs]]
+name = "x"
+type = "float"
+
+[[locals]]
+name = "acc"
+type = "float"
+
+[[outputs]]
+name = "y"
+type = "float"
+
+[target]
+type = "float"
+"#;
+    let template = r#"//@kernel
+extern "C" __global__ void {{KERNEL}}(const float* __restrict__ in_x,
+                                      float* __restrict__ out_y,
+                                      int NCASES)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= NCASES) return;
+    const float x = in_x[c];
+    float acc = 0.0f;
+    float y = 0.0f;
+    {{PHENOTYPE}}
+    out_y[c] = y;
+}
+"#;
+    let sources = gpfarm_gp::problem::ProblemSources {
+        toml,
+        grammar: "<s> ::= y = x * #param#;",
+        cases: r#"[{"x": 1.0, "target": 2.0}, {"x": 2.0, "target": 3.0}, {"x": 3.0, "target": 5.0}]"#,
+        template,
+    };
+    Problem::from_sources("test", &sources).unwrap()
+}
+
+#[test]
+fn statements_and_loops_are_differentiated_along_the_path_taken_case_by_case() {
+    let problem = statements_problem();
+    // y = (p0 x)^2 + p1: dy/dp0 = 2 p0 x^2, dy/dp1 = 1.
+    let program = Program::parse(&problem, &Phenotype::new("acc = p[0] * x; y = acc * acc + p[1];")).unwrap();
+    let lin = program.linearize(&problem, &[0.5, 3.0], 100).unwrap();
+    for (c, x) in [1.0f64, 2.0, 3.0].into_iter().enumerate() {
+        assert!((lin.jacobian[c * 2] - 2.0 * 0.5 * x * x).abs() < 1e-6, "case {c}: {:?}", lin.jacobian);
+        assert_eq!(lin.jacobian[c * 2 + 1], 1.0);
+    }
+    // A loop adds p0 until acc reaches x: y = k p0 with k the iterations taken, so dy/dp0 = k
+    // (2, 4, 6 for p0 = 0.5), each case from zero again.
+    let program =
+        Program::parse(&problem, &Phenotype::new("while (acc < x) { acc = acc + p[0]; } y = acc;")).unwrap();
+    let lin = program.linearize(&problem, &[0.5], 100).unwrap();
+    assert_eq!(lin.jacobian, vec![2.0, 4.0, 6.0]);
+    assert_eq!(lin.outputs, vec![1.0, 2.0, 3.0]);
+    // Past the step limit the run fails, as the evaluator's does.
+    assert!(program.linearize(&problem, &[0.0], 100).is_err());
+}

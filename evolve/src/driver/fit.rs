@@ -8,20 +8,17 @@
 //! problem, the run's seed, the phenotype and the starting values, so an individual identical to
 //! one fitted before takes that one's values without fitting again.
 
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use gpfarm_client::GpuWorker;
 use gpfarm_gp::program::instantiate;
-use gpfarm_gp::{Born, FitSettings, Program, fit};
+use gpfarm_gp::{Born, FitConfig, FitSettings, Problem, Program, fit};
+use gpfarm_kernels::gpu::WireFit;
+use gpfarm_kernels::interpreter::{FIT_DEPTH, FIT_PARAMS, assemble_structure, sums_of};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
-
-use std::sync::Arc;
-
-use gpfarm_client::GpuWorker;
-use gpfarm_gp::{FitConfig, Problem};
-use gpfarm_kernels::gpu::WireFit;
-use gpfarm_kernels::interpreter::{FIT_DEPTH, FIT_PARAMS, assemble_structure, sums_of};
 
 use super::Driver;
 use super::evaluate::Evaluator;
@@ -110,8 +107,8 @@ impl Driver<'_> {
         }
         // The GPU fits what its fitting kernel can; the CPU the rest.
         let mut fitted: Vec<Option<Option<Vec<f32>>>> = vec![None; todo.len()];
-        let mut gpu_took = std::time::Duration::ZERO;
-        let mut worker_took = std::time::Duration::ZERO;
+        let mut gpu_took = Duration::ZERO;
+        let mut worker_took = Duration::ZERO;
         if self.gpu_fit {
             let t = Instant::now();
             let outcome = gpu_fit(self.problem, &mut self.evaluator, &born, &todo, &config, &mut worker_took);
@@ -211,7 +208,7 @@ fn linearize(
     starts: &[&Start],
     values: &[&[f32]],
     max_steps: u64,
-    kernel_time: &mut std::time::Duration,
+    kernel_time: &mut Duration,
 ) -> Result<Vec<f64>, EvolveError> {
     let mut fit = WireFit {
         words: Vec::new(),
@@ -252,7 +249,7 @@ fn gpu_fit(
     born: &[Born],
     todo: &[(usize, blake3::Hash)],
     config: &FitConfig,
-    kernel_time: &mut std::time::Duration,
+    kernel_time: &mut Duration,
 ) -> Result<Vec<Option<Option<Vec<f32>>>>, EvolveError> {
     let mut out: Vec<Option<Option<Vec<f32>>>> = vec![None; todo.len()];
     let Some(worker) = evaluator.worker() else { return Ok(out) };
