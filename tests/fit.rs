@@ -83,8 +83,9 @@ fn close(what: &str, got: f64, want: f64, rel: f64, scale: f64) {
 }
 
 /// Programs with parameters over every kind of op the fitting kernel differentiates.
-fn programs() -> Vec<&'static str> {
-    vec![
+fn programs() -> Vec<String> {
+    let wide: Vec<String> = (0..40).map(|k| format!("p[{k}] * x{}", k % 5 + 1)).collect();
+    let mut all: Vec<String> = [
         "p[0] * x1 + p[1]",
         "sinf(p[0] * x1 * x2) * p[1] + p[2] * (x3 - p[3]) * (x3 - p[3]) + p[4] * x4 + p[5] * x5",
         "expf(p[0] * x1) - tanhf(p[1] * x2) + logf(fabsf(p[2] * x3) + 1.0f) + sqrtf(fabsf(p[3]) + x4)",
@@ -96,6 +97,11 @@ fn programs() -> Vec<&'static str> {
         "p[0] * x1 + p[1] * x2 + p[2] * x3 + p[3] * x4 + p[4] * x5 + sinf(p[5] * x1 + p[6]) * p[7] \
          + p[8] * x1 * x2 + p[9] * x3 * x3 + expf(p[10] * x4) + p[11]",
     ]
+    .map(String::from)
+    .to_vec();
+    // Wider than 32: the widest kernel.
+    all.push(format!("sinf({}) * p[40] + p[41]", wide.join(" + ")));
+    all
 }
 
 #[test]
@@ -116,7 +122,7 @@ fn gpu_sums_agree_with_the_cpu_s() {
     };
     let mut want = Vec::new();
     for text in programs() {
-        let program = Program::parse(&problem, &Phenotype::new(text)).unwrap();
+        let program = Program::parse(&problem, &Phenotype::new(text.as_str())).unwrap();
         let np = program.params();
         assert!(np <= FIT_PARAMS);
         let code = assemble_structure(&problem, &program).unwrap();
@@ -127,7 +133,7 @@ fn gpu_sums_agree_with_the_cpu_s() {
             fit.param_offsets.push(fit.params.len() as u32);
             fit.params.extend_from_slice(&params);
             fit.nparams.push(np as i32);
-            want.push((text, cpu_sums(&problem, &program, &params)));
+            want.push((text.clone(), cpu_sums(&problem, &program, &params)));
         }
     }
     let (sums, took) = gpu.linearize(&fit).unwrap();

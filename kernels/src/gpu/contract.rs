@@ -38,12 +38,12 @@ pub const FIT_KERNEL: &str = "gpfarm_fit";
 pub const FIT_TILES_KERNEL: &str = "gpfarm_fit_tiles";
 /// The parameter counts the fitting kernels are built for: a program runs in the narrowest that
 /// holds its parameters ([`fit_width`]), since a kernel's cost grows with its width.
-pub const FIT_WIDTHS: [usize; 4] = [4, 8, 16, 32];
+pub const FIT_WIDTHS: [usize; 5] = [4, 8, 16, 32, 64];
 /// The most parameters a program fitted on the GPU may have.
 pub const FIT_PARAMS: usize = FIT_WIDTHS[FIT_WIDTHS.len() - 1];
 /// Sums per program, whatever its width: the sum of squares, `Jᵀr` ([`FIT_PARAMS`] places), and
 /// the lower triangle of `JᵀJ`, row by row (`[1 + FIT_PARAMS + k * (k + 1) / 2 + l]` for
-/// `l <= k`); places beyond the program's parameters hold 0.
+/// `l <= k`); places beyond the program's parameters are not written (and never read).
 pub const FIT_SUMS: usize = 1 + FIT_PARAMS + FIT_PARAMS * (FIT_PARAMS + 1) / 2;
 
 /// The sums a program with `params` parameters has, as [`compact_sums`] packs them: the sum of

@@ -284,7 +284,9 @@ template <int NP>\n\
 __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
 {{\n\
     constexpr int NSUMS = 1 + NP + NP * (NP + 1) / 2;\n\
-    __shared__ double red[{WARPS}][NSUMS];\n\
+    // Up to 32 parameters every warp's sums meet in shared memory at once; wider ones, {CHUNK} at a time.\n\
+    constexpr int NRED = NP <= 32 ? NSUMS : {CHUNK};\n\
+    __shared__ double red[{WARPS}][NRED];\n\
     __shared__ int gpfarm_abort;\n\
     if (threadIdx.x == 0) gpfarm_abort = 0;\n\
     __syncthreads();\n\
@@ -353,6 +355,10 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
     const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;\n\
     // The sums this program fills: the triangle's rows beyond its parameters stay zero.\n\
     const int used = 1 + NP + np * (np + 1) / 2;\n\
+    const size_t at = ((size_t)blockIdx.y * ntiles + blockIdx.x) * FIT_SUMS;\n\
+    // Where sum q of this width goes in the layout of every width (the sum of squares, Jᵀr in\n\
+    // FIT_PARAMS places, the triangle); -1 for Jᵀr's places beyond the program's parameters.\n\
+    auto place = [&](int q) -> int {{ return q == 0 ? 0 : q <= NP ? (q - 1 < np ? q : -1) : 1 + FIT_PARAMS + (q - 1 - NP); }};\n\
     if constexpr (NP <= {UNROLLED}) {{\n\
 #pragma unroll\n\
         for (int q = 0; q < NSUMS; ++q) {{\n\
@@ -362,29 +368,40 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
                 if (lane == 0) red[warp][q] = v;\n\
             }}\n\
         }}\n\
-    }} else {{\n\
+        __syncthreads();\n\
+        for (int q = threadIdx.x; q < used; q += {BLOCK}) {{\n\
+            double s = 0.0;\n\
+            for (int w = 0; w < {WARPS}; ++w) s += red[w][q];\n\
+            if (place(q) >= 0) partial[at + place(q)] = s;\n\
+        }}\n\
+    }} else if constexpr (NP <= 32) {{\n\
         for (int q = 0; q < used; ++q) {{\n\
             double v = acc[q];\n\
             for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);\n\
             if (lane == 0) red[warp][q] = v;\n\
         }}\n\
-    }}\n\
-    __syncthreads();\n\
-    // Into the layout of every width: sum of squares, Jᵀr in FIT_PARAMS places, then the triangle.\n\
-    for (int q = threadIdx.x; q < FIT_SUMS; q += {BLOCK}) {{\n\
-        int from = -1;\n\
-        if (q == 0) from = 0;\n\
-        else if (q <= FIT_PARAMS) from = q - 1 < np ? q : -1;\n\
-        else {{\n\
-            const int idx = q - 1 - FIT_PARAMS;\n\
-            int k = (int)((sqrt(8.0 * idx + 1.0) - 1.0) * 0.5);\n\
-            while (k * (k + 1) / 2 > idx) --k;\n\
-            while ((k + 1) * (k + 2) / 2 <= idx) ++k;\n\
-            from = k < np ? 1 + NP + idx : -1;\n\
+        __syncthreads();\n\
+        for (int q = threadIdx.x; q < used; q += {BLOCK}) {{\n\
+            double s = 0.0;\n\
+            for (int w = 0; w < {WARPS}; ++w) s += red[w][q];\n\
+            if (place(q) >= 0) partial[at + place(q)] = s;\n\
         }}\n\
-        double s = 0.0;\n\
-        if (from >= 0) for (int w = 0; w < {WARPS}; ++w) s += red[w][from];\n\
-        partial[((size_t)blockIdx.y * ntiles + blockIdx.x) * FIT_SUMS + q] = s;\n\
+    }} else {{\n\
+        for (int base = 0; base < used; base += {CHUNK}) {{\n\
+            for (int q = base; q < base + {CHUNK} && q < used; ++q) {{\n\
+                double v = acc[q];\n\
+                for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);\n\
+                if (lane == 0) red[warp][q - base] = v;\n\
+            }}\n\
+            __syncthreads();\n\
+            const int q = base + (int)threadIdx.x;\n\
+            if ((int)threadIdx.x < {CHUNK} && q < used) {{\n\
+                double s = 0.0;\n\
+                for (int w = 0; w < {WARPS}; ++w) s += red[w][threadIdx.x];\n\
+                if (place(q) >= 0) partial[at + place(q)] = s;\n\
+            }}\n\
+            __syncthreads();\n\
+        }}\n\
     }}\n\
 }}\n\n\
 {kernels}\n\
@@ -403,5 +420,6 @@ extern \"C\" __global__ void {FIT_TILES_KERNEL}(const double* __restrict__ parti
         WARPS = BLOCK / 32,
         depth = FIT_DEPTH + 2,
         UNROLLED = 8,
+        CHUNK = 64,
     ))
 }
