@@ -67,85 +67,158 @@ pub fn fit(
     let targets = problem.cases().targets();
     let targets: Vec<f64> = (0..targets.len()).map(|c| targets.as_f64(c)).collect();
     let max_steps = problem.max_steps();
-    let run = |p: &[f32]| program.linearize(problem, p, max_steps).ok();
+    let np = start.len();
+    let run = |p: &[f32]| program.linearize(problem, p, max_steps).ok().map(|at| Sums::of(&at, &targets, np));
     let first = run(start)?;
-    let mut best = Fitted { params: start.to_vec(), sse: sse(&first, &targets), runs: start.len() };
+    let mut best = Fitted { params: start.to_vec(), sse: first.sse, runs: np };
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     for restart in 0..=settings.restarts {
-        let (mut p, mut at) = if restart == 0 {
-            (start.to_vec(), first.clone())
+        let mut lm = if restart == 0 {
+            LmStart::new(start.to_vec(), first.clone())
         } else {
-            let p: Vec<f32> =
-                start.iter().map(|&v| v + f32::max(1.0, v.abs()) * rng.random_range(-1.0f32..=1.0)).collect();
+            let p = moved_start(start, &mut rng);
             let Some(at) = run(&p) else { continue };
-            best.runs += p.len();
-            (p, at)
+            best.runs += np;
+            LmStart::new(p, at)
         };
-        let mut current = sse(&at, &targets);
-        let mut lambda = 1e-3;
         for _ in 0..settings.iterations {
-            if !current.is_finite() {
-                break;
-            }
-            let Some(step) = lm_step(&at, &targets, p.len(), lambda) else { break };
-            let trial: Vec<f32> = p.iter().zip(&step).map(|(&v, &d)| (f64::from(v) + d) as f32).collect();
-            if trial == p || trial.iter().any(|v| !v.is_finite()) {
-                break;
-            }
-            best.runs += p.len();
-            match run(&trial) {
-                Some(next) if sse(&next, &targets) < current => {
-                    let gain = current - sse(&next, &targets);
-                    current = sse(&next, &targets);
-                    (p, at) = (trial, next);
-                    lambda = (lambda / 10.0).max(1e-12);
-                    if converged(gain, current) {
-                        break;
-                    }
-                }
-                _ => lambda *= 10.0,
-            }
-            if lambda > 1e12 {
-                break;
-            }
+            let Some(trial) = lm.trial() else { break };
+            best.runs += np;
+            let at = run(&trial);
+            lm.judge(trial, at);
         }
-        if current < best.sse {
-            best.params = p;
-            best.sse = current;
+        if lm.sse() < best.sse {
+            best.sse = lm.sse();
+            best.params = lm.params().to_vec();
         }
     }
     Some(best)
 }
 
-/// Sum of squared errors of the outputs (as the rmse fitness sums them); infinite when any
-/// is not finite.
-fn sse(at: &Linearization, targets: &[f64]) -> f64 {
-    let s: f64 = at.outputs.iter().zip(targets).map(|(&y, &t)| (f64::from(y) - t).powi(2)).sum();
-    if s.is_finite() { s } else { f64::INFINITY }
+/// Another start: each value of `start` moved by up to `max(1, |v|)` either way, drawn from
+/// `rng`.
+pub fn moved_start(start: &[f32], rng: &mut impl Rng) -> Vec<f32> {
+    start.iter().map(|&v| v + f32::max(1.0, v.abs()) * rng.random_range(-1.0f32..=1.0)).collect()
 }
 
-/// The damped Gauss–Newton step at `at`, or `None` when the derivatives are not finite or the
-/// system cannot be solved.
-fn lm_step(at: &Linearization, targets: &[f64], np: usize, lambda: f64) -> Option<Vec<f64>> {
-    let mut a = vec![0.0f64; np * np];
-    let mut g = vec![0.0f64; np];
-    for (c, (&y, &t)) in at.outputs.iter().zip(targets).enumerate() {
-        let r = f64::from(y) - t;
-        let row = &at.jacobian[c * np..(c + 1) * np];
-        for i in 0..np {
-            g[i] += row[i] * r;
-            for j in 0..=i {
-                a[i * np + j] += row[i] * row[j];
+/// A program's least-squares sums at some values: the sum of squared residuals (infinite when it
+/// is not finite), `JᵀJ` (`np` × `np`, row-major, lower triangle) and `Jᵀr`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sums {
+    /// Sum of squared residuals.
+    pub sse: f64,
+    /// `JᵀJ`, lower triangle, row-major.
+    pub jtj: Vec<f64>,
+    /// `Jᵀr`.
+    pub jtr: Vec<f64>,
+}
+
+impl Sums {
+    /// Sums from their parts, a sum of squares that is not finite made infinite.
+    pub fn new(sse: f64, jtj: Vec<f64>, jtr: Vec<f64>) -> Sums {
+        Sums { sse: if sse.is_finite() { sse } else { f64::INFINITY }, jtj, jtr }
+    }
+
+    /// The sums of a run's outputs and Jacobian against `targets`, in the rmse fitness's order.
+    fn of(at: &Linearization, targets: &[f64], np: usize) -> Sums {
+        let mut a = vec![0.0f64; np * np];
+        let mut g = vec![0.0f64; np];
+        let mut sse = 0.0;
+        for (c, (&y, &t)) in at.outputs.iter().zip(targets).enumerate() {
+            let r = f64::from(y) - t;
+            sse += r * r;
+            let row = &at.jacobian[c * np..(c + 1) * np];
+            for i in 0..np {
+                g[i] += row[i] * r;
+                for j in 0..=i {
+                    a[i * np + j] += row[i] * row[j];
+                }
+            }
+        }
+        Sums::new(sse, a, g)
+    }
+}
+
+/// One start of Levenberg–Marquardt, as the module documentation states it, driven by whoever
+/// runs the program: [`fit`] on the CPU, one start at a time; the engine's GPU fitting, every
+/// start of a generation in one launch per iteration. [`LmStart::trial`] gives the values to run
+/// next, [`LmStart::judge`] takes what the run gave.
+#[derive(Clone, Debug)]
+pub struct LmStart {
+    params: Vec<f32>,
+    at: Sums,
+    lambda: f64,
+    active: bool,
+}
+
+impl LmStart {
+    /// A start at `params`, where the program's sums are `at`.
+    pub fn new(params: Vec<f32>, at: Sums) -> LmStart {
+        let active = at.sse.is_finite();
+        LmStart { params, at, lambda: 1e-3, active }
+    }
+
+    /// The best values so far.
+    pub fn params(&self) -> &[f32] {
+        &self.params
+    }
+
+    /// Their sum of squares.
+    pub fn sse(&self) -> f64 {
+        self.at.sse
+    }
+
+    /// Whether the start goes on.
+    pub fn is_active(&self) -> bool {
+        self.active
+    }
+
+    /// The next values to run, rounded to float; `None` once the start has ended (the step
+    /// cannot be solved, is not finite, or leaves the float values as they are).
+    pub fn trial(&mut self) -> Option<Vec<f32>> {
+        if !self.active {
+            return None;
+        }
+        let np = self.params.len();
+        let trial = damped_step(self.at.jtj.clone(), &self.at.jtr, np, self.lambda).map(|step| {
+            self.params.iter().zip(&step).map(|(&v, &d)| (f64::from(v) + d) as f32).collect::<Vec<f32>>()
+        });
+        match trial {
+            Some(t) if t != self.params && t.iter().all(|v| v.is_finite()) => Some(t),
+            _ => {
+                self.active = false;
+                None
             }
         }
     }
-    damped_step(a, &g, np, lambda)
+
+    /// What running `trial` gave (`None`: the program did not run there): a lower sum of squares
+    /// is taken and λ shrinks tenfold, ending the start when it gained less than [`CONVERGED`];
+    /// anything else is refused and λ grows tenfold, ending the start past 1e12.
+    pub fn judge(&mut self, trial: Vec<f32>, at: Option<Sums>) {
+        match at {
+            Some(at) if at.sse < self.at.sse => {
+                let gain = self.at.sse - at.sse;
+                (self.params, self.at) = (trial, at);
+                self.lambda = (self.lambda / 10.0).max(1e-12);
+                if gain <= CONVERGED * self.at.sse {
+                    self.active = false;
+                }
+            }
+            _ => {
+                self.lambda *= 10.0;
+                if self.lambda > 1e12 {
+                    self.active = false;
+                }
+            }
+        }
+    }
 }
 
 /// The Levenberg–Marquardt step from the normal equations: `JᵀJ` in `a` (`np` × `np`, row-major;
 /// only the lower triangle is read) and `Jᵀr` in `g`, damped by `lambda`: the solution of
 /// `(JᵀJ + λ·diag(JᵀJ)) δ = −Jᵀr`. `None` when a sum is not finite or the system cannot be solved.
-pub fn damped_step(mut a: Vec<f64>, g: &[f64], np: usize, lambda: f64) -> Option<Vec<f64>> {
+fn damped_step(mut a: Vec<f64>, g: &[f64], np: usize, lambda: f64) -> Option<Vec<f64>> {
     if a.len() != np * np || g.len() != np || a.iter().chain(g).any(|v| !v.is_finite()) {
         return None;
     }
@@ -155,12 +228,6 @@ pub fn damped_step(mut a: Vec<f64>, g: &[f64], np: usize, lambda: f64) -> Option
     }
     let mut x: Vec<f64> = g.iter().map(|v| -v).collect();
     cholesky_solve(&mut a, &mut x, np).then_some(x)
-}
-
-/// A start ends once an iteration gains less than this share of the sum of squares (see
-/// [`CONVERGED`]); for fitting loops outside this module.
-pub fn converged(gain: f64, sse: f64) -> bool {
-    gain <= CONVERGED * sse
 }
 
 /// Solves `A x = b` for symmetric positive definite `A` (lower triangle used; overwritten by its

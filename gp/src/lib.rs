@@ -19,7 +19,7 @@ pub mod program;
 
 pub use dedup::Dedup;
 pub use evolution::{Evolution, RunReport, run_cpu, run_cpu_with};
-pub use fit::{FitSettings, Fitted, fit, fittable};
+pub use fit::{FitSettings, Fitted, LmStart, Sums, fit, fittable, moved_start};
 pub use fitness::{Direction, Fitness, FitnessKind};
 pub use grammar::{Grammar, GrammarError};
 pub use init::InitMethod;

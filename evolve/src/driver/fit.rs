@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use gpfarm_client::GpuWorker;
 use gpfarm_gp::program::instantiate;
-use gpfarm_gp::{Born, FitConfig, FitSettings, Problem, Program, fit};
+use gpfarm_gp::{Born, FitConfig, FitSettings, LmStart, Problem, Program, Sums, fit, moved_start};
 use gpfarm_kernels::gpu::WireFit;
 use gpfarm_kernels::interpreter::{FIT_DEPTH, FIT_PARAMS, assemble_structure, sums_of};
 use rand::{Rng, SeedableRng};
@@ -171,56 +171,39 @@ struct Start {
     /// Index into the individuals to fit.
     item: usize,
     code: Arc<Vec<u32>>,
-    params: Vec<f32>,
-    lambda: f64,
-    sse: f64,
-    /// `JᵀJ` (dense, lower triangle) and `Jᵀr` at `params`.
-    normal: (Vec<f64>, Vec<f64>),
-    active: bool,
+    lm: LmStart,
 }
 
-/// The sum of squares, `JᵀJ` (dense) and `Jᵀr` of one program's sums ([`sums_of`] its `np`).
-fn unpack(sums: &[f64], np: usize) -> (f64, Vec<f64>, Vec<f64>) {
+/// One program's sums as the worker sends them ([`sums_of`] its `np`), unpacked.
+fn unpack(sums: &[f64], np: usize) -> Sums {
     let mut a = vec![0.0; np * np];
     for k in 0..np {
         for l in 0..=k {
             a[k * np + l] = sums[1 + np + k * (k + 1) / 2 + l];
         }
     }
-    (sums[0], a, sums[1..1 + np].to_vec())
+    Sums::new(sums[0], a, sums[1..1 + np].to_vec())
 }
 
-/// Each program's sums, split from the worker's reply.
-fn split(sums: &[f64], counts: impl Iterator<Item = usize>) -> Vec<&[f64]> {
-    let mut at = 0;
-    counts
-        .map(|np| {
-            let block = &sums[at.min(sums.len())..(at + sums_of(np)).min(sums.len())];
-            at += sums_of(np);
-            block
-        })
-        .collect()
-}
-
-/// The least-squares sums of each start at its values (`trial` where given), by the GPU worker.
+/// The sums of each of `codes` at its `values`, by the GPU worker, one [`Sums`] per program.
 fn linearize(
     worker: &mut GpuWorker,
-    starts: &[&Start],
+    codes: &[&[u32]],
     values: &[&[f32]],
     max_steps: u64,
     kernel_time: &mut Duration,
-) -> Result<Vec<f64>, EvolveError> {
+) -> Result<Vec<Sums>, EvolveError> {
     let mut fit = WireFit {
         words: Vec::new(),
-        offsets: Vec::with_capacity(starts.len()),
+        offsets: Vec::with_capacity(codes.len()),
         params: Vec::new(),
-        param_offsets: Vec::with_capacity(starts.len()),
-        nparams: Vec::with_capacity(starts.len()),
+        param_offsets: Vec::with_capacity(codes.len()),
+        nparams: Vec::with_capacity(codes.len()),
         max_steps,
     };
-    for (s, v) in starts.iter().zip(values) {
+    for (code, v) in codes.iter().zip(values) {
         fit.offsets.push(fit.words.len() as u32);
-        fit.words.extend_from_slice(&s.code);
+        fit.words.extend_from_slice(code);
         fit.param_offsets.push(fit.params.len() as u32);
         fit.params.extend_from_slice(v);
         fit.nparams.push(v.len() as i32);
@@ -231,18 +214,25 @@ fn linearize(
         return Err(EvolveError::Gpu(gpfarm_kernels::gpu::GpuError::Problem(format!(
             "the fitting kernel sent {} sums for {} programs",
             sums.len(),
-            starts.len()
+            codes.len()
         ))));
     }
-    Ok(sums)
+    let mut at = 0;
+    Ok(values
+        .iter()
+        .map(|v| {
+            let block = &sums[at..at + sums_of(v.len())];
+            at += sums_of(v.len());
+            unpack(block, v.len())
+        })
+        .collect())
 }
 
 /// Levenberg–Marquardt on the GPU for the individuals `todo` (indices into `born`, with their fit
-/// keys) whose programs the fitting kernel takes: every start of every program in one launch per
-/// iteration, the same algorithm as [`gpfarm_gp::fit`] (each iteration solves the damped normal
-/// equations on the host and runs every trial at once). Returns, per individual, `None` where the
-/// CPU must fit it, else `Some` of its new values (`None` when the fit moved nothing). The sums
-/// are the GPU's (outputs the interpreter's, derivatives floats), on all cases.
+/// keys) whose programs the fitting kernel takes: each start is a [`LmStart`], as on the CPU, and
+/// every start of every program runs in one launch per iteration. Returns, per individual, `None`
+/// where the CPU must fit it, else `Some` of its new values (`None` when the fit moved nothing).
+/// The sums are the GPU's (outputs the interpreter's, derivatives floats), on all cases.
 fn gpu_fit(
     problem: &Problem,
     evaluator: &mut Evaluator,
@@ -254,7 +244,8 @@ fn gpu_fit(
     let mut out: Vec<Option<Option<Vec<f32>>>> = vec![None; todo.len()];
     let Some(worker) = evaluator.worker() else { return Ok(out) };
     let max_steps = problem.max_steps();
-    let mut starts: Vec<Start> = Vec::new();
+    // Every start's program and values, then their sums there.
+    let mut begin: Vec<(usize, Arc<Vec<u32>>, Vec<f32>)> = Vec::new();
     for (i, &(k, key)) in todo.iter().enumerate() {
         let b = &born[k];
         if b.params.len() > FIT_PARAMS {
@@ -269,96 +260,50 @@ fn gpu_fit(
         let mut rng =
             ChaCha8Rng::seed_from_u64(u64::from_le_bytes(key.as_bytes()[..8].try_into().expect("8 bytes")));
         for restart in 0..=config.restarts {
-            let params: Vec<f32> = if restart == 0 {
-                b.params.clone()
-            } else {
-                b.params
-                    .iter()
-                    .map(|&v| v + f32::max(1.0, v.abs()) * rng.random_range(-1.0f32..=1.0))
-                    .collect()
-            };
-            starts.push(Start {
-                item: i,
-                code: code.clone(),
-                params,
-                lambda: 1e-3,
-                sse: f64::INFINITY,
-                normal: (Vec::new(), Vec::new()),
-                active: true,
-            });
+            let values = if restart == 0 { b.params.clone() } else { moved_start(&b.params, &mut rng) };
+            begin.push((i, code.clone(), values));
         }
         out[i] = Some(None);
     }
-    if starts.is_empty() {
+    if begin.is_empty() {
         return Ok(out);
     }
-    // Where each start begins.
-    let all: Vec<&Start> = starts.iter().collect();
-    let values: Vec<&[f32]> = starts.iter().map(|s| s.params.as_slice()).collect();
-    let sums = linearize(worker, &all, &values, max_steps, kernel_time)?;
-    let blocks = split(&sums, starts.iter().map(|s| s.params.len()));
-    for (s, block) in starts.iter_mut().zip(blocks) {
-        let (sse, a, g) = unpack(block, s.params.len());
-        s.sse = if sse.is_finite() { sse } else { f64::INFINITY };
-        s.normal = (a, g);
-        s.active = s.sse.is_finite();
+    let codes: Vec<&[u32]> = begin.iter().map(|(_, c, _)| c.as_slice()).collect();
+    let values: Vec<&[f32]> = begin.iter().map(|(_, _, v)| v.as_slice()).collect();
+    let sums = linearize(worker, &codes, &values, max_steps, kernel_time)?;
+    let mut starts: Vec<Start> = begin
+        .into_iter()
+        .zip(sums)
+        .map(|((item, code, values), at)| Start { item, code, lm: LmStart::new(values, at) })
+        .collect();
+    // Where each individual began (its first start, from its own values): a fit must beat it.
+    let mut began: Vec<f64> = vec![f64::INFINITY; todo.len()];
+    for s in starts.iter().rev() {
+        began[s.item] = s.lm.sse();
     }
-    let first_sse: Vec<f64> = starts.iter().map(|s| s.sse).collect();
     for _ in 0..config.iterations {
-        let mut trials: Vec<(usize, Vec<f32>)> = Vec::new();
-        for (j, s) in starts.iter_mut().enumerate().filter(|(_, s)| s.active) {
-            let np = s.params.len();
-            let Some(step) = gpfarm_gp::fit::damped_step(s.normal.0.clone(), &s.normal.1, np, s.lambda)
-            else {
-                s.active = false;
-                continue;
-            };
-            let trial: Vec<f32> =
-                s.params.iter().zip(&step).map(|(&v, &d)| (f64::from(v) + d) as f32).collect();
-            if trial == s.params || trial.iter().any(|v| !v.is_finite()) {
-                s.active = false;
-                continue;
-            }
-            trials.push((j, trial));
-        }
+        let trials: Vec<(usize, Vec<f32>)> =
+            starts.iter_mut().enumerate().filter_map(|(j, s)| s.lm.trial().map(|t| (j, t))).collect();
         if trials.is_empty() {
             break;
         }
-        let run: Vec<&Start> = trials.iter().map(|(j, _)| &starts[*j]).collect();
+        let codes: Vec<&[u32]> = trials.iter().map(|(j, _)| starts[*j].code.as_slice()).collect();
         let values: Vec<&[f32]> = trials.iter().map(|(_, v)| v.as_slice()).collect();
-        let sums = linearize(worker, &run, &values, max_steps, kernel_time)?;
-        let blocks = split(&sums, trials.iter().map(|(_, v)| v.len()));
-        for ((j, trial), block) in trials.into_iter().zip(blocks) {
-            let s = &mut starts[j];
-            let (sse, a, g) = unpack(block, trial.len());
-            if sse < s.sse {
-                let gain = s.sse - sse;
-                (s.params, s.sse, s.normal) = (trial, sse, (a, g));
-                s.lambda = (s.lambda / 10.0).max(1e-12);
-                if gpfarm_gp::fit::converged(gain, sse) {
-                    s.active = false;
-                }
-            } else {
-                s.lambda *= 10.0;
-                if s.lambda > 1e12 {
-                    s.active = false;
-                }
-            }
+        let sums = linearize(worker, &codes, &values, max_steps, kernel_time)?;
+        for ((j, trial), at) in trials.into_iter().zip(sums) {
+            starts[j].lm.judge(trial, Some(at));
         }
     }
     // Per individual, its best start, if it beats where the individual began.
-    let mut best: Vec<Option<(f64, &[f32])>> = vec![None; todo.len()];
-    for (s, &start_sse) in starts.iter().zip(&first_sse) {
-        let began = born[todo[s.item].0].params.as_slice();
-        let beats = s.sse < start_sse || (s.params.as_slice() != began && s.sse <= start_sse);
-        if beats && best[s.item].is_none_or(|(sse, _)| s.sse < sse) {
-            best[s.item] = Some((s.sse, &s.params));
+    let mut best: Vec<Option<&LmStart>> = vec![None; todo.len()];
+    for s in &starts {
+        if s.lm.sse() < began[s.item] && best[s.item].is_none_or(|b| s.lm.sse() < b.sse()) {
+            best[s.item] = Some(&s.lm);
         }
     }
     for (i, b) in best.into_iter().enumerate() {
-        if let (Some((_, params)), Some(slot)) = (b, out.get_mut(i)) {
-            let began = &born[todo[i].0].params;
-            *slot = Some((params != began.as_slice()).then(|| params.to_vec()));
+        if let Some(lm) = b {
+            out[i] = Some(Some(lm.params().to_vec()));
         }
     }
     Ok(out)
