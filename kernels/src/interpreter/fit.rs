@@ -23,7 +23,6 @@
 use std::fmt::Write as _;
 
 use gpfarm_gp::problem::{InputType, ParamRole, ScalarType};
-use gpfarm_gp::program::tree::{Source, Ty};
 use gpfarm_gp::{FitnessKind, Problem};
 
 use super::bytecode::{Op, slot_layout};
@@ -236,27 +235,8 @@ pub fn fit_source_for(problem: &Problem, widths: &[usize]) -> Result<String, Gpu
         .map(String::from),
     );
     let (decl, args) = (decl.join(", "), args.join(", "));
-    let name_of = |i: usize| {
-        params.iter().find(|p| p.role == ParamRole::Input(i)).map(|p| p.name.clone()).ok_or_else(|| {
-            GpuError::Problem(format!("problem `{}` has no kernel parameter for input {i}", problem.name()))
-        })
-    };
     let layout = slot_layout(problem);
-    let mut init = String::new();
-    for (k, (src, ty)) in layout.iter().enumerate() {
-        match src {
-            Source::Input(i) => {
-                let field = if *ty == Ty::Int { "i" } else { "f" };
-                writeln!(init, "            vars[{k}].{field} = {}[c];", name_of(*i)?).ok();
-            }
-            Source::CaseBit(bit) => {
-                writeln!(init, "            vars[{k}].i = (c >> {bit}) & 1;").ok();
-            }
-            Source::Length(_) | Source::Zero(_) | Source::Param(_) => {
-                writeln!(init, "            vars[{k}].d = 0.0;").ok();
-            }
-        }
-    }
+    let init = super::source::slot_init(problem, "            ")?;
     let mut cases = String::new();
     for (code, op) in Op::ALL.iter().enumerate() {
         writeln!(cases, "                case {code}: {} break; // {op:?}", dual(*op)).ok();
@@ -359,26 +339,23 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
     // Where sum q of this width goes in the layout of every width (the sum of squares, Jᵀr in\n\
     // FIT_PARAMS places, the triangle); -1 for Jᵀr's places beyond the program's parameters.\n\
     auto place = [&](int q) -> int {{ return q == 0 ? 0 : q <= NP ? (q - 1 < np ? q : -1) : 1 + FIT_PARAMS + (q - 1 - NP); }};\n\
-    if constexpr (NP <= {UNROLLED}) {{\n\
+    if constexpr (NP <= 32) {{\n\
+        // Narrow kernels unroll, so that every index is a constant and the sums stay in registers.\n\
+        if constexpr (NP <= {UNROLLED}) {{\n\
 #pragma unroll\n\
-        for (int q = 0; q < NSUMS; ++q) {{\n\
-            if (q < used) {{\n\
+            for (int q = 0; q < NSUMS; ++q) {{\n\
+                if (q < used) {{\n\
+                    double v = acc[q];\n\
+                    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);\n\
+                    if (lane == 0) red[warp][q] = v;\n\
+                }}\n\
+            }}\n\
+        }} else {{\n\
+            for (int q = 0; q < used; ++q) {{\n\
                 double v = acc[q];\n\
                 for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);\n\
                 if (lane == 0) red[warp][q] = v;\n\
             }}\n\
-        }}\n\
-        __syncthreads();\n\
-        for (int q = threadIdx.x; q < used; q += {BLOCK}) {{\n\
-            double s = 0.0;\n\
-            for (int w = 0; w < {WARPS}; ++w) s += red[w][q];\n\
-            if (place(q) >= 0) partial[at + place(q)] = s;\n\
-        }}\n\
-    }} else if constexpr (NP <= 32) {{\n\
-        for (int q = 0; q < used; ++q) {{\n\
-            double v = acc[q];\n\
-            for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);\n\
-            if (lane == 0) red[warp][q] = v;\n\
         }}\n\
         __syncthreads();\n\
         for (int q = threadIdx.x; q < used; q += {BLOCK}) {{\n\

@@ -96,6 +96,34 @@ impl std::str::FromStr for Tuning {
     }
 }
 
+/// CUDA C that sets each variable slot (`V vars[]`) for case `c` as the compiled kernel sets its
+/// variables: inputs and `int[]` lengths from the problem's kernel parameters, case bits from `c`,
+/// locals and outputs at zero; one line each, after `indent`. Shared by the interpreter and its
+/// fitting kernels.
+pub(super) fn slot_init(problem: &Problem, indent: &str) -> Result<String, GpuError> {
+    let params = problem.kernel_params();
+    let name_of = |role: ParamRole| {
+        params.iter().find(|p| p.role == role).map(|p| p.name.clone()).ok_or_else(|| {
+            GpuError::Problem(format!("problem `{}` has no kernel parameter for {role:?}", problem.name()))
+        })
+    };
+    let mut init = String::new();
+    for (k, (src, ty)) in slot_layout(problem).iter().enumerate() {
+        let value = match src {
+            Source::Input(i) => format!("{}[c]", name_of(ParamRole::Input(*i))?),
+            Source::Length(i) => format!("{}[c]", name_of(ParamRole::Lengths(*i))?),
+            Source::CaseBit(bit) => format!("(c >> {bit}) & 1"),
+            // Zero, and parameters, which are never in a problem's layout (see `bytecode::assemble`).
+            Source::Zero(_) | Source::Param(_) => {
+                writeln!(init, "{indent}vars[{k}].d = 0.0;").ok();
+                continue;
+            }
+        };
+        writeln!(init, "{indent}vars[{k}].{} = {value};", field(*ty)).ok();
+    }
+    Ok(init)
+}
+
 /// CUDA C of the interpreter for `problem`. Its parameters, in order: one pointer per input
 /// parameter of the problem's compiled kernels (inputs and `int[]` lengths, in
 /// [`Problem::kernel_params`] order), the targets, `int ncases`, the programs' words, the word
@@ -138,24 +166,8 @@ pub fn interpreter_source_with(problem: &Problem, tuning: Tuning) -> Result<Stri
             GpuError::Problem(format!("problem `{}` has no kernel parameter for {role:?}", problem.name()))
         })
     };
-    // Variable slots, set for each case as the compiled kernel sets its variables.
     let layout = slot_layout(problem);
-    let mut init = String::new();
-    for (k, (src, ty)) in layout.iter().enumerate() {
-        let field = field(*ty);
-        let value = match src {
-            Source::Input(i) => format!("{}[c]", name_of(ParamRole::Input(*i))?),
-            Source::Length(i) => format!("{}[c]", name_of(ParamRole::Lengths(*i))?),
-            Source::CaseBit(bit) => format!("(c >> {bit}) & 1"),
-            // Never in a problem's layout (see `bytecode::assemble`).
-            Source::Zero(_) | Source::Param(_) => "0".to_owned(),
-        };
-        if matches!(src, Source::Zero(_) | Source::Param(_)) {
-            writeln!(init, "        vars[{k}].d = 0.0;").ok();
-        } else {
-            writeln!(init, "        vars[{k}].{field} = {value};").ok();
-        }
-    }
+    let init = slot_init(problem, "        ")?;
     // The wrapped read of each int array, as the template's `gp_wrapped_ints` reads it.
     let mut read = String::from("    auto gpfarm_read = [&](unsigned a, int k, int c) -> int {\n");
     for (j, &i) in array_layout(problem).iter().enumerate() {
