@@ -334,30 +334,12 @@ fn a_fixed_unit_size_gives_balanced_units_as_the_bench_forms_them() {
 /// the step limit and their programs get the worst fitness.
 #[test]
 fn the_while_loop_example_ends_on_the_cpu() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/while-search");
-    let out = Command::new(env!("CARGO_BIN_EXE_gpfarm"))
-        .args([
-            "evolve",
-            "--route",
-            "cpu",
-            "--population",
-            "40",
-            "--generations",
-            "1",
-            "--seed",
-            "2",
-            "--json",
-        ])
-        .arg("--problem-dir")
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let records: Vec<Value> =
-        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let summary = records.last().unwrap();
+    let (records, summary) = common::evolve_example(
+        "while-search",
+        &["--route", "cpu", "--population", "40", "--generations", "1", "--seed", "2"],
+    );
     assert_eq!(summary["route"], "cpu", "{summary}");
-    assert_eq!(records.len(), 3, "two generations and the summary");
+    assert_eq!(records.len(), 2, "two generations");
     // Some of the first generation's loops never end: invalid, with the worst fitness.
     assert!(records[0]["invalid"].as_u64().unwrap() > 0, "{}", records[0]);
     assert!(summary["best_phenotype"].as_str().is_some());
@@ -365,30 +347,9 @@ fn the_while_loop_example_ends_on_the_cpu() {
 
 /// Runs the Friedman-1 example on the CPU route with `extra` arguments; the records and summary.
 fn friedman1(extra: &[&str]) -> (Vec<Value>, Value) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/friedman1");
-    let out = Command::new(env!("CARGO_BIN_EXE_gpfarm"))
-        .args([
-            "evolve",
-            "--route",
-            "cpu",
-            "--population",
-            "100",
-            "--generations",
-            "4",
-            "--seed",
-            "5",
-            "--json",
-        ])
-        .arg("--problem-dir")
-        .arg(&dir)
-        .args(extra)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&out.stderr));
-    let mut records: Vec<Value> =
-        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let summary = records.pop().unwrap();
-    (records, summary)
+    let mut args = vec!["--route", "cpu", "--population", "100", "--generations", "4", "--seed", "5"];
+    args.extend_from_slice(extra);
+    common::evolve_example("friedman1", &args)
 }
 
 /// Fitting the free parameters finds better models than evolving them alone, the best model is

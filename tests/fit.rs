@@ -6,7 +6,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
 use common::require_gpu;
 use gpfarm_client::{CompileOptions, Compiler, InProcess, SmArch, Unit};
@@ -165,30 +164,11 @@ fn gpu_sums_agree_with_the_cpu_s() {
 #[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
 fn a_run_on_the_gpu_fits_its_parameters_there() {
     require_gpu("gpu_fit_run");
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/friedman1");
     let run = |route: &str| {
-        let out = Command::new(env!("CARGO_BIN_EXE_gpfarm"))
-            .args([
-                "evolve",
-                "--route",
-                route,
-                "--population",
-                "200",
-                "--generations",
-                "5",
-                "--seed",
-                "3",
-                "--json",
-            ])
-            .arg("--problem-dir")
-            .arg(&dir)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{route}: {}", String::from_utf8_lossy(&out.stderr));
-        let mut records: Vec<Value> =
-            String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-        let summary = records.pop().unwrap();
-        (records, summary)
+        common::evolve_example(
+            "friedman1",
+            &["--route", route, "--population", "200", "--generations", "5", "--seed", "3"],
+        )
     };
     let (records, summary) = run("interpreter");
     let on_gpu: u64 = records.iter().map(|r| r["fitted_on_gpu"].as_u64().unwrap()).sum();

@@ -273,26 +273,17 @@ impl GpuWorker {
     /// The interpreter cannot fault by design; if the GPU faults all the same, the worker is
     /// replaced and the error returned, for the caller to evaluate elsewhere.
     pub fn interpret(&mut self, population: &WirePopulation) -> Result<GpuGeneration, WorkerError> {
-        let why = match self.ask(&Request::Interpret(population.clone())) {
-            Ok(Reply::Done { fitness, faults, load_us, launch_us, readback_us }) => {
-                return Ok(GpuGeneration {
-                    fitness,
-                    faults: faults.into_iter().map(|(i, w)| (i as usize, w)).collect(),
-                    timeouts: Vec::new(),
-                    load: Duration::from_micros(load_us),
-                    launch: Duration::from_micros(launch_us),
-                    readback: Duration::from_micros(readback_us),
-                });
-            }
-            Ok(Reply::Error(e)) => return Err(WorkerError::Remote(e)),
-            Ok(Reply::Ready { .. } | Reply::Started { .. } | Reply::Linearized { .. }) => {
-                return Err(WorkerError::Unexpected);
-            }
-            Ok(Reply::Fault { why, .. }) | Err(Unanswered::Died(why)) => why,
-            Err(Unanswered::Timeout(_)) => format!("no answer within {:?}", self.deadline),
-        };
-        self.restart()?;
-        Err(WorkerError::Fault(format!("{why}, in the interpreter")))
+        match self.ask(&Request::Interpret(population.clone())) {
+            Ok(Reply::Done { fitness, faults, load_us, launch_us, readback_us }) => Ok(GpuGeneration {
+                fitness,
+                faults: faults.into_iter().map(|(i, w)| (i as usize, w)).collect(),
+                timeouts: Vec::new(),
+                load: Duration::from_micros(load_us),
+                launch: Duration::from_micros(launch_us),
+                readback: Duration::from_micros(readback_us),
+            }),
+            other => Err(self.not_served(other, "the interpreter")),
+        }
     }
 
     /// The least-squares sums of `fit`'s programs at its values, by the fitting kernel (the worker
@@ -300,17 +291,25 @@ impl GpuWorker {
     /// [`GpuWorker::interpret`], a fault replaces the worker and returns the error, for the caller
     /// to fit elsewhere.
     pub fn linearize(&mut self, fit: &WireFit) -> Result<(Vec<f64>, Duration), WorkerError> {
-        let why = match self.ask(&Request::Linearize(fit.clone())) {
-            Ok(Reply::Linearized { sums, launch_us }) => return Ok((sums, Duration::from_micros(launch_us))),
-            Ok(Reply::Error(e)) => return Err(WorkerError::Remote(e)),
-            Ok(Reply::Ready { .. } | Reply::Started { .. } | Reply::Done { .. }) => {
-                return Err(WorkerError::Unexpected);
-            }
+        match self.ask(&Request::Linearize(fit.clone())) {
+            Ok(Reply::Linearized { sums, launch_us }) => Ok((sums, Duration::from_micros(launch_us))),
+            other => Err(self.not_served(other, "the fitting kernel")),
+        }
+    }
+
+    /// The error of an answer other than the one asked for, from the kernel `place`: the worker's
+    /// own error, an unexpected reply, or a fault or silence, after which the worker is replaced.
+    fn not_served(&mut self, answer: Result<Reply, Unanswered>, place: &str) -> WorkerError {
+        let why = match answer {
+            Ok(Reply::Error(e)) => return WorkerError::Remote(e),
             Ok(Reply::Fault { why, .. }) | Err(Unanswered::Died(why)) => why,
             Err(Unanswered::Timeout(_)) => format!("no answer within {:?}", self.deadline),
+            Ok(_) => return WorkerError::Unexpected,
         };
-        self.restart()?;
-        Err(WorkerError::Fault(format!("{why}, in the fitting kernel")))
+        match self.restart() {
+            Ok(()) => WorkerError::Fault(format!("{why}, in {place}")),
+            Err(e) => e,
+        }
     }
 }
 

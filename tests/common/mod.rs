@@ -162,3 +162,21 @@ pub fn keijzer6_on_gpu(
     let cubin = fitness.results[0].cubin().unwrap().to_vec();
     (options, farm, problem, cubin)
 }
+
+/// Runs `gpfarm evolve --json` on the example problem `examples/<example>` with `args`, and
+/// checks that it succeeded; returns the generation records and the summary.
+pub fn evolve_example(example: &str, args: &[&str]) -> (Vec<serde_json::Value>, serde_json::Value) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(example);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpfarm"))
+        .args(["evolve", "--json", "--problem-dir"])
+        .arg(&dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{example} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let mut records: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let summary = records.pop().expect("a summary");
+    assert_eq!(summary["summary"], true);
+    (records, summary)
+}

@@ -215,6 +215,25 @@ impl Device {
     }
 }
 
+/// Passes the case data the interpreter's kernels take first: one buffer of `params` (the
+/// device's, by kernel parameter) per input and `int[]` length parameter of the problem's compiled
+/// kernels, in their order, then the `targets`.
+pub(super) fn pass_cases<'a>(
+    problem: &Problem,
+    params: &'a [Option<DevCol>],
+    targets: &'a DevCol,
+    b: &mut LaunchArgs<'a>,
+) {
+    for (k, p) in problem.kernel_params().iter().enumerate() {
+        if matches!(p.role, ParamRole::Input(_) | ParamRole::Lengths(_))
+            && let Some(buf) = &params[k]
+        {
+            buf.pass(b);
+        }
+    }
+    targets.pass(b);
+}
+
 /// Copies `host` to the start of `dev`, first replacing `dev` by a buffer of the next power of
 /// two when it is too small.
 pub(super) fn grow_copy<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(

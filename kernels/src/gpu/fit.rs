@@ -5,9 +5,9 @@
 //! allocate when the buffers of an earlier, larger request will do.
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
-use gpfarm_gp::{ParamRole, Problem};
+use gpfarm_gp::Problem;
 
-use super::buffers::{Device, FitBuffers, grow_copy};
+use super::buffers::{Device, FitBuffers, grow_copy, pass_cases};
 use super::contract::{FIT_SUMS, fit_tiles, fit_width};
 use super::{BLOCK, GpuError, WireFit, driver, no_kernel};
 
@@ -75,14 +75,7 @@ impl Device {
                 let words = self.words.slice(..fit.words.len().max(1));
                 let params = b.params.slice(..fit.params.len().max(1));
                 let mut launch = self.stream.launch_builder(kernel);
-                for (k, p) in problem.kernel_params().iter().enumerate() {
-                    if matches!(p.role, ParamRole::Input(_))
-                        && let Some(buf) = &self.params[k]
-                    {
-                        buf.pass(&mut launch);
-                    }
-                }
-                self.targets.pass(&mut launch);
+                pass_cases(problem, &self.params, &self.targets, &mut launch);
                 launch.arg(&nc);
                 launch.arg(&words);
                 launch.arg(&offsets);
@@ -97,7 +90,7 @@ impl Device {
                     block_dim: (BLOCK, 1, 1),
                     shared_mem_bytes: 0,
                 };
-                // SAFETY: `fit_source` declares the problem's input pointers in kernel-parameter
+                // SAFETY: `fit_source` declares the problem's input and length pointers in kernel-parameter
                 // order, the targets, the case count, the words, one offset per program of the
                 // launch (each the start of a program `assemble_structure` wrote, ending in
                 // `End`), the parameter values, each program's first value and count (at most

@@ -198,7 +198,7 @@ pub fn fit_source_for(problem: &Problem, widths: &[usize]) -> Result<String, Gpu
     let mut decl = Vec::new();
     let mut args = Vec::new();
     for p in &params {
-        if matches!(p.role, ParamRole::Input(_)) {
+        if matches!(p.role, ParamRole::Input(_) | ParamRole::Lengths(_)) {
             decl.push(format!("{} __restrict__ {}", p.c_type, p.name));
             args.push(p.name.clone());
         }
