@@ -347,7 +347,10 @@ fn the_while_loop_example_ends_on_the_cpu() {
 
 /// Runs the Friedman-1 example on the CPU route with `extra` arguments; the records and summary.
 fn friedman1(extra: &[&str]) -> (Vec<Value>, Value) {
-    let mut args = vec!["--route", "cpu", "--population", "100", "--generations", "4", "--seed", "5"];
+    let mut args = vec!["--population", "100", "--generations", "4", "--seed", "5"];
+    if !extra.contains(&"--route") {
+        args.extend(["--route", "cpu"]);
+    }
     args.extend_from_slice(extra);
     common::evolve_example("friedman1", &args)
 }
@@ -386,4 +389,36 @@ fn fitted_parameters_beat_evolved_ones_and_print_exactly() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("is not a share in [0, 1]"));
+}
+
+/// On the compiled routes a structure compiles once: its kernel takes the free parameters'
+/// values as an argument, so individuals that differ only in their values run one compiled code
+/// (structure hits), and the run is the CPU route's, generation by generation.
+#[test]
+fn compiled_routes_compile_each_structure_once_whatever_its_values() {
+    if !common::nvjitlink_or_skip("structures_compiled_once") {
+        return;
+    }
+    let (cpu, _) = friedman1(&[]);
+    for route in ["ptx", "nvrtc"] {
+        let (records, summary) = friedman1(&["--route", route, "--eval", "cpu", "--daemons", "2"]);
+        assert_eq!(trajectory(&records), trajectory(&cpu), "{route}");
+        let t = &summary["totals"];
+        let n = |k: &str| t[k].as_u64().unwrap();
+        assert!(n("structure_hits") > 0, "{route}: {t}");
+        assert_eq!(
+            n("compiled")
+                + n("structure_hits")
+                + n("reused")
+                + n("duplicates")
+                + n("disk_hits")
+                + n("failed"),
+            n("individuals_evaluated"),
+            "{route}: {t}"
+        );
+        // Without the caches every individual is compiled, values or not.
+        let (plain, summary) = friedman1(&["--route", route, "--eval", "cpu", "--no-cache"]);
+        assert_eq!(trajectory(&plain), trajectory(&cpu), "{route} without caches");
+        assert_eq!(summary["totals"]["structure_hits"], 0);
+    }
 }

@@ -550,3 +550,79 @@ fn a_while_loop_population_has_one_fitness_on_every_route() {
     eprintln!("while loops: {compared} fitness values compared, {failing} CPU failures among them");
     assert!(failing > 0, "the population must hold programs that fail");
 }
+
+/// Free parameters as a kernel argument: random structures of the Friedman-1 example compiled
+/// once, on both routes and in both unit shapes, evaluated with two sets of values each without
+/// compiling again, get the fitness of their phenotypes with those values written in, compiled on
+/// the same route, bit for bit.
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
+fn a_structure_compiled_once_runs_with_any_values_bit_for_bit() {
+    use gpfarm_gp::Program;
+    use gpfarm_gp::program::instantiate;
+    let arch = require_gpu("params_as_arguments");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/friedman1");
+    let problem = Problem::load(&dir).unwrap();
+    let mut farm = Farm::spawn(config(cores())).unwrap();
+    let mut gpu = evaluator(&mut farm, &problem, arch);
+    let options =
+        CompileOptions { flags: vec![gpfarm_evolve::NO_FMAD.into()], ..CompileOptions::cubin(arch) };
+    let structures: Vec<Phenotype> = random_phenotypes(&problem, 11).into_iter().take(300).collect();
+    let counts: Vec<usize> =
+        structures.iter().map(|p| Program::parse(&problem, p).map_or(0, |p| p.params())).collect();
+    assert!(counts.iter().filter(|&&c| c > 0).count() > 100, "{counts:?}");
+    let stride = counts.iter().copied().max().unwrap();
+    let values = |round: u32| -> Vec<f32> {
+        let mut v = vec![0.0f32; structures.len() * stride];
+        for (i, x) in v.iter_mut().enumerate() {
+            *x = ((i as f32 * 0.37 + round as f32 * 1.91).sin() * 3.0 * 1024.0).round() / 1024.0;
+        }
+        v
+    };
+    let build = |farm: &mut Farm, language: Language, shape: Shape, phenotypes: &[Phenotype]| -> Built {
+        let rendered =
+            render_batch(&problem, language, shape, arch, phenotypes, 0, &per_unit(phenotypes.len(), 32));
+        let wire: Vec<Unit> = rendered.units.iter().map(|u| u.unit.clone()).collect();
+        let batch = farm.compile(&wire, &options).unwrap();
+        let mut cubins = Vec::new();
+        for (u, r) in rendered.units.into_iter().zip(batch.results) {
+            match r.outcome {
+                UnitOutcome::Cubin(c) => cubins.push((c, u.kernels, u.members)),
+                UnitOutcome::Failed(f) => panic!("{}: {f}\n{}", u.unit.name, r.log),
+            }
+        }
+        Built { cubins }
+    };
+    for language in [Language::CudaC, Language::Ptx] {
+        for shape in [Shape::Kernels, Shape::Switch] {
+            let once = build(&mut farm, language, shape, &structures);
+            for round in [1, 2] {
+                let v = values(round);
+                let written: Vec<Phenotype> = structures
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| instantiate(p, &v[i * stride..i * stride + counts[i]]))
+                    .collect();
+                let reference = build(&mut farm, language, shape, &written);
+                gpu.set_values(&[], 0).unwrap();
+                let expected = gpu.evaluate(&views(&reference), structures.len()).unwrap().fitness;
+                gpu.set_values(&v, stride).unwrap();
+                let got = gpu.evaluate(&views(&once), structures.len()).unwrap().fitness;
+                let finite = expected.iter().filter(|x| x.is_some_and(f64::is_finite)).count();
+                assert!(finite > 200, "{language:?} {shape}: {finite} finite");
+                for (i, (x, y)) in expected.iter().zip(&got).enumerate() {
+                    assert_eq!(
+                        x.map(f64::to_bits),
+                        y.map(f64::to_bits),
+                        "{language:?} {shape} round {round} #{i}: {x:?} written in, {y:?} as arguments: {}",
+                        written[i].as_str()
+                    );
+                }
+                eprintln!("{language:?} {shape} round {round}: {} individuals agree", structures.len());
+            }
+        }
+    }
+    // Values too few for the generation are refused before anything runs.
+    gpu.set_values(&[1.0; 4], 2).unwrap();
+    assert!(gpu.evaluate(&[], 3).is_err());
+}

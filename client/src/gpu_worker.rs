@@ -207,11 +207,30 @@ impl GpuWorker {
     /// (careful mode in a fresh worker), reported in `faults` with no fitness, and the rest of
     /// the generation is evaluated; the timings are those of the final, complete pass.
     pub fn evaluate(&mut self, units: &[CompiledUnit<'_>], n: usize) -> Result<GpuGeneration, WorkerError> {
+        self.evaluate_with_values(units, n, &[], 0)
+    }
+
+    /// [`evaluate`](Self::evaluate) with the free parameters' values of the individuals,
+    /// `stride` per individual by its index (`GpuEvaluator::set_values`).
+    pub fn evaluate_with_values(
+        &mut self,
+        units: &[CompiledUnit<'_>],
+        n: usize,
+        values: &[f32],
+        stride: usize,
+    ) -> Result<GpuGeneration, WorkerError> {
         let wire: Vec<WireUnit> = units.iter().map(WireUnit::from).collect();
         let (mut careful, mut skip) = (false, Vec::new());
         let mut culprits: Vec<(usize, String)> = Vec::new();
         let mut timeouts = Vec::new();
-        let mut request = Request::Evaluate { units: wire, n: n as u64, careful, skip: skip.clone() };
+        let mut request = Request::Evaluate {
+            units: wire,
+            n: n as u64,
+            careful,
+            skip: skip.clone(),
+            values: values.to_vec(),
+            value_stride: stride as u64,
+        };
         // Each pass either finishes, names a new culprit, or switches to careful mode.
         for _ in 0..n + 2 {
             match self.ask(&request) {

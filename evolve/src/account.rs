@@ -38,6 +38,8 @@ pub(crate) struct Account {
     pub duplicates: usize,
     /// CUBIN found in the disk cache.
     pub disk_hits: usize,
+    /// Structure compiled before with other values of its free parameters.
+    pub structure_hits: usize,
     /// Compiled.
     pub compiled: usize,
     /// Got the worst fitness because they did not compile.

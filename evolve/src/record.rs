@@ -65,6 +65,10 @@ pub struct Individuals {
     pub duplicates: usize,
     /// CUBIN from the disk cache: evaluated, not compiled.
     pub disk_hits: usize,
+    /// Free parameters: a structure compiled before (or alongside) with other values, evaluated
+    /// with this one's values: not compiled.
+    #[serde(default)]
+    pub structure_hits: usize,
     /// Compiled and evaluated.
     pub compiled: usize,
     /// Did not compile (worst fitness).
@@ -194,7 +198,7 @@ impl GenerationRecord {
         evaluator: EvaluatorKind,
     ) -> GenerationRecord {
         let a = account;
-        let hits = a.reused + a.duplicates + a.disk_hits;
+        let hits = a.reused + a.duplicates + a.disk_hits + a.structure_hits;
         GenerationRecord {
             island: 0,
             generation: stats.generation,
@@ -208,6 +212,7 @@ impl GenerationRecord {
                 reused: a.reused,
                 duplicates: a.duplicates,
                 disk_hits: a.disk_hits,
+                structure_hits: a.structure_hits,
                 compiled: a.compiled,
                 failed: a.failed,
                 crash_retried: a.crash_retried,
@@ -260,6 +265,9 @@ pub struct Totals {
     pub duplicates: usize,
     /// Of which found in the disk cache.
     pub disk_hits: usize,
+    /// Of which a structure compiled before with other values of its free parameters.
+    #[serde(default)]
+    pub structure_hits: usize,
     /// Of which compiled.
     pub compiled: usize,
     /// Of which did not compile (worst fitness).
@@ -342,6 +350,7 @@ impl Totals {
         self.reused += other.reused;
         self.duplicates += other.duplicates;
         self.disk_hits += other.disk_hits;
+        self.structure_hits += other.structure_hits;
         self.compiled += other.compiled;
         self.failed += other.failed;
         self.crash_retried += other.crash_retried;

@@ -12,9 +12,32 @@
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
+use gpfarm_gp::mapping::PARAM_ARRAY;
 use gpfarm_gp::problem::template::{KernelParam, ParamRole};
 use gpfarm_gp::program::{step_helper, with_step_limit};
 use gpfarm_gp::{KernelName, Phenotype, Problem, Program};
+
+/// The switch kernel's parameters after `int gpfarm_first` when the problem has free parameters:
+/// the generation's values, `gpfarm_pstride` floats per individual from the launch's first row.
+const SWITCH_PARAMS: &str = "const float* __restrict__ gpfarm_params, int gpfarm_pstride";
+
+/// The declaration each kernel (or device function) of a problem with free parameters (`p[k]`)
+/// gets as its last parameter: the values come in as an argument, so a structure compiles once
+/// and runs with any values. `None` for a problem without them.
+pub(crate) fn params_decl(problem: &Problem) -> Option<String> {
+    problem.grammar().has_params().then(|| format!("const float* __restrict__ {PARAM_ARRAY}"))
+}
+
+/// `name`'s kernel for `text`, with the values' parameter when the problem has one.
+fn kernel_text(problem: &Problem, name: &KernelName, text: &Phenotype, device: bool) -> String {
+    let t = problem.template();
+    match (params_decl(problem), device) {
+        (Some(d), false) => t.render_kernel_with(name, text, &d),
+        (Some(d), true) => t.render_device_function_with(name, text, &d),
+        (None, false) => t.render_kernel(name, text),
+        (None, true) => t.render_device_function(name, text),
+    }
+}
 
 /// Estimated cost of compiling an individual's kernel, in the units of [`UNIT_WEIGHT`]: its
 /// phenotype's length in bytes plus a fixed part. On NVRTC 13 for sm_90, one kernel per unit costs
@@ -44,7 +67,7 @@ pub(crate) fn keyed_source(problem: &Problem, phenotype: &Phenotype, program: Op
     let text = step_limited(problem, phenotype, program, 0);
     let mut source = template.preamble().to_owned();
     source.push_str(&helper(problem, std::slice::from_ref(&text)));
-    source.push_str(&template.render_kernel(&name, &text));
+    source.push_str(&kernel_text(problem, &name, &text, false));
     source
 }
 
@@ -89,7 +112,7 @@ pub(crate) fn render_unit(problem: &Problem, members: &[Named<'_>]) -> String {
     source.push_str(template.preamble());
     source.push_str(&helper(problem, &texts));
     for ((name, ..), text) in members.iter().zip(&texts) {
-        source.push_str(&template.render_kernel(name, text));
+        source.push_str(&kernel_text(problem, name, text, false));
     }
     source
 }
@@ -121,7 +144,7 @@ pub(crate) fn render_switch_unit(
     let mut source = template.preamble().to_owned();
     source.push_str(&helper(problem, &texts));
     for ((k, ..), text) in members.iter().zip(&texts) {
-        source.push_str(&template.render_device_function(k, text));
+        source.push_str(&kernel_text(problem, k, text, true));
     }
     let declared: Vec<String> = params
         .iter()
@@ -131,19 +154,24 @@ pub(crate) fn render_switch_unit(
         })
         .collect();
     let ncases = params.iter().find(|p| p.role == ParamRole::NumCases).map_or("0", |p| p.name.as_str());
+    let values = params_decl(problem).is_some();
     let _ = write!(
         source,
-        "\nextern \"C\" __global__ void {}({}, int gpfarm_first)\n{{\n    const size_t gpfarm_slab = (size_t)blockIdx.y * (size_t){ncases};\n    switch (gpfarm_first + (int)blockIdx.y) {{\n",
+        "\nextern \"C\" __global__ void {}({}, int gpfarm_first{})\n{{\n    const size_t gpfarm_slab = (size_t)blockIdx.y * (size_t){ncases};\n    switch (gpfarm_first + (int)blockIdx.y) {{\n",
         name.as_str(),
-        declared.join(", ")
+        declared.join(", "),
+        if values { format!(", {SWITCH_PARAMS}") } else { String::new() }
     );
-    let args: Vec<String> = params
+    let mut args: Vec<String> = params
         .iter()
         .map(|p| match p.role {
             ParamRole::Output(_) => format!("{} + gpfarm_slab", p.name),
             _ => p.name.clone(),
         })
         .collect();
+    if values {
+        args.push("gpfarm_params + (size_t)blockIdx.y * (size_t)gpfarm_pstride".into());
+    }
     let args = args.join(", ");
     for (j, (k, ..)) in members.iter().enumerate() {
         let _ = writeln!(source, "    case {j}: {}({args}); break;", k.as_str());
@@ -249,5 +277,28 @@ mod tests {
         let plain = render_unit(&problem, &[(kernel_name(0, 1), &Phenotype::new("OUTPUT = 1;"), None)]);
         assert!(!plain.contains("gpfarm_steps") && plain.contains("OUTPUT = 1;"));
         assert!(!plain.contains("gpfarm_failed"), "{plain}");
+    }
+
+    #[test]
+    fn free_parameters_come_in_as_the_last_argument_in_every_rendering() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/friedman1");
+        let problem = Problem::load(&dir).unwrap();
+        let p = Phenotype::new("p[0] * x0 + p[1]");
+        let k = kernel_name(0, 0);
+        let unit = render_unit(&problem, &[(k.clone(), &p, None)]);
+        assert!(unit.contains("int NCASES, const float* __restrict__ p)"), "{unit}");
+        let switch =
+            render_switch_unit(&problem, &problem.kernel_params(), &unit_kernel_name(0, 0), &[(k, &p, None)]);
+        assert!(switch.contains("int NCASES, const float* __restrict__ p)"), "{switch}");
+        assert!(
+            switch.contains("int gpfarm_first, const float* __restrict__ gpfarm_params, int gpfarm_pstride)"),
+            "{switch}"
+        );
+        assert!(
+            switch.contains("gpfarm_params + (size_t)blockIdx.y * (size_t)gpfarm_pstride); break;"),
+            "{switch}"
+        );
+        // The key is the structure's: the values are not in the text.
+        assert!(keyed_source(&problem, &p, None).contains("p[0] * x0 + p[1]"));
     }
 }

@@ -61,7 +61,7 @@ pub fn serve(problem: &Problem) -> Result<(), GpuError> {
                     Err(e) => Reply::Error(gpfarm_protocol::error_chain(&e)),
                 }
             }
-            Request::Evaluate { units, n, careful, skip } => match &mut evaluator {
+            Request::Evaluate { units, n, careful, skip, values, value_stride } => match &mut evaluator {
                 None => Reply::Error("evaluate before init".into()),
                 Some(g) => {
                     let members: Vec<Vec<usize>> =
@@ -72,6 +72,10 @@ pub fn serve(problem: &Problem) -> Result<(), GpuError> {
                         .map(|(u, m)| CompiledUnit { cubin: &u.cubin, kernels: &u.kernels, members: m })
                         .collect();
                     let skip: Vec<usize> = skip.iter().map(|&i| i as usize).collect();
+                    if let Err(e) = g.set_values(&values, value_stride as usize) {
+                        write_frame(&mut output, &Reply::Error(gpfarm_protocol::error_chain(&e)))?;
+                        continue;
+                    }
                     // A frame that cannot be written here fails again, and ends the worker, below.
                     let mut started = |i: usize| {
                         let _ = write_frame(&mut output, &Reply::Started { individual: i as u64 });

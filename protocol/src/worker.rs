@@ -71,6 +71,10 @@ pub enum Request {
         careful: bool,
         /// Individuals not to launch (culprits found earlier).
         skip: Vec<u64>,
+        /// The free parameters' values, `value_stride` per individual (empty: none).
+        values: Vec<f32>,
+        /// Values per individual (0: none).
+        value_stride: u64,
     },
     /// Interpret one population: one program per individual, in order.
     Interpret(WirePopulation),
@@ -297,6 +301,8 @@ mod tests {
             n: 4,
             careful: true,
             skip: vec![1],
+            values: vec![0.5, -1.25],
+            value_stride: 2,
         }
     }
 

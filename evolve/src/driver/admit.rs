@@ -3,7 +3,7 @@
 //! found in the disk cache, or pooled to be compiled. Must never admit an individual twice or
 //! drop one: every one handed out by the pipeline ends in exactly one of those four places.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -14,6 +14,7 @@ use gpfarm_kernels::interpreter::Bytecode;
 use gpfarm_kernels::unit::key_text;
 use gpfarm_protocol::{Language, Route};
 
+use super::structures::Gather;
 use super::{Driver, Member, Ready};
 use crate::account::Chain;
 use crate::error::EvolveError;
@@ -23,13 +24,15 @@ impl Driver<'_> {
     /// Returns whether any fitness became known.
     pub(super) fn admit(&mut self, born: Vec<Born>) -> Result<bool, EvolveError> {
         let mut progress = false;
-        let mut from_disk: BTreeMap<String, Ready> = BTreeMap::new();
+        // Units found on disk (numbered by their object) and structures compiled before.
+        let (mut from_disk, mut disk_units) = (Gather::default(), HashMap::<String, u64>::new());
+        let mut compiled = Gather::default();
         let now = Instant::now();
         let prepared = self.prepare(&born);
         for (b, prepared) in born.into_iter().zip(prepared) {
             self.account(b.generation).born += 1;
             self.totals.individuals_evaluated += 1;
-            let Prepared { program, code, key } = prepared;
+            let Prepared { program, code, key, code_key } = prepared;
             // The PTX route emits from the typed tree: a phenotype the parser refuses cannot be
             // emitted, and gets the worst fitness, as the CPU evaluator gives it.
             let program = match program {
@@ -65,11 +68,15 @@ impl Driver<'_> {
                     None
                 }
             };
+            let params: Arc<[f32]> =
+                if self.settings.route.compiles_individuals() { b.params.into() } else { Arc::from([]) };
             let member = Member {
                 generation: b.generation,
                 slot: b.slot,
                 key,
+                code_key,
                 phenotype: b.phenotype,
+                params,
                 program,
                 code,
                 born: now,
@@ -90,32 +97,42 @@ impl Driver<'_> {
                 w.push(member);
                 self.account(generation).duplicates += 1;
                 self.totals.duplicates += 1;
+            } else if let Some(code_key) = member.code_key.filter(|_| !member.params.is_empty())
+                && let Some((unit, cubin, kernel)) = self.structures.get(&code_key)
+            {
+                // Its structure was compiled before: run that code with its values.
+                self.waiting.insert(key, Vec::new());
+                self.account(member.generation).structure_hits += 1;
+                self.totals.structure_hits += 1;
+                compiled.add(unit, &cubin, kernel, member, now);
+            } else if let Some(code_key) = member.code_key.filter(|_| !member.params.is_empty())
+                && let Some(w) = self.structures.compiling.get_mut(&code_key)
+            {
+                // Its structure is being compiled: it waits for that code.
+                self.waiting.insert(key, Vec::new());
+                w.push(member);
             } else if let Some(hit) = self
                 .disk
                 .as_ref()
                 .filter(|_| self.settings.route.compiles_individuals())
-                .and_then(|d| d.get(&key))
+                .and_then(|d| d.get(&member.code_key?))
             {
                 self.waiting.insert(key, Vec::new());
                 self.account(member.generation).disk_hits += 1;
                 self.totals.disk_hits += 1;
-                let ready = from_disk.entry(hit.object).or_insert_with(|| Ready {
-                    retried: false,
-                    cubin: hit.cubin,
-                    kernels: Vec::new(),
-                    members: Vec::new(),
-                    queued: now,
-                    started: now,
-                    ended: now,
-                });
-                ready.kernels.push(hit.kernel);
-                ready.members.push(member);
+                let next = disk_units.len() as u64;
+                let unit = *disk_units.entry(hit.object).or_insert(next);
+                from_disk.add(unit, &Arc::new(hit.cubin), hit.kernel, member, now);
             } else {
                 self.waiting.insert(key, Vec::new());
+                if let Some(code_key) = member.code_key.filter(|_| !member.params.is_empty()) {
+                    self.structures.compiling.insert(code_key, Vec::new());
+                }
                 self.pools.entry(member.generation).or_default().push(member);
             }
         }
-        let ready: Vec<Ready> = from_disk.into_values().collect();
+        let mut ready: Vec<Ready> = from_disk.into_ready();
+        ready.extend(compiled.into_ready());
         if self.settings.overlap && !ready.is_empty() {
             self.evaluate(ready)?;
             progress = true;
@@ -136,6 +153,7 @@ struct Prepared {
     program: Result<Option<Arc<Program>>, String>,
     code: Result<Option<Arc<Bytecode>>, String>,
     key: Option<CacheKey>,
+    code_key: Option<CacheKey>,
 }
 
 /// Phenotype bytes per thread below which [`Driver::prepare`] starts no more threads: parsing
@@ -207,7 +225,7 @@ fn prepare_one(
     };
     // Keyed by the code it compiles to: its bytecode, its kernel alone under a fixed name, or
     // its CUDA C.
-    let key = match (&program, &code) {
+    let code_key = match (&program, &code) {
         (Err(_), _) => None,
         _ if !cache => None,
         (_, Ok(Some(c))) => {
@@ -222,5 +240,14 @@ fn prepare_one(
                 .map(|text| CacheKey::new(text.as_bytes(), options, toolchain))
         }
     };
-    Prepared { program, code, key }
+    // What it is: its code, and the values its compiled code takes as an argument.
+    let key = match code_key {
+        Some(k) if route.compiles_individuals() && !b.params.is_empty() => {
+            let mut bytes = k.hex().into_bytes();
+            bytes.extend(b.params.iter().flat_map(|v| v.to_bits().to_le_bytes()));
+            Some(CacheKey::new(&bytes, options, toolchain))
+        }
+        other => other,
+    };
+    Prepared { program, code, key, code_key }
 }

@@ -71,7 +71,13 @@ impl Driver<'_> {
                     .zip(&indices)
                     .map(|(r, members)| CompiledUnit { cubin: &r.cubin, kernels: &r.kernels, members })
                     .collect();
-                Some(worker.evaluate(&units, n))
+                // Free parameters: each individual's values, in rows as long as the longest.
+                let stride = ready.iter().flat_map(|r| &r.members).map(|m| m.params.len()).max().unwrap_or(0);
+                let mut values = vec![0.0f32; n * stride];
+                for (i, m) in ready.iter().flat_map(|r| &r.members).enumerate() {
+                    values[i * stride..i * stride + m.params.len()].copy_from_slice(&m.params);
+                }
+                Some(worker.evaluate_with_values(&units, n, &values, stride))
             }
         };
         let members: Vec<(&Member, &Ready)> =
@@ -79,7 +85,7 @@ impl Driver<'_> {
         let worst = Fitness::worst(self.problem.direction());
         let mut timed_out = vec![false; n];
         let (values, faulted, split): (Vec<Fitness>, Vec<bool>, Option<_>) = match gpu {
-            None => (self.cpu_fitness(members.iter().map(|(m, _)| &m.phenotype)), vec![false; n], None),
+            None => (self.cpu_fitness(members.iter().map(|(m, _)| *m)), vec![false; n], None),
             Some(Ok(out)) => {
                 for &i in &out.timeouts {
                     timed_out[i] = true;
@@ -111,7 +117,7 @@ impl Driver<'_> {
                 );
                 self.evaluator = Evaluator::Cpu;
                 self.fell_back = Some(why);
-                (self.cpu_fitness(members.iter().map(|(m, _)| &m.phenotype)), vec![false; n], None)
+                (self.cpu_fitness(members.iter().map(|(m, _)| *m)), vec![false; n], None)
             }
             Some(Err(e)) => return Err(e.into()),
         };
@@ -139,8 +145,9 @@ impl Driver<'_> {
         Ok(())
     }
 
-    fn cpu_fitness<'p>(&self, phenotypes: impl Iterator<Item = &'p Phenotype>) -> Vec<Fitness> {
-        let phenotypes: Vec<Phenotype> = phenotypes.cloned().collect();
+    /// The CPU evaluator's fitness of `members`, with their values written in.
+    fn cpu_fitness<'m>(&self, members: impl Iterator<Item = &'m Member>) -> Vec<Fitness> {
+        let phenotypes: Vec<Phenotype> = members.map(Member::instantiated).collect();
         evaluate_all(self.problem, &phenotypes, self.eval_threads).into_iter().map(|e| e.fitness).collect()
     }
 
@@ -191,7 +198,7 @@ impl Driver<'_> {
 
     pub(super) fn evaluate_on_cpu(&mut self, members: Vec<Member>) -> Result<(), EvolveError> {
         let t = Instant::now();
-        let values = self.cpu_fitness(members.iter().map(|m| &m.phenotype));
+        let values = self.cpu_fitness(members.iter());
         let took = t.elapsed();
         self.totals.eval_s += took.as_secs_f64();
         let now = Instant::now();

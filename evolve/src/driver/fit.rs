@@ -1,8 +1,10 @@
 //! Fitting the free parameters (`p[k]`) of newly bred individuals before they are admitted:
 //! Levenberg–Marquardt on the CPU reference evaluator's forward-mode derivatives
 //! ([`gpfarm_gp::fit`]), one individual per task on a pool of threads. Each individual then goes on
-//! with its values written into its phenotype ([`gpfarm_gp::program::instantiate`]), so every
-//! route evaluates exactly the values fitted, and caching keys it by them. Must never let the
+//! with its values: on the compiled routes as its kernel's argument (a structure compiles once,
+//! see [`super::structures`]), on the others written into its phenotype
+//! ([`gpfarm_gp::program::instantiate`]); every route evaluates exactly the values fitted, and
+//! caching keys it by them. Must never let the
 //! thread count or the order of work change a value: whether an individual is fitted is drawn
 //! from the run's seed, its generation and its slot; the fit itself is a pure function of the
 //! problem, the run's seed, the phenotype and the starting values, so an individual identical to
@@ -147,7 +149,9 @@ impl Driver<'_> {
                 b.params = params;
                 self.account(b.generation).fitted += 1;
             }
-            if !b.params.is_empty() {
+            // Compiled code takes the values as an argument (compiled once per structure); the
+            // interpreter and the CPU evaluator run them written in.
+            if !b.params.is_empty() && !self.settings.route.compiles_individuals() {
                 b.phenotype = instantiate(&b.phenotype, &b.params);
             }
         }

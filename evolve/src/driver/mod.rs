@@ -17,6 +17,7 @@
 mod admit;
 mod evaluate;
 mod fit;
+mod structures;
 mod units;
 
 use std::collections::{BTreeMap, HashMap};
@@ -82,13 +83,32 @@ pub(crate) type Report<'r> = dyn FnMut(GenerationRecord) -> Result<(), EvolveErr
 struct Member {
     generation: usize,
     slot: usize,
+    /// Its phenotype: on the compiled routes with its free parameters as `p[k]`, on the others
+    /// with their values written in.
     phenotype: Phenotype,
+    /// The values of its free parameters its compiled code reads (empty: none, or written in).
+    params: Arc<[f32]>,
     /// Its typed tree, on every route but NVRTC (parsed once, when it is admitted).
     program: Option<Arc<Program>>,
     /// Its bytecode, on the interpreter and CPU routes.
     code: Option<Arc<Bytecode>>,
+    /// What it is, for the memo and the merging of identical individuals: its code's key, and
+    /// its values when it has any.
     key: Option<CacheKey>,
+    /// Its code's key, for the caches of compiled code: its values play no part.
+    code_key: Option<CacheKey>,
     born: Instant,
+}
+
+impl Member {
+    /// The phenotype with its values written in, as the CPU evaluator runs it.
+    fn instantiated(&self) -> Phenotype {
+        if self.params.is_empty() {
+            self.phenotype.clone()
+        } else {
+            gpfarm_gp::program::instantiate(&self.phenotype, &self.params)
+        }
+    }
 }
 
 /// A unit on the compiler's queue.
@@ -134,6 +154,8 @@ pub(crate) struct Driver<'a> {
     fit_problem: Option<Problem>,
     /// Individuals identical to one being compiled, by key, waiting for its fitness.
     waiting: HashMap<CacheKey, Vec<Member>>,
+    /// Structures compiled (or being compiled) for individuals with free parameters.
+    structures: structures::Structures,
     /// Bred individuals not yet in a unit, by generation.
     pools: BTreeMap<usize, Vec<Member>>,
     jobs: HashMap<u64, JobInfo>,
@@ -229,6 +251,7 @@ impl<'a> Driver<'a> {
             fit_problem: None,
             gpu_fit: false,
             waiting: HashMap::new(),
+            structures: structures::Structures::default(),
             pools: BTreeMap::new(),
             jobs: HashMap::new(),
             next_job: 0,

@@ -310,6 +310,7 @@ impl Driver<'_> {
                                 self.totals.failed += 1;
                                 let worst = Fitness::worst(self.problem.direction());
                                 self.resolve(m, worst, false, chain(m))?;
+                                self.fail_structure(m, chain(m))?;
                             }
                         }
                     }
@@ -322,13 +323,16 @@ impl Driver<'_> {
                     .members
                     .iter()
                     .zip(&r.kernels)
-                    .filter_map(|(m, k)| Some((m.key?, k.as_str())))
+                    .filter_map(|(m, k)| Some((m.code_key?, k.as_str())))
                     .collect();
                 if let Err(e) = disk.put(&r.cubin, &entries) {
                     tracing::warn!("the disk cache in {} refused a unit: {e}", disk.dir().display());
                 }
             }
         }
+        // Individuals waiting for these structures run on their code with their own values.
+        let joined = self.on_structures(&ready);
+        ready.extend(joined);
         // Estimated only for the trace: on the PTX route it emits each member's kernel again.
         let weight: f64 =
             if self.trace.is_some() { info.members.iter().map(|m| self.weight(m)).sum() } else { 0.0 };

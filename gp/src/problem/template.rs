@@ -172,11 +172,51 @@ impl Template {
 
     /// One individual's kernel.
     pub fn render_kernel(&self, name: &KernelName, phenotype: &Phenotype) -> String {
-        let mut out = String::with_capacity(self.kernel.len() + phenotype.as_str().len());
+        self.render(name, phenotype, false, None)
+    }
+
+    /// One individual's kernel with `extra` (a declaration such as `const float* p`) added
+    /// as its last parameter: free parameters (`p[k]`) come in as a kernel argument, so one
+    /// compiled structure runs with any values.
+    pub fn render_kernel_with(&self, name: &KernelName, phenotype: &Phenotype, extra: &str) -> String {
+        self.render(name, phenotype, false, Some(extra))
+    }
+
+    /// The kernel text: as a device function when `device` (see
+    /// [`render_device_function`](Self::render_device_function)), with `extra` declared after
+    /// the template's parameters. The parameter list is the first `(...)` after the kernel's
+    /// name, which [`check_against`](Self::check_against) made sure of.
+    fn render(&self, name: &KernelName, phenotype: &Phenotype, device: bool, extra: Option<&str>) -> String {
+        let mut out = String::with_capacity(self.kernel.len() + phenotype.as_str().len() + 64);
+        let mut named = false;
+        let mut extended = extra.is_none();
         for s in &self.segments {
             match s {
+                Segment::Text(t) if device && !named => {
+                    out.push_str(&t.replacen("extern \"C\"", "", 1).replacen(
+                        "__global__",
+                        "static __device__ __forceinline__",
+                        1,
+                    ))
+                }
+                Segment::Text(t) if named && !extended => {
+                    match (extra, t.find('(').and_then(|o| t[o..].find(')').map(|c| o + c))) {
+                        (Some(extra), Some(close)) => {
+                            extended = true;
+                            let empty = t[..close].trim_end().ends_with('(');
+                            out.push_str(&t[..close]);
+                            out.push_str(if empty { "" } else { ", " });
+                            out.push_str(extra);
+                            out.push_str(&t[close..]);
+                        }
+                        _ => out.push_str(t),
+                    }
+                }
                 Segment::Text(t) => out.push_str(t),
-                Segment::Kernel => out.push_str(name.as_str()),
+                Segment::Kernel => {
+                    named = true;
+                    out.push_str(name.as_str());
+                }
                 Segment::Phenotype => out.push_str(phenotype.as_str()),
             }
         }
@@ -202,24 +242,18 @@ impl Template {
     /// [`render_kernel`](Self::render_kernel), with `extern "C"` and `__global__` before its
     /// name replaced.
     pub fn render_device_function(&self, name: &KernelName, phenotype: &Phenotype) -> String {
-        let mut out = String::with_capacity(self.kernel.len() + phenotype.as_str().len() + 32);
-        let mut named = false;
-        for s in &self.segments {
-            match s {
-                Segment::Text(t) if !named => out.push_str(&t.replacen("extern \"C\"", "", 1).replacen(
-                    "__global__",
-                    "static __device__ __forceinline__",
-                    1,
-                )),
-                Segment::Text(t) => out.push_str(t),
-                Segment::Kernel => {
-                    named = true;
-                    out.push_str(name.as_str());
-                }
-                Segment::Phenotype => out.push_str(phenotype.as_str()),
-            }
-        }
-        out
+        self.render(name, phenotype, true, None)
+    }
+
+    /// [`render_device_function`](Self::render_device_function) with `extra` as its last
+    /// parameter ([`render_kernel_with`](Self::render_kernel_with)).
+    pub fn render_device_function_with(
+        &self,
+        name: &KernelName,
+        phenotype: &Phenotype,
+        extra: &str,
+    ) -> String {
+        self.render(name, phenotype, true, Some(extra))
     }
 
     /// Checks that the kernel is `extern "C" __global__` with exactly `params`, and that
@@ -311,6 +345,32 @@ mod tests {
         assert!(mentions("int tmp = 0;", "tmp"));
         assert!(!mentions("int tmp2 = 0;", "tmp"));
         assert!(!mentions("in_x[c]", "x"));
+    }
+
+    #[test]
+    fn an_extra_parameter_goes_last_in_the_kernel_and_its_device_function() {
+        let t = Template::parse(
+            "//@kernel\nextern \"C\" __global__ void {{KERNEL}}(int* o,\n int NCASES)\n{ o[0] = {{PHENOTYPE}}; f(a, b); }\n",
+        )
+        .unwrap();
+        let name = KernelName::new("k7").unwrap();
+        let k = t.render_kernel_with(&name, &Phenotype::new("p[0] + 1"), "const float* p");
+        assert_eq!(
+            k,
+            "extern \"C\" __global__ void k7(int* o,\n int NCASES, const float* p)\n{ o[0] = p[0] + 1; f(a, b); }\n"
+        );
+        let f = t.render_device_function_with(&name, &Phenotype::new("(p)"), "const float* p");
+        assert_eq!(
+            f,
+            " static __device__ __forceinline__ void k7(int* o,\n int NCASES, const float* p)\n{ o[0] = (p); f(a, b); }\n"
+        );
+        let bare =
+            Template::parse("//@kernel\nextern \"C\" __global__ void {{KERNEL}}( ) { {{PHENOTYPE}} }\n")
+                .unwrap();
+        assert_eq!(
+            bare.render_kernel_with(&name, &Phenotype::new("x;"), "const float* p"),
+            "extern \"C\" __global__ void k7( const float* p) { x; }\n"
+        );
     }
 
     #[test]

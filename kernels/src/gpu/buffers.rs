@@ -94,6 +94,11 @@ pub(super) struct Device {
     /// Streams beside [`Device::stream`] that compiled individuals' launches are spread over, so
     /// that kernels that run long (loops) run side by side; made at the first such launch.
     pub(super) side: Vec<Arc<CudaStream>>,
+    /// The free parameters' values of compiled individuals, `value_stride` per individual by
+    /// slot ([`super::GpuEvaluator::set_values`]); `value_stride` 0: none given.
+    pub(super) values: CudaSlice<f32>,
+    pub(super) value_stride: usize,
+    pub(super) values_len: usize,
 }
 
 /// The fitting kernel's buffers: parameter values, each program's first value and count, the
@@ -154,6 +159,7 @@ impl Device {
         let partial = stream.alloc_zeros::<f64>(1).map_err(driver)?;
         let words = stream.alloc_zeros::<u32>(1).map_err(driver)?;
         let offsets = stream.alloc_zeros::<u32>(1).map_err(driver)?;
+        let values = stream.alloc_zeros::<f32>(1).map_err(driver)?;
         Ok(Device {
             ctx,
             stream,
@@ -170,6 +176,9 @@ impl Device {
             fit,
             fit_buffers: None,
             side: Vec::new(),
+            values,
+            value_stride: 0,
+            values_len: 0,
         })
     }
 

@@ -93,6 +93,20 @@ impl Device {
         if let Some(first) = &first {
             b.arg(first);
         }
+        // Free parameters: the rows' values, and for a switch kernel their stride; a null
+        // pointer when none were given (individuals with their values written in read none).
+        let stride = self.value_stride as i32;
+        let values = (self.value_stride > 0).then(|| self.values.slice(slot * self.value_stride..));
+        let null = 0u64;
+        if problem.grammar().has_params() {
+            match &values {
+                Some(v) => b.arg(v),
+                None => b.arg(&null),
+            };
+            if first.is_some() {
+                b.arg(&stride);
+            }
+        }
         let cfg = LaunchConfig {
             grid_dim: ((ncases as u32).div_ceil(BLOCK), len as u32, 1),
             block_dim: (BLOCK, 1, 1),
@@ -100,8 +114,11 @@ impl Device {
         };
         // SAFETY: the argument list follows the problem's kernel-parameter convention, which
         // `gp` checks every template against, followed by `int first` for a switch kernel
-        // (`Shape::Switch`); every buffer holds the sizes that convention promises (inputs for
-        // all cases, `len` output slabs of `ncases` values, one per row of the launch).
+        // (`Shape::Switch`), then for a problem with free parameters the values' pointer (and a
+        // switch kernel's stride), as `render` and `ptx::emit` declare them; every buffer holds
+        // the sizes that convention promises (inputs for all cases, `len` output slabs of
+        // `ncases` values, one per row of the launch, `value_stride` values per row, which
+        // `evaluate_watched` checked).
         unsafe { b.launch(cfg) }.map(|_| ())
     }
 

@@ -174,6 +174,12 @@ impl GpuEvaluator {
         if n == 0 {
             return Ok(outcome);
         }
+        if self.device.value_stride > 0 && self.device.values_len < n * self.device.value_stride {
+            return Err(GpuError::Problem(format!(
+                "{} parameter values for {n} individuals of {} each",
+                self.device.values_len, self.device.value_stride
+            )));
+        }
         self.device.ensure_capacity(&self.problem, n, self.ncases).map_err(driver)?;
         let t = Instant::now();
         let (modules, runs) = load_units(&self.device.ctx, units, n, careful, skip)?;
@@ -226,6 +232,20 @@ impl GpuEvaluator {
         drop(runs);
         drop(modules);
         Ok(outcome)
+    }
+
+    /// The free parameters' values the compiled individuals of the next evaluations read:
+    /// `stride` values per individual, by its index in the generation (`stride` at least each
+    /// one's count of parameters; 0 and no values: none, for individuals with their values
+    /// written in). A structure compiled once runs with any values: nothing is recompiled.
+    pub fn set_values(&mut self, values: &[f32], stride: usize) -> Result<(), GpuError> {
+        if stride == 0 && !values.is_empty() || stride > 0 && !values.len().is_multiple_of(stride) {
+            return Err(GpuError::Problem(format!("{} parameter values in rows of {stride}", values.len())));
+        }
+        buffers::grow_copy(&self.device.stream, values, &mut self.device.values).map_err(driver)?;
+        self.device.value_stride = stride;
+        self.device.values_len = values.len();
+        Ok(())
     }
 
     /// Interprets a population: one program per individual, all over every case in one launch,

@@ -855,6 +855,30 @@ fn entry(
     // Where each output goes: the case's element, `y * NCASES` values further in a switch.
     let mut outputs = Vec::with_capacity(spec.outputs.len());
     let mut branch_labels = Vec::new();
+    // Free parameters: a kernel of its own reads its values from its last argument; a switch
+    // kernel's row `y` from `values + y * stride` (the two arguments after `first`).
+    let values = problem.grammar().has_params().then(|| {
+        let at = if switch { params.len() + 1 } else { params.len() };
+        let (arg, base) = (e.fresh(Class::B64), e.fresh(Class::B64));
+        ins!(e, "ld.param.u64 \t{arg}, [{name}_param_{at}]");
+        ins!(e, "cvta.to.global.u64 \t{base}, {arg}");
+        if !switch {
+            return base;
+        }
+        let (row, stride, rows, bytes, moved) = (
+            e.fresh(Class::B32),
+            e.fresh(Class::B32),
+            e.fresh(Class::B64),
+            e.fresh(Class::B64),
+            e.fresh(Class::B64),
+        );
+        ins!(e, "mov.u32 \t{row}, %ctaid.y");
+        ins!(e, "ld.param.u32 \t{stride}, [{name}_param_{}]", at + 1);
+        ins!(e, "mul.wide.u32 \t{rows}, {row}, {stride}");
+        ins!(e, "shl.b64 \t{bytes}, {rows}, 2");
+        ins!(e, "add.s64 \t{moved}, {base}, {bytes}");
+        moved
+    });
     if switch {
         let (row, first, branch) = (e.fresh(Class::B32), e.fresh(Class::B32), e.fresh(Class::B32));
         ins!(e, "mov.u32 \t{row}, %ctaid.y");
@@ -918,12 +942,11 @@ fn entry(
                     ins!(e, "mov.{} \t{r}, {}", bits(ty), immediate(Value::Int(0).to(ty)));
                     r
                 }
-                // Programs reach this route with their parameters' values written in
-                // (`gpfarm_gp::program::instantiate`); a bare `p[k]` reads NaN, which fails the
-                // individual rather than giving it a fitness it does not have.
-                Source::Param(_) => {
+                // Parameter `k` is the `k`th value of the individual's row (see `values`).
+                Source::Param(k) => {
+                    let base = values.as_ref().expect("a program with parameters has a grammar with them");
                     let r = e.fresh(class(ty));
-                    ins!(e, "mov.{} \t{r}, {}", bits(ty), immediate(Value::Float(f32::NAN).to(ty)));
+                    ins!(e, "ld.global.nc.f32 \t{r}, [{base}+{}]", 4 * k);
                     r
                 }
             };
@@ -993,6 +1016,13 @@ fn entry(
         .collect();
     if switch {
         decls.push(format!("\t.param .u32 {name}_param_{}", params.len()));
+    }
+    if values.is_some() {
+        let at = decls.len();
+        decls.push(format!("\t.param .u64 {name}_param_{at}"));
+        if switch {
+            decls.push(format!("\t.param .u32 {name}_param_{}", at + 1));
+        }
     }
     k.push_str(&decls.join(",\n"));
     k.push_str("\n)\n{\n");
