@@ -10,6 +10,7 @@ pub mod method;
 pub mod plot;
 pub mod report;
 pub mod sample;
+pub mod steps;
 
 use std::num::NonZeroUsize;
 use std::path::PathBuf;

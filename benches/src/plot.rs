@@ -278,3 +278,90 @@ pub fn draw_crossover(rows: &[crate::breakeven::BreakEvenRow], dir: &Path) -> Re
     }
     Ok(vec![svg.display().to_string(), png.display().to_string()])
 }
+
+/// One panel of the parameter-steps figure: total time for the steps against the expressions,
+/// one line per route, at `points` points.
+fn steps_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    rows: &[crate::steps::StepsRow],
+    points: usize,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let rows: Vec<_> = rows.iter().filter(|r| r.points == points).collect();
+    let (mut lo_x, mut hi_x, mut lo_y, mut hi_y) = (f64::INFINITY, 1.0f64, f64::INFINITY, 1e-3f64);
+    for r in &rows {
+        lo_x = lo_x.min(r.expressions as f64);
+        hi_x = hi_x.max(r.expressions as f64);
+        lo_y = lo_y.min(r.total_ms);
+        hi_y = hi_y.max(r.total_ms);
+    }
+    if !lo_x.is_finite() {
+        return Ok(());
+    }
+    let steps = rows.first().map_or(0, |r| r.steps);
+    let mut chart = ChartBuilder::on(area)
+        .caption(format!("{points} points, {steps} parameter steps"), ("sans-serif", 20))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(55)
+        .build_cartesian_2d(
+            (lo_x * 0.8..hi_x * 1.25).log_scale(),
+            (lo_y.max(1e-3) * 0.5..hi_y * 2.0).log_scale(),
+        )?;
+    chart.configure_mesh().x_desc("expressions").y_desc("ms, preparing + all steps").draw()?;
+    for (i, route) in ["interpreter", "ptx", "nvrtc", "cpu"].iter().enumerate() {
+        let mut pts: Vec<(f64, f64)> =
+            rows.iter().filter(|r| r.route == *route).map(|r| (r.expressions as f64, r.total_ms)).collect();
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        if pts.is_empty() {
+            continue;
+        }
+        let color = Palette99::pick(i).to_rgba();
+        chart
+            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
+            .label(*route)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+        chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
+}
+
+/// Draws the parameter-steps figure (`steps.svg`, `steps.png`) into `dir`, a panel per point
+/// count; nothing without a TrueType font (as [`draw_all`]).
+pub fn draw_steps(rows: &[crate::steps::StepsRow], dir: &Path) -> Result<Vec<String>> {
+    if !register_font() {
+        eprintln!("no TrueType font found (set GPFARM_FONT or see {FONT_PATHS:?}): plots not drawn");
+        return Ok(Vec::new());
+    }
+    let mut points: Vec<usize> = rows.iter().map(|r| r.points).collect();
+    points.sort();
+    points.dedup();
+    let n = points.len().max(1) as u32;
+    let svg = dir.join("steps.svg");
+    {
+        let root = SVGBackend::new(&svg, (640 * n, 480)).into_drawing_area();
+        root.fill(&WHITE)?;
+        for (area, p) in root.split_evenly((1, n as usize)).iter().zip(&points) {
+            steps_panel(area, rows, *p)?;
+        }
+        root.present()?;
+    }
+    let png = dir.join("steps.png");
+    {
+        let root = BitMapBackend::new(&png, (640 * n, 480)).into_drawing_area();
+        root.fill(&WHITE)?;
+        for (area, p) in root.split_evenly((1, n as usize)).iter().zip(&points) {
+            steps_panel(area, rows, *p)?;
+        }
+        root.present()?;
+    }
+    Ok(vec![svg.display().to_string(), png.display().to_string()])
+}

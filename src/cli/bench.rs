@@ -90,7 +90,25 @@ pub struct BenchArgs {
     /// With --break-even: timed evaluations per route and workload (the median is kept).
     #[arg(long, default_value_t = 5, requires = "break_even")]
     repeats: usize,
-    /// Compile daemons for --break-even (default: one per core).
+    /// Parameter optimisation's workload instead (the related thesis's comparison): --expressions
+    /// expressions with free parameters over --points points, each evaluated for --steps steps
+    /// with new values at every step, by every route (each structure compiled once, the values
+    /// its kernels' argument) and the CPU; writes steps.csv, steps.md and steps.svg/png to --out.
+    #[arg(long, conflicts_with = "break_even")]
+    param_steps: bool,
+    /// With --param-steps: expressions per workload.
+    #[arg(long, value_delimiter = ',', requires = "param_steps")]
+    expressions: Option<Vec<usize>>,
+    /// With --param-steps: points per workload.
+    #[arg(long, value_delimiter = ',', requires = "param_steps")]
+    points: Option<Vec<usize>>,
+    /// With --param-steps: parameter steps.
+    #[arg(long, default_value_t = 100, requires = "param_steps")]
+    steps: usize,
+    /// With --param-steps: the compiled routes only up to this many expressions.
+    #[arg(long, default_value_t = 10_000, requires = "param_steps")]
+    compiled_max: usize,
+    /// Compile daemons for --break-even and --param-steps (default: one per core).
     #[arg(long, short = 'n')]
     daemons: Option<usize>,
     /// Samples nvcc compiles per problem and size (it is slow).
@@ -163,8 +181,18 @@ pub fn run(args: BenchArgs, cuda: Option<&Path>) -> Result<()> {
         return write_reports(&rows, dir, &heading(&machine, &description));
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if let (Some(dir), true) = (&args.replot, args.param_steps) {
+        let rows = gpfarm_bench::steps::read_csv(&dir.join("steps.csv"))?;
+        for p in plot::draw_steps(&rows, dir)? {
+            eprintln!("wrote {p}");
+        }
+        return Ok(());
+    }
     if args.break_even {
         return break_even(&args, cuda, cores);
+    }
+    if args.param_steps {
+        return param_steps(&args, cuda, cores);
     }
     let mut config = if args.quick {
         BenchConfig::quick(args.out.clone())
@@ -271,6 +299,50 @@ fn break_even(args: &BenchArgs, cuda: Option<&Path>, cores: usize) -> Result<()>
     );
     std::fs::write(config.out.join("breakeven.md"), breakeven::table(&rows, &heading))?;
     for p in plot::draw_crossover(&rows, &config.out)? {
+        eprintln!("wrote {p}");
+    }
+    Ok(())
+}
+
+/// `gpfarm bench --param-steps`.
+fn param_steps(args: &BenchArgs, cuda: Option<&Path>, cores: usize) -> Result<()> {
+    use gpfarm_bench::steps;
+    let config = steps::StepsConfig {
+        expressions: args.expressions.clone().unwrap_or_else(|| vec![10, 100, 1_000, 10_000, 100_000]),
+        points: args.points.clone().unwrap_or_else(|| vec![362, 1_000, 10_000]),
+        steps: args.steps.max(1),
+        depth: 6,
+        compiled_max_expressions: args.compiled_max,
+        cpu_max_work: 200_000_000,
+        arch: args.arch,
+        out: args.out.clone(),
+    };
+    std::fs::create_dir_all(&config.out).with_context(|| format!("creating {}", config.out.display()))?;
+    let machine = machine_description(cuda);
+    std::fs::write(config.out.join("machine.txt"), &machine)?;
+    eprint!("{machine}");
+    let workers = args.daemons.unwrap_or(cores);
+    let options = gpfarm_client::CompileOptions::cubin(config.arch);
+    let mut farm = crate::cli::compilers::build(
+        "farm".parse::<gpfarm_client::CompilerSpec>()?,
+        Some(workers),
+        cuda,
+        &options,
+        &crate::cli::compilers::FarmSource::default(),
+    )?;
+    let rows = steps::run(&config, farm.as_mut(), |line| eprintln!("{line}"))?;
+    steps::write_csv(&rows, &config.out.join("steps.csv"))?;
+    let heading = format!(
+        "# Parameter steps: each structure prepared once, evaluated with new values at every step\n\n{machine}\n\
+         Expressions of sensible initialisation up to depth {} (distinct, with at least one free parameter), {} steps, \
+         {workers} compile daemons; a route's ms = preparing (compile and load, or assemble) + {} x the median step; \
+         the CPU's step is the median of at most 10.",
+        config.depth, config.steps, config.steps
+    );
+    let md = steps::table(&rows, &heading);
+    std::fs::write(config.out.join("steps.md"), &md)?;
+    println!("{md}");
+    for p in plot::draw_steps(&rows, &config.out)? {
         eprintln!("wrote {p}");
     }
     Ok(())

@@ -285,6 +285,23 @@ pub struct Bytecode {
 }
 
 impl Bytecode {
+    /// A structure's bytecode ([`assemble_structure`]) with the values of its free parameters
+    /// written into its marked `PushF`s, as the evaluating interpreter reads them: new values
+    /// cost a copy of the words, nothing is assembled again. A parameter beyond `values` reads 0.
+    pub fn with_values(&self, values: &[f32]) -> Bytecode {
+        let mut words = self.words.clone();
+        let mut pc = 0;
+        while pc < words.len() {
+            let op = Op::decode(words[pc]);
+            let k = (words[pc] >> 8) as usize;
+            if op == Some(Op::PushF) && k > 0 && pc + 1 < words.len() {
+                words[pc + 1] = values.get(k - 1).copied().unwrap_or(0.0).to_bits();
+            }
+            pc += op.map_or(1, Op::width);
+        }
+        Bytecode { words, depth: self.depth }
+    }
+
     /// Whether the program runs straight through, every case the same ops: no `if`, no loop.
     /// The GPU runs such programs on several cases per thread at once.
     pub fn is_straight(&self) -> bool {
@@ -793,5 +810,37 @@ impl Emitter<'_> {
             // No expression has side effects: the CPU evaluator does not evaluate it either.
             Stmt::Discard(_) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gpfarm_gp::{Evolution, EvolutionConfig, Program};
+
+    use super::*;
+
+    /// A structure's bytecode with values written in runs as the program runs with those values,
+    /// bit for bit, for any values, without assembling again.
+    #[test]
+    fn values_written_into_a_structure_s_bytecode_run_as_the_program_with_them() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/friedman1");
+        let problem = Problem::load(&dir).unwrap().strided(50);
+        let config = EvolutionConfig { population: 60, seed: 4, ..EvolutionConfig::default() };
+        let mut checked = 0;
+        for p in Evolution::new(&problem, config).unwrap().dedup().unique {
+            let program = Program::parse(&problem, &p).unwrap();
+            let code = assemble_structure(&problem, &program).unwrap();
+            for round in 0..3 {
+                let values: Vec<f32> =
+                    (0..program.params()).map(|k| ((k * 7 + round * 3) as f32 * 0.61).sin() * 2.5).collect();
+                let want = program.run_params(&problem, &values, problem.max_steps()).unwrap();
+                let got =
+                    crate::interpreter::exec::run(&problem, &code.with_values(&values), problem.max_steps())
+                        .unwrap();
+                assert_eq!(format!("{want:?}"), format!("{got:?}"), "{p} with {values:?}");
+                checked += usize::from(program.params() > 0);
+            }
+        }
+        assert!(checked > 30, "{checked}");
     }
 }

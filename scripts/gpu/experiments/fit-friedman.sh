@@ -3,7 +3,8 @@
 # population POP for GENS generations on CASES cases (make_cases.py), fitted on the GPU by the
 # interpreter route's fitting kernel, unfitted, and fitted on the CPU; one JSON log per run.
 # Env: CASES (100000), POP (1000), GENS (10), SEEDS ("1 2"), EXTRA (more evolve flags), TAG (in
-# the log names), MODES ("gpu-fit unfitted"), STAGES ("tests runs").
+# the log names), MODES ("gpu-fit unfitted"; also ptx-fit and nvrtc-fit: fitted on the GPU, evaluated
+# by compiled code that takes the values as an argument), STAGES ("tests runs").
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../harness/env.sh"
 CASES=${CASES:-100000} POP=${POP:-1000} GENS=${GENS:-10} SEEDS=${SEEDS:-"1 2"} EXTRA=${EXTRA:-}
@@ -20,6 +21,8 @@ if [[ " ${STAGES:-tests runs} " == *" runs "* ]]; then
       case $mode in
         gpu-fit) flags="--route interpreter" ;;
         unfitted) flags="--route interpreter --fit-iterations 0" ;;
+        ptx-fit) flags="--route ptx" ;;
+        nvrtc-fit) flags="--route nvrtc" ;;
       esac
       # shellcheck disable=SC2086
       timeout ${RUN_TIMEOUT:-300} "$bin" evolve --problem-dir "$dir" --population "$POP" --generations "$GENS" \

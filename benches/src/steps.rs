@@ -1,0 +1,512 @@
+//! Parameter optimisation's workload (`gpfarm bench --param-steps`): `E` expressions with free
+//! parameters over `P` points, each evaluated for `S` steps with new values of its parameters at
+//! every step, as in the related thesis's comparison (expressions 10 to 10^5, points 362 to 10^4,
+//! 100 steps). Per route, one structure is prepared once and then only its values change:
+//! - `interpreter`: bytecode assembled once; each step writes the values into it
+//!   ([`Bytecode::with_values`]) and interprets the whole set in one launch;
+//! - `nvrtc`, `ptx`: each structure compiled once on the farm (the engine's units), values passed
+//!   as the kernels' argument ([`GpuEvaluator::set_values`]) at each step;
+//! - `cpu`: the CPU evaluator with the values (`Program::run_params`) on every core.
+//!
+//! Every step includes the fitness (RMSE against the points' target), which the thesis's result
+//! matrix does not. A row gives the preparation (`compile_ms`), the median step, and the total
+//! `compile + S * step`; so a row also says what `k` steps cost, and where compiling pays
+//! ([`crossover_steps`]). The GPU routes' fitness is checked against the interpreter's at the
+//! first step.
+
+use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result, anyhow};
+use gpfarm_client::partition::UnitPlan;
+use gpfarm_client::{CompileOptions, Compiler, Unit};
+use gpfarm_gp::problem::ProblemSources;
+use gpfarm_gp::{Evolution, EvolutionConfig, Phenotype, Problem, Program};
+use gpfarm_kernels::gpu::{self, CompiledUnit, GpuEvaluator, Kernels};
+use gpfarm_kernels::interpreter::{self, Bytecode, PackedPopulation, assemble_structure};
+use gpfarm_protocol::{Route, Shape, SmArch};
+use serde::{Deserialize, Serialize};
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct StepsConfig {
+    /// Expressions per workload (before removing duplicates).
+    pub expressions: Vec<usize>,
+    /// Points (test cases) per workload.
+    pub points: Vec<usize>,
+    /// Parameter steps per workload.
+    pub steps: usize,
+    /// Largest derivation depth of the expressions (sensible initialisation).
+    pub depth: u32,
+    /// The compiled routes only up to this many expressions.
+    pub compiled_max_expressions: usize,
+    /// The CPU only up to this many expression-points per step.
+    pub cpu_max_work: usize,
+    /// The GPU's architecture.
+    pub arch: SmArch,
+    /// Where CSV, table and plot go.
+    pub out: PathBuf,
+}
+
+/// One route on one workload.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StepsRow {
+    /// Expressions asked for.
+    pub expressions: usize,
+    /// Distinct expressions evaluated.
+    pub programs: usize,
+    /// Points.
+    pub points: usize,
+    /// Mean ops per expression (bytecode).
+    pub mean_ops: f64,
+    /// Mean free parameters per expression.
+    pub mean_params: f64,
+    /// interpreter, ptx, nvrtc or cpu.
+    pub route: String,
+    /// Preparing the structures once: compiling (farm wall time, plus loading the modules) or
+    /// assembling bytecode.
+    pub compile_ms: f64,
+    /// One step (new values for every expression, evaluation, fitness back), median.
+    pub step_ms: f64,
+    /// Steps timed.
+    pub steps: usize,
+    /// `compile + steps * step`.
+    pub total_ms: f64,
+    /// Expression-points evaluated per second in a step.
+    pub evals_per_s: f64,
+}
+
+/// The expressions' problem over `points` points: ten inputs `x1..x10` uniform in [1, 2), the
+/// target a smooth function of five of them, and a grammar of the thesis's operators (`+ - * /`,
+/// `powf`, `fabsf`, `logf`, `expf`, `sqrtf`) over weighted variables, variables and free
+/// parameters.
+pub fn problem(points: usize) -> Result<Problem> {
+    let mut toml =
+        format!("name = \"steps{points}\"\nstart = \"e\"\nkind = \"expression\"\nfitness = \"rmse\"\n");
+    for i in 1..=10 {
+        toml.push_str(&format!("[[inputs]]\nname = \"x{i}\"\ntype = \"float\"\n"));
+    }
+    toml.push_str("[[outputs]]\nname = \"y\"\ntype = \"float\"\n[target]\ntype = \"float\"\n");
+    let grammar = "<e> ::= <e> + <e> | <e> - <e> | <e> * <e> | <e> / <e> | powf(fabsf(<e>), <w>) | fabsf(<e>) \
+                   | logf(fabsf(<e>)) | expf(<w>) | sqrtf(fabsf(<e>)) | <w> | <w> | <w>\n\
+                   <w> ::= #param# * <v> | #param# | <v>\n\
+                   <v> ::= x1 | x2 | x3 | x4 | x5 | x6 | x7 | x8 | x9 | x10\n";
+    // A fixed generator (splitmix64), so every run measures the same points.
+    let mut state = 0x5EED_u64;
+    let mut next = || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        1.0 + ((z ^ (z >> 31)) >> 40) as f32 / (1u64 << 24) as f32
+    };
+    let mut cases = String::with_capacity(points * 200);
+    cases.push('[');
+    for c in 0..points {
+        let x: Vec<f32> = (0..10).map(|_| next()).collect();
+        let t = x[0] * x[1] + (x[2] * 3.0).sin() + x[3].sqrt() / x[4];
+        if c > 0 {
+            cases.push(',');
+        }
+        cases.push('{');
+        for (i, v) in x.iter().enumerate() {
+            cases.push_str(&format!("\"x{}\":{v:?},", i + 1));
+        }
+        cases.push_str(&format!("\"target\":{t:?}}}"));
+    }
+    cases.push(']');
+    // The standard harness for this declaration (the PTX route needs it), from a first load with
+    // a plain template of the same parameters.
+    let inputs: Vec<String> = (1..=10).map(|i| format!("const float* in_x{i}")).collect();
+    let reads: String = (1..=10).map(|i| format!("const float x{i} = in_x{i}[0]; ")).collect();
+    let plain = format!(
+        "//@kernel\nextern \"C\" __global__ void {{{{KERNEL}}}}({}, float* out_y, int NCASES) {{ {reads}out_y[0] = ({{{{PHENOTYPE}}}}); }}\n",
+        inputs.join(", ")
+    );
+    let first = Problem::from_sources(
+        "steps",
+        &ProblemSources { toml: &toml, grammar, cases: &cases, template: &plain },
+    );
+    let spec = first.map_err(|e| anyhow!("steps problem: {e}"))?.spec().clone();
+    let template = gpfarm_gp::problem::standard_template(&spec);
+    Ok(Problem::from_sources(
+        &format!("steps{points}"),
+        &ProblemSources { toml: &toml, grammar, cases: &cases, template: &template },
+    )?)
+}
+
+/// `size` distinct expressions of `problem` that parse, with at least one free parameter.
+fn expressions(problem: &Problem, size: usize, depth: u32) -> Result<(Vec<Phenotype>, Vec<Program>)> {
+    let config = EvolutionConfig {
+        population: size,
+        seed: 1,
+        init: gpfarm_gp::InitMethod::Sensible,
+        init_max_depth: depth,
+        ..EvolutionConfig::default()
+    };
+    let mut phenotypes = Vec::new();
+    let mut programs = Vec::new();
+    for p in Evolution::new(problem, config)?.dedup().unique {
+        if let Ok(program) = Program::parse(problem, &p)
+            && program.params() > 0
+        {
+            phenotypes.push(p);
+            programs.push(program);
+        }
+    }
+    Ok((phenotypes, programs))
+}
+
+/// The values of step `step`: a fixed function of the step, the expression and the place, in
+/// [-2, 2].
+fn values(step: usize, counts: &[usize], stride: usize) -> Vec<f32> {
+    let mut v = vec![0.0f32; counts.len() * stride];
+    for (i, &n) in counts.iter().enumerate() {
+        for k in 0..n {
+            let h = (step as u64 + 1)
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                .wrapping_add((i as u64) << 20 | k as u64)
+                .wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            v[i * stride + k] = ((h >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0;
+        }
+    }
+    v
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() { f64::NAN } else { v[v.len() / 2] }
+}
+
+/// Runs every workload; `progress` hears one line per row.
+pub fn run(
+    config: &StepsConfig,
+    farm: &mut dyn Compiler,
+    mut progress: impl FnMut(&str),
+) -> Result<Vec<StepsRow>> {
+    let options =
+        CompileOptions { flags: vec![gpfarm_evolve::NO_FMAD.into()], ..CompileOptions::cubin(config.arch) };
+    let threads = std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN);
+    let steps = config.steps.max(1);
+    let mut rows = Vec::new();
+    for &points in &config.points {
+        let problem = problem(points)?;
+        let compile_one = |src: String, what: &str, farm: &mut dyn Compiler| -> Result<Vec<u8>> {
+            let b = farm.compile(&[Unit::new(what, src)], &options)?;
+            b.results[0]
+                .cubin()
+                .map(<[u8]>::to_vec)
+                .ok_or_else(|| anyhow!("{what} does not compile: {}", b.results[0].log))
+        };
+        let kernels = Kernels {
+            fitness: Some(compile_one(gpu::fitness_source(&problem)?, "fitness.cu", farm)?),
+            interpreter: Some(compile_one(interpreter::interpreter_source(&problem)?, "interp.cu", farm)?),
+            fit: Vec::new(),
+        };
+        let mut gpu = GpuEvaluator::with_kernels(&problem, &kernels)?;
+        for &size in &config.expressions {
+            let (phenotypes, programs) = expressions(&problem, size, config.depth)?;
+            let n = programs.len();
+            let counts: Vec<usize> = programs.iter().map(Program::params).collect();
+            let stride = counts.iter().copied().max().unwrap_or(0);
+            let mean_params = counts.iter().sum::<usize>() as f64 / n.max(1) as f64;
+            let mut keep = |route: &str,
+                            compile_ms: f64,
+                            times: Vec<f64>,
+                            ops: f64,
+                            progress: &mut dyn FnMut(&str)| {
+                let step_ms = median(times);
+                let r = StepsRow {
+                    expressions: size,
+                    programs: n,
+                    points,
+                    mean_ops: ops,
+                    mean_params,
+                    route: route.to_owned(),
+                    compile_ms,
+                    step_ms,
+                    steps,
+                    total_ms: compile_ms + steps as f64 * step_ms,
+                    evals_per_s: n as f64 * points as f64 / (step_ms / 1e3),
+                };
+                progress(&format!(
+                    "{} expressions ({} distinct, {:.1} ops, {:.1} params) x {} points: {} prepare {:.1} ms, step {:.3} ms, {} steps {:.1} ms",
+                    r.expressions,
+                    r.programs,
+                    r.mean_ops,
+                    r.mean_params,
+                    r.points,
+                    r.route,
+                    r.compile_ms,
+                    r.step_ms,
+                    steps,
+                    r.total_ms
+                ));
+                rows.push(r);
+            };
+            // The interpreter: structures assembled once, values written in at each step.
+            let t = Instant::now();
+            let codes: Vec<Bytecode> =
+                programs.iter().map(|p| assemble_structure(&problem, p)).collect::<Result<_, _>>()?;
+            let compile_ms = t.elapsed().as_secs_f64() * 1e3;
+            let ops = PackedPopulation::new(&codes).ops() as f64 / n.max(1) as f64;
+            let mut times = Vec::with_capacity(steps);
+            let mut first: Vec<Option<f64>> = Vec::new();
+            for s in 0..=steps {
+                let v = values(s % steps, &counts, stride);
+                let t = Instant::now();
+                let stepped: Vec<Bytecode> = codes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| c.with_values(&v[i * stride..(i + 1) * stride]))
+                    .collect();
+                let wire = PackedPopulation::new(&stepped).into_wire(problem.max_steps());
+                let fitness = gpu.interpret(&wire)?.fitness;
+                // The first step loads the module's code on the device: not timed, kept to compare.
+                if s == 0 {
+                    first = fitness;
+                } else {
+                    times.push(t.elapsed().as_secs_f64() * 1e3);
+                }
+            }
+            keep("interpreter", compile_ms, times, ops, &mut progress);
+            // The compiled routes: each structure compiled once, the values an argument.
+            if n <= config.compiled_max_expressions {
+                for route in [Route::Ptx, Route::Nvrtc] {
+                    let language = crate::sample::compiled(route)?;
+                    let plan = UnitPlan::new(None, farm.workers(), gpfarm_kernels::unit::bounds(language));
+                    let (ordered, parts) = crate::sample::planned(&problem, &phenotypes, language, plan);
+                    let units = gpfarm_kernels::unit::render_batch(
+                        &problem,
+                        language,
+                        Shape::Switch,
+                        config.arch,
+                        &ordered,
+                        0,
+                        &parts,
+                    )
+                    .units;
+                    let wire: Vec<Unit> = units.iter().map(|u| u.unit.clone()).collect();
+                    let opts = match route {
+                        Route::Ptx => CompileOptions {
+                            link_flags: gpfarm_evolve::default_link_flags(&problem),
+                            ..options.clone()
+                        },
+                        _ => options.clone(),
+                    };
+                    let t = Instant::now();
+                    let batch = crate::queued(farm, &wire, &opts)?;
+                    let farm_ms = t.elapsed().as_secs_f64() * 1e3;
+                    let built: Vec<(Vec<u8>, &gpfarm_kernels::unit::BatchUnit)> = batch
+                        .results
+                        .iter()
+                        .zip(&units)
+                        .filter_map(|(r, u)| r.cubin().map(|c| (c.to_vec(), u)))
+                        .collect();
+                    let views: Vec<CompiledUnit<'_>> = built
+                        .iter()
+                        .map(|(c, u)| CompiledUnit { cubin: c, kernels: &u.kernels, members: &u.members })
+                        .collect();
+                    // The values in the units' order.
+                    let place: std::collections::HashMap<&str, usize> =
+                        phenotypes.iter().enumerate().map(|(i, p)| (p.as_str(), i)).collect();
+                    let order: Vec<usize> = ordered.iter().map(|p| place[p.as_str()]).collect();
+                    let mut times = Vec::with_capacity(steps);
+                    let mut load_ms = 0.0;
+                    let mut differ = 0;
+                    for s in 0..=steps {
+                        let v = values(s % steps, &counts, stride);
+                        let t = Instant::now();
+                        let mut row = vec![0.0f32; n * stride];
+                        for (j, &i) in order.iter().enumerate() {
+                            row[j * stride..(j + 1) * stride]
+                                .copy_from_slice(&v[i * stride..(i + 1) * stride]);
+                        }
+                        gpu.set_values(&row, stride)?;
+                        let out = gpu.evaluate(&views, n)?;
+                        let took = t.elapsed().as_secs_f64() * 1e3;
+                        if s == 0 {
+                            // Loading the modules counts as preparing; the fitness must be the
+                            // interpreter's or the comparison is void.
+                            load_ms = out.load.as_secs_f64() * 1e3;
+                            differ = order
+                                .iter()
+                                .enumerate()
+                                .filter(|&(j, &i)| match (out.fitness[j], first[i]) {
+                                    (Some(a), Some(b)) => {
+                                        let scale = a.abs().max(b.abs()).max(1e-30);
+                                        (a - b).abs() / scale > 1e-4 && !(a.is_nan() && b.is_nan())
+                                    }
+                                    (a, b) => a.is_some() != b.is_some(),
+                                })
+                                .count();
+                        } else {
+                            times.push(took - out.load.as_secs_f64() * 1e3);
+                        }
+                    }
+                    if differ > 0 {
+                        progress(&format!(
+                            "{size} x {points}: {differ} of {n} expressions differ by more than 1e-4 between {route} and the interpreter"
+                        ));
+                    }
+                    keep(route.as_str(), farm_ms + load_ms, times, ops, &mut progress);
+                }
+            }
+            // The CPU evaluator with the values, on every core.
+            if n * points <= config.cpu_max_work {
+                let cpu_steps = steps.min(10);
+                let mut times = Vec::with_capacity(cpu_steps);
+                for s in 0..cpu_steps {
+                    let v = values(s, &counts, stride);
+                    let t = Instant::now();
+                    cpu_step(&problem, &programs, &v, stride, threads);
+                    times.push(t.elapsed().as_secs_f64() * 1e3);
+                }
+                keep("cpu", 0.0, times, ops, &mut progress);
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// One step on the CPU: every program with its values, scored, on up to `threads` threads.
+fn cpu_step(
+    problem: &Problem,
+    programs: &[Program],
+    values: &[f32],
+    stride: usize,
+    threads: NonZeroUsize,
+) -> Vec<f64> {
+    let one = |(i, p): (usize, &Program)| -> f64 {
+        let v = &values[i * stride..i * stride + p.params()];
+        p.run_params(problem, v, problem.max_steps())
+            .ok()
+            .and_then(|o| problem.score(&o).ok())
+            .map_or(f64::NAN, |f| f.value())
+    };
+    let chunk = programs.len().div_ceil(threads.get()).max(1);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = programs
+            .chunks(chunk)
+            .enumerate()
+            .map(|(c, part)| {
+                std::thread::Builder::new().stack_size(16 << 20).spawn_scoped(s, move || {
+                    part.iter().enumerate().map(|(j, p)| one((c * chunk + j, p))).collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let mut out = Vec::with_capacity(programs.len());
+        for (h, (c, part)) in handles.into_iter().zip(programs.chunks(chunk).enumerate()) {
+            match h.map(|h| h.join()) {
+                Ok(Ok(v)) => out.extend(v),
+                Ok(Err(panic)) => std::panic::resume_unwind(panic),
+                Err(_) => out.extend(part.iter().enumerate().map(|(j, p)| one((c * chunk + j, p)))),
+            }
+        }
+        out
+    })
+}
+
+/// Steps after which `a` (a compiled route) costs less than `b` (the interpreter) on the same
+/// workload: `a.compile + k a.step < b.compile + k b.step`; `None` if never.
+pub fn crossover_steps(a: &StepsRow, b: &StepsRow) -> Option<f64> {
+    let gain = b.step_ms - a.step_ms;
+    (gain > 0.0).then(|| ((a.compile_ms - b.compile_ms) / gain).max(1.0))
+}
+
+/// Writes `rows` as CSV.
+pub fn write_csv(rows: &[StepsRow], path: &Path) -> Result<()> {
+    let mut w = csv::Writer::from_path(path).with_context(|| format!("writing {}", path.display()))?;
+    for r in rows {
+        w.serialize(r)?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
+/// Reads rows written by [`write_csv`].
+pub fn read_csv(path: &Path) -> Result<Vec<StepsRow>> {
+    let mut r = csv::Reader::from_path(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(r.deserialize().collect::<Result<_, _>>()?)
+}
+
+/// A markdown table: one line per workload, each route's total for the steps, the fastest, the
+/// CPU's time over the fastest GPU route's, and the steps after which each compiled route
+/// overtakes the interpreter.
+pub fn table(rows: &[StepsRow], heading: &str) -> String {
+    let mut s = format!(
+        "{heading}\n\n| expressions | distinct | points | ops | params | interpreter ms | ptx ms | nvrtc ms | cpu ms | fastest | cpu / fastest GPU | ptx wins after k steps | nvrtc wins after k steps |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |\n"
+    );
+    let mut keys: Vec<(usize, usize)> = rows.iter().map(|r| (r.expressions, r.points)).collect();
+    keys.sort();
+    keys.dedup();
+    for (e, p) in keys {
+        let of = |route: &str| rows.iter().find(|r| r.expressions == e && r.points == p && r.route == route);
+        let Some(i) = of("interpreter") else { continue };
+        let cell = |route: &str| of(route).map_or("-".into(), |r| format!("{:.1}", r.total_ms));
+        let gpu = ["interpreter", "ptx", "nvrtc"]
+            .iter()
+            .filter_map(|r| of(r))
+            .min_by(|a, b| a.total_ms.total_cmp(&b.total_ms));
+        let fastest = ["interpreter", "ptx", "nvrtc", "cpu"]
+            .iter()
+            .filter_map(|r| of(r))
+            .min_by(|a, b| a.total_ms.total_cmp(&b.total_ms))
+            .map_or("-".into(), |r| r.route.clone());
+        let ratio = match (of("cpu"), gpu) {
+            (Some(c), Some(g)) => format!("{:.2}", c.total_ms / g.total_ms),
+            _ => "-".into(),
+        };
+        let wins = |route: &str| match of(route) {
+            None => "-".into(),
+            Some(a) => crossover_steps(a, i).map_or("never".into(), |k| format!("{k:.0}")),
+        };
+        s.push_str(&format!(
+            "| {e} | {} | {p} | {:.1} | {:.1} | {} | {} | {} | {} | {fastest} | {ratio} | {} | {} |\n",
+            i.programs,
+            i.mean_ops,
+            i.mean_params,
+            cell("interpreter"),
+            cell("ptx"),
+            cell("nvrtc"),
+            cell("cpu"),
+            wins("ptx"),
+            wins("nvrtc"),
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_workload_has_parameters_and_runs_on_the_cpu_with_any_values() {
+        let problem = problem(50).unwrap();
+        gpfarm_gp::problem::compare_with_standard(problem.template(), problem.spec()).unwrap();
+        let (phenotypes, programs) = expressions(&problem, 40, 5).unwrap();
+        assert!(programs.len() > 20, "{}", programs.len());
+        let counts: Vec<usize> = programs.iter().map(Program::params).collect();
+        let stride = counts.iter().copied().max().unwrap();
+        let (a, b) = (values(0, &counts, stride), values(1, &counts, stride));
+        assert_ne!(a, b);
+        assert!(a.iter().all(|v| (-2.0..=2.0).contains(v)));
+        let one = NonZeroUsize::new(1).unwrap();
+        let two = NonZeroUsize::new(2).unwrap();
+        let first = cpu_step(&problem, &programs, &a, stride, two);
+        // The values written in give the same fitness; the threads change nothing.
+        for (i, p) in phenotypes.iter().enumerate() {
+            let written = gpfarm_gp::program::instantiate(p, &a[i * stride..i * stride + counts[i]]);
+            let f = gpfarm_gp::evaluate_phenotype(&problem, &written).fitness.value();
+            assert!(
+                f.to_bits() == first[i].to_bits() || f.is_nan() && first[i].is_nan() || f.is_infinite(),
+                "{written}"
+            );
+        }
+        let again = cpu_step(&problem, &programs, &a, stride, one);
+        assert_eq!(format!("{first:?}"), format!("{again:?}"));
+        assert_ne!(format!("{first:?}"), format!("{:?}", cpu_step(&problem, &programs, &b, stride, one)));
+    }
+}
