@@ -553,24 +553,37 @@ fn a_while_loop_population_has_one_fitness_on_every_route() {
 
 /// Free parameters as a kernel argument: random structures of the Friedman-1 example compiled
 /// once, on both routes and in both unit shapes, evaluated with two sets of values each without
-/// compiling again, get the fitness of their phenotypes with those values written in, compiled on
-/// the same route, bit for bit.
+/// compiling again, get the interpreter's fitness with those values bit for bit (both compute on
+/// the device at run time), and within 1e-6 (relative) the fitness of their phenotypes with the
+/// values written in and compiled on the same route: there NVRTC folds a math function of
+/// constants (`sinf(-2.5f)`) on the host, which may differ from the device's in the last bits.
 #[test]
 #[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
 fn a_structure_compiled_once_runs_with_any_values_bit_for_bit() {
     use gpfarm_gp::Program;
     use gpfarm_gp::program::instantiate;
+    use gpfarm_kernels::interpreter::{PackedPopulation, assemble_structure, interpreter_source};
     let arch = require_gpu("params_as_arguments");
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/friedman1");
     let problem = Problem::load(&dir).unwrap();
     let mut farm = Farm::spawn(config(cores())).unwrap();
-    let mut gpu = evaluator(&mut farm, &problem, arch);
+    let plain = CompileOptions::cubin(arch);
+    let kernel = |farm: &mut Farm, name: &str, src: String| {
+        farm.compile(&[Unit::new(name, src)], &plain).unwrap().results[0].cubin().expect(name).to_vec()
+    };
+    let kernels = gpu::Kernels {
+        fitness: Some(kernel(&mut farm, "fitness.cu", gpu::fitness_source(&problem).unwrap())),
+        interpreter: Some(kernel(&mut farm, "interp.cu", interpreter_source(&problem).unwrap())),
+        fit: Vec::new(),
+    };
+    let mut gpu = GpuEvaluator::with_kernels(&problem, &kernels).unwrap();
     let options =
         CompileOptions { flags: vec![gpfarm_evolve::NO_FMAD.into()], ..CompileOptions::cubin(arch) };
     let structures: Vec<Phenotype> = random_phenotypes(&problem, 11).into_iter().take(300).collect();
-    let counts: Vec<usize> =
-        structures.iter().map(|p| Program::parse(&problem, p).map_or(0, |p| p.params())).collect();
+    let programs: Vec<Program> = structures.iter().map(|p| Program::parse(&problem, p).unwrap()).collect();
+    let counts: Vec<usize> = programs.iter().map(Program::params).collect();
     assert!(counts.iter().filter(|&&c| c > 0).count() > 100, "{counts:?}");
+    let codes: Vec<_> = programs.iter().map(|p| assemble_structure(&problem, p).unwrap()).collect();
     let stride = counts.iter().copied().max().unwrap();
     let values = |round: u32| -> Vec<f32> {
         let mut v = vec![0.0f32; structures.len() * stride];
@@ -593,35 +606,50 @@ fn a_structure_compiled_once_runs_with_any_values_bit_for_bit() {
         }
         Built { cubins }
     };
+    let (mut folded, mut compared) = (0, 0);
     for language in [Language::CudaC, Language::Ptx] {
         for shape in [Shape::Kernels, Shape::Switch] {
             let once = build(&mut farm, language, shape, &structures);
             for round in [1, 2] {
                 let v = values(round);
-                let written: Vec<Phenotype> = structures
-                    .iter()
-                    .enumerate()
-                    .map(|(i, p)| instantiate(p, &v[i * stride..i * stride + counts[i]]))
-                    .collect();
+                let row = |i: usize| &v[i * stride..i * stride + counts[i]];
+                let stepped: Vec<_> = codes.iter().enumerate().map(|(i, c)| c.with_values(row(i))).collect();
+                let interpreted =
+                    gpu.interpret(&PackedPopulation::new(&stepped).into_wire(problem.max_steps())).unwrap();
+                let written: Vec<Phenotype> =
+                    structures.iter().enumerate().map(|(i, p)| instantiate(p, row(i))).collect();
                 let reference = build(&mut farm, language, shape, &written);
                 gpu.set_values(&[], 0).unwrap();
-                let expected = gpu.evaluate(&views(&reference), structures.len()).unwrap().fitness;
+                let literal = gpu.evaluate(&views(&reference), structures.len()).unwrap().fitness;
                 gpu.set_values(&v, stride).unwrap();
                 let got = gpu.evaluate(&views(&once), structures.len()).unwrap().fitness;
-                let finite = expected.iter().filter(|x| x.is_some_and(f64::is_finite)).count();
+                let finite = got.iter().filter(|x| x.is_some_and(f64::is_finite)).count();
                 assert!(finite > 200, "{language:?} {shape}: {finite} finite");
-                for (i, (x, y)) in expected.iter().zip(&got).enumerate() {
+                for i in 0..structures.len() {
+                    let (a, b, c) = (got[i], interpreted.fitness[i], literal[i]);
+                    let what = format!("{language:?} {shape} round {round} #{i}: {}", written[i].as_str());
                     assert_eq!(
-                        x.map(f64::to_bits),
-                        y.map(f64::to_bits),
-                        "{language:?} {shape} round {round} #{i}: {x:?} written in, {y:?} as arguments: {}",
-                        written[i].as_str()
+                        a.map(f64::to_bits),
+                        b.map(f64::to_bits),
+                        "{what}: {a:?} as arguments, {b:?} interpreted"
                     );
+                    let (a, c) = (a.unwrap(), c.unwrap());
+                    if a.to_bits() != c.to_bits() && !(a.is_nan() && c.is_nan()) {
+                        folded += 1;
+                        assert!(
+                            (a - c).abs() <= 1e-6 * a.abs().max(c.abs()),
+                            "{what}: {a} as arguments, {c} written in"
+                        );
+                    }
+                    compared += 1;
                 }
                 eprintln!("{language:?} {shape} round {round}: {} individuals agree", structures.len());
             }
         }
     }
+    eprintln!(
+        "written in: {folded} of {compared} differ in the last bits (math of constants folded on the host)"
+    );
     // Values too few for the generation are refused before anything runs.
     gpu.set_values(&[1.0; 4], 2).unwrap();
     assert!(gpu.evaluate(&[], 3).is_err());

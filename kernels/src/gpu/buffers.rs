@@ -99,6 +99,8 @@ pub(super) struct Device {
     pub(super) values: CudaSlice<f32>,
     pub(super) value_stride: usize,
     pub(super) values_len: usize,
+    /// Units' modules, kept loaded while their CUBIN comes again.
+    pub(super) modules: super::modules::ModuleCache,
 }
 
 /// The fitting kernel's buffers: parameter values, each program's first value and count, the
@@ -179,6 +181,7 @@ impl Device {
             values,
             value_stride: 0,
             values_len: 0,
+            modules: Default::default(),
         })
     }
 

@@ -182,7 +182,14 @@ impl GpuEvaluator {
         }
         self.device.ensure_capacity(&self.problem, n, self.ncases).map_err(driver)?;
         let t = Instant::now();
-        let (modules, runs) = load_units(&self.device.ctx, units, n, careful, skip)?;
+        let (modules, runs) =
+            load_units(&self.device.ctx, &mut self.device.modules, units, n, careful, skip)?;
+        // A module loaded before keeps its step-limit flags from then: they start at zero.
+        for m in &modules {
+            if let Ok(mut flags) = m.get_global(gpfarm_gp::program::FAILED_FLAGS, &self.device.stream) {
+                self.device.stream.memset_zeros(&mut flags).map_err(driver)?;
+            }
+        }
         outcome.load = t.elapsed();
         let t = Instant::now();
         let mut launched = Vec::with_capacity(n);
@@ -228,7 +235,7 @@ impl GpuEvaluator {
         for i in launched {
             outcome.fitness[i] = if failed[i] { Some(f64::NAN) } else { values.get(i).copied() };
         }
-        // `modules` drops here: every module of this generation is unloaded.
+        // The modules stay in the cache (`modules::ModuleCache`) until it is full.
         drop(runs);
         drop(modules);
         Ok(outcome)

@@ -2,8 +2,10 @@
 //! kernel's, the interpreter's), and each generation's units, whose members are grouped into
 //! launches ([`Run`]).
 //!
-//! A generation's modules are returned to the caller, which drops them (unloading them) once the
-//! generation's launches are done. Must never launch anything.
+//! Units' modules stay loaded in a [`ModuleCache`] keyed by their CUBIN, so that code evaluated
+//! again (a structure compiled once and run with new values of its free parameters, step after
+//! step) is not loaded again; the cache unloads everything once it holds [`CACHE_BYTES`] of
+//! CUBIN. Must never launch anything.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,6 +15,34 @@ use cudarc::nvrtc::Ptx;
 
 use super::contract::{FIT_TILES_KERNEL, FIT_WIDTHS, INTERP_KERNEL_LARGE, INTERP_KERNEL_SMALL, fit_kernel};
 use super::{CompiledUnit, FITNESS_KERNEL, GpuError, KernelRef, TILES_KERNEL, driver};
+
+/// CUBIN bytes the module cache holds before it unloads everything.
+pub(super) const CACHE_BYTES: usize = 256 << 20;
+
+/// Loaded modules by their CUBIN's hash.
+#[derive(Default)]
+pub(super) struct ModuleCache {
+    by_hash: HashMap<blake3::Hash, Arc<CudaModule>>,
+    bytes: usize,
+}
+
+impl ModuleCache {
+    /// The module of `cubin`, loaded into `ctx` unless it already is.
+    fn load(&mut self, ctx: &Arc<CudaContext>, cubin: &[u8]) -> Result<Arc<CudaModule>, GpuError> {
+        let hash = blake3::hash(cubin);
+        if let Some(m) = self.by_hash.get(&hash) {
+            return Ok(m.clone());
+        }
+        if self.bytes + cubin.len() > CACHE_BYTES {
+            self.by_hash.clear();
+            self.bytes = 0;
+        }
+        let m = ctx.load_module(Ptx::from_binary(cubin.to_vec())).map_err(driver)?;
+        self.by_hash.insert(hash, m.clone());
+        self.bytes += cubin.len();
+        Ok(m)
+    }
+}
 
 /// One launch: a kernel for one individual, or consecutive branches of a switch kernel.
 pub(super) struct Run {
@@ -86,6 +116,7 @@ pub(super) fn load_fit(ctx: &Arc<CudaContext>, cubins: &[Vec<u8>]) -> Result<Fit
 /// out.
 pub(super) fn load_units(
     ctx: &Arc<CudaContext>,
+    cache: &mut ModuleCache,
     units: &[CompiledUnit<'_>],
     n: usize,
     careful: bool,
@@ -101,7 +132,7 @@ pub(super) fn load_units(
                 u.members.len()
             )));
         }
-        let m = ctx.load_module(Ptx::from_binary(u.cubin.to_vec())).map_err(driver)?;
+        let m = cache.load(ctx, u.cubin)?;
         let mut functions: HashMap<&str, CudaFunction> = HashMap::new();
         let unit_runs = runs.len();
         for (text, &slot) in u.kernels.iter().zip(u.members) {
