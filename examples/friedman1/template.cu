@@ -1,5 +1,6 @@
-// Friedman-1: the standard harness (the PTX route can take it). The phenotype's free parameters
-// arrive with their values written in as float literals.
+// Friedman-1: the standard harness (the PTX route can take it). On the compiled routes each kernel
+// also takes the free parameters' values as a last argument `const float* p` (added when a unit is
+// rendered), so a structure compiles once; elsewhere the values are written in as float literals.
 //@kernel
 extern "C" __global__ void {{KERNEL}}(const float* __restrict__ in_x1,
                                       const float* __restrict__ in_x2,

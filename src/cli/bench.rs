@@ -174,6 +174,15 @@ pub fn run(args: BenchArgs, cuda: Option<&Path>) -> Result<()> {
         }
         return Ok(());
     }
+    if let (Some(dir), true) = (&args.replot, args.param_steps) {
+        let rows = gpfarm_bench::steps::read_csv(&dir.join("steps.csv"))?;
+        let machine = std::fs::read_to_string(dir.join("machine.txt")).unwrap_or_default();
+        std::fs::write(dir.join("steps.md"), gpfarm_bench::steps::table(&rows, &steps_heading(&machine, &rows)))?;
+        for p in plot::draw_steps(&rows, dir)? {
+            eprintln!("wrote {p}");
+        }
+        return Ok(());
+    }
     if let Some(dir) = &args.replot {
         let rows = report::read_csv(&dir.join("bench.csv"))?;
         let machine = std::fs::read_to_string(dir.join("machine.txt")).unwrap_or_default();
@@ -181,13 +190,6 @@ pub fn run(args: BenchArgs, cuda: Option<&Path>) -> Result<()> {
         return write_reports(&rows, dir, &heading(&machine, &description));
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if let (Some(dir), true) = (&args.replot, args.param_steps) {
-        let rows = gpfarm_bench::steps::read_csv(&dir.join("steps.csv"))?;
-        for p in plot::draw_steps(&rows, dir)? {
-            eprintln!("wrote {p}");
-        }
-        return Ok(());
-    }
     if args.break_even {
         return break_even(&args, cuda, cores);
     }
@@ -332,18 +334,22 @@ fn param_steps(args: &BenchArgs, cuda: Option<&Path>, cores: usize) -> Result<()
     )?;
     let rows = steps::run(&config, farm.as_mut(), |line| eprintln!("{line}"))?;
     steps::write_csv(&rows, &config.out.join("steps.csv"))?;
-    let heading = format!(
-        "# Parameter steps: each structure prepared once, evaluated with new values at every step\n\n{machine}\n\
-         Expressions of sensible initialisation up to depth {} (distinct, with at least one free parameter), {} steps, \
-         {workers} compile daemons; a route's ms = preparing (compile and load, or assemble) + {} x the median step; \
-         the CPU's step is the median of at most 10.",
-        config.depth, config.steps, config.steps
-    );
-    let md = steps::table(&rows, &heading);
+    let md = steps::table(&rows, &steps_heading(&format!("{machine}compile daemons: {workers}\n"), &rows));
     std::fs::write(config.out.join("steps.md"), &md)?;
     println!("{md}");
     for p in plot::draw_steps(&rows, &config.out)? {
         eprintln!("wrote {p}");
     }
     Ok(())
+}
+
+/// The heading of `steps.md`: the machine, then how the rows were measured.
+fn steps_heading(machine: &str, rows: &[gpfarm_bench::steps::StepsRow]) -> String {
+    let steps = rows.first().map_or(0, |r| r.steps);
+    format!(
+        "# Parameter steps: each structure prepared once, evaluated with new values at every step\n\n{machine}\n\
+         Expressions of sensible initialisation up to depth 6 (distinct, with at least one free parameter), {steps} steps; \
+         a route's ms = preparing (compile and load, or assemble) + {steps} x the median step; the CPU's step is the \
+         median of at most 10; every step includes the fitness (RMSE) of every expression."
+    )
 }
