@@ -75,6 +75,35 @@ fn views(built: &Built) -> Vec<CompiledUnit<'_>> {
     built.cubins.iter().map(|(c, k, m)| CompiledUnit { cubin: c, kernels: k, members: m }).collect()
 }
 
+/// One kernel's CUBIN; panics with NVRTC's log when it does not compile.
+fn kernel_cubin(farm: &mut Farm, name: &str, source: String, options: &CompileOptions) -> Vec<u8> {
+    let batch = farm.compile(&[Unit::new(name, source)], options).unwrap();
+    batch.results[0].cubin().unwrap_or_else(|| panic!("{name}: {}", batch.results[0].log)).to_vec()
+}
+
+/// `phenotypes` in `language` and `shape`, 32 to a unit, every unit compiled (a unit that fails
+/// panics with its log); also how many phenotypes the PTX route's parser refused.
+fn compile_every_unit(
+    farm: &mut Farm,
+    problem: &Problem,
+    (language, shape): (Language, Shape),
+    phenotypes: &[Phenotype],
+    options: &CompileOptions,
+) -> (Built, usize) {
+    let rendered =
+        render_batch(problem, language, shape, options.arch, phenotypes, 0, &per_unit(phenotypes.len(), 32));
+    let wire: Vec<Unit> = rendered.units.iter().map(|u| u.unit.clone()).collect();
+    let batch = farm.compile(&wire, options).unwrap();
+    let mut cubins = Vec::new();
+    for (u, r) in rendered.units.into_iter().zip(batch.results) {
+        match r.outcome {
+            UnitOutcome::Cubin(c) => cubins.push((c, u.kernels, u.members)),
+            UnitOutcome::Failed(f) => panic!("{}: {f}\n{}", u.unit.name, r.log),
+        }
+    }
+    (Built { cubins }, rendered.refused.len())
+}
+
 /// 1000 random individuals (generation 0 of a seeded run), deduplicated.
 fn random_phenotypes(problem: &Problem, seed: u64) -> Vec<Phenotype> {
     let evo =
@@ -208,29 +237,9 @@ fn the_ptx_route_gives_the_nvrtc_route_s_fitness_bit_for_bit() {
             let switched = compile_shaped(&mut farm, &problem, &phenotypes, &nvrtc, Shape::Switch);
             compare("nvrtc switch", &gpu.evaluate(&views(&switched), phenotypes.len()).unwrap().fitness, &[]);
             for shape in [Shape::Kernels, Shape::Switch] {
-                let rendered = render_batch(
-                    &problem,
-                    Language::Ptx,
-                    shape,
-                    arch,
-                    &phenotypes,
-                    0,
-                    &per_unit(phenotypes.len(), 32),
-                );
-                let wire: Vec<Unit> = rendered.units.iter().map(|u| u.unit.clone()).collect();
-                let batch = farm.compile(&wire, &nvrtc).unwrap();
-                let mut cubins = Vec::new();
-                for (u, r) in rendered.units.into_iter().zip(batch.results) {
-                    match r.outcome {
-                        UnitOutcome::Cubin(c) => cubins.push((c, u.kernels, u.members)),
-                        UnitOutcome::Failed(f) => panic!("{}: {f}\n{}", u.unit.name, r.log),
-                    }
-                }
-                eprintln!(
-                    "ptx {shape}, {problem_name} seed {seed}: {} refused by the parser",
-                    rendered.refused.len()
-                );
-                let b = Built { cubins };
+                let (b, refused) =
+                    compile_every_unit(&mut farm, &problem, (Language::Ptx, shape), &phenotypes, &nvrtc);
+                eprintln!("ptx {shape}, {problem_name} seed {seed}: {refused} refused by the parser");
                 let what = format!("ptx {shape}");
                 compare(&what, &gpu.evaluate(&views(&b), phenotypes.len()).unwrap().fitness, &[]);
                 // One launch per individual, some left out.
@@ -439,10 +448,7 @@ fn a_while_loop_population_has_one_fitness_on_every_route() {
     let mut farm = Farm::spawn(config(cores())).unwrap();
     let options =
         CompileOptions { flags: vec![gpfarm_evolve::NO_FMAD.into()], ..CompileOptions::cubin(arch) };
-    let cubin = |farm: &mut Farm, name: &str, source: String| {
-        let batch = farm.compile(&[Unit::new(name, source)], &options).unwrap();
-        batch.results[0].cubin().unwrap_or_else(|| panic!("{name}: {}", batch.results[0].log)).to_vec()
-    };
+    let cubin = |farm: &mut Farm, name: &str, source: String| kernel_cubin(farm, name, source, &options);
     let (mut compared, mut failing) = (0, 0);
     for limit in [loaded.max_steps(), 40] {
         let problem = loaded.clone().with_max_steps(limit).unwrap();
@@ -568,12 +574,14 @@ fn a_structure_compiled_once_runs_with_any_values_bit_for_bit() {
     let problem = Problem::load(&dir).unwrap();
     let mut farm = Farm::spawn(config(cores())).unwrap();
     let plain = CompileOptions::cubin(arch);
-    let kernel = |farm: &mut Farm, name: &str, src: String| {
-        farm.compile(&[Unit::new(name, src)], &plain).unwrap().results[0].cubin().expect(name).to_vec()
-    };
     let kernels = gpu::Kernels {
-        fitness: Some(kernel(&mut farm, "fitness.cu", gpu::fitness_source(&problem).unwrap())),
-        interpreter: Some(kernel(&mut farm, "interp.cu", interpreter_source(&problem).unwrap())),
+        fitness: Some(kernel_cubin(&mut farm, "fitness.cu", gpu::fitness_source(&problem).unwrap(), &plain)),
+        interpreter: Some(kernel_cubin(
+            &mut farm,
+            "interp.cu",
+            interpreter_source(&problem).unwrap(),
+            &plain,
+        )),
         fit: Vec::new(),
     };
     let mut gpu = GpuEvaluator::with_kernels(&problem, &kernels).unwrap();
@@ -592,19 +600,8 @@ fn a_structure_compiled_once_runs_with_any_values_bit_for_bit() {
         }
         v
     };
-    let build = |farm: &mut Farm, language: Language, shape: Shape, phenotypes: &[Phenotype]| -> Built {
-        let rendered =
-            render_batch(&problem, language, shape, arch, phenotypes, 0, &per_unit(phenotypes.len(), 32));
-        let wire: Vec<Unit> = rendered.units.iter().map(|u| u.unit.clone()).collect();
-        let batch = farm.compile(&wire, &options).unwrap();
-        let mut cubins = Vec::new();
-        for (u, r) in rendered.units.into_iter().zip(batch.results) {
-            match r.outcome {
-                UnitOutcome::Cubin(c) => cubins.push((c, u.kernels, u.members)),
-                UnitOutcome::Failed(f) => panic!("{}: {f}\n{}", u.unit.name, r.log),
-            }
-        }
-        Built { cubins }
+    let build = |farm: &mut Farm, language: Language, shape: Shape, phenotypes: &[Phenotype]| {
+        compile_every_unit(farm, &problem, (language, shape), phenotypes, &options).0
     };
     let (mut folded, mut compared) = (0, 0);
     for language in [Language::CudaC, Language::Ptx] {

@@ -17,15 +17,16 @@ use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{Context, Result, anyhow};
-use gpfarm_client::partition::UnitPlan;
-use gpfarm_client::{CompileOptions, Compiler, Unit};
+use anyhow::{Result, anyhow};
+use gpfarm_client::{CompileOptions, Compiler};
 use gpfarm_gp::problem::ProblemSources;
 use gpfarm_gp::{Evolution, EvolutionConfig, Phenotype, Problem, Program, evaluate_all};
-use gpfarm_kernels::gpu::{self, CompiledUnit, GpuEvaluator, Kernels};
+use gpfarm_kernels::gpu::{self, GpuEvaluator, Kernels};
 use gpfarm_kernels::interpreter::{self, PackedPopulation};
-use gpfarm_protocol::{Route, Shape, SmArch};
+use gpfarm_protocol::{Route, SmArch};
 use serde::{Deserialize, Serialize};
+
+use crate::shared::{Compiled, compile_kernel, median};
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -93,11 +94,6 @@ fn same(a: &Option<f64>, b: &Option<f64>) -> bool {
         (Some(a), Some(b)) => a.to_bits() == b.to_bits() || a.is_nan() && b.is_nan(),
         (a, b) => a.is_none() && b.is_none(),
     }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    if v.is_empty() { f64::NAN } else { v[v.len() / 2] }
 }
 
 /// keijzer6's grammar and template over `n` cases.
@@ -208,10 +204,6 @@ pub fn run(
         if config.tunings.is_empty() { vec![interpreter::Tuning::default()] } else { config.tunings.clone() };
     let options =
         CompileOptions { flags: vec![gpfarm_evolve::NO_FMAD.into()], ..CompileOptions::cubin(config.arch) };
-    let ptx_options = |problem: &Problem| CompileOptions {
-        link_flags: gpfarm_evolve::default_link_flags(problem),
-        ..options.clone()
-    };
     let threads = std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN);
     let mut rows = Vec::new();
     let mut evaluators: Option<(String, Vec<GpuEvaluator>)> = None;
@@ -222,22 +214,16 @@ pub fn run(
         let name = problem.name().to_owned();
         if evaluators.as_ref().is_none_or(|(n, _)| *n != name) {
             drop(evaluators.take()); // free the last problem's cases first
-            let compile = |src: String, what: &str, farm: &mut dyn Compiler| -> Result<Vec<u8>> {
-                let b = farm.compile(&[Unit::new(what, src)], &options)?;
-                b.results[0]
-                    .cubin()
-                    .map(<[u8]>::to_vec)
-                    .ok_or_else(|| anyhow!("{what} does not compile: {}", b.results[0].log))
-            };
-            let fitness = compile(gpu::fitness_source(problem)?, "fitness.cu", farm)?;
+            let fitness = compile_kernel(farm, gpu::fitness_source(problem)?, "fitness.cu", &options)?;
             let mut all = Vec::new();
             for (k, &x) in tunings.iter().enumerate() {
                 let kernels = Kernels {
                     fitness: (k == 0).then(|| fitness.clone()),
-                    interpreter: Some(compile(
+                    interpreter: Some(compile_kernel(
+                        farm,
                         interpreter::interpreter_source_with(problem, x)?,
                         "interp.cu",
-                        farm,
+                        &options,
                     )?),
                     fit: Vec::new(),
                 };
@@ -317,34 +303,9 @@ pub fn run(
         }
         // The compile routes, on the engine's units.
         for route in [Route::Ptx, Route::Nvrtc] {
-            let language = crate::sample::compiled(route)?;
-            let units = UnitPlan::new(None, farm.workers(), gpfarm_kernels::unit::bounds(language));
-            let (ordered, parts) = crate::sample::planned(problem, &phenotypes, language, units);
-            let units = gpfarm_kernels::unit::render_batch(
-                problem,
-                language,
-                Shape::Switch,
-                config.arch,
-                &ordered,
-                0,
-                &parts,
-            )
-            .units;
-            let wire: Vec<Unit> = units.iter().map(|u| u.unit.clone()).collect();
-            let opts = if route == Route::Ptx { &ptx_options(problem) } else { &options };
-            let t = Instant::now();
-            let batch = crate::queued(farm, &wire, opts)?;
-            let compile_ms = t.elapsed().as_secs_f64() * 1e3;
-            let built: Vec<(Vec<u8>, &gpfarm_kernels::unit::BatchUnit)> = batch
-                .results
-                .iter()
-                .zip(&units)
-                .filter_map(|(r, u)| r.cubin().map(|c| (c.to_vec(), u)))
-                .collect();
-            let views: Vec<CompiledUnit<'_>> = built
-                .iter()
-                .map(|(c, u)| CompiledUnit { cubin: c, kernels: &u.kernels, members: &u.members })
-                .collect();
+            let compiled = Compiled::new(farm, problem, &phenotypes, route, config.arch, &options)?;
+            let (ordered, compile_ms) = (&compiled.ordered, compiled.compile_ms);
+            let views = compiled.views();
             let (mut loads, mut evals) = (Vec::new(), Vec::new());
             for k in 0..=config.repeats {
                 let out = gpu.evaluate(&views, n)?;
@@ -353,7 +314,7 @@ pub fn run(
                     let differ = out
                         .fitness
                         .iter()
-                        .zip(&ordered)
+                        .zip(ordered)
                         .filter(|(a, p)| match (a, by_text.get(p.as_str())) {
                             (Some(a), Some(Some(b))) => {
                                 a.to_bits() != b.to_bits() && !(a.is_nan() && b.is_nan())
@@ -391,18 +352,12 @@ pub fn run(
 
 /// Writes `rows` as CSV.
 pub fn write_csv(rows: &[BreakEvenRow], path: &Path) -> Result<()> {
-    let mut w = csv::Writer::from_path(path).with_context(|| format!("writing {}", path.display()))?;
-    for r in rows {
-        w.serialize(r)?;
-    }
-    w.flush()?;
-    Ok(())
+    crate::shared::write_rows(rows, path)
 }
 
 /// Reads rows written by [`write_csv`].
 pub fn read_csv(path: &Path) -> Result<Vec<BreakEvenRow>> {
-    let mut r = csv::Reader::from_path(path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(r.deserialize().collect::<Result<_, _>>()?)
+    crate::shared::read_rows(path)
 }
 
 /// The evaluations `k` of one population after which `a` (compiled) costs less than `b`

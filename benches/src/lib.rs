@@ -10,6 +10,7 @@ pub mod method;
 pub mod plot;
 pub mod report;
 pub mod sample;
+mod shared;
 pub mod steps;
 
 use std::num::NonZeroUsize;

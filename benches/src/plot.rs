@@ -190,6 +190,99 @@ pub fn draw_all(rows: &[Row], dir: &Path) -> Result<Vec<String>> {
     Ok(written)
 }
 
+/// The routes the GPU benchmarks compare, in the order their lines are drawn.
+const ROUTES: [&str; 4] = ["interpreter", "ptx", "nvrtc", "cpu"];
+
+/// One log-log panel of the GPU benchmarks: a line per route of `points(route)`.
+fn route_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    caption: &str,
+    (x_desc, y_desc): (&str, &str),
+    points: impl Fn(&str) -> Vec<(f64, f64)>,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let lines: Vec<(&str, Vec<(f64, f64)>)> = ROUTES
+        .iter()
+        .map(|r| {
+            let mut pts = points(r);
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            (*r, pts)
+        })
+        .collect();
+    let (mut lo_x, mut hi_x, mut lo_y, mut hi_y) = (f64::INFINITY, 1.0f64, f64::INFINITY, 1e-3f64);
+    for &(x, y) in lines.iter().flat_map(|(_, p)| p) {
+        (lo_x, hi_x, lo_y, hi_y) = (lo_x.min(x), hi_x.max(x), lo_y.min(y), hi_y.max(y));
+    }
+    if !lo_x.is_finite() {
+        return Ok(());
+    }
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 20))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(55)
+        .build_cartesian_2d(
+            (lo_x * 0.8..hi_x * 1.25).log_scale(),
+            (lo_y.max(1e-3) * 0.5..hi_y * 2.0).log_scale(),
+        )?;
+    chart.configure_mesh().x_desc(x_desc).y_desc(y_desc).draw()?;
+    for (i, (route, pts)) in lines.iter().enumerate() {
+        if pts.is_empty() {
+            continue;
+        }
+        let color = Palette99::pick(i).to_rgba();
+        chart
+            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
+            .label(*route)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+        chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
+}
+
+/// Draws `stem.svg` and `stem.png` into `dir`, a panel per key side by side, each drawn by
+/// `panel`; nothing without a TrueType font (as [`draw_all`]).
+fn draw_panels<K>(
+    dir: &Path,
+    stem: &str,
+    keys: &[K],
+    panel: impl Fn(&DrawingArea<SVGBackend<'_>, Shift>, &K) -> Result<()>,
+    panel_png: impl Fn(&DrawingArea<BitMapBackend<'_>, Shift>, &K) -> Result<()>,
+) -> Result<Vec<String>> {
+    if !register_font() {
+        eprintln!("no TrueType font found (set GPFARM_FONT or see {FONT_PATHS:?}): plots not drawn");
+        return Ok(Vec::new());
+    }
+    let n = keys.len().max(1);
+    let svg = dir.join(format!("{stem}.svg"));
+    {
+        let root = SVGBackend::new(&svg, (640 * n as u32, 480)).into_drawing_area();
+        root.fill(&WHITE)?;
+        for (area, k) in root.split_evenly((1, n)).iter().zip(keys) {
+            panel(area, k)?;
+        }
+        root.present()?;
+    }
+    let png = dir.join(format!("{stem}.png"));
+    {
+        let root = BitMapBackend::new(&png, (640 * n as u32, 480)).into_drawing_area();
+        root.fill(&WHITE)?;
+        for (area, k) in root.split_evenly((1, n)).iter().zip(keys) {
+            panel_png(area, k)?;
+        }
+        root.present()?;
+    }
+    Ok(vec![svg.display().to_string(), png.display().to_string()])
+}
+
 /// The crossover: time from phenotypes to fitness for one population against the case count,
 /// one line per route, one panel per program size (regression workloads only).
 fn crossover<DB: DrawingBackend>(
@@ -203,80 +296,22 @@ where
     let rows: Vec<_> =
         rows.iter().filter(|r| r.depth == depth && r.problem.starts_with("regression")).collect();
     let ops = rows.iter().find(|r| r.route == "interpreter").map_or(0.0, |r| r.mean_ops);
-    let (mut lo_x, mut hi_x, mut lo_y, mut hi_y) = (f64::INFINITY, 1.0f64, f64::INFINITY, 1e-3f64);
-    for r in &rows {
-        lo_x = lo_x.min(r.cases as f64);
-        hi_x = hi_x.max(r.cases as f64);
-        lo_y = lo_y.min(r.generation_ms);
-        hi_y = hi_y.max(r.generation_ms);
-    }
-    if !lo_x.is_finite() {
-        return Ok(());
-    }
-    let mut chart = ChartBuilder::on(area)
-        .caption(format!("population of {ops:.0} ops per program (depth {depth})"), ("sans-serif", 20))
-        .margin(10)
-        .x_label_area_size(35)
-        .y_label_area_size(55)
-        .build_cartesian_2d(
-            (lo_x * 0.8..hi_x * 1.25).log_scale(),
-            (lo_y.max(1e-3) * 0.5..hi_y * 2.0).log_scale(),
-        )?;
-    chart.configure_mesh().x_desc("test cases").y_desc("ms from phenotypes to fitness").draw()?;
-    for (i, route) in ["interpreter", "ptx", "nvrtc", "cpu"].iter().enumerate() {
-        let mut pts: Vec<(f64, f64)> =
-            rows.iter().filter(|r| r.route == *route).map(|r| (r.cases as f64, r.generation_ms)).collect();
-        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-        if pts.is_empty() {
-            continue;
-        }
-        let color = Palette99::pick(i).to_rgba();
-        chart
-            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
-            .label(*route)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
-        chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()?;
-    Ok(())
+    route_panel(
+        area,
+        &format!("population of {ops:.0} ops per program (depth {depth})"),
+        ("test cases", "ms from phenotypes to fitness"),
+        |route| rows.iter().filter(|r| r.route == route).map(|r| (r.cases as f64, r.generation_ms)).collect(),
+    )
 }
 
 /// Draws the crossover figure (`crossover.svg`, `crossover.png`) into `dir`, a panel per program
 /// size; nothing without a TrueType font (as [`draw_all`]).
 pub fn draw_crossover(rows: &[crate::breakeven::BreakEvenRow], dir: &Path) -> Result<Vec<String>> {
-    if !register_font() {
-        eprintln!("no TrueType font found (set GPFARM_FONT or see {FONT_PATHS:?}): plots not drawn");
-        return Ok(Vec::new());
-    }
     let mut depths: Vec<u32> =
         rows.iter().filter(|r| r.problem.starts_with("regression")).map(|r| r.depth).collect();
     depths.sort();
     depths.dedup();
-    let n = depths.len().max(1);
-    let svg = dir.join("crossover.svg");
-    {
-        let root = SVGBackend::new(&svg, (640 * n as u32, 480)).into_drawing_area();
-        root.fill(&WHITE)?;
-        for (area, d) in root.split_evenly((1, n)).iter().zip(&depths) {
-            crossover(area, rows, *d)?;
-        }
-        root.present()?;
-    }
-    let png = dir.join("crossover.png");
-    {
-        let root = BitMapBackend::new(&png, (640 * n as u32, 480)).into_drawing_area();
-        root.fill(&WHITE)?;
-        for (area, d) in root.split_evenly((1, n)).iter().zip(&depths) {
-            crossover(area, rows, *d)?;
-        }
-        root.present()?;
-    }
-    Ok(vec![svg.display().to_string(), png.display().to_string()])
+    draw_panels(dir, "crossover", &depths, |a, d| crossover(a, rows, *d), |a, d| crossover(a, rows, *d))
 }
 
 /// One panel of the parameter-steps figure: total time for the steps against the expressions,
@@ -290,78 +325,22 @@ where
     DB::ErrorType: 'static,
 {
     let rows: Vec<_> = rows.iter().filter(|r| r.points == points).collect();
-    let (mut lo_x, mut hi_x, mut lo_y, mut hi_y) = (f64::INFINITY, 1.0f64, f64::INFINITY, 1e-3f64);
-    for r in &rows {
-        lo_x = lo_x.min(r.expressions as f64);
-        hi_x = hi_x.max(r.expressions as f64);
-        lo_y = lo_y.min(r.total_ms);
-        hi_y = hi_y.max(r.total_ms);
-    }
-    if !lo_x.is_finite() {
-        return Ok(());
-    }
     let steps = rows.first().map_or(0, |r| r.steps);
-    let mut chart = ChartBuilder::on(area)
-        .caption(format!("{points} points, {steps} parameter steps"), ("sans-serif", 20))
-        .margin(10)
-        .x_label_area_size(35)
-        .y_label_area_size(55)
-        .build_cartesian_2d(
-            (lo_x * 0.8..hi_x * 1.25).log_scale(),
-            (lo_y.max(1e-3) * 0.5..hi_y * 2.0).log_scale(),
-        )?;
-    chart.configure_mesh().x_desc("expressions").y_desc("ms, preparing + all steps").draw()?;
-    for (i, route) in ["interpreter", "ptx", "nvrtc", "cpu"].iter().enumerate() {
-        let mut pts: Vec<(f64, f64)> =
-            rows.iter().filter(|r| r.route == *route).map(|r| (r.expressions as f64, r.total_ms)).collect();
-        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-        if pts.is_empty() {
-            continue;
-        }
-        let color = Palette99::pick(i).to_rgba();
-        chart
-            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
-            .label(*route)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
-        chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()?;
-    Ok(())
+    route_panel(
+        area,
+        &format!("{points} points, {steps} parameter steps"),
+        ("expressions", "ms, preparing + all steps"),
+        |route| {
+            rows.iter().filter(|r| r.route == route).map(|r| (r.expressions as f64, r.total_ms)).collect()
+        },
+    )
 }
 
 /// Draws the parameter-steps figure (`steps.svg`, `steps.png`) into `dir`, a panel per point
 /// count; nothing without a TrueType font (as [`draw_all`]).
 pub fn draw_steps(rows: &[crate::steps::StepsRow], dir: &Path) -> Result<Vec<String>> {
-    if !register_font() {
-        eprintln!("no TrueType font found (set GPFARM_FONT or see {FONT_PATHS:?}): plots not drawn");
-        return Ok(Vec::new());
-    }
     let mut points: Vec<usize> = rows.iter().map(|r| r.points).collect();
     points.sort();
     points.dedup();
-    let n = points.len().max(1) as u32;
-    let svg = dir.join("steps.svg");
-    {
-        let root = SVGBackend::new(&svg, (640 * n, 480)).into_drawing_area();
-        root.fill(&WHITE)?;
-        for (area, p) in root.split_evenly((1, n as usize)).iter().zip(&points) {
-            steps_panel(area, rows, *p)?;
-        }
-        root.present()?;
-    }
-    let png = dir.join("steps.png");
-    {
-        let root = BitMapBackend::new(&png, (640 * n, 480)).into_drawing_area();
-        root.fill(&WHITE)?;
-        for (area, p) in root.split_evenly((1, n as usize)).iter().zip(&points) {
-            steps_panel(area, rows, *p)?;
-        }
-        root.present()?;
-    }
-    Ok(vec![svg.display().to_string(), png.display().to_string()])
+    draw_panels(dir, "steps", &points, |a, p| steps_panel(a, rows, *p), |a, p| steps_panel(a, rows, *p))
 }

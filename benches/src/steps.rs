@@ -19,15 +19,16 @@ use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{Context, Result, anyhow};
-use gpfarm_client::partition::UnitPlan;
-use gpfarm_client::{CompileOptions, Compiler, Unit};
+use anyhow::{Result, anyhow};
+use gpfarm_client::{CompileOptions, Compiler};
 use gpfarm_gp::problem::ProblemSources;
 use gpfarm_gp::{Evolution, EvolutionConfig, Phenotype, Problem, Program};
-use gpfarm_kernels::gpu::{self, CompiledUnit, GpuEvaluator, Kernels};
+use gpfarm_kernels::gpu::{self, GpuEvaluator, Kernels};
 use gpfarm_kernels::interpreter::{self, Bytecode, PackedPopulation, assemble_structure};
-use gpfarm_protocol::{Route, Shape, SmArch};
+use gpfarm_protocol::{Route, SmArch};
 use serde::{Deserialize, Serialize};
+
+use crate::shared::{Compiled, compile_kernel, median};
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -175,11 +176,6 @@ fn values(step: usize, counts: &[usize], stride: usize) -> Vec<f32> {
     v
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    if v.is_empty() { f64::NAN } else { v[v.len() / 2] }
-}
-
 /// Runs every workload; `progress` hears one line per row.
 pub fn run(
     config: &StepsConfig,
@@ -193,16 +189,14 @@ pub fn run(
     let mut rows = Vec::new();
     for &points in &config.points {
         let problem = problem(points)?;
-        let compile_one = |src: String, what: &str, farm: &mut dyn Compiler| -> Result<Vec<u8>> {
-            let b = farm.compile(&[Unit::new(what, src)], &options)?;
-            b.results[0]
-                .cubin()
-                .map(<[u8]>::to_vec)
-                .ok_or_else(|| anyhow!("{what} does not compile: {}", b.results[0].log))
-        };
         let kernels = Kernels {
-            fitness: Some(compile_one(gpu::fitness_source(&problem)?, "fitness.cu", farm)?),
-            interpreter: Some(compile_one(interpreter::interpreter_source(&problem)?, "interp.cu", farm)?),
+            fitness: Some(compile_kernel(farm, gpu::fitness_source(&problem)?, "fitness.cu", &options)?),
+            interpreter: Some(compile_kernel(
+                farm,
+                interpreter::interpreter_source(&problem)?,
+                "interp.cu",
+                &options,
+            )?),
             fit: Vec::new(),
         };
         let mut gpu = GpuEvaluator::with_kernels(&problem, &kernels)?;
@@ -275,40 +269,9 @@ pub fn run(
             // The compiled routes: each structure compiled once, the values an argument.
             if n <= config.compiled_max_expressions {
                 for route in [Route::Ptx, Route::Nvrtc] {
-                    let language = crate::sample::compiled(route)?;
-                    let plan = UnitPlan::new(None, farm.workers(), gpfarm_kernels::unit::bounds(language));
-                    let (ordered, parts) = crate::sample::planned(&problem, &phenotypes, language, plan);
-                    let units = gpfarm_kernels::unit::render_batch(
-                        &problem,
-                        language,
-                        Shape::Switch,
-                        config.arch,
-                        &ordered,
-                        0,
-                        &parts,
-                    )
-                    .units;
-                    let wire: Vec<Unit> = units.iter().map(|u| u.unit.clone()).collect();
-                    let opts = match route {
-                        Route::Ptx => CompileOptions {
-                            link_flags: gpfarm_evolve::default_link_flags(&problem),
-                            ..options.clone()
-                        },
-                        _ => options.clone(),
-                    };
-                    let t = Instant::now();
-                    let batch = crate::queued(farm, &wire, &opts)?;
-                    let farm_ms = t.elapsed().as_secs_f64() * 1e3;
-                    let built: Vec<(Vec<u8>, &gpfarm_kernels::unit::BatchUnit)> = batch
-                        .results
-                        .iter()
-                        .zip(&units)
-                        .filter_map(|(r, u)| r.cubin().map(|c| (c.to_vec(), u)))
-                        .collect();
-                    let views: Vec<CompiledUnit<'_>> = built
-                        .iter()
-                        .map(|(c, u)| CompiledUnit { cubin: c, kernels: &u.kernels, members: &u.members })
-                        .collect();
+                    let compiled = Compiled::new(farm, &problem, &phenotypes, route, config.arch, &options)?;
+                    let (ordered, farm_ms) = (&compiled.ordered, compiled.compile_ms);
+                    let views = compiled.views();
                     // The values in the units' order.
                     let place: std::collections::HashMap<&str, usize> =
                         phenotypes.iter().enumerate().map(|(i, p)| (p.as_str(), i)).collect();
@@ -418,18 +381,12 @@ pub fn crossover_steps(a: &StepsRow, b: &StepsRow) -> Option<f64> {
 
 /// Writes `rows` as CSV.
 pub fn write_csv(rows: &[StepsRow], path: &Path) -> Result<()> {
-    let mut w = csv::Writer::from_path(path).with_context(|| format!("writing {}", path.display()))?;
-    for r in rows {
-        w.serialize(r)?;
-    }
-    w.flush()?;
-    Ok(())
+    crate::shared::write_rows(rows, path)
 }
 
 /// Reads rows written by [`write_csv`].
 pub fn read_csv(path: &Path) -> Result<Vec<StepsRow>> {
-    let mut r = csv::Reader::from_path(path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(r.deserialize().collect::<Result<_, _>>()?)
+    crate::shared::read_rows(path)
 }
 
 /// A markdown table: one line per workload, each route's total for the steps, the fastest, the

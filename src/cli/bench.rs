@@ -177,7 +177,10 @@ pub fn run(args: BenchArgs, cuda: Option<&Path>) -> Result<()> {
     if let (Some(dir), true) = (&args.replot, args.param_steps) {
         let rows = gpfarm_bench::steps::read_csv(&dir.join("steps.csv"))?;
         let machine = std::fs::read_to_string(dir.join("machine.txt")).unwrap_or_default();
-        std::fs::write(dir.join("steps.md"), gpfarm_bench::steps::table(&rows, &steps_heading(&machine, &rows)))?;
+        std::fs::write(
+            dir.join("steps.md"),
+            gpfarm_bench::steps::table(&rows, &steps_heading(&machine, &rows)),
+        )?;
         for p in plot::draw_steps(&rows, dir)? {
             eprintln!("wrote {p}");
         }
@@ -279,19 +282,7 @@ fn break_even(args: &BenchArgs, cuda: Option<&Path>, cores: usize) -> Result<()>
         tunings: args.tunings.clone().unwrap_or_default(),
         out: args.out.clone(),
     };
-    std::fs::create_dir_all(&config.out).with_context(|| format!("creating {}", config.out.display()))?;
-    let machine = machine_description(cuda);
-    std::fs::write(config.out.join("machine.txt"), &machine)?;
-    eprint!("{machine}");
-    let workers = args.daemons.unwrap_or(cores);
-    let options = gpfarm_client::CompileOptions::cubin(config.arch);
-    let mut farm = crate::cli::compilers::build(
-        "farm".parse::<gpfarm_client::CompilerSpec>()?,
-        Some(workers),
-        cuda,
-        &options,
-        &crate::cli::compilers::FarmSource::default(),
-    )?;
+    let GpuBench { machine, workers, mut farm } = gpu_bench(args, cuda, cores, &config.out)?;
     let rows = breakeven::run(&config, farm.as_mut(), |line| eprintln!("{line}"))?;
     breakeven::write_csv(&rows, &config.out.join("breakeven.csv"))?;
     let heading = format!(
@@ -319,19 +310,7 @@ fn param_steps(args: &BenchArgs, cuda: Option<&Path>, cores: usize) -> Result<()
         arch: args.arch,
         out: args.out.clone(),
     };
-    std::fs::create_dir_all(&config.out).with_context(|| format!("creating {}", config.out.display()))?;
-    let machine = machine_description(cuda);
-    std::fs::write(config.out.join("machine.txt"), &machine)?;
-    eprint!("{machine}");
-    let workers = args.daemons.unwrap_or(cores);
-    let options = gpfarm_client::CompileOptions::cubin(config.arch);
-    let mut farm = crate::cli::compilers::build(
-        "farm".parse::<gpfarm_client::CompilerSpec>()?,
-        Some(workers),
-        cuda,
-        &options,
-        &crate::cli::compilers::FarmSource::default(),
-    )?;
+    let GpuBench { machine, workers, mut farm } = gpu_bench(args, cuda, cores, &config.out)?;
     let rows = steps::run(&config, farm.as_mut(), |line| eprintln!("{line}"))?;
     steps::write_csv(&rows, &config.out.join("steps.csv"))?;
     let md = steps::table(&rows, &steps_heading(&format!("{machine}compile daemons: {workers}\n"), &rows));
@@ -352,4 +331,29 @@ fn steps_heading(machine: &str, rows: &[gpfarm_bench::steps::StepsRow]) -> Strin
          a route's ms = preparing (compile and load, or assemble) + {steps} x the median step; the CPU's step is the \
          median of at most 10; every step includes the fitness (RMSE) of every expression."
     )
+}
+
+/// What a GPU benchmark (--break-even, --param-steps) starts with: the machine described (and
+/// written to `out/machine.txt`), and a farm of --daemons workers (default one per core).
+struct GpuBench {
+    machine: String,
+    workers: usize,
+    farm: Box<dyn gpfarm_client::Compiler>,
+}
+
+fn gpu_bench(args: &BenchArgs, cuda: Option<&Path>, cores: usize, out: &Path) -> Result<GpuBench> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let machine = machine_description(cuda);
+    std::fs::write(out.join("machine.txt"), &machine)?;
+    eprint!("{machine}");
+    let workers = args.daemons.unwrap_or(cores);
+    let options = gpfarm_client::CompileOptions::cubin(args.arch);
+    let farm = crate::cli::compilers::build(
+        "farm".parse::<gpfarm_client::CompilerSpec>()?,
+        Some(workers),
+        cuda,
+        &options,
+        &crate::cli::compilers::FarmSource::default(),
+    )?;
+    Ok(GpuBench { machine, workers, farm })
 }
