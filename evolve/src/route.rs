@@ -162,13 +162,15 @@ pub fn choose(problem: &Problem, config: &EvolutionConfig) -> (Route, String) {
 /// (bytecode) and the ops they run, counted for programs with loops on [`PROFILE_CASES`] cases.
 /// A program the interpreter cannot take counts as one op, as the CPU evaluates it.
 fn first_generation(problem: &Problem, config: &EvolutionConfig) -> Workload {
-    use gpfarm_kernels::interpreter::{assemble, exec, walk};
+    use gpfarm_kernels::interpreter::{assemble_structure, exec, walk};
     let Ok(evolution) = Evolution::new(problem, config.clone()) else { return Workload::default() };
     let unique = evolution.dedup().unique;
     let mut w = Workload { programs: unique.len(), ..Workload::default() };
     let (mut held, mut run) = (0.0, 0.0);
     for p in &unique {
-        let Some(code) = Program::parse(problem, p).ok().and_then(|p| assemble(problem, &p).ok()) else {
+        // A program with free parameters counts as its structure (the values change nothing).
+        let Some(code) = Program::parse(problem, p).ok().and_then(|p| assemble_structure(problem, &p).ok())
+        else {
             held += 1.0;
             run += 1.0;
             continue;
@@ -266,5 +268,16 @@ mod tests {
             Workload { run_ops: w.run_ops * 1e6, longest_case_ops: w.longest_case_ops.max(1.0) * 1e6, ..w };
         let (i, p) = predict(&Costs::H100, &long, 32);
         assert!(p < i, "{i} {p}");
+    }
+
+    #[test]
+    fn a_problem_with_free_parameters_counts_its_structures_ops() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/friedman1");
+        let problem = Problem::load(&dir).unwrap();
+        let config = EvolutionConfig { population: 200, seed: 1, ..EvolutionConfig::default() };
+        let w = first_generation(&problem, &config);
+        assert!(w.programs > 50 && w.held_ops > 4.0, "{w:?}");
+        let (route, why) = choose(&problem, &config);
+        assert_eq!(route, Route::Interpreter, "{why}");
     }
 }
