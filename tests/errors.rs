@@ -208,6 +208,21 @@ fn inputs_out_of_range_are_one_line_errors() {
     let (code, err) = run(&[], Some(wide.path()));
     assert_eq!(code, Some(1), "{err}");
     assert_one_line_with_cause_once(&err, "a kernel can index");
+    // A template that reads each case's ints at another stride than max_len.
+    let strided = search_with_max_len("20");
+    let template = std::fs::read_to_string(strided.path().join("template.cu")).unwrap();
+    assert!(template.contains("in_INPUT + c * 20"));
+    std::fs::write(
+        strided.path().join("template.cu"),
+        template.replace("in_INPUT + c * 20", "in_INPUT + c * 40"),
+    )
+    .unwrap();
+    let (code, err) = run(&[], Some(strided.path()));
+    assert_eq!(code, Some(1), "{err}");
+    assert_one_line_with_cause_once(
+        &err,
+        "at a stride of 40 ints per case, but problem.toml declares max_len = 20",
+    );
     let cases = r#"[{"x": 1e300, "target": 1.0}]"#;
     let far = problem_with("cases.json", cases);
     let (code, err) = run(&[], Some(far.path()));

@@ -155,6 +155,7 @@ impl Problem {
         let problem = Problem { spec, grammar, grammar_text: src.grammar.to_string(), cases, template };
         let visible = problem.visible_names();
         problem.template.check_against(&problem.kernel_params(), &visible).map_err(template_err)?;
+        problem.template.check_strides(&problem.spec).map_err(template_err)?;
         Ok(problem)
     }
 

@@ -298,6 +298,40 @@ impl Template {
     }
 }
 
+impl Template {
+    /// Checks that the kernel reads each `int[]` input's case at the stride `problem.toml`
+    /// declares: where it writes `in_<name> + c * N` (or `N * c`, spacing aside), `N` must be the
+    /// input's `max_len`, or each case would read past its own ints (the last ones past the end
+    /// of the buffer). A template that indexes otherwise is not judged.
+    pub(crate) fn check_strides(&self, spec: &ProblemSpec) -> Result<(), String> {
+        let text: String = self.kernel.chars().filter(|c| !c.is_whitespace()).collect();
+        for input in spec.inputs.iter().filter(|i| i.ty == InputType::IntArray) {
+            let Some(max) = input.max_len else { continue };
+            let base = format!("in_{}+", input.name);
+            for (at, _) in text.match_indices(&base) {
+                let rest = &text[at + base.len()..];
+                let digits = |t: &str| t.chars().take_while(char::is_ascii_digit).collect::<String>();
+                let stride = if let Some(t) = rest.strip_prefix("c*") {
+                    digits(t)
+                } else {
+                    let d = digits(rest);
+                    if rest[d.len()..].starts_with("*c") && !d.is_empty() { d } else { String::new() }
+                };
+                if let Ok(n) = stride.parse::<u64>()
+                    && n != max as u64
+                {
+                    return Err(format!(
+                        "the kernel reads `{}` at a stride of {n} ints per case, but problem.toml declares max_len = {max}: \
+                         use `in_{} + c * {max}`",
+                        input.name, input.name
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Tokens of one parameter declaration, ignoring `__restrict__` and spacing.
 fn param_tokens(decl: &str) -> Vec<String> {
     decl.replace('*', " * ").split_whitespace().filter(|t| *t != "__restrict__").map(str::to_string).collect()
