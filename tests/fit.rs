@@ -158,6 +158,20 @@ fn gpu_sums_agree_with_the_cpu_s() {
         }
     }
     assert_eq!(at, sums.len());
+    // Fitting on 300 evenly spaced cases gives the sums of the problem on those cases, bit for bit.
+    gpu.fit_on_cases(300).unwrap();
+    let (on_some, _) = gpu.linearize(&fit).unwrap();
+    let strided = problem.strided(300);
+    assert_eq!(strided.cases().len(), 300);
+    let mut apart = GpuEvaluator::with_kernels(&strided, &kernels).unwrap();
+    let (want_some, _) = apart.linearize(&fit).unwrap();
+    assert_eq!(on_some.len(), want_some.len());
+    assert!(on_some.iter().zip(&want_some).all(|(a, b)| a.to_bits() == b.to_bits()));
+    assert!(on_some.iter().zip(&sums).any(|(a, b)| a != b), "300 cases are not all 1,000");
+    // All cases again.
+    gpu.fit_on_cases(0).unwrap();
+    let (again, _) = gpu.linearize(&fit).unwrap();
+    assert!(again.iter().zip(&sums).all(|(a, b)| a.to_bits() == b.to_bits()));
 }
 
 #[test]

@@ -128,21 +128,23 @@ impl GpuWorker {
         fitness_cubin: Option<Vec<u8>>,
         interpreter_cubin: Option<Vec<u8>>,
     ) -> Result<GpuWorker, WorkerError> {
-        GpuWorker::spawn_on(exe, problem, fitness_cubin, interpreter_cubin, Vec::new(), None)
+        GpuWorker::spawn_on(exe, problem, fitness_cubin, interpreter_cubin, (Vec::new(), 0), None)
     }
 
     /// As [`GpuWorker::spawn_with`], also loading the fitting kernels `fit_cubins` (to fit free
-    /// parameters, [`GpuWorker::linearize`]), on GPU `device` (an ordinal among the GPUs this
-    /// process sees): the worker is started with `CUDA_VISIBLE_DEVICES` naming that GPU alone.
+    /// parameters, [`GpuWorker::linearize`]) that run on `fit_cases` evenly spaced cases (0: all),
+    /// on GPU `device` (an ordinal among the GPUs this process sees): the worker is started with
+    /// `CUDA_VISIBLE_DEVICES` naming that GPU alone.
     pub fn spawn_on(
         exe: &Path,
         problem: ProblemRef,
         fitness_cubin: Option<Vec<u8>>,
         interpreter_cubin: Option<Vec<u8>>,
-        fit_cubins: Vec<Vec<u8>>,
+        (fit_cubins, fit_cases): (Vec<Vec<u8>>, usize),
         device: Option<usize>,
     ) -> Result<GpuWorker, WorkerError> {
-        let init = Request::Init { fitness_cubin, interpreter_cubin, fit_cubins };
+        let init =
+            Request::Init { fitness_cubin, interpreter_cubin, fit_cubins, fit_cases: fit_cases as u64 };
         let command = worker_command(exe, &problem, device);
         let mut child = Supervised::spawn(command, ParentDeath::Signal(libc::SIGKILL))?;
         let (stdin, stdout, name) = handshake(&mut child, &init)?;

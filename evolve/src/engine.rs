@@ -606,7 +606,10 @@ impl Engine {
         };
         let (fitness, interpreter) =
             if self.route == Route::Interpreter { (None, Some(cubin)) } else { (Some(cubin), None) };
-        let mut worker = GpuWorker::spawn_on(&exe, source, fitness, interpreter, fit, Some(device))?;
+        // The GPU fits on --fit-cases evenly spaced cases when set, else on all of them.
+        let fit_cases = self.options.evolution.fit.cases;
+        let mut worker =
+            GpuWorker::spawn_on(&exe, source, fitness, interpreter, (fit, fit_cases), Some(device))?;
         worker.set_deadline(self.options.gpu_deadline);
         Ok(worker)
     }

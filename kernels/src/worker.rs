@@ -48,11 +48,13 @@ pub fn serve(problem: &Problem) -> Result<(), GpuError> {
             Err(e) => return Err(e.into()),
         };
         let reply = match request {
-            Request::Init { fitness_cubin, interpreter_cubin, fit_cubins } => {
+            Request::Init { fitness_cubin, interpreter_cubin, fit_cubins, fit_cases } => {
                 match GpuEvaluator::with_kernels(
                     problem,
                     &Kernels { fitness: fitness_cubin, interpreter: interpreter_cubin, fit: fit_cubins },
-                ) {
+                )
+                .and_then(|mut g| g.fit_on_cases(fit_cases as usize).map(|()| g))
+                {
                     Ok(g) => {
                         let name = g.name.clone();
                         evaluator = Some(g);

@@ -60,6 +60,8 @@ pub enum Request {
         /// CUBIN of the problem's fitting kernels (free parameters fitted on the GPU), one module
         /// per kernel width or one for all; empty: none.
         fit_cubins: Vec<Vec<u8>>,
+        /// The fitting kernels run on this many evenly spaced cases (0: all).
+        fit_cases: u64,
     },
     /// Evaluate one generation.
     Evaluate {

@@ -160,7 +160,8 @@ pub struct EvolveArgs {
     /// Share of the individuals bred whose parameters are fitted, in [0, 1].
     #[arg(long, value_name = "SHARE", default_value_t = 1.0, value_parser = probability)]
     fit_share: f64,
-    /// Fit on at most this many cases, evenly spaced (0: all); the fitness still uses all.
+    /// Fit on at most this many cases, evenly spaced (0: all; on the CPU beside the GPU, 4096),
+    /// on the GPU and the CPU; the fitness still uses all.
     #[arg(long, value_name = "N", default_value_t = 0)]
     fit_cases: usize,
     /// Keep fitted values for the individual's own fitness only (Baldwinian); by default

@@ -65,6 +65,42 @@ impl DevCol {
     }
 }
 
+/// A problem's case data on the device: one buffer per kernel parameter that reads case data (by
+/// parameter position), and the targets.
+pub(super) struct CaseData {
+    pub(super) params: Vec<Option<DevCol>>,
+    pub(super) targets: DevCol,
+}
+
+impl CaseData {
+    /// Uploads `problem`'s cases.
+    pub(super) fn upload(stream: &Arc<CudaStream>, problem: &Problem) -> Result<CaseData, GpuError> {
+        let cases = problem.cases();
+        let mut params = Vec::new();
+        for p in problem.kernel_params() {
+            params.push(match p.role {
+                ParamRole::Input(i) => Some(match &cases.inputs()[i] {
+                    InputColumn::Scalar(col) => DevCol::upload(stream, col).map_err(driver)?,
+                    InputColumn::IntArray { data, .. } => {
+                        DevCol::upload(stream, &Column::Int(data.clone())).map_err(driver)?
+                    }
+                }),
+                ParamRole::Lengths(i) => match &cases.inputs()[i] {
+                    InputColumn::IntArray { lens, .. } => {
+                        Some(DevCol::upload(stream, &Column::Int(lens.clone())).map_err(driver)?)
+                    }
+                    InputColumn::Scalar(_) => {
+                        return Err(GpuError::Problem(format!("parameter {} has no lengths", p.name)));
+                    }
+                },
+                ParamRole::Output(_) | ParamRole::NumCases => None,
+            });
+        }
+        let targets = DevCol::upload(stream, cases.targets()).map_err(driver)?;
+        Ok(CaseData { params, targets })
+    }
+}
+
 /// Everything that lives in one CUDA context; rebuilt after a fault.
 pub(super) struct Device {
     pub(super) ctx: Arc<CudaContext>,
@@ -91,6 +127,9 @@ pub(super) struct Device {
     /// The fitting kernels and their buffers, when free parameters are fitted on the GPU.
     pub(super) fit: Option<super::modules::FitModules>,
     pub(super) fit_buffers: Option<FitBuffers>,
+    /// The cases the fitting kernels run on, when not all of them (evenly spaced ones, with
+    /// their count; [`super::GpuEvaluator::fit_on_cases`]).
+    pub(super) fit_cases: Option<(CaseData, usize)>,
     /// Streams beside [`Device::stream`] that compiled individuals' launches are spread over, so
     /// that kernels that run long (loops) run side by side; made at the first such launch.
     pub(super) side: Vec<Arc<CudaStream>>,
@@ -131,28 +170,7 @@ impl Device {
         // really destroys it and a fresh one starts clean.
         let ctx = CudaContext::new_non_primary(0, 0).map_err(driver)?;
         let stream = ctx.default_stream();
-        let cases = problem.cases();
-        let mut params = Vec::new();
-        for p in problem.kernel_params() {
-            params.push(match p.role {
-                ParamRole::Input(i) => Some(match &cases.inputs()[i] {
-                    InputColumn::Scalar(col) => DevCol::upload(&stream, col).map_err(driver)?,
-                    InputColumn::IntArray { data, .. } => {
-                        DevCol::upload(&stream, &Column::Int(data.clone())).map_err(driver)?
-                    }
-                }),
-                ParamRole::Lengths(i) => match &cases.inputs()[i] {
-                    InputColumn::IntArray { lens, .. } => {
-                        Some(DevCol::upload(&stream, &Column::Int(lens.clone())).map_err(driver)?)
-                    }
-                    InputColumn::Scalar(_) => {
-                        return Err(GpuError::Problem(format!("parameter {} has no lengths", p.name)));
-                    }
-                },
-                ParamRole::Output(_) | ParamRole::NumCases => None,
-            });
-        }
-        let targets = DevCol::upload(&stream, cases.targets()).map_err(driver)?;
+        let CaseData { params, targets } = CaseData::upload(&stream, problem)?;
         let reduce = kernels.fitness.as_deref().map(|cubin| load_reduce(&ctx, cubin)).transpose()?;
         let interpret =
             kernels.interpreter.as_deref().map(|cubin| load_interpreter(&ctx, cubin)).transpose()?;
@@ -177,6 +195,7 @@ impl Device {
             offsets,
             fit,
             fit_buffers: None,
+            fit_cases: None,
             side: Vec::new(),
             values,
             value_stride: 0,

@@ -23,6 +23,8 @@ impl Device {
         fit: &WireFit,
         ncases: usize,
     ) -> Result<Vec<usize>, GpuError> {
+        // The fitting cases: evenly spaced ones where asked for, else all.
+        let ncases = self.fit_cases.as_ref().map_or(ncases, |(_, n)| *n);
         let modules = self.fit.clone().ok_or_else(|| no_kernel("the fitting kernel"))?;
         let n = fit.offsets.len();
         let nt = fit_tiles(ncases);
@@ -75,7 +77,10 @@ impl Device {
                 let words = self.words.slice(..fit.words.len().max(1));
                 let params = b.params.slice(..fit.params.len().max(1));
                 let mut launch = self.stream.launch_builder(kernel);
-                pass_cases(problem, &self.params, &self.targets, &mut launch);
+                match &self.fit_cases {
+                    Some((cases, _)) => pass_cases(problem, &cases.params, &cases.targets, &mut launch),
+                    None => pass_cases(problem, &self.params, &self.targets, &mut launch),
+                }
                 launch.arg(&nc);
                 launch.arg(&words);
                 launch.arg(&offsets);

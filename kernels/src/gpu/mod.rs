@@ -284,6 +284,20 @@ impl GpuEvaluator {
         Ok(outcome)
     }
 
+    /// Fits on `n` evenly spaced cases ([`Problem::strided`]) from now on, or on all of them
+    /// (`n` 0 or at least the case count): the fitting kernels' cases are uploaded once, beside
+    /// the evaluation's.
+    pub fn fit_on_cases(&mut self, n: usize) -> Result<(), GpuError> {
+        self.device.fit_cases = None;
+        if n == 0 || n >= self.ncases {
+            return Ok(());
+        }
+        let strided = self.problem.strided(n);
+        let data = buffers::CaseData::upload(&self.device.stream, &strided)?;
+        self.device.fit_cases = Some((data, strided.cases().len()));
+        Ok(())
+    }
+
     /// The least-squares sums of `fit`'s programs at its parameter values, by the fitting kernel:
     /// per program, one after the other, its sum of squared residuals, `Jᵀr` and the lower
     /// triangle of `JᵀJ` row by row (`contract::sums_of` its parameters); and the time from
