@@ -134,16 +134,26 @@ impl Killer<'_> {
     }
 }
 
-/// The clean run every chaos call is compared with, and the kill interval's span: 200 ms, or
-/// twice the daemons' warm-up where that is longer, so that on average a daemon lives through
-/// its start-up (where warm-up takes a second, as with a CUDA toolkit's NVRTC, kills every 130 ms
-/// would leave no start a chance).
+/// The clean run every chaos call is compared with, and the kill interval's span: 200 ms, twice
+/// the daemons' warm-up, or four times a farm's start and one unit's compile, whichever is
+/// longest, so that a daemon usually lives through being replaced and compiling a unit. Where
+/// warm-up takes a second (a CUDA toolkit's NVRTC), kills every 130 ms would leave no start a
+/// chance; where it takes 100 ms, a span of twice that let no unit through in 128 sends (the
+/// client notices a death, the daemon restarts and warms up, then compiles, all between kills).
 fn reference() -> (Vec<Seen>, u64) {
+    let t = Instant::now();
     let mut farm = Farm::spawn(config(2)).unwrap();
+    let start_ms = t.elapsed().as_millis() as u64;
     let warmup_ms = farm.daemon_info().iter().map(|i| i.warmup_us / 1000).max().unwrap_or(0);
-    let span_ms = (2 * warmup_ms).max(200);
-    eprintln!("daemons warm up in {warmup_ms} ms: a kill every 30 to {} ms", 30 + span_ms);
+    let t = Instant::now();
     let batch = farm.compile(&units(), &options()).unwrap();
+    // Two daemons share the units.
+    let unit_ms = t.elapsed().as_millis() as u64 * 2 / units().len() as u64;
+    let span_ms = (2 * warmup_ms).max(4 * (start_ms + unit_ms)).max(200);
+    eprintln!(
+        "a farm starts in {start_ms} ms, daemons warm up in {warmup_ms} ms, a unit compiles in {unit_ms} ms: a kill every 30 to {} ms",
+        30 + span_ms
+    );
     let want: Vec<Seen> = batch.results.iter().map(|r| seen(&r.outcome)).collect();
     assert!(want.iter().all(|s| matches!(s, Seen::Cubin(_))), "the clean run failed: {want:?}");
     // NVRTC is deterministic: a second clean run gives the same CUBINs.
