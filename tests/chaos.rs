@@ -138,7 +138,7 @@ impl Killer<'_> {
 /// the daemons' warm-up, or four times a farm's start and one unit's compile, whichever is
 /// longest, so that a daemon usually lives through being replaced and compiling a unit. Where
 /// warm-up takes a second (a CUDA toolkit's NVRTC), kills every 130 ms would leave no start a
-/// chance; where it takes 100 ms, a span of twice that let no unit through in 128 sends (the
+/// chance; where it takes 100 ms, a span of twice that lost units after 128 sends each (the
 /// client notices a death, the daemon restarts and warms up, then compiles, all between kills).
 fn reference() -> (Vec<Seen>, u64) {
     let t = Instant::now();
