@@ -3,8 +3,10 @@
 //! The context is created once and the problem's test cases are uploaded once; each generation
 //! loads its CUBINs, launches every individual over all cases (one thread per case, outputs in a
 //! slab per individual), reduces fitness on the GPU (one block per tile of cases and individual,
-//! then one per individual, [`TILE`]) so that only one `double` per individual is read back, and
-//! unloads its modules again.
+//! then one per individual, [`TILE`]) so that only one `double` per individual is read back. Its
+//! modules stay loaded, keyed by their CUBIN, until they fill the module cache (`modules`): code
+//! evaluated again (a structure with new values of its free parameters, [`GpuEvaluator::set_values`])
+//! is not loaded again.
 //!
 //! A program whose loop runs past the step limit sets its failure flag
 //! ([`gpfarm_gp::program::FAILED_FLAGS`], one per member of its unit's module) and ends; after
