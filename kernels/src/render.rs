@@ -1,7 +1,10 @@
 //! Rendering phenotypes into translation units: each unit is the problem's preamble once, then
 //! its individuals in one of two shapes ([`gpfarm_protocol::Shape`]): an `extern "C" __global__` kernel each, made
 //! from the template's kernel section, or each as a `__device__` function called by one switch
-//! kernel that picks the individual by its block row.
+//! kernel that picks the individual by its block row. For a grammar with free parameters every
+//! kernel (and device function) takes their values as its last argument, `const float* p`, and a
+//! switch kernel the generation's values and their stride ([`params_decl`]), so that an
+//! individual is compiled as its structure and runs with any values.
 //!
 //! Several individuals share one unit so that NVRTC's fixed cost per call (~12 ms on the GPU host)
 //! is paid once per unit, not once per individual. Each individual keeps its own function (not
