@@ -651,3 +651,56 @@ fn a_structure_compiled_once_runs_with_any_values_bit_for_bit() {
     gpu.set_values(&[1.0; 4], 2).unwrap();
     assert!(gpu.evaluate(&[], 3).is_err());
 }
+
+/// One structure compiled once and run in one evaluation with two sets of values, one of which
+/// makes its loop run past the step limit: only that individual fails. (The evaluator keeps
+/// modules loaded by their CUBIN; a CUBIN that comes twice in one evaluation is loaded apart, so
+/// that each individual's step-limit flag is its own.)
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
+fn the_same_code_with_two_sets_of_values_fails_only_where_its_loop_runs_on() {
+    use gpfarm_gp::problem::ProblemSources;
+    let arch = require_gpu("params_step_flags");
+    let toml = "name = \"paramloop\"\nstart = \"s\"\nkind = \"statements\"\nfitness = \"rmse\"\nmax_steps = 50\n\
+                [[inputs]]\nname = \"x\"\ntype = \"float\"\n[[locals]]\nname = \"acc\"\ntype = \"float\"\n\
+                [[outputs]]\nname = \"y\"\ntype = \"float\"\n[target]\ntype = \"float\"\n";
+    let grammar = "<s> ::= while(acc < #param#){acc = acc + 1.0f;}y = acc + x;\n";
+    let cases = r#"[{"x": 1.0, "target": 11.0}, {"x": 2.0, "target": 12.0}]"#;
+    let plain = "//@kernel\nextern \"C\" __global__ void {{KERNEL}}(const float* in_x, float* out_y, int NCASES) { float acc = 0.0f; float y = 0.0f; const float x = in_x[0]; {{PHENOTYPE}} out_y[0] = y; }\n";
+    let first = Problem::from_sources("paramloop", &ProblemSources { toml, grammar, cases, template: plain })
+        .unwrap();
+    let template = gpfarm_gp::problem::standard_template(first.spec());
+    let problem =
+        Problem::from_sources("paramloop", &ProblemSources { toml, grammar, cases, template: &template })
+            .unwrap();
+    let structure = Phenotype::new("while(acc < p[0]){acc = acc + 1.0f;}y = acc + x;");
+    let mut farm = Farm::spawn(config(2)).unwrap();
+    let mut gpu = evaluator(&mut farm, &problem, arch);
+    let options =
+        CompileOptions { flags: vec![gpfarm_evolve::NO_FMAD.into()], ..CompileOptions::cubin(arch) };
+    for language in [Language::CudaC, Language::Ptx] {
+        let (built, _) = compile_every_unit(
+            &mut farm,
+            &problem,
+            (language, Shape::Switch),
+            &[structure.clone()],
+            &options,
+        );
+        let (cubin, kernels, _) = &built.cubins[0];
+        let (first, second) = (vec![0usize], vec![1usize]);
+        let units = [
+            CompiledUnit { cubin, kernels, members: &first },
+            CompiledUnit { cubin, kernels, members: &second },
+        ];
+        // Ten steps, then a thousand (past the limit of 50).
+        gpu.set_values(&[10.0, 1000.0], 1).unwrap();
+        let out = gpu.evaluate(&units, 2).unwrap();
+        assert_eq!(out.fitness[0], Some(0.0), "{language:?}: {:?}", out.fitness);
+        assert!(out.fitness[1].is_some_and(f64::is_nan), "{language:?}: {:?}", out.fitness);
+        // Again, in the other order: the cached module's flags start at zero.
+        gpu.set_values(&[1000.0, 10.0], 1).unwrap();
+        let out = gpu.evaluate(&units, 2).unwrap();
+        assert!(out.fitness[0].is_some_and(f64::is_nan), "{language:?}: {:?}", out.fitness);
+        assert_eq!(out.fitness[1], Some(0.0), "{language:?}: {:?}", out.fitness);
+    }
+}

@@ -7,7 +7,7 @@
 //! step) is not loaded again; the cache unloads everything once it holds [`CACHE_BYTES`] of
 //! CUBIN. Must never launch anything.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
@@ -27,9 +27,20 @@ pub(super) struct ModuleCache {
 }
 
 impl ModuleCache {
-    /// The module of `cubin`, loaded into `ctx` unless it already is.
-    fn load(&mut self, ctx: &Arc<CudaContext>, cubin: &[u8]) -> Result<Arc<CudaModule>, GpuError> {
+    /// The module of `cubin`, loaded into `ctx` unless it already is. `taken` holds the CUBINs this
+    /// evaluation already took: a CUBIN that comes twice (the same structures run with two sets of
+    /// values) gets a module of its own the second time, so that its members' step-limit flags
+    /// stay their own.
+    fn load(
+        &mut self,
+        ctx: &Arc<CudaContext>,
+        cubin: &[u8],
+        taken: &mut HashSet<blake3::Hash>,
+    ) -> Result<Arc<CudaModule>, GpuError> {
         let hash = blake3::hash(cubin);
+        if !taken.insert(hash) {
+            return ctx.load_module(Ptx::from_binary(cubin.to_vec())).map_err(driver);
+        }
         if let Some(m) = self.by_hash.get(&hash) {
             return Ok(m.clone());
         }
@@ -123,6 +134,7 @@ pub(super) fn load_units(
     skip: &[usize],
 ) -> Result<(Vec<Arc<CudaModule>>, Vec<Run>), GpuError> {
     let mut modules = Vec::with_capacity(units.len());
+    let mut taken = HashSet::new();
     let mut runs: Vec<Run> = Vec::new();
     for u in units {
         if u.kernels.len() != u.members.len() {
@@ -132,7 +144,7 @@ pub(super) fn load_units(
                 u.members.len()
             )));
         }
-        let m = cache.load(ctx, u.cubin)?;
+        let m = cache.load(ctx, u.cubin, &mut taken)?;
         let mut functions: HashMap<&str, CudaFunction> = HashMap::new();
         let unit_runs = runs.len();
         for (text, &slot) in u.kernels.iter().zip(u.members) {
