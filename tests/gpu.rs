@@ -683,7 +683,7 @@ fn the_same_code_with_two_sets_of_values_fails_only_where_its_loop_runs_on() {
             &mut farm,
             &problem,
             (language, Shape::Switch),
-            &[structure.clone()],
+            std::slice::from_ref(&structure),
             &options,
         );
         let (cubin, kernels, _) = &built.cubins[0];
