@@ -119,6 +119,9 @@ pub struct Grammar {
     rules: Vec<Rule>,
     start: RuleId,
     by_name: HashMap<String, RuleId>,
+    /// Whether some alternative holds `#param#` (found once, when parsed: renderers and
+    /// launches ask for every kernel).
+    params: bool,
 }
 
 /// What is wrong with a grammar text.
@@ -214,7 +217,8 @@ impl Grammar {
                 .get(name.trim_start_matches('<').trim_end_matches('>'))
                 .ok_or_else(|| GrammarError::UnknownStart { name: name.to_string() })?,
         };
-        let mut grammar = Grammar { rules, start, by_name };
+        let params = rules.iter().flat_map(|r| &r.alternatives).any(|a| a.symbols.contains(&Symbol::Param));
+        let mut grammar = Grammar { rules, start, by_name, params };
         grammar.analyse();
         Ok(grammar)
     }
@@ -257,7 +261,7 @@ impl Grammar {
 
     /// Whether some alternative holds a free parameter (`#param#`).
     pub fn has_params(&self) -> bool {
-        self.rules.iter().flat_map(|r| &r.alternatives).any(|a| a.symbols.contains(&Symbol::Param))
+        self.params
     }
 
     /// The largest number of alternatives of any rule: codons below this cannot reach

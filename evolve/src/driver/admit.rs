@@ -81,6 +81,8 @@ impl Driver<'_> {
                 code,
                 born: now,
             };
+            // Its structure's key, when its compiled code takes values.
+            let structure = member.code_key.filter(|_| !member.params.is_empty());
             let Some(key) = member.key else {
                 self.pools.entry(member.generation).or_default().push(member);
                 continue;
@@ -97,17 +99,13 @@ impl Driver<'_> {
                 w.push(member);
                 self.account(generation).duplicates += 1;
                 self.totals.duplicates += 1;
-            } else if let Some(code_key) = member.code_key.filter(|_| !member.params.is_empty())
-                && let Some((unit, cubin, kernel)) = self.structures.get(&code_key)
-            {
+            } else if let Some((unit, cubin, kernel)) = structure.and_then(|k| self.structures.get(&k)) {
                 // Its structure was compiled before: run that code with its values.
                 self.waiting.insert(key, Vec::new());
                 self.account(member.generation).structure_hits += 1;
                 self.totals.structure_hits += 1;
                 compiled.add(unit, &cubin, kernel, member, now);
-            } else if let Some(code_key) = member.code_key.filter(|_| !member.params.is_empty())
-                && let Some(w) = self.structures.compiling.get_mut(&code_key)
-            {
+            } else if let Some(w) = structure.and_then(|k| self.structures.compiling.get_mut(&k)) {
                 // Its structure is being compiled: it waits for that code.
                 self.waiting.insert(key, Vec::new());
                 w.push(member);
@@ -125,8 +123,8 @@ impl Driver<'_> {
                 from_disk.add(unit, &Arc::new(hit.cubin), hit.kernel, member, now);
             } else {
                 self.waiting.insert(key, Vec::new());
-                if let Some(code_key) = member.code_key.filter(|_| !member.params.is_empty()) {
-                    self.structures.compiling.insert(code_key, Vec::new());
+                if let Some(k) = structure {
+                    self.structures.compiling.insert(k, Vec::new());
                 }
                 self.pools.entry(member.generation).or_default().push(member);
             }

@@ -99,15 +99,28 @@ impl CaseData {
         let targets = DevCol::upload(stream, cases.targets()).map_err(driver)?;
         Ok(CaseData { params, targets })
     }
+
+    /// Passes the case data the interpreter's kernels take first: one buffer per input and
+    /// `int[]` length parameter of the problem's compiled kernels, in their order, then the
+    /// targets.
+    pub(super) fn pass<'a>(&'a self, problem: &Problem, b: &mut LaunchArgs<'a>) {
+        for (k, p) in problem.kernel_params().iter().enumerate() {
+            if matches!(p.role, ParamRole::Input(_) | ParamRole::Lengths(_))
+                && let Some(buf) = &self.params[k]
+            {
+                buf.pass(b);
+            }
+        }
+        self.targets.pass(b);
+    }
 }
 
 /// Everything that lives in one CUDA context; rebuilt after a fault.
 pub(super) struct Device {
     pub(super) ctx: Arc<CudaContext>,
     pub(super) stream: Arc<CudaStream>,
-    /// One buffer per kernel parameter that reads case data (by parameter position).
-    pub(super) params: Vec<Option<DevCol>>,
-    pub(super) targets: DevCol,
+    /// The problem's cases.
+    pub(super) cases: CaseData,
     /// One slab per output, `capacity * ncases` values.
     pub(super) outputs: Vec<DevCol>,
     pub(super) capacity: usize,
@@ -170,7 +183,7 @@ impl Device {
         // really destroys it and a fresh one starts clean.
         let ctx = CudaContext::new_non_primary(0, 0).map_err(driver)?;
         let stream = ctx.default_stream();
-        let CaseData { params, targets } = CaseData::upload(&stream, problem)?;
+        let cases = CaseData::upload(&stream, problem)?;
         let reduce = kernels.fitness.as_deref().map(|cubin| load_reduce(&ctx, cubin)).transpose()?;
         let interpret =
             kernels.interpreter.as_deref().map(|cubin| load_interpreter(&ctx, cubin)).transpose()?;
@@ -183,8 +196,7 @@ impl Device {
         Ok(Device {
             ctx,
             stream,
-            params,
-            targets,
+            cases,
             outputs: Vec::new(),
             capacity: 0,
             fitness,
@@ -244,25 +256,6 @@ impl Device {
         }
         Ok(())
     }
-}
-
-/// Passes the case data the interpreter's kernels take first: one buffer of `params` (the
-/// device's, by kernel parameter) per input and `int[]` length parameter of the problem's compiled
-/// kernels, in their order, then the `targets`.
-pub(super) fn pass_cases<'a>(
-    problem: &Problem,
-    params: &'a [Option<DevCol>],
-    targets: &'a DevCol,
-    b: &mut LaunchArgs<'a>,
-) {
-    for (k, p) in problem.kernel_params().iter().enumerate() {
-        if matches!(p.role, ParamRole::Input(_) | ParamRole::Lengths(_))
-            && let Some(buf) = &params[k]
-        {
-            buf.pass(b);
-        }
-    }
-    targets.pass(b);
 }
 
 /// Copies `host` to the start of `dev`, first replacing `dev` by a buffer of the next power of

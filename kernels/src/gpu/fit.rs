@@ -7,7 +7,7 @@
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 use gpfarm_gp::Problem;
 
-use super::buffers::{Device, FitBuffers, grow_copy, pass_cases};
+use super::buffers::{Device, FitBuffers, grow_copy};
 use super::contract::{FIT_SUMS, fit_tiles, fit_width};
 use super::{BLOCK, GpuError, WireFit, driver, no_kernel};
 
@@ -77,10 +77,7 @@ impl Device {
                 let words = self.words.slice(..fit.words.len().max(1));
                 let params = b.params.slice(..fit.params.len().max(1));
                 let mut launch = self.stream.launch_builder(kernel);
-                match &self.fit_cases {
-                    Some((cases, _)) => pass_cases(problem, &cases.params, &cases.targets, &mut launch),
-                    None => pass_cases(problem, &self.params, &self.targets, &mut launch),
-                }
+                self.fit_cases.as_ref().map_or(&self.cases, |(c, _)| c).pass(problem, &mut launch);
                 launch.arg(&nc);
                 launch.arg(&words);
                 launch.arg(&offsets);

@@ -9,7 +9,7 @@
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 use gpfarm_gp::Problem;
 
-use super::buffers::{Device, grow_copy, pass_cases, tiles};
+use super::buffers::{Device, grow_copy, tiles};
 use super::contract::{DEEP, program_range};
 use super::{BLOCK, GpuError, WirePopulation, driver, no_kernel};
 
@@ -49,7 +49,7 @@ impl Device {
                 let offsets = offsets.slice(first..first + rows);
                 let mut partial = self.partial.slice_mut(first * nt as usize..(first + rows) * nt as usize);
                 let mut b = self.stream.launch_builder(function);
-                pass_cases(problem, &self.params, &self.targets, &mut b);
+                self.cases.pass(problem, &mut b);
                 b.arg(&nc);
                 b.arg(&words);
                 b.arg(&offsets);

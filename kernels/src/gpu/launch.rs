@@ -70,7 +70,7 @@ impl Device {
         for (k, p) in params.iter().enumerate() {
             match p.role {
                 ParamRole::Input(_) | ParamRole::Lengths(_) => {
-                    if let Some(buf) = &self.params[k] {
+                    if let Some(buf) = &self.cases.params[k] {
                         views.push(buf.whole());
                     }
                 }
@@ -151,7 +151,7 @@ impl Device {
         for o in &self.outputs {
             o.pass(&mut b);
         }
-        self.targets.pass(&mut b);
+        self.cases.targets.pass(&mut b);
         b.arg(&nc);
         b.arg(&nt);
         b.arg(&mut self.partial);
