@@ -7,10 +7,12 @@
 //! The programs' parameter values come in a buffer, so the same bytecode serves every iteration.
 //!
 //! Layout: one block of [`BLOCK`] threads per tile of [`FIT_TILE`] cases (grid x) and program
-//! (grid y); a thread runs cases `l`, `l + BLOCK`, ... of its tile and adds to its own `double`
-//! sums in that order; the block sums its warps by shuffles and then its warps in order, and
-//! [`FIT_TILES_KERNEL`] sums each program's tiles in order, so the sums are the same bits on
-//! every run. Values are the evaluating kernel's ops (so the outputs are the interpreter's, bit for
+//! (grid y); a thread runs cases `l`, `l + BLOCK`, ... of its tile. Up to 8 parameters, it adds
+//! each case's products to its own `double` sums in that order and the block sums its warps by
+//! shuffles and then its warps in order; wider, the block's Jacobian rows go to shared memory and
+//! each thread adds its own share of the sums over them, in order (registers, not local memory,
+//! however many sums). [`FIT_TILES_KERNEL`] sums each program's tiles in order, so the sums are
+//! the same bits on every run. Values are the evaluating kernel's ops (so the outputs are the interpreter's, bit for
 //! bit); the derivatives are floats, by the rules of the CPU's tangents (`gp::program`): none for
 //! ints, comparisons and conversions to int; the path taken at a branch; the first argument's
 //! side of `fabs` at 0 and of `fmin`/`fmax` on a tie; `pow`'s exponent only where its base is
@@ -259,36 +261,62 @@ union V {{ int i; float f; double d; }};\n\
 #define MIX(s, d) ((s) == 0.0 ? 0.0 : (s) * (d))\n\
 #define FIT_PARAMS {FIT_PARAMS}\n\
 #define FIT_SUMS {FIT_SUMS}\n\n\
-// Width NP: a tangent of NP floats per value; NSUMS = 1 + NP + NP (NP + 1) / 2 sums per thread.\n\
+// Width NP: a tangent of NP floats per value; NSUMS = 1 + NP + NP (NP + 1) / 2 sums.\n\
+// Narrow kernels (NP <= {UNROLLED}) keep every sum in each thread's registers, add each case's\n\
+// products there, and sum the threads by shuffles and then the warps in order. Wider ones put each\n\
+// case's Jacobian row and residual in shared memory (the whole block's rows at a time, or half of them for 64 parameters) and give each\n\
+// thread its own sums (sum q to thread q mod BLOCK), which it adds over the rows in order: the\n\
+// products stay in registers, however many parameters. Either way the order is fixed.\n\
 template <int NP>\n\
 __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
 {{\n\
     constexpr int NSUMS = 1 + NP + NP * (NP + 1) / 2;\n\
-    // Up to 32 parameters every warp's sums meet in shared memory at once; wider ones, {CHUNK} at a time.\n\
-    constexpr int NRED = NP <= 32 ? NSUMS : {CHUNK};\n\
-    __shared__ double red[{WARPS}][NRED];\n\
+    constexpr bool NARROW = NP <= {UNROLLED};\n\
+    // Rows of the wide kernels' shared memory: the whole block's, or half of it for 64 parameters.\n\
+    constexpr int S = NARROW ? 1 : ((NP + 1) * 4 + 8) * {BLOCK} <= 40960 ? {BLOCK} : {BLOCK} / 2;\n\
+    constexpr int OWN = NARROW ? 1 : (NSUMS + {BLOCK} - 1) / {BLOCK};\n\
+    __shared__ double red[{WARPS}][NARROW ? NSUMS : 1];\n\
+    __shared__ float jsh[S][NP + 1];\n\
+    __shared__ double rsh[S];\n\
     __shared__ int gpfarm_abort;\n\
     if (threadIdx.x == 0) gpfarm_abort = 0;\n\
     __syncthreads();\n\
     const unsigned* __restrict__ prog = code + offsets[blockIdx.y];\n\
     const float* __restrict__ P = params + poffsets[blockIdx.y];\n\
     const int np = nparams[blockIdx.y];\n\
+    // The sums this program fills: the triangle's rows beyond its parameters stay zero.\n\
+    const int used = 1 + NP + np * (np + 1) / 2;\n\
     auto gpfarm_read = [](unsigned, int, int) -> int {{ return 0; }};\n\
-    double acc[NSUMS];\n\
-    for (int q = 0; q < NSUMS; ++q) acc[q] = 0.0;\n\
+    double acc[NARROW ? NSUMS : 1];\n\
+    for (int q = 0; q < (NARROW ? NSUMS : 1); ++q) acc[q] = 0.0;\n\
+    // A wide kernel's thread's sums, and the two factors of each (an index into a row: NP for\n\
+    // the residual).\n\
+    double own[OWN];\n\
+    int fa[OWN], fb[OWN];\n\
+#pragma unroll\n\
+    for (int s = 0; s < OWN; ++s) {{\n\
+        own[s] = 0.0;\n\
+        const int q = (int)threadIdx.x + s * {BLOCK};\n\
+        if (q == 0 || q >= NSUMS) {{ fa[s] = NP; fb[s] = NP; }}\n\
+        else if (q <= NP) {{ fa[s] = q - 1; fb[s] = NP; }}\n\
+        else {{ int t = q - 1 - NP, k = 0; while (t > k) {{ t -= k + 1; ++k; }} fa[s] = k; fb[s] = t; }}\n\
+    }}\n\
     for (int j = 0; j < {FIT_ROWS}; ++j) {{\n\
+        // The same for every thread of the block, so that all of them reach the barriers.\n\
+        if ((int)(blockIdx.x * {FIT_TILE} + j * {BLOCK}) >= ncases) break;\n\
         const int c = blockIdx.x * {FIT_TILE} + threadIdx.x + j * {BLOCK};\n\
-        if (c >= ncases) break;\n\
+        float dout[NP];\n\
+        FORK dout[k] = 0.0f;\n\
+        double r = 0.0;\n\
+        if (c < ncases) {{\n\
         V vars[{nslots}];\n\
         float vdt[{nslots}][NP];\n\
         V out[{nout}];\n\
-        float dout[NP];\n\
         V st[{depth}];\n\
         float sdt[{depth}][NP];\n\
 {init}\
         for (int s = 0; s < {nslots}; ++s) {{ FORK vdt[s][k] = 0.0f; }}\n\
         for (int s = 0; s < {nout}; ++s) out[s].d = 0.0;\n\
-        FORK dout[k] = 0.0f;\n\
         V t;\n\
         t.d = 0.0;\n\
         float dt[NP];\n\
@@ -308,50 +336,51 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
             }}\n\
         }}\n\
     finished:\n\
-        {{\n\
-            const double r = failed ? __longlong_as_double(0x7ff8000000000000LL) : (double)out[0].f - (double)target[c];\n\
+        r = failed ? __longlong_as_double(0x7ff8000000000000LL) : (double)out[0].f - (double)target[c];\n\
+        }}\n\
+        if constexpr (NARROW) {{\n\
+            // Every index a constant, so that the sums live in registers.\n\
             acc[0] += r * r;\n\
-            // Narrow kernels unroll, so that every index is a constant and the sums live in\n\
-            // registers; wide ones keep them in local memory and loop over the parameters used.\n\
-            if constexpr (NP <= {UNROLLED}) {{\n\
 #pragma unroll\n\
-                for (int k = 0; k < NP; ++k) {{\n\
-                    if (k < np) {{\n\
-                        const double jk = (double)dout[k];\n\
-                        acc[1 + k] += jk * r;\n\
-#pragma unroll\n\
-                        for (int l = 0; l <= k; ++l) acc[1 + NP + k * (k + 1) / 2 + l] += jk * (double)dout[l];\n\
-                    }}\n\
-                }}\n\
-            }} else {{\n\
-                for (int k = 0; k < np; ++k) {{\n\
+            for (int k = 0; k < NP; ++k) {{\n\
+                if (k < np) {{\n\
                     const double jk = (double)dout[k];\n\
                     acc[1 + k] += jk * r;\n\
+#pragma unroll\n\
                     for (int l = 0; l <= k; ++l) acc[1 + NP + k * (k + 1) / 2 + l] += jk * (double)dout[l];\n\
                 }}\n\
             }}\n\
+        }} else {{\n\
+            for (int half = 0; half < {BLOCK} / S; ++half) {{\n\
+                if ((int)threadIdx.x / S == half) {{\n\
+                    const int row = (int)threadIdx.x % S;\n\
+                    FORK jsh[row][k] = dout[k];\n\
+                    jsh[row][NP] = 0.0f;\n\
+                    rsh[row] = r;\n\
+                }}\n\
+                __syncthreads();\n\
+                for (int row = 0; row < S; ++row) {{\n\
+                    const double rr = rsh[row];\n\
+#pragma unroll\n\
+                    for (int s = 0; s < OWN; ++s) {{\n\
+                        const double a = fa[s] == NP ? rr : (double)jsh[row][fa[s]];\n\
+                        const double b = fb[s] == NP ? rr : (double)jsh[row][fb[s]];\n\
+                        own[s] += a * b;\n\
+                    }}\n\
+                }}\n\
+                __syncthreads();\n\
+            }}\n\
         }}\n\
     }}\n\
-    const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;\n\
-    // The sums this program fills: the triangle's rows beyond its parameters stay zero.\n\
-    const int used = 1 + NP + np * (np + 1) / 2;\n\
     const size_t at = ((size_t)blockIdx.y * ntiles + blockIdx.x) * FIT_SUMS;\n\
     // Where sum q of this width goes in the layout of every width (the sum of squares, Jᵀr in\n\
     // FIT_PARAMS places, the triangle); -1 for Jᵀr's places beyond the program's parameters.\n\
     auto place = [&](int q) -> int {{ return q == 0 ? 0 : q <= NP ? (q - 1 < np ? q : -1) : 1 + FIT_PARAMS + (q - 1 - NP); }};\n\
-    if constexpr (NP <= 32) {{\n\
-        // Narrow kernels unroll, so that every index is a constant and the sums stay in registers.\n\
-        if constexpr (NP <= {UNROLLED}) {{\n\
+    if constexpr (NARROW) {{\n\
+        const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;\n\
 #pragma unroll\n\
-            for (int q = 0; q < NSUMS; ++q) {{\n\
-                if (q < used) {{\n\
-                    double v = acc[q];\n\
-                    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);\n\
-                    if (lane == 0) red[warp][q] = v;\n\
-                }}\n\
-            }}\n\
-        }} else {{\n\
-            for (int q = 0; q < used; ++q) {{\n\
+        for (int q = 0; q < NSUMS; ++q) {{\n\
+            if (q < used) {{\n\
                 double v = acc[q];\n\
                 for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);\n\
                 if (lane == 0) red[warp][q] = v;\n\
@@ -364,20 +393,10 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
             if (place(q) >= 0) partial[at + place(q)] = s;\n\
         }}\n\
     }} else {{\n\
-        for (int base = 0; base < used; base += {CHUNK}) {{\n\
-            for (int q = base; q < base + {CHUNK} && q < used; ++q) {{\n\
-                double v = acc[q];\n\
-                for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);\n\
-                if (lane == 0) red[warp][q - base] = v;\n\
-            }}\n\
-            __syncthreads();\n\
-            const int q = base + (int)threadIdx.x;\n\
-            if ((int)threadIdx.x < {CHUNK} && q < used) {{\n\
-                double s = 0.0;\n\
-                for (int w = 0; w < {WARPS}; ++w) s += red[w][threadIdx.x];\n\
-                if (place(q) >= 0) partial[at + place(q)] = s;\n\
-            }}\n\
-            __syncthreads();\n\
+#pragma unroll\n\
+        for (int s = 0; s < OWN; ++s) {{\n\
+            const int q = (int)threadIdx.x + s * {BLOCK};\n\
+            if (q < used && place(q) >= 0) partial[at + place(q)] = own[s];\n\
         }}\n\
     }}\n\
 }}\n\n\
@@ -397,6 +416,5 @@ extern \"C\" __global__ void {FIT_TILES_KERNEL}(const double* __restrict__ parti
         WARPS = BLOCK / 32,
         depth = FIT_DEPTH + 2,
         UNROLLED = 8,
-        CHUNK = 64,
     ))
 }
