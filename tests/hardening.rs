@@ -102,7 +102,7 @@ fn another_users_file_named_as_a_farm_is_ignored_refused_and_never_signalled() {
     // A process of this user the impostor's header points at.
     let mut victim = Command::new("sleep").arg("60").spawn().unwrap();
     let seg = Segment::create(&name, DaemonId(0)).unwrap();
-    let path = format!("/dev/shm/{name}");
+    let path = gpfarm_protocol::segment::path_of(&name).unwrap().display().to_string();
     {
         // The header's daemon pid sits at byte 40 (after magic, version, header length,
         // capacity, state, go, done, client pid).
@@ -162,7 +162,10 @@ fn a_corrupted_header_neither_orphans_its_daemon_nor_hides_it() {
     assert_eq!(before.len(), 1);
     let name = SegmentName::new(&farm.0, DaemonId(0));
     {
-        let mut f = std::fs::OpenOptions::new().write(true).open(format!("/dev/shm/{name}")).unwrap();
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(gpfarm_protocol::segment::path_of(&name).unwrap())
+            .unwrap();
         let noise: Vec<u8> = (0..64u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 | 1).collect();
         f.write_all(&noise).unwrap();
     }
@@ -322,4 +325,89 @@ fn start_up_survives_daemons_killed_before_their_handshake() {
     assert_eq!(farm.len(), 2);
     let batch = farm.compile(&units(4), &options()).unwrap();
     assert!(batch.results.iter().all(|r| r.cubin().is_some()));
+}
+
+/// Runs `script` with `sh -c` as user `nobody` (65534); whether it succeeded.
+fn as_nobody(script: &str) -> bool {
+    use std::os::unix::process::CommandExt;
+    Command::new("sh").arg("-c").arg(script).uid(65534).gid(65534).status().unwrap().success()
+}
+
+#[test]
+fn another_user_can_neither_pre_create_a_farms_names_nor_stop_it_starting() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let _turn = one_at_a_time();
+    if effective_uid() != 0 {
+        eprintln!("SKIPPED another_user_names: acting as a second user (nobody) needs root");
+        return;
+    }
+    if !nvrtc_or_skip("another user's names") {
+        return;
+    }
+    // A fresh root like /dev/shm (world-writable, sticky) where `nobody` got there first: the
+    // directory this user's segments would go to is theirs.
+    let root = tempfile::tempdir_in("/dev/shm").unwrap();
+    std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let root_s = root.path().to_str().unwrap().to_owned();
+    let usual = root.path().join("gpfarm-0");
+    assert!(as_nobody(&format!("mkdir -m 0777 {}", usual.display())), "nobody could not squat");
+    let src = root.path().join("k.cu");
+    std::fs::write(&src, kernel("k", 1)).unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_gpfarm"))
+            .args(args)
+            .env("GPFARMD", env!("CARGO_BIN_EXE_gpfarmd"))
+            .env(gpfarm_protocol::dir::ROOT_VAR, &root_s)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["compile", "-n", "2", "--source", src.to_str().unwrap()]);
+    assert!(out.status.success(), "a squatted name stopped the farm: {}", text(&out.stderr));
+    // The farm went to a directory of this user's own, which `nobody` cannot write in, and
+    // left it empty; the squatter's directory is untouched.
+    let ours: Vec<_> = std::fs::read_dir(root.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with("gpfarm-0-x"))
+        .collect();
+    assert_eq!(ours.len(), 1, "{ours:?}");
+    let meta = std::fs::symlink_metadata(&ours[0]).unwrap();
+    assert!(meta.is_dir() && meta.uid() == 0 && meta.mode() & 0o7777 == 0o700, "{meta:?}");
+    assert_eq!(std::fs::read_dir(&ours[0]).unwrap().count(), 0, "segments were left behind");
+    assert_eq!(
+        std::fs::symlink_metadata(&usual).unwrap().uid(),
+        65534,
+        "the squatter's directory was touched"
+    );
+    let planted = ours[0].join("gpfarm-0-abc-0");
+    assert!(!as_nobody(&format!("touch {} 2>/dev/null", planted.display())), "nobody wrote in the directory");
+    assert!(!planted.exists());
+
+    // A resident farm in that directory: its names are public (command lines), yet `nobody`
+    // cannot take the name of a killed daemon's segment, and the farm stays whole.
+    let name: FarmName = format!("sq{}", std::process::id()).parse().unwrap();
+    let start = run(&["daemons", "start", "-n", "2", "--detach", "--name", name.as_str()]);
+    assert!(start.status.success(), "{}", text(&start.stderr));
+    let pids =
+        || live_daemons().into_iter().filter(|(n, _)| n.farm == name).map(|(_, p)| p).collect::<Vec<u32>>();
+    let first = SegmentName::new(&name, DaemonId(0));
+    let victim = find_daemon(&first).expect("daemon 0 runs");
+    let target = ours[0].join(first.to_string());
+    assert!(target.exists(), "daemon 0's segment is not in this user's directory");
+    // SAFETY: signalling a daemon this test started.
+    unsafe { libc::kill(victim as i32, libc::SIGKILL) };
+    let mut planted_any = false;
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(10) {
+        planted_any |= as_nobody(&format!("touch {} 2>/dev/null", target.display()));
+        if pids().len() == 2 && !pids().contains(&victim) {
+            break;
+        }
+    }
+    assert!(!planted_any, "nobody created a daemon's name");
+    assert!(pids().len() == 2 && !pids().contains(&victim), "the farm did not heal: {:?}", pids());
+    let stop = run(&["daemons", "stop", name.as_str()]);
+    assert!(stop.status.success(), "{}", text(&stop.stderr));
+    assert_eq!(std::fs::read_dir(&ours[0]).unwrap().count(), 0, "segments were left behind");
 }

@@ -1,7 +1,7 @@
 //! The contract between the GP process and its compile daemons.
 //!
 //! Everything that crosses the process boundary is defined here and nowhere else: the layout of a
-//! daemon's shared-memory segment ([`segment`]), the futex-based "go" and "done" events
+//! daemon's shared-memory segment ([`segment`]) and the private directory it lives in ([`dir`]), the futex-based "go" and "done" events
 //! ([`event`]), the names segments are found by ([`names`]), the request/response messages
 //! ([`message`]) with the value types they carry ([`types`]), the GPU worker's frames
 //! ([`worker`]), and the sizes all of them agree on ([`limits`]).
@@ -12,6 +12,7 @@
 //! This crate never trusts the other side: every length, offset and capacity read from shared
 //! memory is validated before use, and decoding arbitrary bytes returns an error, never panics.
 
+pub mod dir;
 pub mod event;
 pub mod limits;
 pub mod message;

@@ -1,9 +1,9 @@
 //! Names of farms, daemons and their shared-memory segments.
 //!
-//! A segment is named `/gpfarm-<uid>-<farm>-<id>`. The uid keeps users apart and lets stale
-//! segments of this user be found; the farm name of a spawned farm is 64 random bits, so a name
-//! cannot be guessed by another process. Names are validated so that nothing read from the
-//! command line or the file system can smuggle a `/` or a NUL into `shm_open`.
+//! A segment is named `gpfarm-<uid>-<farm>-<id>`, in this user's private directory of segments
+//! ([`crate::dir`]), which is what keeps other users out: names are not secret (a daemon's farm
+//! and id are on its command line). Names are validated so that nothing read from the command
+//! line or the file system can smuggle a `/` or a NUL into a path.
 
 use std::fmt;
 use std::str::FromStr;
@@ -11,7 +11,7 @@ use std::str::FromStr;
 use rand::RngCore;
 use thiserror::Error;
 
-/// Prefix of every segment this project creates in `/dev/shm`.
+/// Prefix of every segment this project creates.
 pub const SEGMENT_PREFIX: &str = "gpfarm-";
 
 /// Why a name was refused.
@@ -86,7 +86,7 @@ impl fmt::Display for FarmName {
     }
 }
 
-/// Name of one daemon's segment, as passed to `shm_open` (without the leading `/`).
+/// Name of one daemon's segment: its file's name in the directory of segments.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SegmentName {
     /// Owner's user id.
@@ -103,7 +103,7 @@ impl SegmentName {
         SegmentName { uid: current_uid(), farm: farm.clone(), id }
     }
 
-    /// Parses a file name as found in `/dev/shm`.
+    /// Parses a file name as found in the directory of segments.
     pub fn parse(file_name: &str) -> Result<Self, NameError> {
         let bad = || NameError::NotASegment(file_name.to_owned());
         let rest = file_name.strip_prefix(SEGMENT_PREFIX).ok_or_else(bad)?;
@@ -118,11 +118,6 @@ impl SegmentName {
             farm: farm.parse().map_err(|_| bad())?,
             id: DaemonId(id.parse().map_err(|_| bad())?),
         })
-    }
-
-    /// The name `shm_open` takes.
-    pub fn shm_path(&self) -> String {
-        format!("/{self}")
     }
 }
 

@@ -16,9 +16,10 @@
 //! every message carries a CRC-32 that its reader checks, so bytes changed in shared memory are
 //! an error, not a different answer.
 //!
-//! Nothing in `/dev/shm` is trusted for its name alone: a segment is opened (with `O_NOFOLLOW`)
-//! and listed only if this user owns it, it is a plain file of mode 0600 and has one link, so
-//! another user cannot plant, link or truncate a segment that a process of this user then uses.
+//! Segments live in this user's private directory ([`crate::dir`], `/dev/shm/gpfarm-<uid>`,
+//! mode 0700), where no other user can create or replace a name. Even there nothing is trusted
+//! for its name alone: a segment is opened (with `O_NOFOLLOW`) and listed only if this user owns
+//! it, it is a plain file of mode 0600 and has one link.
 //! Whether a segment's daemon lives is asked of the process ([`crate::process`]), never of the
 //! header.
 
@@ -31,7 +32,11 @@ use std::time::Duration;
 
 use thiserror::Error;
 
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
 use crate::PROTOCOL_VERSION;
+use crate::dir::{DirError, segment_dir};
 use crate::message::{self, MessageError, Request, Response};
 use crate::names::{DaemonId, FarmName, NameError, SegmentName, current_uid};
 pub use crate::process::process_alive;
@@ -104,7 +109,7 @@ pub enum SegmentError {
         source: std::io::Error,
     },
     /// A segment of that name already exists; `why` says whose it is and what to do.
-    #[error("segment /dev/shm/{name} already exists: {why}")]
+    #[error("segment {name} already exists: {why}")]
     Exists {
         /// The segment.
         name: String,
@@ -113,7 +118,7 @@ pub enum SegmentError {
     },
     /// The file is not one this user created as a segment (another owner, another mode, more
     /// than one link, not a plain file), so it is not used.
-    #[error("/dev/shm/{name} is not this user's segment ({why}); it is left alone")]
+    #[error("{name} is not this user's segment ({why}); it is left alone")]
     NotOurs {
         /// The segment.
         name: String,
@@ -152,6 +157,9 @@ pub enum SegmentError {
     /// The segment name is malformed.
     #[error(transparent)]
     Name(#[from] NameError),
+    /// There is no safe directory to keep segments in.
+    #[error(transparent)]
+    Dir(#[from] DirError),
 }
 
 /// A message the client may write: a [`Request`] or a borrowed form of one.
@@ -177,25 +185,31 @@ fn os_err(what: &'static str, name: &SegmentName) -> SegmentError {
     SegmentError::Os { what, name: name.to_string(), source: std::io::Error::last_os_error() }
 }
 
-fn shm_cstring(name: &SegmentName) -> CString {
-    // A SegmentName is built from validated parts and cannot hold a NUL.
-    CString::new(name.shm_path()).unwrap_or_default()
+/// The path of segment `name` in this user's directory of segments.
+pub fn path_of(name: &SegmentName) -> Result<PathBuf, DirError> {
+    Ok(segment_dir()?.join(name.to_string()))
+}
+
+fn c_path(path: &Path) -> CString {
+    // The directory is checked and a SegmentName is built from validated parts: no NUL.
+    CString::new(path.as_os_str().as_bytes()).unwrap_or_default()
 }
 
 impl Segment {
     /// Creates the segment of a daemon (mode 0600, failing if it exists) in state `Starting`.
     pub fn create(name: &SegmentName, daemon_id: DaemonId) -> Result<Segment, SegmentError> {
-        let path = shm_cstring(name);
-        // SAFETY: `path` is a valid NUL-terminated string; the flags and mode are plain ints.
-        let fd = unsafe { libc::shm_open(path.as_ptr(), libc::O_CREAT | libc::O_EXCL | libc::O_RDWR, 0o600) };
+        let path = path_of(name)?;
+        let flags = libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        // SAFETY: a valid NUL-terminated path; the flags and mode are plain ints.
+        let fd = unsafe { libc::open(c_path(&path).as_ptr(), flags, 0o600 as libc::c_uint) };
         if fd < 0 {
             let err = std::io::Error::last_os_error();
             if err.raw_os_error() == Some(libc::EEXIST) {
-                return Err(SegmentError::Exists { name: name.to_string(), why: whose(name) });
+                return Err(SegmentError::Exists { name: show(&path), why: whose(name) });
             }
-            return Err(SegmentError::Os { what: "shm_open", name: name.to_string(), source: err });
+            return Err(SegmentError::Os { what: "open", name: show(&path), source: err });
         }
-        // SAFETY: shm_open returned a fresh descriptor that nothing else owns.
+        // SAFETY: open returned a fresh descriptor that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         let total = HEADER_LEN + INITIAL_CAPACITY;
         let seg = (|| {
@@ -224,21 +238,22 @@ impl Segment {
 
     /// Opens an existing segment and checks its header.
     pub fn open(name: &SegmentName) -> Result<Segment, SegmentError> {
-        let path = shm_cstring(name);
+        let path = path_of(name)?;
         // SAFETY: as in `create`.
-        let fd = unsafe { libc::shm_open(path.as_ptr(), libc::O_RDWR | libc::O_NOFOLLOW, 0) };
+        let fd =
+            unsafe { libc::open(c_path(&path).as_ptr(), libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC) };
         if fd < 0 {
             let err = std::io::Error::last_os_error();
             if err.raw_os_error() == Some(libc::ENOENT) {
                 return Err(SegmentError::Missing(name.to_string()));
             }
-            return Err(SegmentError::Os { what: "shm_open", name: name.to_string(), source: err });
+            return Err(SegmentError::Os { what: "open", name: show(&path), source: err });
         }
         // SAFETY: fresh descriptor owned by nobody else.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         // Before anything is mapped: a file of another user could be truncated under the mapping.
         if let Some(why) = foreign(&fstat(&fd, name)?) {
-            return Err(SegmentError::NotOurs { name: name.to_string(), why });
+            return Err(SegmentError::NotOurs { name: show(&path), why });
         }
         let size = file_size(&fd, name)?;
         if size < HEADER_LEN {
@@ -358,7 +373,7 @@ impl Segment {
         self.header().client_pid.load(Ordering::Acquire)
     }
 
-    /// How many names the segment's file has: 1 while it is in `/dev/shm`, 0 once it has been
+    /// How many names the segment's file has: 1 while it is in the directory of segments, 0 once it has been
     /// removed (`None` if that cannot be read).
     pub fn links(&self) -> Option<u64> {
         fstat(&self.fd, &self.name).ok().map(|st| st.st_nlink)
@@ -553,13 +568,13 @@ fn ownership_problem(uid: u32, mode: u32, links: u64) -> Option<String> {
 /// Why segment `name` cannot be created now, if a file already holds its name: whose it is and
 /// what to do (for an error message); `None` if the name is free.
 pub fn name_taken(name: &SegmentName) -> Option<String> {
-    std::fs::symlink_metadata(format!("/dev/shm/{name}")).ok().map(|_| whose(name))
+    std::fs::symlink_metadata(path_of(name).ok()?).ok().map(|_| whose(name))
 }
 
 /// Who holds the name of a segment that could not be created, for the error.
 fn whose(name: &SegmentName) -> String {
     use std::os::unix::fs::MetadataExt;
-    let Ok(meta) = std::fs::symlink_metadata(format!("/dev/shm/{name}")) else {
+    let Some(meta) = path_of(name).ok().and_then(|p| std::fs::symlink_metadata(p).ok()) else {
         return "it was there a moment ago and is gone now; try again".into();
     };
     if let Some(why) = ownership_problem(meta.uid(), meta.mode(), meta.nlink()) {
@@ -593,17 +608,21 @@ fn map(fd: &OwnedFd, len: usize, name: &SegmentName) -> Result<NonNull<u8>, Segm
 
 /// Removes a segment's name; mappings that are still open stay valid until unmapped.
 pub fn unlink(name: &SegmentName) -> bool {
-    let path = shm_cstring(name);
-    // SAFETY: valid NUL-terminated name.
-    unsafe { libc::shm_unlink(path.as_ptr()) == 0 }
+    path_of(name).is_ok_and(|p| std::fs::remove_file(p).is_ok())
 }
 
-/// Files in `/dev/shm` named as this user's segments, each with what is wrong with it (`None`:
-/// it is this user's own).
+/// The path as text, for messages.
+fn show(path: &Path) -> String {
+    path.display().to_string()
+}
+
+/// Files in this user's directory of segments named as this user's segments, each with what is
+/// wrong with it (`None`: it is this user's own).
 fn named_as_ours() -> Vec<(SegmentName, Option<String>)> {
     use std::os::unix::fs::MetadataExt;
     let uid = current_uid();
-    let Ok(dir) = std::fs::read_dir("/dev/shm") else { return Vec::new() };
+    let Ok(dir) = segment_dir() else { return Vec::new() };
+    let Ok(dir) = std::fs::read_dir(dir) else { return Vec::new() };
     let mut names: Vec<(SegmentName, Option<String>)> = dir
         .filter_map(|e| e.ok())
         .filter_map(|e| {
@@ -617,7 +636,7 @@ fn named_as_ours() -> Vec<(SegmentName, Option<String>)> {
     names
 }
 
-/// Every segment of the current user in `/dev/shm`: named for this user *and* owned by this
+/// Every segment of the current user in its directory of segments: named for this user *and* owned by this
 /// user, a plain file of mode 0600 with one link. Files that only carry the name are left out
 /// ([`impostors`] lists them).
 pub fn list_segments() -> Vec<SegmentName> {
@@ -676,7 +695,7 @@ mod tests {
     fn a_created_segment_opens_with_its_header_and_is_removed_on_drop() {
         let name = fresh_name();
         let seg = Segment::create(&name, DaemonId(3)).unwrap();
-        let mode = std::fs::metadata(format!("/dev/shm/{name}")).unwrap();
+        let mode = std::fs::metadata(path_of(&name).unwrap()).unwrap();
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(mode.permissions().mode() & 0o777, 0o600);
         let peer = Segment::open(&name).unwrap();
@@ -755,10 +774,10 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let name = fresh_name();
         let _seg = Segment::create(&name, DaemonId(0)).unwrap();
-        let path = format!("/dev/shm/{name}");
+        let path = path_of(&name).unwrap();
         // A link planted under another name of this user's, as an impostor would.
         let twin = fresh_name();
-        std::fs::hard_link(&path, format!("/dev/shm/{twin}")).unwrap();
+        std::fs::hard_link(&path, path_of(&twin).unwrap()).unwrap();
         for n in [&name, &twin] {
             let e = Segment::open(n).err().expect("a linked segment was opened");
             assert!(matches!(&e, SegmentError::NotOurs { why, .. } if why.contains("2 links")), "{e}");
@@ -783,7 +802,7 @@ mod tests {
         }
         let name = fresh_name();
         let seg = Segment::create(&name, DaemonId(0)).unwrap();
-        let path = CString::new(format!("/dev/shm/{name}")).unwrap();
+        let path = c_path(&path_of(&name).unwrap());
         // SAFETY: a valid path; 65534 is `nobody`.
         assert_eq!(unsafe { libc::chown(path.as_ptr(), 65534, 65534) }, 0);
         let e = Segment::open(&name).err().expect("another user's file was opened");

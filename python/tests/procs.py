@@ -6,8 +6,14 @@ from pathlib import Path
 
 
 def segments():
-    """This user's gpfarm shared-memory segments."""
-    return sorted(p.name for p in Path("/dev/shm").glob(f"gpfarm-{os.getuid()}-*"))
+    """This user's gpfarm shared-memory segments: files in its directories of segments
+    (`/dev/shm/gpfarm-<uid>`, or `gpfarm-<uid>-x<hex>` where that name was taken)."""
+    uid = os.getuid()
+    found = []
+    for d in Path("/dev/shm").glob(f"gpfarm-{uid}*"):
+        if d.is_dir() and not d.is_symlink() and d.stat().st_uid == uid:
+            found.extend(p.name for p in d.glob(f"gpfarm-{uid}-*"))
+    return sorted(found)
 
 
 def gpfarmd_children(pid):

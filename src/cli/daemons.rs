@@ -113,7 +113,9 @@ pub fn run(cmd: DaemonsCommand, cuda: Option<&Path>) -> Result<()> {
         DaemonsCommand::Status { json } => {
             let farms = farm_status();
             for (n, why) in gpfarm_protocol::segment::impostors() {
-                eprintln!("ignored /dev/shm/{n}: not this user's segment ({why})");
+                let path =
+                    gpfarm_protocol::segment::path_of(&n).map_or(n.to_string(), |p| p.display().to_string());
+                eprintln!("ignored {path}: not this user's segment ({why})");
             }
             if json {
                 println!("{}", serde_json::to_string_pretty(&farms)?);

@@ -61,6 +61,10 @@ fn daemon_command(exe: &Path, farm: &FarmName, id: DaemonId, config: &FarmConfig
         cmd.process_group(0);
     }
     cmd.envs(config.env.iter().map(|(k, v)| (k, v)));
+    // The daemon makes its segment where this process looks for it, whatever it would find.
+    if let Ok(dir) = gpfarm_protocol::dir::segment_dir() {
+        cmd.env(gpfarm_protocol::dir::DIR_VAR, dir);
+    }
     // A detached daemon must not hold its starter's terminal or pipes open: `$(gpfarm daemons
     // start --detach)` would never return. Why it failed to start still reaches the client
     // through its segment.
