@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::{faulty_config, kernel, marked, nvrtc_or_skip, units};
 use gpfarm_client::{CompileOptions, Compiler, FailureKind, Farm, FarmConfig, SmArch};
-use gpfarm_protocol::process::{effective_uid, find_daemon, is_daemon_of, live_daemons, process_alive};
+use gpfarm_protocol::process::{self, effective_uid, find_daemon, is_daemon_of, live_daemons, process_alive};
 use gpfarm_protocol::segment::list_segments;
 use gpfarm_protocol::{DaemonId, FarmName, Segment, SegmentName};
 
@@ -410,4 +410,61 @@ fn another_user_can_neither_pre_create_a_farms_names_nor_stop_it_starting() {
     let stop = run(&["daemons", "stop", name.as_str()]);
     assert!(stop.status.success(), "{}", text(&stop.stderr));
     assert_eq!(std::fs::read_dir(&ours[0]).unwrap().count(), 0, "segments were left behind");
+}
+
+#[test]
+fn a_resident_farm_heals_stopped_overwritten_and_truncated_daemons_and_its_keeper_and_clients_live() {
+    let _turn = one_at_a_time();
+    if !nvrtc_or_skip("resident faults") {
+        return;
+    }
+    let farm = Resident::start("rf", 2, &[]);
+    let name0 = SegmentName::new(&farm.0, DaemonId(0));
+    let keeper = process::parent_of(find_daemon(&name0).expect("daemon 0 runs")).expect("a keeper");
+    // An attached client that holds daemon 0's mapping through every fault (this test process:
+    // a SIGBUS here fails the test by killing it).
+    let mut client = Farm::attach(Some(&farm.0), config(2)).unwrap();
+    assert!(client.compile(&units(4), &options()).unwrap().results.iter().all(|r| r.cubin().is_some()));
+    // Header offsets: magic 0 (u64), version 8 and header length 12 (u32), capacity 16 (u64).
+    let faults: [(&str, Box<Fault>); 6] = [
+        ("stopped", Box::new(|_, pid| unsafe { assert_eq!(libc::kill(pid as i32, libc::SIGSTOP), 0) })),
+        ("magic", Box::new(|p, _| poke(p, 0, &[0; 8]))),
+        ("version", Box::new(|p, _| poke(p, 8, &999u32.to_le_bytes()))),
+        ("header length", Box::new(|p, _| poke(p, 12, &7u32.to_le_bytes()))),
+        ("capacity", Box::new(|p, _| poke(p, 16, &(1u64 << 40).to_le_bytes()))),
+        (
+            "truncated",
+            Box::new(|p, _| std::fs::OpenOptions::new().write(true).open(p).unwrap().set_len(0).unwrap()),
+        ),
+    ];
+    for (what, fault) in &faults {
+        let before = find_daemon(&name0).expect("daemon 0 runs");
+        let path = gpfarm_protocol::segment::path_of(&name0).unwrap();
+        let t0 = Instant::now();
+        fault(&path, before);
+        let healed =
+            farm.wait(Duration::from_secs(10), |f| f.pids().len() == 2 && !f.pids().contains(&before));
+        let took = t0.elapsed();
+        assert!(healed, "{what}: daemon 0 was not replaced: {:?}", farm.pids());
+        assert!(process_alive(keeper), "{what}: the keeper died");
+        let t1 = Instant::now();
+        let batch = client.compile(&units(4), &options()).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(batch.results.iter().all(|r| r.cubin().is_some()), "{what}: {:?}", batch.results);
+        eprintln!(
+            "resident fault {what}: replaced in {took:?}, the held client's next call took {:?}",
+            t1.elapsed()
+        );
+        assert!(t1.elapsed() < Duration::from_secs(30), "{what}: the client stalled");
+    }
+    drop(client);
+}
+
+/// Something done to a daemon (its segment's path, its pid).
+type Fault = dyn Fn(&std::path::Path, u32);
+
+/// Writes `bytes` at `offset` of the file at `path`.
+fn poke(path: &std::path::Path, offset: u64, bytes: &[u8]) {
+    let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.seek(SeekFrom::Start(offset)).unwrap();
+    f.write_all(bytes).unwrap();
 }

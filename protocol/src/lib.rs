@@ -14,6 +14,7 @@
 
 pub mod dir;
 pub mod event;
+pub mod guard;
 pub mod limits;
 pub mod message;
 pub mod names;

@@ -32,6 +32,14 @@ pub fn process_alive(pid: u32) -> bool {
     exists && !is_zombie(pid)
 }
 
+/// Whether `pid` is stopped by a signal (`T`, SIGSTOP and the like) or by a tracer (`t`): it
+/// runs no code until it is continued. Where `/proc` cannot say, no.
+pub fn is_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| s.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with(['T', 't'])))
+        .unwrap_or(false)
+}
+
 /// Whether `pid` has died and waits to be reaped (`Z`) or is being reaped (`X`). Where `/proc`
 /// cannot say, no.
 pub fn is_zombie(pid: u32) -> bool {

@@ -37,6 +37,7 @@ use std::path::{Path, PathBuf};
 
 use crate::PROTOCOL_VERSION;
 use crate::dir::{DirError, segment_dir};
+use crate::guard;
 use crate::message::{self, MessageError, Request, Response};
 use crate::names::{DaemonId, FarmName, NameError, SegmentName, current_uid};
 pub use crate::process::process_alive;
@@ -174,6 +175,8 @@ pub struct Segment {
     ptr: NonNull<u8>,
     mapped: usize,
     owner: bool,
+    /// The guard slot of a mapping this process did not create ([`crate::guard`]).
+    guard: Option<usize>,
 }
 
 // SAFETY: the mapping belongs to the process, not to a thread; all header access goes through
@@ -215,7 +218,7 @@ impl Segment {
         let seg = (|| {
             resize_file(&fd, total, name)?;
             let ptr = map(&fd, total, name)?;
-            Ok(Segment { name: name.clone(), fd, ptr, mapped: total, owner: true })
+            Ok(Segment { name: name.clone(), fd, ptr, mapped: total, owner: true, guard: None })
         })();
         let seg = match seg {
             Ok(seg) => seg,
@@ -260,7 +263,10 @@ impl Segment {
             return Err(invalid(name, format!("file is {size} bytes, shorter than its header")));
         }
         let ptr = map(&fd, HEADER_LEN, name)?;
-        let mut seg = Segment { name: name.clone(), fd, ptr, mapped: HEADER_LEN, owner: false };
+        // A file cut short under the mapping faults on access: the guard turns that into lost
+        // pages of zeros, which `health` and the header checks then report.
+        let guard = guard::watch(ptr.as_ptr() as usize, HEADER_LEN);
+        let mut seg = Segment { name: name.clone(), fd, ptr, mapped: HEADER_LEN, owner: false, guard };
         let h = seg.header();
         if h.magic.load(Ordering::Acquire) != MAGIC {
             return Err(invalid(name, "no gpfarm magic (still being created, or not ours)".into()));
@@ -373,6 +379,41 @@ impl Segment {
         self.header().client_pid.load(Ordering::Acquire)
     }
 
+    /// What is wrong with the segment as it is now, if anything: its file shorter than its
+    /// header or than the capacity the header gives, a header that is not this protocol's
+    /// (magic, version, header length, capacity out of range), an unknown state, or a page of
+    /// it lost to truncation since it was mapped (see [`crate::guard`]). Reads the file's size
+    /// before the header, so that a truncated file is found without touching it.
+    pub fn health(&self) -> Result<(), SegmentError> {
+        let size = file_size(&self.fd, &self.name)?;
+        if size < HEADER_LEN {
+            return Err(invalid(
+                &self.name,
+                format!("its file was cut to {size} bytes, shorter than its header"),
+            ));
+        }
+        if self.guard.is_some_and(guard::lost) {
+            return Err(invalid(&self.name, "its file was cut short while it was mapped".into()));
+        }
+        let h = self.header();
+        if h.magic.load(Ordering::Acquire) != MAGIC {
+            return Err(invalid(&self.name, "its header's magic is gone".into()));
+        }
+        let version = h.version.load(Ordering::Relaxed);
+        if version != PROTOCOL_VERSION {
+            return Err(invalid(&self.name, format!("its header says protocol version {version}")));
+        }
+        let header_len = h.header_len.load(Ordering::Relaxed);
+        if header_len as usize != HEADER_LEN {
+            return Err(invalid(&self.name, format!("its header length is {header_len}")));
+        }
+        let cap = h.capacity.load(Ordering::Acquire);
+        if cap as usize > MAX_CAPACITY || cap < 4096 || HEADER_LEN + cap as usize > size {
+            return Err(invalid(&self.name, format!("capacity {cap} with a file of {size} bytes")));
+        }
+        self.state().map(|_| ())
+    }
+
     /// How many names the segment's file has: 1 while it is in the directory of segments, 0 once it has been
     /// removed (`None` if that cannot be read).
     pub fn links(&self) -> Option<u64> {
@@ -424,9 +465,15 @@ impl Segment {
         let new = map(&self.fd, len, &self.name)?;
         // SAFETY: `ptr`/`mapped` describe a mapping this struct made and nothing borrows it now
         // (remap takes `&mut self`).
+        if let Some(slot) = self.guard.take() {
+            guard::unwatch(slot);
+        }
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.mapped) };
         self.ptr = new;
         self.mapped = len;
+        if !self.owner {
+            self.guard = guard::watch(new.as_ptr() as usize, len);
+        }
         Ok(())
     }
 
@@ -509,6 +556,9 @@ impl Segment {
 
 impl Drop for Segment {
     fn drop(&mut self) {
+        if let Some(slot) = self.guard.take() {
+            guard::unwatch(slot);
+        }
         // SAFETY: unmapping our own mapping; nothing borrows it past `drop`.
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.mapped) };
         if self.owner {

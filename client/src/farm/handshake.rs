@@ -28,10 +28,12 @@ pub(super) fn await_available(
     let deadline = Instant::now() + timeout;
     // A daemon this process did not start is watched through `/proc` once it is found there.
     let mut watched: Option<u32> = None;
-    let mut check_child = |child: &mut Option<&mut Supervised>| -> Result<(), FarmError> {
+    let check_child = |child: &mut Option<&mut Supervised>,
+                       watched: &mut Option<u32>|
+     -> Result<(), FarmError> {
         if child.is_none() {
-            match watched {
-                None => watched = process::find_daemon(name),
+            match *watched {
+                None => *watched = process::find_daemon(name),
                 Some(pid) if !process::is_daemon_of(pid, name) => {
                     return Err(FarmError::Killed { id, message: format!("gpfarmd {pid} is gone") });
                 }
@@ -54,35 +56,49 @@ pub(super) fn await_available(
         }
         Ok(())
     };
-    let mut seg = loop {
-        match Segment::open(name) {
-            Ok(seg) => break seg,
-            Err(SegmentError::Missing(_)) | Err(SegmentError::Invalid { .. }) => {
-                check_child(&mut child)?;
+    'open: loop {
+        let mut seg = loop {
+            match Segment::open(name) {
+                Ok(seg) => break seg,
+                Err(SegmentError::Missing(_)) | Err(SegmentError::Invalid { .. }) => {
+                    check_child(&mut child, &mut watched)?;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
+        let mut seen = 0;
+        loop {
+            // A segment whose name was removed (its daemon was replaced, and the new one serves a
+            // new segment under the name) or that was damaged will never change again: the name
+            // is opened afresh. So is one whose daemon is not the one this process watches.
+            let replaced = seg.links() == Some(0)
+                || seg.health().is_err()
+                || watched.is_some_and(|pid| seg.daemon_pid() != pid);
+            if replaced {
+                watched = None;
+                check_child(&mut child, &mut watched)?;
                 std::thread::sleep(Duration::from_millis(5));
+                continue 'open;
             }
-            Err(e) => return Err(e.into()),
-        }
-    };
-    let mut seen = 0;
-    loop {
-        match seg.state()? {
-            DaemonState::Available => return Ok(seg),
-            DaemonState::Failed => {
-                let why = match seg.read_response() {
-                    Ok(Response::Error(m)) => m,
-                    _ => "failed to start".into(),
-                };
-                event::signal(seg.go());
-                return Err(FarmError::Daemon { id, message: why });
-            }
-            DaemonState::Stopped => {
-                return Err(FarmError::Daemon { id, message: "stopped during start-up".into() });
-            }
-            DaemonState::Starting | DaemonState::Processing => {
-                check_child(&mut child)?;
-                if let Wake::Signalled(v) = event::wait(seg.done(), seen, POLL) {
-                    seen = v;
+            match seg.state()? {
+                DaemonState::Available => return Ok(seg),
+                DaemonState::Failed => {
+                    let why = match seg.read_response() {
+                        Ok(Response::Error(m)) => m,
+                        _ => "failed to start".into(),
+                    };
+                    event::signal(seg.go());
+                    return Err(FarmError::Daemon { id, message: why });
+                }
+                DaemonState::Stopped => {
+                    return Err(FarmError::Daemon { id, message: "stopped during start-up".into() });
+                }
+                DaemonState::Starting | DaemonState::Processing => {
+                    check_child(&mut child, &mut watched)?;
+                    if let Wake::Signalled(v) = event::wait(seg.done(), seen, POLL) {
+                        seen = v;
+                    }
                 }
             }
         }

@@ -248,7 +248,8 @@ impl Farm {
     /// Keeps a resident farm whole; for the process that started it (`gpfarm daemons start`),
     /// called every few tens of milliseconds. A daemon is replaced when it died (other than by a
     /// clean exit: that is how `gpfarm daemons stop` ends one, and it is dropped from the farm),
-    /// when its segment was removed or its header no longer names it, when the client it was
+    /// when its segment was removed, cut short or its header overwritten or no longer names it,
+    /// when it is stopped by a signal, when the client it was
     /// working for died (the unit is abandoned with the daemon), or when, idle, it holds more
     /// memory than [`Farm::over_memory`] allows. Returns what was done.
     pub fn heal(&mut self) -> Vec<Healed> {
@@ -301,6 +302,14 @@ impl Farm {
         }
         if d.seg.links() == Some(0) {
             return Some(Trouble::Replace("its segment was removed".into()));
+        }
+        // Cut short, overwritten or from another version: checked before anything else of the
+        // header is read.
+        if let Err(e) = d.seg.health() {
+            return Some(Trouble::Replace(gpfarm_protocol::error_chain(&e)));
+        }
+        if process::is_stopped(d.pid) {
+            return Some(Trouble::Replace("it is stopped by a signal and would answer no client".into()));
         }
         let state = match d.seg.state() {
             Ok(s) => s,
