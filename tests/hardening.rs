@@ -468,3 +468,42 @@ fn poke(path: &std::path::Path, offset: u64, bytes: &[u8]) {
     f.seek(SeekFrom::Start(offset)).unwrap();
     f.write_all(bytes).unwrap();
 }
+
+#[test]
+fn a_client_killed_mid_call_never_stalls_the_next_one() {
+    let _turn = one_at_a_time();
+    if !nvrtc_or_skip("client killed mid-call") {
+        return;
+    }
+    let farm = Resident::start("kc", 2, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    // A call long enough to be killed in any of its phases: 150 kernels in one unit.
+    let big = dir.path().join("big.cu");
+    std::fs::write(&big, (0..150).map(|i| kernel(&format!("k{i}"), i)).collect::<String>()).unwrap();
+    let small = dir.path().join("small.cu");
+    std::fs::write(&small, kernel("s", 3)).unwrap();
+    let attach = |source: &std::path::Path| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_gpfarm"));
+        c.args(["compile", "--attach", "--farm", farm.0.as_str(), "--deadline", "10", "--source"]);
+        c.arg(source).env("GPFARMD", env!("CARGO_BIN_EXE_gpfarmd"));
+        c
+    };
+    let mut slowest = Duration::ZERO;
+    for i in 0..40u64 {
+        let mut doomed = attach(&big).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(50 + (i * 37) % 400));
+        doomed.kill().unwrap();
+        doomed.wait().unwrap();
+        let t0 = Instant::now();
+        let next = attach(&small).output().unwrap();
+        let took = t0.elapsed();
+        slowest = slowest.max(took);
+        assert!(
+            next.status.success(),
+            "try {i}: the next client failed after {took:?}: {}",
+            text(&next.stderr)
+        );
+        assert!(took < Duration::from_secs(15), "try {i}: the next client took {took:?}");
+    }
+    eprintln!("client killed mid-call: 40 tries, the next client's call took at most {slowest:?}");
+}
