@@ -1,10 +1,12 @@
 //! Chaos: daemons SIGKILLed at random, during start-up, handshakes and compiles, in spawned farms
-//! (each call starts its own) and in a resident farm (kept by `gpfarm daemons start --detach`,
-//! attached to by the calls). Every unit's status and CUBIN hash is compared with a clean run:
+//! (each call starts its own); and in a resident farm (kept by `gpfarm daemons start --detach`,
+//! attached to by the calls), daemons killed, stopped (SIGSTOP), their segments' headers
+//! overwritten (magic, version, header length, capacity) or their segments truncated, in turn. Every unit's status and CUBIN hash is compared with a clean run:
 //! nothing may be lost, duplicated or changed, and no call may fail to start.
 //!
 //! A daemon is killed every 30-230 ms (longer where daemons take longer than 100 ms to warm up).
-//! `GPFARM_CHAOS_KILLS` sets the kills per mode (default 150, so CI kills 300). Each mode prints
+//! `GPFARM_CHAOS_KILLS` sets the faults per mode (default 150, so CI does 300; 7000 gives the
+//! resident farm 1,000 of each kind). Each mode prints
 //! one line of figures, `chaos <mode>: ...`, the source of the README's failure table.
 
 mod common;
@@ -95,14 +97,68 @@ impl Tally {
     }
 }
 
-/// Kills a random daemon of the farm in `target` every 30 to 30 + `span_ms` ms until `stop`;
-/// counts the kills, and those of daemons still starting (no segment yet, or state `Starting`).
+/// What is done to a daemon: killed, stopped, its segment's header overwritten (magic, version,
+/// header length, capacity) or its segment cut to nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    Kill,
+    Stop,
+    Magic,
+    Version,
+    HeaderLen,
+    Capacity,
+    Truncate,
+}
+
+impl Fault {
+    /// Every fault a resident farm's keeper heals.
+    const RESIDENT: [Fault; 7] = [
+        Fault::Kill,
+        Fault::Stop,
+        Fault::Magic,
+        Fault::Version,
+        Fault::HeaderLen,
+        Fault::Capacity,
+        Fault::Truncate,
+    ];
+
+    /// Does it to the daemon `pid` serving `name`; whether it was done.
+    fn apply(self, name: &gpfarm_protocol::SegmentName, pid: u32) -> bool {
+        use std::io::{Seek, SeekFrom, Write};
+        let signal = |sig| unsafe { libc::kill(pid as libc::pid_t, sig) } == 0;
+        let poke = |offset: u64, bytes: &[u8]| {
+            let Ok(path) = gpfarm_protocol::segment::path_of(name) else { return false };
+            let Ok(mut f) = std::fs::OpenOptions::new().write(true).open(path) else { return false };
+            f.seek(SeekFrom::Start(offset)).is_ok() && f.write_all(bytes).is_ok()
+        };
+        match self {
+            // SAFETY (both signals): kill(2) of a daemon of this test's farm, found in /proc a
+            // moment ago.
+            Fault::Kill => signal(libc::SIGKILL),
+            Fault::Stop => signal(libc::SIGSTOP),
+            Fault::Magic => poke(0, &[0; 8]),
+            Fault::Version => poke(8, &999u32.to_le_bytes()),
+            Fault::HeaderLen => poke(12, &7u32.to_le_bytes()),
+            Fault::Capacity => poke(16, &(1u64 << 40).to_le_bytes()),
+            Fault::Truncate => gpfarm_protocol::segment::path_of(name)
+                .ok()
+                .and_then(|p| std::fs::OpenOptions::new().write(true).open(p).ok())
+                .is_some_and(|f| f.set_len(0).is_ok()),
+        }
+    }
+}
+
+/// Does one of `faults` (in turn) to a random daemon of the farm in `target` every 30 to
+/// 30 + `span_ms` ms until `stop`; counts the faults (`kills`, and by kind in `by_kind`), and
+/// those done to daemons still starting (no segment yet, or state `Starting`).
 struct Killer<'a> {
     span_ms: u64,
     target: &'a Mutex<Option<FarmName>>,
     stop: &'a AtomicBool,
     kills: &'a AtomicUsize,
     starting: &'a AtomicUsize,
+    faults: &'a [Fault],
+    by_kind: &'a [AtomicUsize],
 }
 
 impl Killer<'_> {
@@ -125,9 +181,10 @@ impl Killer<'_> {
             let (name, pid) = &daemons[next() as usize % daemons.len()];
             let starting =
                 Segment::open(name).map_or(true, |s| s.state().ok() == Some(DaemonState::Starting));
-            // SAFETY: kill(2) of a daemon of this test's farm, found in /proc a moment ago.
-            if unsafe { libc::kill(*pid as libc::pid_t, libc::SIGKILL) } == 0 {
+            let k = self.kills.load(Ordering::SeqCst) % self.faults.len();
+            if self.faults[k].apply(name, *pid) {
                 self.kills.fetch_add(1, Ordering::SeqCst);
+                self.by_kind[k].fetch_add(1, Ordering::SeqCst);
                 self.starting.fetch_add(usize::from(starting), Ordering::SeqCst);
             }
         }
@@ -208,8 +265,17 @@ fn spawned_farms_lose_nothing_while_daemons_are_killed_at_random() {
     let mut tally = Tally::default();
     let mut farms = Vec::new();
     let started = Instant::now();
+    let by_kind = [AtomicUsize::new(0)];
     std::thread::scope(|s| {
-        let killer = Killer { span_ms, target: &target, stop: &stop, kills: &kills, starting: &starting };
+        let killer = Killer {
+            span_ms,
+            target: &target,
+            stop: &stop,
+            kills: &kills,
+            starting: &starting,
+            faults: &[Fault::Kill],
+            by_kind: &by_kind,
+        };
         s.spawn(move || killer.run(0x5eed_0001));
         while kills.load(Ordering::SeqCst) < kills_per_mode() {
             let name = FarmName::random();
@@ -272,8 +338,17 @@ fn a_resident_farm_loses_nothing_while_its_daemons_are_killed_at_random() {
     let (stop, kills, starting) = (AtomicBool::new(false), AtomicUsize::new(0), AtomicUsize::new(0));
     let mut tally = Tally::default();
     let started = Instant::now();
+    let by_kind: Vec<AtomicUsize> = Fault::RESIDENT.iter().map(|_| AtomicUsize::new(0)).collect();
     std::thread::scope(|s| {
-        let killer = Killer { span_ms, target: &target, stop: &stop, kills: &kills, starting: &starting };
+        let killer = Killer {
+            span_ms,
+            target: &target,
+            stop: &stop,
+            kills: &kills,
+            starting: &starting,
+            faults: &Fault::RESIDENT,
+            by_kind: &by_kind,
+        };
         s.spawn(move || killer.run(0x5eed_0002));
         while kills.load(Ordering::SeqCst) < kills_per_mode() {
             let mut farm = match Farm::attach(Some(&name), config(2)) {
@@ -301,6 +376,12 @@ fn a_resident_farm_loses_nothing_while_its_daemons_are_killed_at_random() {
     let kept = std::fs::read_to_string(&log).unwrap_or_default();
     let replaced = kept.lines().filter(|l| l.ends_with("; replaced")).count();
     eprintln!("the keeper replaced {replaced} daemons");
+    let kinds: Vec<String> = Fault::RESIDENT
+        .iter()
+        .zip(&by_kind)
+        .map(|(f, n)| format!("{f:?} {}", n.load(Ordering::SeqCst)))
+        .collect();
+    eprintln!("chaos resident faults by kind: {}", kinds.join(", "));
     // Still whole: both daemons serve, and the farm compiles.
     let farm = Farm::attach(Some(&name), config(2));
     let mut farm = farm.unwrap_or_else(|e| panic!("{e}; keeper's log:\n{kept}"));
