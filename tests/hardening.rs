@@ -438,6 +438,17 @@ fn a_resident_farm_heals_stopped_overwritten_and_truncated_daemons_and_its_keepe
         ),
     ];
     for (what, fault) in &faults {
+        // Daemon 0 has made its segment and is up (a header written over while it is still
+        // being made is written again by its daemon, and there is nothing to heal).
+        let up = farm.wait(Duration::from_secs(10), |_| {
+            find_daemon(&name0).is_some_and(|pid| {
+                Segment::open(&name0).is_ok_and(|s| {
+                    s.daemon_pid() == pid
+                        && s.state().is_ok_and(|st| st != gpfarm_protocol::DaemonState::Starting)
+                })
+            })
+        });
+        assert!(up, "{what}: daemon 0 did not come up");
         let before = find_daemon(&name0).expect("daemon 0 runs");
         let path = gpfarm_protocol::segment::path_of(&name0).unwrap();
         let t0 = Instant::now();
