@@ -98,7 +98,9 @@ impl Tally {
 }
 
 /// What is done to a daemon: killed, stopped, its segment's header overwritten (magic, version,
-/// header length, capacity) or its segment cut to nothing.
+/// header length, capacity), its segment cut to nothing, or (as user `nobody`, where this test
+/// runs as root) its segment's name taken: a file and a link made under it, in the user's
+/// directory of segments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fault {
     Kill,
@@ -108,7 +110,11 @@ enum Fault {
     HeaderLen,
     Capacity,
     Truncate,
+    Squat,
 }
+
+/// Names another user managed to make in this user's directory of segments (must stay 0).
+static SQUATTED: AtomicUsize = AtomicUsize::new(0);
 
 impl Fault {
     /// Every fault a resident farm's keeper heals.
@@ -121,6 +127,17 @@ impl Fault {
         Fault::Capacity,
         Fault::Truncate,
     ];
+
+    /// The faults done to a resident farm here: [`Fault::RESIDENT`], and squatting as root.
+    fn resident() -> Vec<Fault> {
+        let mut all = Fault::RESIDENT.to_vec();
+        if gpfarm_protocol::process::effective_uid() == 0 {
+            all.push(Fault::Squat);
+        } else {
+            eprintln!("chaos resident: no squatting, as acting as another user (nobody) needs root");
+        }
+        all
+    }
 
     /// Does it to the daemon `pid` serving `name`; whether it was done.
     fn apply(self, name: &gpfarm_protocol::SegmentName, pid: u32) -> bool {
@@ -144,6 +161,22 @@ impl Fault {
                 .ok()
                 .and_then(|p| std::fs::OpenOptions::new().write(true).open(p).ok())
                 .is_some_and(|f| f.set_len(0).is_ok()),
+            Fault::Squat => {
+                use std::os::unix::process::CommandExt;
+                let Ok(path) = gpfarm_protocol::segment::path_of(name) else { return false };
+                let p = path.display();
+                // Each attempt succeeds only if the directory lets another user in.
+                let script = format!(
+                    "n=0; touch '{p}.x' 2>/dev/null && n=$((n+1)); ln -s /tmp '{p}.l' 2>/dev/null && n=$((n+1)); \
+                     rm -f '{p}' 2>/dev/null && [ ! -e '{p}' ] && n=$((n+1)); echo $n"
+                );
+                let Ok(out) = Command::new("sh").arg("-c").arg(script).uid(65534).gid(65534).output() else {
+                    return false;
+                };
+                let made: usize = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0);
+                SQUATTED.fetch_add(made, Ordering::SeqCst);
+                true
+            }
         }
     }
 }
@@ -338,7 +371,8 @@ fn a_resident_farm_loses_nothing_while_its_daemons_are_killed_at_random() {
     let (stop, kills, starting) = (AtomicBool::new(false), AtomicUsize::new(0), AtomicUsize::new(0));
     let mut tally = Tally::default();
     let started = Instant::now();
-    let by_kind: Vec<AtomicUsize> = Fault::RESIDENT.iter().map(|_| AtomicUsize::new(0)).collect();
+    let faults = Fault::resident();
+    let by_kind: Vec<AtomicUsize> = faults.iter().map(|_| AtomicUsize::new(0)).collect();
     std::thread::scope(|s| {
         let killer = Killer {
             span_ms,
@@ -346,7 +380,7 @@ fn a_resident_farm_loses_nothing_while_its_daemons_are_killed_at_random() {
             stop: &stop,
             kills: &kills,
             starting: &starting,
-            faults: &Fault::RESIDENT,
+            faults: &faults,
             by_kind: &by_kind,
         };
         s.spawn(move || killer.run(0x5eed_0002));
@@ -376,12 +410,14 @@ fn a_resident_farm_loses_nothing_while_its_daemons_are_killed_at_random() {
     let kept = std::fs::read_to_string(&log).unwrap_or_default();
     let replaced = kept.lines().filter(|l| l.ends_with("; replaced")).count();
     eprintln!("the keeper replaced {replaced} daemons");
-    let kinds: Vec<String> = Fault::RESIDENT
-        .iter()
-        .zip(&by_kind)
-        .map(|(f, n)| format!("{f:?} {}", n.load(Ordering::SeqCst)))
-        .collect();
+    let kinds: Vec<String> =
+        faults.iter().zip(&by_kind).map(|(f, n)| format!("{f:?} {}", n.load(Ordering::SeqCst))).collect();
     eprintln!("chaos resident faults by kind: {}", kinds.join(", "));
+    assert_eq!(
+        SQUATTED.load(Ordering::SeqCst),
+        0,
+        "another user made or removed names in the directory of segments"
+    );
     // Still whole: both daemons serve, and the farm compiles.
     let farm = Farm::attach(Some(&name), config(2));
     let mut farm = farm.unwrap_or_else(|e| panic!("{e}; keeper's log:\n{kept}"));
@@ -429,4 +465,100 @@ fn a_client_killed_while_its_farm_starts_leaves_no_daemon_and_no_segment() {
     };
     assert!(daemons.is_empty(), "daemons outlived their killed clients: {daemons:?}");
     assert!(segments.is_empty(), "segments outlived their killed clients: {segments:?}");
+}
+
+/// A copy of built-in problem `problem` in a fresh directory.
+fn problem_copy(problem: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let original = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("gp/problems").join(problem);
+    for name in ["problem.toml", "grammar.bnf", "cases.json", "template.cu"] {
+        std::fs::copy(original.join(name), dir.path().join(name)).unwrap();
+    }
+    dir
+}
+
+/// Inputs out of range, drawn at random in a loop (`GPFARM_CHAOS_KILLS` of them): populations,
+/// island counts, `max_len`, case values beyond a float, zero deadlines and limits, text where a
+/// number goes. Every run ends with status 1 and one line on stderr, or status 2 (a usage error);
+/// none panics, aborts or is killed, and none takes more than a few seconds.
+#[test]
+fn inputs_out_of_range_in_a_loop_are_clear_errors_and_never_crash() {
+    let count = kills_per_mode();
+    let (search, keijzer) = (problem_copy("search"), problem_copy("keijzer6"));
+    let search_toml = std::fs::read_to_string(search.path().join("problem.toml")).unwrap();
+    assert!(search_toml.contains("max_len = 20"));
+    let mut state = 0x1234_5678_9abc_def1_u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut by_kind = [0usize; 6];
+    let mut slowest = Duration::ZERO;
+    let started = Instant::now();
+    for i in 0..count {
+        let kind = i % by_kind.len();
+        let mut args: Vec<String> =
+            ["evolve", "--route", "cpu", "--generations", "0"].map(String::from).to_vec();
+        let big = |r: u64| (100_000_001 + r % (u64::MAX - 100_000_001)).to_string();
+        match kind {
+            0 => args.extend(["--population".into(), if next() % 4 == 0 { "0".into() } else { big(next()) }]),
+            1 => args.extend(["--islands".into(), (1025 + next() % 1_000_000_000).to_string()]),
+            2 => {
+                let v = 2_147_483_647 + next() % (i64::MAX as u64 - 2_147_483_647);
+                let toml = search_toml.replace("max_len = 20", &format!("max_len = {v}"));
+                std::fs::write(search.path().join("problem.toml"), toml).unwrap();
+                args.extend(["--problem-dir".into(), search.path().display().to_string()]);
+            }
+            3 => {
+                let sign = if next() % 2 == 0 { "" } else { "-" };
+                let value = format!("{sign}{}.{}e{}", 1 + next() % 9, next() % 1000, 39 + next() % 269);
+                let cases = format!(r#"[{{"x": 1.0, "target": 1.0}}, {{"x": {value}, "target": 2.0}}]"#);
+                std::fs::write(keijzer.path().join("cases.json"), cases).unwrap();
+                args.extend(["--problem-dir".into(), keijzer.path().display().to_string()]);
+            }
+            4 => {
+                let flag =
+                    ["--deadline", "--max-steps", "--gpu-deadline", "--population"][next() as usize % 4];
+                args.extend([flag.into(), "0".into()]);
+            }
+            _ => {
+                let flag = ["--population", "--islands", "--deadline", "--max-steps", "--fit-cases"]
+                    [next() as usize % 5];
+                let junk = ["-1", "1e9x", "", "NaN", "18446744073709551616", "0x10"][next() as usize % 6];
+                args.extend([flag.into(), junk.into()]);
+            }
+        }
+        let t = Instant::now();
+        let out = Command::new(env!("CARGO_BIN_EXE_gpfarm"))
+            .args(&args)
+            .env("RUST_BACKTRACE", "1")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        slowest = slowest.max(t.elapsed());
+        let err = String::from_utf8_lossy(&out.stderr);
+        let code = out.status.code();
+        assert!(!err.contains("panicked") && !err.contains("backtrace"), "{args:?}: {err}");
+        match code {
+            Some(1) => assert!(err.lines().count() == 1 && err.starts_with("gpfarm: "), "{args:?}: {err}"),
+            Some(2) => assert!(err.contains("error"), "{args:?}: {err}"),
+            other => panic!(
+                "{args:?}: status {other:?} (a signal, a crash or a run that should not have run): {err}"
+            ),
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "{args:?} took {:?}", t.elapsed());
+        by_kind[kind] += 1;
+    }
+    eprintln!(
+        "chaos inputs: {count} runs (population {}, islands {}, max_len {}, case values {}, zeros {}, junk {}), all clear errors, slowest {slowest:?}, {:.1} s",
+        by_kind[0],
+        by_kind[1],
+        by_kind[2],
+        by_kind[3],
+        by_kind[4],
+        by_kind[5],
+        started.elapsed().as_secs_f64()
+    );
 }
