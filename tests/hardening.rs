@@ -169,9 +169,15 @@ fn a_corrupted_header_neither_orphans_its_daemon_nor_hides_it() {
         let noise: Vec<u8> = (0..64u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 | 1).collect();
         f.write_all(&noise).unwrap();
     }
-    let status = gpfarm(&["daemons", "status"]);
-    let out = text(&status.stdout);
-    assert!(out.contains(&format!("farm {}", farm.0)), "the farm vanished from status: {out}");
+    // Listed whatever its header says; while its keeper replaces the daemon (within tens of
+    // milliseconds) a status may fall between the two, so it is asked again for up to 10 s.
+    let listed = |out: &str| out.contains(&format!("farm {}", farm.0));
+    let mut out = String::new();
+    let until = Instant::now() + Duration::from_secs(10);
+    while !listed(&out) && Instant::now() < until {
+        out = text(&gpfarm(&["daemons", "status"]).stdout);
+    }
+    assert!(listed(&out), "the farm vanished from status: {out}");
     // Its keeper replaces the daemon whose header was overwritten; either way a live daemon of
     // the farm serves the segment, and none is orphaned.
     assert!(
@@ -418,7 +424,10 @@ fn a_resident_farm_heals_stopped_overwritten_and_truncated_daemons_and_its_keepe
     if !nvrtc_or_skip("resident faults") {
         return;
     }
-    let farm = Resident::start("rf", 2, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("keeper.log");
+    let farm = Resident::start("rf", 2, &["--log", log.to_str().unwrap()]);
+    let kept = || std::fs::read_to_string(&log).unwrap_or_default();
     let name0 = SegmentName::new(&farm.0, DaemonId(0));
     let keeper = process::parent_of(find_daemon(&name0).expect("daemon 0 runs")).expect("a keeper");
     // An attached client that holds daemon 0's mapping through every fault (this test process:
@@ -456,7 +465,7 @@ fn a_resident_farm_heals_stopped_overwritten_and_truncated_daemons_and_its_keepe
         let healed =
             farm.wait(Duration::from_secs(10), |f| f.pids().len() == 2 && !f.pids().contains(&before));
         let took = t0.elapsed();
-        assert!(healed, "{what}: daemon 0 was not replaced: {:?}", farm.pids());
+        assert!(healed, "{what}: daemon 0 was not replaced: {:?}; keeper's log:\n{}", farm.pids(), kept());
         assert!(process_alive(keeper), "{what}: the keeper died");
         let t1 = Instant::now();
         let batch = client.compile(&units(4), &options()).unwrap_or_else(|e| panic!("{what}: {e}"));

@@ -20,7 +20,7 @@ use crate::driver::{CrashSettings, Driver, Evaluator, Settings, with_queues};
 use crate::error::EvolveError;
 use crate::islands::{Link, island_seed, ring};
 use crate::options::{EvalMode, NO_FMAD, Options, default_crash_dir, default_shape};
-use crate::record::{EvaluatorKind, GenerationRecord, Summary, Totals};
+use crate::record::{EvaluatorKind, FrontModel, GenerationRecord, Summary, Totals};
 
 /// What a per-generation callback may fail with; the run stops and returns it as
 /// [`EvolveError::Callback`].
@@ -503,7 +503,15 @@ impl Engine {
         let mut totals = Totals::default();
         let mut best: Option<(&gpfarm_gp::Individual, gpfarm_gp::Fitness)> = None;
         let mut island_best = Vec::new();
+        let mut front = Vec::new();
         for (t, pipeline) in outcomes {
+            front.extend(pipeline.front().iter().filter_map(|p| {
+                Some(FrontModel {
+                    size: p.size,
+                    fitness: p.fitness.value(),
+                    expression: p.individual.expression()?.as_str().to_owned(),
+                })
+            }));
             totals.add(t);
             let b = pipeline.best_ever();
             island_best.push(b.map_or(f64::NAN, |(_, f)| f.value()));
@@ -513,7 +521,7 @@ impl Engine {
                 best = Some((i, f));
             }
         }
-        Summary {
+        let mut summary = Summary {
             summary: true,
             problem: self.problem.name().to_owned(),
             generations: e.generations,
@@ -529,7 +537,13 @@ impl Engine {
             totals,
             islands: outcomes.len(),
             island_best,
-        }
+            front: Vec::new(),
+            chosen: None,
+            direction: Some(self.problem.direction()),
+            select_tolerance: e.select_tolerance,
+        };
+        summary.merge_front(&front);
+        summary
     }
 
     /// Compiles the problem's fitness kernel, or its interpreter (once; no daemon is needed for

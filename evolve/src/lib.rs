@@ -78,5 +78,6 @@ pub use options::{
     default_link_flags, default_shape, problem_loops,
 };
 pub use record::{
-    CompileFigures, CriticalPath, EvalSplit, EvaluatorKind, GenerationRecord, Individuals, Summary, Totals,
+    CompileFigures, CriticalPath, EvalSplit, EvaluatorKind, FrontModel, GenerationRecord, Individuals,
+    Summary, Totals,
 };

@@ -6,6 +6,7 @@
 
 use std::time::{Duration, Instant};
 
+use gpfarm_gp::{Direction, Fitness};
 use serde::{Deserialize, Serialize};
 
 use crate::account::{Account, Chain};
@@ -183,6 +184,9 @@ pub struct GenerationRecord {
     pub evaluator: EvaluatorKind,
     /// The best individual's phenotype.
     pub best_phenotype: Option<String>,
+    /// The best individual's size (nodes of its syntax tree).
+    #[serde(default)]
+    pub best_size: Option<usize>,
 }
 
 impl GenerationRecord {
@@ -250,6 +254,7 @@ impl GenerationRecord {
             ),
             evaluator,
             best_phenotype: stats.best_phenotype.as_ref().map(|p| p.as_str().to_owned()),
+            best_size: stats.best_size,
         }
     }
 }
@@ -336,6 +341,42 @@ pub struct Summary {
     /// The best fitness of each island, island 0 first (the run's best is the best of them).
     #[serde(default)]
     pub island_best: Vec<f64>,
+    /// The run's size–error front over every island and generation: by size, ascending, each
+    /// model the best of its size and better than every smaller one.
+    #[serde(default)]
+    pub front: Vec<FrontModel>,
+    /// The model chosen from the front: the smallest whose fitness is within the run's
+    /// `select_tolerance` of the front's best (with 0, the best model, the smallest of equals).
+    #[serde(default)]
+    pub chosen: Option<FrontModel>,
+    /// Which way fitness is better (`lower` or `higher`), for merging fronts.
+    #[serde(default)]
+    pub direction: Option<Direction>,
+    /// The share of the best fitness within which the chosen model lies.
+    #[serde(default)]
+    pub select_tolerance: f64,
+}
+
+/// One model of a size–error front.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FrontModel {
+    /// Its size: the nodes of its syntax tree.
+    pub size: usize,
+    /// Its fitness.
+    pub fitness: f64,
+    /// Its expression, free parameters written in.
+    pub expression: String,
+}
+
+impl Summary {
+    /// Merges `other`'s front into this one's and chooses again (islands of other ranks).
+    pub fn merge_front(&mut self, other: &[FrontModel]) {
+        let Some(direction) = self.direction else { return };
+        let key = |m: &FrontModel| (m.size, Fitness::new(m.fitness, direction));
+        let all = std::mem::take(&mut self.front).into_iter().chain(other.iter().cloned());
+        self.front = gpfarm_gp::pareto_front(all, key);
+        self.chosen = gpfarm_gp::choose(&self.front, self.select_tolerance, |m| key(m).1).cloned();
+    }
 }
 
 fn one() -> usize {

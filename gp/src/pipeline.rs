@@ -31,7 +31,8 @@ use crate::grammar::Grammar;
 use crate::mapping::Phenotype;
 use crate::operators::{contestants, elites, int_flip, variable_onepoint, winner};
 use crate::population::{EvolutionConfig, EvolutionError, Individual, initial_population};
-use crate::problem::Problem;
+use crate::problem::{Problem, ProblemSpec};
+use crate::program::Program;
 
 /// An individual that needs a fitness.
 #[derive(Clone, Debug, PartialEq)]
@@ -69,6 +70,84 @@ pub struct GenerationStats {
     pub mean_genome_len: f64,
     /// Phenotype of the best individual (the first one, on ties).
     pub best_phenotype: Option<Phenotype>,
+    /// Size of the best individual ([`Program::size`]), where the problem is known.
+    #[serde(default)]
+    pub best_size: Option<usize>,
+}
+
+/// One point of a run's size–error front: the best individual of its size found so far, better
+/// than every smaller one.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FrontPoint {
+    /// Its size ([`Program::size`]).
+    pub size: usize,
+    /// Its fitness.
+    pub fitness: Fitness,
+    /// The individual.
+    pub individual: Individual,
+}
+
+/// `f` with `parsimony` per node of `size` added to an error (subtracted from a fitness that is
+/// maximised); `f` itself without parsimony.
+fn penalised(f: Fitness, size: usize, parsimony: f64) -> Fitness {
+    if parsimony == 0.0 || !f.is_finite() {
+        return f;
+    }
+    let pressure = parsimony * size as f64;
+    match f.direction() {
+        Direction::Lower => Fitness::new(f.value() + pressure, f.direction()),
+        Direction::Higher => Fitness::new(f.value() - pressure, f.direction()),
+    }
+}
+
+/// The size–error front of `items`: those of finite fitness and known (nonzero) size, by
+/// size ascending, each the best of its size and strictly better than every smaller one; of
+/// equals, the first. `key` gives an item's size and fitness.
+pub fn pareto_front<T>(items: impl IntoIterator<Item = T>, key: impl Fn(&T) -> (usize, Fitness)) -> Vec<T> {
+    let mut all: Vec<T> = items.into_iter().filter(|t| key(t).0 > 0 && key(t).1.is_finite()).collect();
+    all.sort_by_key(|t| key(t).0);
+    let mut kept: Vec<T> = Vec::new();
+    for t in all {
+        let (size, f) = key(&t);
+        match kept.last() {
+            Some(last) if key(last).0 == size => {
+                if f.is_better_than(&key(last).1) {
+                    kept.pop();
+                    kept.push(t);
+                }
+            }
+            Some(last) if !f.is_better_than(&key(last).1) => {}
+            _ => kept.push(t),
+        }
+    }
+    kept
+}
+
+/// `front` with a generation's individuals merged in ([`pareto_front`]).
+fn merge_front(
+    front: Vec<FrontPoint>,
+    individuals: &[Individual],
+    fitness: &[Fitness],
+    sizes: &[usize],
+) -> Vec<FrontPoint> {
+    let new = individuals.iter().zip(fitness).zip(sizes).map(|((individual, &fitness), &size)| FrontPoint {
+        size,
+        fitness,
+        individual: individual.clone(),
+    });
+    pareto_front(front.into_iter().chain(new), |p| (p.size, p.fitness))
+}
+
+/// The model chosen from `front` (by size, ascending, as [`pareto_front`] gives it): the
+/// smallest whose error is within `tolerance` of the best on it, as a share of the best's
+/// magnitude. `fitness` gives a point's fitness.
+pub fn choose<T>(front: &[T], tolerance: f64, fitness: impl Fn(&T) -> Fitness) -> Option<&T> {
+    let best = fitness(front.last()?);
+    let slack = tolerance * best.value().abs();
+    front.iter().find(|p| match best.direction() {
+        Direction::Lower => fitness(p).value() <= best.value() + slack,
+        Direction::Higher => fitness(p).value() >= best.value() - slack,
+    })
 }
 
 /// A generation being bred or evaluated.
@@ -77,6 +156,8 @@ struct Generation {
     index: usize,
     individuals: Vec<Option<Individual>>,
     fitness: Vec<Option<Fitness>>,
+    /// Each individual's size ([`Program::size`]; 0 where unknown).
+    sizes: Vec<usize>,
     known: usize,
     /// Pairs still to breed from the previous generation (`None` once bred), by pair index.
     unbred: Vec<Option<PairPlan>>,
@@ -94,6 +175,8 @@ impl Generation {
 #[derive(Clone, Debug)]
 pub struct Pipeline {
     grammar: Grammar,
+    /// The problem's names and types, to measure individuals' sizes (`None`: sizes unknown, 0).
+    spec: Option<ProblemSpec>,
     direction: Direction,
     config: EvolutionConfig,
     depth: usize,
@@ -101,6 +184,8 @@ pub struct Pipeline {
     generations: VecDeque<Generation>,
     born: Vec<Born>,
     best_ever: Option<(Individual, Fitness)>,
+    /// The run's size–error front so far: by size, ascending, each better than every smaller one.
+    front: Vec<FrontPoint>,
     /// Generations between migrations (island model), if any.
     migrate_every: Option<usize>,
     /// The next generation that must take its immigrants ([`Pipeline::immigrate`]) before
@@ -120,7 +205,20 @@ impl Pipeline {
         config: EvolutionConfig,
         depth: NonZeroUsize,
     ) -> Result<Self, EvolutionError> {
-        Self::with_grammar(problem.grammar().clone(), problem.direction(), config, depth)
+        let mut pipeline = Self::with_grammar(problem.grammar().clone(), problem.direction(), config, depth)?;
+        pipeline.spec = Some(problem.spec().clone());
+        // The initial population, placed before the sizes could be measured.
+        let mut first = pipeline.generations.pop_front().expect("the initial generation");
+        for slot in 0..first.individuals.len() {
+            first.sizes[slot] = pipeline.size_of(first.individuals[slot].as_ref());
+            if pipeline.oversized(first.sizes[slot]) && first.fitness[slot].is_none() {
+                first.fitness[slot] = Some(Fitness::worst(pipeline.direction));
+                first.known += 1;
+                pipeline.born.retain(|b| b.slot != slot);
+            }
+        }
+        pipeline.generations.push_front(first);
+        Ok(pipeline)
     }
 
     /// As [`Pipeline::new`], for any grammar and fitness direction.
@@ -134,12 +232,14 @@ impl Pipeline {
         let n = individuals.len();
         let mut pipeline = Pipeline {
             grammar,
+            spec: None,
             direction,
             config,
             depth: depth.get(),
             generations: VecDeque::new(),
             born: Vec::new(),
             best_ever: None,
+            front: Vec::new(),
             migrate_every: None,
             next_migration: None,
         };
@@ -147,6 +247,7 @@ impl Pipeline {
             index: 0,
             individuals: vec![None; n],
             fitness: vec![None; n],
+            sizes: vec![0; n],
             known: 0,
             unbred: Vec::new(),
             elites_pending: false,
@@ -198,9 +299,13 @@ impl Pipeline {
         individual: Individual,
         known: Option<Fitness>,
     ) {
+        let size = self.size_of(Some(&individual));
+        generation.sizes[slot] = size;
         let known = match (known, individual.phenotype()) {
             (Some(f), _) => Some(f),
             (None, None) => Some(Fitness::worst(self.direction)),
+            // Over the size limit: not worth evaluating.
+            (None, Some(_)) if self.oversized(size) => Some(Fitness::worst(self.direction)),
             (None, Some(p)) => {
                 self.born.push(Born {
                     generation: generation.index,
@@ -216,6 +321,20 @@ impl Pipeline {
         }
         generation.fitness[slot] = known;
         generation.individuals[slot] = Some(individual);
+    }
+
+    /// The size of `individual` ([`Program::size`]): 0 without a phenotype, a problem to parse it
+    /// for, or where it does not parse (it fails when evaluated).
+    fn size_of(&self, individual: Option<&Individual>) -> usize {
+        match (&self.spec, individual.and_then(Individual::phenotype)) {
+            (Some(spec), Some(p)) => Program::parse_for(spec, p).map_or(0, |prog| prog.size()),
+            _ => 0,
+        }
+    }
+
+    /// Whether `size` is over the configured limit.
+    fn oversized(&self, size: usize) -> bool {
+        self.config.max_size > 0 && size > self.config.max_size
     }
 
     /// The individuals bred since the last call that need a fitness, in the order they were bred.
@@ -297,6 +416,7 @@ impl Pipeline {
                     index,
                     individuals: vec![None; n],
                     fitness: vec![None; n],
+                    sizes: vec![0; n],
                     known: 0,
                     unbred: (0..pairs).map(|p| Some(PairPlan::new(&self.config, n, index, p))).collect(),
                     elites_pending: self.config.elite > 0,
@@ -353,9 +473,11 @@ impl Pipeline {
                 continue;
             }
             let Some(plan) = next.unbred[pair].take() else { continue };
+            let parsimony = self.config.parsimony;
             let children = plan.breed(&self.grammar, &self.config, |i| {
                 let individual = parent.individuals[i].as_ref().expect("an evaluated parent has been bred");
-                (individual, parent.fitness[i].expect("checked above"))
+                let f = parent.fitness[i].expect("checked above");
+                (individual, penalised(f, parent.sizes[i], parsimony))
             });
             let first = self.config.elite + 2 * pair;
             for (slot, individual) in (first..n).zip(children) {
@@ -370,7 +492,13 @@ impl Pipeline {
     fn stats(&mut self, g: Generation) -> GenerationStats {
         let individuals: Vec<Individual> = g.individuals.into_iter().flatten().collect();
         let fitness: Vec<Fitness> = g.fitness.into_iter().flatten().collect();
-        let stats = generation_stats(g.index, &individuals, &fitness, self.direction);
+        let mut stats = generation_stats(g.index, &individuals, &fitness, self.direction);
+        if let Some(i) = best_index(&fitness) {
+            stats.best_size = g.sizes.get(i).copied().filter(|&s| s > 0);
+        }
+        if self.spec.is_some() {
+            self.front = merge_front(std::mem::take(&mut self.front), &individuals, &fitness, &g.sizes);
+        }
         if let Some(i) = best_index(&fitness) {
             let better = self.best_ever.as_ref().is_none_or(|(_, f)| fitness[i].is_better_than(f));
             if better {
@@ -445,6 +573,19 @@ impl Pipeline {
     /// The oldest generation not yet complete.
     pub fn oldest_open(&self) -> Option<usize> {
         self.generations.iter().find(|g| !g.is_complete()).map(|g| g.index)
+    }
+
+    /// The run's size–error front over every generation completed so far: by size, ascending,
+    /// each point the best individual of its size and better than every smaller one (empty
+    /// when the pipeline was built without a problem, [`Pipeline::with_grammar`]).
+    pub fn front(&self) -> &[FrontPoint] {
+        &self.front
+    }
+
+    /// The run's model: chosen from [`Pipeline::front`] by [`EvolutionConfig::select_tolerance`]
+    /// ([`choose`]).
+    pub fn chosen(&self) -> Option<&FrontPoint> {
+        choose(&self.front, self.config.select_tolerance, |p| p.fitness)
     }
 
     /// Best individual of every generation completed so far (the first one, on ties).
@@ -551,6 +692,7 @@ fn generation_stats(
         unique_phenotypes: individuals.iter().filter_map(Individual::phenotype).collect::<HashSet<_>>().len(),
         mean_genome_len: individuals.iter().map(|i| i.genome.len() as f64).sum::<f64>() / n,
         best_phenotype: best.and_then(|i| individuals[i].expression()),
+        best_size: None,
     }
 }
 
@@ -574,6 +716,91 @@ pub(crate) fn best_index(f: &[Fitness]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn lower(v: f64) -> Fitness {
+        Fitness::new(v, Direction::Lower)
+    }
+
+    #[test]
+    fn a_size_counts_the_nodes_the_text_writes() {
+        let problem = Problem::builtin("keijzer6").unwrap();
+        for (text, size) in [
+            ("x", 1),
+            ("sinf(x)", 2),
+            ("x * x + 1.0f", 5),
+            ("logf(fabsf(x)+1)", 5),
+            ("x / sinf(57.15) - x", 6),
+            ("(x < 1.0f) ? x : -x", 7),
+        ] {
+            let program = Program::parse(&problem, &Phenotype::new(text.to_owned())).unwrap();
+            assert_eq!(program.size(), size, "{text}");
+        }
+    }
+
+    #[test]
+    fn the_front_keeps_the_best_of_each_size_that_beats_every_smaller_one() {
+        let items =
+            [(3, 0.5), (1, 0.9), (2, 0.95), (3, 0.4), (5, 0.4), (4, 0.1), (0, 0.0), (6, f64::INFINITY)];
+        let front = pareto_front(items, |&(s, f)| (s, lower(f)));
+        assert_eq!(front, [(1, 0.9), (3, 0.4), (4, 0.1)]);
+        // Of equals, the first found.
+        let tied = pareto_front([(2, 0.5, 'a'), (2, 0.5, 'b')], |&(s, f, _)| (s, lower(f)));
+        assert_eq!(tied, [(2, 0.5, 'a')]);
+        let pick = |tolerance| choose(&front, tolerance, |&(_, f)| lower(f)).map(|p| p.0);
+        assert_eq!(pick(0.0), Some(4), "the best");
+        assert_eq!(pick(4.0), Some(3), "within 0.4 of 0.1");
+        assert_eq!(pick(10.0), Some(1));
+        assert_eq!(choose(&[] as &[(usize, f64)], 0.0, |&(_, f)| lower(f)), None);
+        let higher = [(1, 5.0), (2, 9.0), (3, 10.0)];
+        assert_eq!(choose(&higher, 0.15, |&(_, f)| Fitness::new(f, Direction::Higher)).map(|p| p.0), Some(2));
+    }
+
+    #[test]
+    fn parsimony_adds_to_errors_and_takes_from_scores_per_node() {
+        assert_eq!(penalised(lower(1.0), 10, 0.01).value(), 1.1);
+        assert_eq!(penalised(Fitness::new(5.0, Direction::Higher), 10, 0.5).value(), 0.0);
+        assert_eq!(penalised(lower(1.0), 10, 0.0), lower(1.0));
+        // A smaller program wins a tournament it ties on error.
+        let (small, big) = (penalised(lower(1.0), 3, 0.001), penalised(lower(1.0), 30, 0.001));
+        assert!(small.is_better_than(&big));
+    }
+
+    #[test]
+    fn a_run_over_the_size_limit_evaluates_nothing_larger_and_its_front_is_a_front() {
+        let problem = Problem::builtin("keijzer6").unwrap();
+        let config = EvolutionConfig {
+            population: 200,
+            generations: 8,
+            seed: 3,
+            max_size: 6,
+            select_tolerance: 0.5,
+            ..EvolutionConfig::default()
+        };
+        let mut pipeline = Pipeline::new(&problem, config, NonZeroUsize::MIN).unwrap();
+        let mut evaluated = 0;
+        while !pipeline.is_finished() {
+            for b in pipeline.take_born() {
+                let size = Program::parse(&problem, &b.phenotype).map_or(0, |p| p.size());
+                assert!(size <= 6, "{} (size {size}) was handed out", b.phenotype.as_str());
+                let f = crate::program::evaluate_phenotype(&problem, &b.phenotype).fitness;
+                pipeline.set_fitness(b.generation, b.slot, f).unwrap();
+                evaluated += 1;
+            }
+            pipeline.advance();
+        }
+        assert!(evaluated > 0);
+        let front = pipeline.front();
+        assert!(!front.is_empty());
+        for w in front.windows(2) {
+            assert!(w[0].size < w[1].size && w[1].fitness.is_better_than(&w[0].fitness), "{w:?}");
+        }
+        assert!(front.iter().all(|p| p.size <= 6));
+        let best = front.last().unwrap().fitness.value();
+        assert_eq!(pipeline.best_ever().unwrap().1.value(), best, "the front ends at the best");
+        let chosen = pipeline.chosen().unwrap();
+        assert!(chosen.fitness.value() <= best * 1.5);
+        assert!(front.iter().filter(|p| p.size < chosen.size).all(|p| p.fitness.value() > best * 1.5));
+    }
 
     #[test]
     fn the_median_ignores_a_few_huge_values() {

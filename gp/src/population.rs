@@ -48,6 +48,17 @@ pub struct EvolutionConfig {
     pub seed: u64,
     /// Fitting of free parameters (`#param#` in the grammar).
     pub fit: FitConfig,
+    /// Added to an individual's error per node of its size ([`crate::program::Program::size`])
+    /// when tournaments compare it (subtracted from a fitness that is maximised): parsimony
+    /// pressure, as gplearn's `parsimony_coefficient`. 0: tournaments compare fitness alone.
+    pub parsimony: f64,
+    /// Largest size an individual may have: one larger gets the worst fitness without being
+    /// evaluated or fitted. 0: no limit.
+    pub max_size: usize,
+    /// How the run's model is chosen from its size–error front: the smallest model whose
+    /// error is within this share of the best error on the front (0: the best, the smallest of
+    /// equals).
+    pub select_tolerance: f64,
 }
 
 /// How the free parameters of a grammar with `#param#` are fitted.
@@ -93,6 +104,9 @@ impl Default for EvolutionConfig {
             limits: MappingLimits::default(),
             seed: 0,
             fit: FitConfig::default(),
+            parsimony: 0.0,
+            max_size: 0,
+            select_tolerance: 0.0,
         }
     }
 }
@@ -234,6 +248,11 @@ fn validate(c: &EvolutionConfig, grammar: &Grammar) -> Result<(), EvolutionError
     }
     if c.tournament == 0 {
         return err("tournament", "must be at least 1".into());
+    }
+    for (field, v) in [("parsimony", c.parsimony), ("select_tolerance", c.select_tolerance)] {
+        if !(v.is_finite() && v >= 0.0) {
+            return err(field, format!("{v} is not a finite number of at least 0"));
+        }
     }
     if c.elite > c.population {
         return err("elite", format!("must not exceed the population ({})", c.population));

@@ -51,7 +51,7 @@ use std::num::NonZeroUsize;
 
 use crate::fitness::Fitness;
 use crate::mapping::{PARAM_ARRAY, Phenotype};
-use crate::problem::{Column, InputColumn, InputType, Kind, Problem, ScalarType, ScoreError};
+use crate::problem::{Column, InputColumn, InputType, Kind, Problem, ProblemSpec, ScalarType, ScoreError};
 
 use parse::{ArithOp, Bin, Binding, CmpOp, Expr, Parser, Stmt};
 use run::{Machine, OutOfSteps};
@@ -272,7 +272,11 @@ impl Program {
     /// Nesting deeper than 200 levels is refused; at that depth an unoptimised build
     /// needs about 1.5 MiB of stack (an optimised one a tenth of that).
     pub fn parse(problem: &Problem, phenotype: &Phenotype) -> Result<Program, ParseError> {
-        let spec = problem.spec();
+        Self::parse_for(problem.spec(), phenotype)
+    }
+
+    /// As [`Program::parse`], given only the problem's specification (its names and types).
+    pub fn parse_for(spec: &ProblemSpec, phenotype: &Phenotype) -> Result<Program, ParseError> {
         let mut names: HashMap<String, Binding> = HashMap::new();
         let mut slots = Vec::new();
         let mut slot_types = Vec::new();
@@ -349,6 +353,43 @@ impl Program {
             output_slots,
             output_types: spec.outputs.iter().map(|o| o.ty).collect(),
         })
+    }
+
+    /// Its size: the nodes of its syntax tree that the program's text writes. A constant, a
+    /// variable, an input or a free parameter (`p[k]`) is one node; so is each operator
+    /// (`a + b + c` is five nodes), each function call, `?:`, array index, assignment, `if` and
+    /// loop, around its operands; conversions C inserts (an int where a float goes) count nothing,
+    /// and neither do blocks. So `x0 * p[0] + sinf(x1)` has size 6. This is the size that
+    /// parsimony and the size–error front use.
+    pub fn size(&self) -> usize {
+        fn expr(e: &Expr) -> usize {
+            match e {
+                Expr::Const(_) | Expr::Var(_) => 1,
+                Expr::Index(_, i) => 1 + expr(i),
+                Expr::Convert(_, a) => expr(a),
+                Expr::Neg(a) | Expr::BitNot(a) | Expr::Not(a) | Expr::Call1(_, _, a) => 1 + expr(a),
+                Expr::Chain(first, rest) => {
+                    expr(first) + rest.iter().map(|(_, e)| 1 + expr(e)).sum::<usize>()
+                }
+                Expr::Cond(c, a, b) => 1 + expr(c) + expr(a) + expr(b),
+                Expr::Call2(_, _, a, b) => 1 + expr(a) + expr(b),
+            }
+        }
+        fn stmts(list: &[Stmt]) -> usize {
+            list.iter()
+                .map(|s| match s {
+                    Stmt::Assign(_, _, e) => 1 + expr(e),
+                    Stmt::If(c, a, b) => 1 + expr(c) + stmts(a) + stmts(b),
+                    Stmt::Loop(c, body, step) => 1 + c.as_ref().map_or(0, expr) + stmts(body) + stmts(step),
+                    Stmt::Block(b) => stmts(b),
+                    Stmt::Discard(e) => expr(e),
+                })
+                .sum()
+        }
+        match &self.body {
+            Body::Expression(e) => expr(e),
+            Body::Statements(s) => stmts(s),
+        }
     }
 
     /// The name of the problem it was compiled for.

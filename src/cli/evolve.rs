@@ -168,6 +168,18 @@ pub struct EvolveArgs {
     /// offspring inherit them (Lamarckian).
     #[arg(long)]
     no_lamarck: bool,
+    /// Parsimony pressure: tournaments compare error plus this much per node of an
+    /// individual's size (0: error alone)
+    #[arg(long, value_name = "PER_NODE", default_value_t = 0.0, value_parser = non_negative)]
+    parsimony: f64,
+    /// Largest size (nodes of a program's syntax tree) an individual may have; larger ones get
+    /// the worst fitness without being evaluated (0: no limit)
+    #[arg(long, value_name = "NODES", default_value_t = 0)]
+    max_size: usize,
+    /// The run's model is the smallest on its size-error front whose error is within this share
+    /// of the front's best (0: the best model, the smallest of equals)
+    #[arg(long, value_name = "SHARE", default_value_t = 0.0, value_parser = non_negative)]
+    select_tolerance: f64,
     /// Seconds a daemon may spend on one unit before it is killed and replaced, and the unit
     /// retried once (farm only).
     #[arg(long, default_value_t = gpfarm_client::DEFAULT_UNIT_DEADLINE.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
@@ -208,6 +220,13 @@ fn probability(s: &str) -> Result<f64, String> {
     }
 }
 
+fn non_negative(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a finite number of at least 0")),
+    }
+}
+
 impl EvolveArgs {
     /// Which problem the run is on.
     pub fn problem(&self) -> ProblemRef {
@@ -241,6 +260,9 @@ impl EvolveArgs {
                     lamarckian: !self.no_lamarck,
                     cases: self.fit_cases,
                 },
+                parsimony: self.parsimony,
+                max_size: self.max_size,
+                select_tolerance: self.select_tolerance,
                 ..EvolutionConfig::default()
             },
             eval: self.eval,

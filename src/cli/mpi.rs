@@ -141,6 +141,7 @@ fn merge(into: &mut Summary, other: &Summary, higher: bool) {
     }
     into.islands += other.islands;
     into.island_best.extend(&other.island_best);
+    into.merge_front(&other.front);
     into.totals.add(&other.totals);
     into.mean_generation_ms = into.totals.wall_s * 1000.0 / (into.generations + 1) as f64;
 }

@@ -114,4 +114,11 @@ pub(super) fn footer(s: &Summary) {
         println!("{} islands, best of each: {}", s.islands, best.join(", "));
     }
     println!("best individual:\n{}", s.best_phenotype.as_deref().unwrap_or("<invalid>"));
+    if !s.front.is_empty() {
+        println!("size-error front ({} models; size is nodes of the syntax tree):", s.front.len());
+        for m in &s.front {
+            let mark = if s.chosen.as_ref() == Some(m) { " <- chosen" } else { "" };
+            println!("{:>6}  {:<12}  {}{mark}", m.size, number(m.fitness), m.expression);
+        }
+    }
 }
