@@ -206,9 +206,14 @@ class SymbolicRegressor(_Mixin, _Base):
     free parameters fitted by Levenberg-Marquardt, `optimizer_iterations` (default 10) times per
     individual; with it False constants are digit strings that only evolution changes. `options`
     passes any other `gpfarm evolve` option, as `gpfarm.evolve` takes it (e.g. `fit_restarts`,
-    `fit_cases`, `no_lamarck`).
+    `fit_cases`, `no_lamarck`). `max_size` (0: none) is the largest model (nodes of its syntax
+    tree) evaluated, `parsimony` a cost per node added to the error in tournaments, and
+    `select_tolerance` the share of the best training error within which the smallest model of
+    the run's size-error front is chosen (0: the best).
 
-    Fitted attributes: `program_` (the best phenotype), `fitness_` (its training RMSE),
+    Fitted attributes: `program_` (the chosen model), `fitness_` (its training RMSE), `size_`
+    (its size), `front_` (the run's size-error front: dicts of size, fitness and expression, by
+    size),
     `history_` (one dict per generation), `route_`, `n_features_in_`, `feature_names_in_` (when
     X had column names), `names_` (the variable names used).
     """
@@ -225,6 +230,9 @@ class SymbolicRegressor(_Mixin, _Base):
         grammar: Optional[str] = None,
         optimize_constants: bool = True,
         optimizer_iterations: int = 10,
+        max_size: int = 0,
+        parsimony: float = 0.0,
+        select_tolerance: float = 0.0,
         options: Optional[Dict[str, Any]] = None,
     ):
         self.population = population
@@ -237,6 +245,9 @@ class SymbolicRegressor(_Mixin, _Base):
         self.grammar = grammar
         self.optimize_constants = optimize_constants
         self.optimizer_iterations = optimizer_iterations
+        self.max_size = max_size
+        self.parsimony = parsimony
+        self.select_tolerance = select_tolerance
         self.options = options
 
     def _seed(self) -> int:
@@ -279,7 +290,12 @@ class SymbolicRegressor(_Mixin, _Base):
         grammar = self.grammar
         if grammar is None:
             grammar = default_grammar(names, "fitted" if self.optimize_constants else "digits")
-        fitting = {"fit_iterations": self.optimizer_iterations if self.optimize_constants else 0}
+        fitting = {
+            "fit_iterations": self.optimizer_iterations if self.optimize_constants else 0,
+            "max_size": self.max_size,
+            "parsimony": self.parsimony,
+            "select_tolerance": self.select_tolerance,
+        }
         fitting.update(self.options or {})
         with tempfile.TemporaryDirectory(prefix="gpfarm-fit-") as tmp:
             directory = regression_problem(rows, y, names=names, grammar=grammar, directory=tmp)
@@ -297,8 +313,11 @@ class SymbolicRegressor(_Mixin, _Base):
             )
         if result.best_phenotype is None:
             raise RuntimeError("no individual of the run mapped to a program: try more generations or another grammar")
-        self.program_ = result.best_phenotype
-        self.fitness_ = result.best_fitness
+        chosen = result.summary.get("chosen")
+        self.front_ = list(result.summary.get("front", []))
+        self.program_ = chosen["expression"] if chosen else result.best_phenotype
+        self.fitness_ = chosen["fitness"] if chosen else result.best_fitness
+        self.size_ = chosen["size"] if chosen else None
         self.history_ = result.history
         self.route_ = result.route
         self.names_ = names

@@ -66,6 +66,9 @@ struct EvolveConfig {
     fit_share: f64,
     fit_cases: usize,
     no_lamarck: bool,
+    parsimony: f64,
+    max_size: usize,
+    select_tolerance: f64,
     islands: usize,
     migrate_every: usize,
     migrants: usize,
@@ -86,7 +89,8 @@ impl EvolveConfig {
         deadline = gpfarm_client::DEFAULT_UNIT_DEADLINE.as_secs(),
         gpu_deadline = gpfarm_client::DEFAULT_GPU_DEADLINE.as_secs_f64(), max_steps = None,
         fit_iterations = gpfarm_gp::FitConfig::default().iterations, fit_restarts = 0, fit_share = 1.0, fit_cases = 0,
-        no_lamarck = false, islands = 1, migrate_every = 10, migrants = 2,
+        no_lamarck = false, parsimony = 0.0, max_size = 0, select_tolerance = 0.0, islands = 1,
+        migrate_every = 10, migrants = 2,
         island_farm = "shared".to_owned(), cuda = None
     ))]
     #[allow(clippy::too_many_arguments)]
@@ -128,6 +132,9 @@ impl EvolveConfig {
         fit_share: f64,
         fit_cases: usize,
         no_lamarck: bool,
+        parsimony: f64,
+        max_size: usize,
+        select_tolerance: f64,
         islands: usize,
         migrate_every: usize,
         migrants: usize,
@@ -172,6 +179,9 @@ impl EvolveConfig {
             fit_share,
             fit_cases,
             no_lamarck,
+            parsimony,
+            max_size,
+            select_tolerance,
             islands,
             migrate_every,
             migrants,
@@ -182,6 +192,15 @@ impl EvolveConfig {
 
     fn __repr__(&self) -> String {
         format!("{self:?}")
+    }
+}
+
+/// `value` if it is a finite number of at least 0, else a `ValueError` naming `option`.
+fn non_negative(option: &str, value: f64) -> PyResult<f64> {
+    if value.is_finite() && value >= 0.0 {
+        Ok(value)
+    } else {
+        Err(bad(option, format!("{value} is not a finite number of at least 0")))
     }
 }
 
@@ -233,6 +252,9 @@ impl EvolveConfig {
                     lamarckian: !self.no_lamarck,
                     cases: self.fit_cases,
                 },
+                parsimony: non_negative("parsimony", self.parsimony)?,
+                max_size: self.max_size,
+                select_tolerance: non_negative("select_tolerance", self.select_tolerance)?,
                 ..EvolutionConfig::default()
             },
             eval,

@@ -178,3 +178,27 @@ def test_fit_options_reach_the_engine_and_bad_ones_are_one_line_errors():
     assert (cfg.fit_iterations, cfg.fit_restarts, cfg.fit_share, cfg.fit_cases, cfg.no_lamarck) == (3, 1, 0.5, 10, True)
     with pytest.raises(ValueError, match="fit_share"):
         gpfarm.evolve("keijzer6", population=10, generations=1, eval="cpu", fit_share=2.0)
+
+
+def test_the_front_is_returned_and_the_chosen_model_is_its_smallest_within_the_tolerance():
+    X, y = data()
+    kw = dict(population=200, generations=10, random_state=5, eval="cpu")
+    best = gpfarm.SymbolicRegressor(**kw).fit(X, y)
+    front = best.front_
+    assert front and best.size_ is not None
+    sizes = [p["size"] for p in front]
+    errors = [p["fitness"] for p in front]
+    assert sizes == sorted(sizes) and len(set(sizes)) == len(sizes)
+    assert all(a > b for a, b in zip(errors, errors[1:])), errors
+    # Tolerance 0: the front's best, which is the run's best.
+    assert best.program_ == front[-1]["expression"] and best.fitness_ == errors[-1]
+    loose = gpfarm.SymbolicRegressor(select_tolerance=1.0, **kw).fit(X, y)
+    assert loose.front_ == front, "the same seed gives the same run"
+    within = [p for p in front if p["fitness"] <= errors[-1] * 2.0]
+    assert loose.size_ == within[0]["size"] and loose.program_ == within[0]["expression"]
+    rmse = float(np.sqrt(np.mean((loose.predict(X) - y) ** 2)))
+    assert rmse == pytest.approx(loose.fitness_, rel=1e-5, abs=1e-5)
+    small = gpfarm.SymbolicRegressor(max_size=5, **kw).fit(X, y)
+    assert small.size_ <= 5 and all(p["size"] <= 5 for p in small.front_)
+    with pytest.raises(ValueError, match="parsimony"):
+        gpfarm.SymbolicRegressor(parsimony=-1.0, **kw).fit(X, y)
