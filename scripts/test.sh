@@ -60,7 +60,7 @@ awk '
 # The Python package, built from this checkout (its build reuses cargo's release build above).
 echo "== python package"
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
-  "pytest==8.3.3" "numpy==2.4.6" "pandas==2.3.3" "scikit-learn==1.7.2" ./python
+  "pytest==8.3.3" "numpy==2.4.6" "pandas==2.3.3" "scikit-learn==1.7.2" "sympy==1.14.0" ./python
 set +e
 python3 -m pytest -q -rs python/tests
 pystatus=$?

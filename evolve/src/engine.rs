@@ -506,11 +506,12 @@ impl Engine {
         let mut front = Vec::new();
         for (t, pipeline) in outcomes {
             front.extend(pipeline.front().iter().filter_map(|p| {
-                Some(FrontModel {
-                    size: p.size,
-                    fitness: p.fitness.value(),
-                    expression: p.individual.expression()?.as_str().to_owned(),
-                })
+                Some(FrontModel::new(
+                    self.problem.spec(),
+                    p.size,
+                    p.fitness.value(),
+                    p.individual.expression()?.as_str().to_owned(),
+                ))
             }));
             totals.add(t);
             let b = pipeline.best_ever();

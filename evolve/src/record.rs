@@ -366,6 +366,36 @@ pub struct FrontModel {
     pub fitness: f64,
     /// Its expression, free parameters written in.
     pub expression: String,
+    /// Its formula simplified, in plain text over the problem's variable names
+    /// ([`gpfarm_gp::simplify`]); absent when it is not an arithmetic float expression.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub formula: Option<String>,
+    /// The simplified program (CUDA C), which computes the same values within rounding.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub simplified: Option<String>,
+    /// The simplified program's size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub simplified_size: Option<usize>,
+}
+
+impl FrontModel {
+    /// A model of `size` and `fitness` computing `expression`, simplified for `spec`.
+    pub fn new(
+        spec: &gpfarm_gp::problem::ProblemSpec,
+        size: usize,
+        fitness: f64,
+        expression: String,
+    ) -> Self {
+        let readable = gpfarm_gp::simplify::readable(spec, &gpfarm_gp::Phenotype::new(&expression));
+        FrontModel {
+            size,
+            fitness,
+            formula: readable.as_ref().map(|r| r.formula.clone()),
+            simplified: readable.as_ref().map(|r| r.code.as_str().to_owned()),
+            simplified_size: readable.map(|r| r.size),
+            expression,
+        }
+    }
 }
 
 impl Summary {

@@ -16,6 +16,7 @@ pub mod pipeline;
 pub mod population;
 pub mod problem;
 pub mod program;
+pub mod simplify;
 
 pub use dedup::Dedup;
 pub use evolution::{Evolution, RunReport, run_cpu, run_cpu_with};

@@ -11,6 +11,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+import numpy
+
 from . import _gpfarm
 
 #: C keywords and the CUDA math functions the default grammar calls: not usable as variable names.
@@ -211,9 +213,14 @@ class SymbolicRegressor(_Mixin, _Base):
     `select_tolerance` the share of the best training error within which the smallest model of
     the run's size-error front is chosen (0: the best).
 
-    Fitted attributes: `program_` (the chosen model), `fitness_` (its training RMSE), `size_`
-    (its size), `front_` (the run's size-error front: dicts of size, fitness and expression, by
-    size),
+    `sympy()` and `latex()` export the chosen model (or an entry of `front_`); `predict`
+    computes in memory with NumPy, and a pickled model predicts without a GPU.
+
+    Fitted attributes: `program_` (the chosen model as it ran: CUDA C, fitted constants
+    written in), `formula_` (the same model simplified, in plain text over the feature names),
+    `fitness_` (its training RMSE), `size_` (the simplified model's size, nodes of its syntax
+    tree), `front_` (the run's size-error front by size: dicts of `size`, `fitness`,
+    `expression`, and where it simplifies, `formula`, `simplified` and `simplified_size`),
     `history_` (one dict per generation), `route_`, `n_features_in_`, `feature_names_in_` (when
     X had column names), `names_` (the variable names used).
     """
@@ -317,7 +324,8 @@ class SymbolicRegressor(_Mixin, _Base):
         self.front_ = list(result.summary.get("front", []))
         self.program_ = chosen["expression"] if chosen else result.best_phenotype
         self.fitness_ = chosen["fitness"] if chosen else result.best_fitness
-        self.size_ = chosen["size"] if chosen else None
+        self.formula_ = chosen.get("formula", self.program_) if chosen else self.program_
+        self.size_ = chosen.get("simplified_size", chosen["size"]) if chosen else None
         self.history_ = result.history
         self.route_ = result.route
         self.names_ = names
@@ -329,21 +337,111 @@ class SymbolicRegressor(_Mixin, _Base):
         return self
 
     def predict(self, X: Any) -> Any:
+        """The chosen model's values on the rows of `X`, as float64 (of float32 values: the model
+        computes in float, as it did in the run). Computed in memory with NumPy, in the model's
+        own order of operations and C's types: `+ - * /`, `sqrt` and `abs` give the CPU
+        evaluator's bits; NumPy's float32 `sin`, `exp`, `log`, ... may differ from the C
+        library's in the last bits. Needs no GPU (a pickled model predicts anywhere gpfarm is
+        installed)."""
         if not hasattr(self, "program_"):
             raise _not_fitted(self)
         X, _ = self._validate(X, reset=False)
-        rows, _ = _rows(X)
-        if len(rows[0]) != self.n_features_in_:
-            raise ValueError(f"X has {len(rows[0])} columns, the regressor was fitted on {self.n_features_in_}")
-        with tempfile.TemporaryDirectory(prefix="gpfarm-predict-") as tmp:
-            directory = regression_problem(rows, None, names=self.names_, grammar=self.grammar, directory=tmp)
-            values = _gpfarm.outputs(directory, self.program_)
+        if X.__class__.__module__.startswith("pandas"):
+            X = X.to_numpy()
         try:
-            import numpy
+            data = numpy.asarray(X, dtype=numpy.float64)
+        except (TypeError, ValueError):
+            rows, _ = _rows(X)
+            data = numpy.asarray(rows, dtype=numpy.float64)
+        if data.ndim != 2 or data.shape[0] == 0:
+            _rows(X)  # its error says what is wrong
+        if data.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has {data.shape[1]} columns, the regressor was fitted on {self.n_features_in_}")
+        if not numpy.isfinite(data).all():
+            _rows(data.tolist())
+        steps = _gpfarm.postfix(list(self.names_), self.program_)
+        if steps is None:
+            # A grammar of the user's own with ints, comparisons or statements: the CPU evaluator.
+            with tempfile.TemporaryDirectory(prefix="gpfarm-predict-") as tmp:
+                directory = regression_problem(data.tolist(), None, names=self.names_, grammar=self.grammar, directory=tmp)
+                return numpy.asarray(_gpfarm.outputs(directory, self.program_), dtype=float)
+        return compute(steps, data.astype(numpy.float32)).astype(numpy.float64)
 
-            return numpy.asarray(values, dtype=float)
-        except ImportError:  # pragma: no cover
-            return values
+    def sympy(self, model: Optional[Dict[str, Any]] = None) -> Any:
+        """The chosen model (or `model`, an entry of `front_`) as a SymPy expression over
+        symbols named as the variables, from its simplified formula. Needs SymPy
+        (`pip install sympy`)."""
+        if not hasattr(self, "program_"):
+            raise _not_fitted(self)
+        formula = self.formula_ if model is None else model.get("formula", model["expression"])
+        return to_sympy(formula, self.names_)
+
+    def latex(self, model: Optional[Dict[str, Any]] = None) -> str:
+        """The chosen model (or `model`, an entry of `front_`) in LaTeX, by SymPy."""
+        import sympy
+
+        return sympy.latex(self.sympy(model))
+
+
+#: NumPy's types for C's.
+_TYPES = {"float": numpy.float32, "double": numpy.float64, "int": numpy.int32}
+_FUNCTIONS = {
+    "sin": numpy.sin, "cos": numpy.cos, "exp": numpy.exp, "log": numpy.log, "sqrt": numpy.sqrt,
+    "fabs": numpy.abs, "tanh": numpy.tanh, "pow": numpy.power, "fmin": numpy.fmin, "fmax": numpy.fmax,
+}
+_BINARY = {"+": numpy.add, "-": numpy.subtract, "*": numpy.multiply, "/": numpy.divide}
+
+
+def _as(value: Any, ty: Any) -> Any:
+    if isinstance(value, numpy.ndarray):
+        return value.astype(ty, copy=False)
+    return ty(value)
+
+
+def compute(steps: Sequence[Tuple[str, str, float]], data: Any, params: Optional[Sequence[float]] = None) -> Any:
+    """The values of a model given as `_gpfarm.postfix` steps on the columns of `data` (a 2-D
+    float32 array), one per row, as float32: each step in the C type it names."""
+    stack: List[Any] = []
+    with numpy.errstate(all="ignore"):
+        for op, ty, value in steps:
+            t = _TYPES[ty]
+            if op == "const":
+                stack.append(t(value))
+            elif op == "input":
+                stack.append(data[:, int(value)])
+            elif op == "param":
+                stack.append(numpy.float32(params[int(value)]) if params is not None else numpy.float32(0.0))
+            elif op == "convert":
+                stack.append(_as(stack.pop(), t))
+            elif op == "neg":
+                stack.append(-_as(stack.pop(), t))
+            elif op in _BINARY:
+                b = _as(stack.pop(), t)
+                a = _as(stack.pop(), t)
+                stack.append(_BINARY[op](a, b))
+            elif op in ("pow", "fmin", "fmax"):
+                b = _as(stack.pop(), t)
+                a = _as(stack.pop(), t)
+                stack.append(_as(_FUNCTIONS[op](a, b), t))
+            else:
+                stack.append(_as(_FUNCTIONS[op](_as(stack.pop(), t)), t))
+        (result,) = stack
+        return numpy.broadcast_to(_as(result, numpy.float32), (data.shape[0],)).copy()
+
+
+def to_sympy(formula: str, names: Sequence[str]) -> Any:
+    """`formula` (a model's plain-text formula) as a SymPy expression over symbols `names`."""
+    try:
+        import sympy
+        from sympy.parsing.sympy_parser import parse_expr, standard_transformations
+    except ImportError:
+        raise ImportError("SymPy is needed to export models: pip install sympy") from None
+    local = {n: sympy.Symbol(n) for n in names}
+    local.update(
+        sin=sympy.sin, cos=sympy.cos, tan=sympy.tan, exp=sympy.exp, log=sympy.log, sqrt=sympy.sqrt,
+        abs=sympy.Abs, tanh=sympy.tanh, min=sympy.Min, max=sympy.Max,
+    )
+    return parse_expr(formula.replace("^", "**"), local_dict=local, transformations=standard_transformations)
 
 
 def _not_fitted(estimator: Any) -> Exception:

@@ -443,6 +443,93 @@ fn outputs(py: Python<'_>, directory: std::path::PathBuf, phenotype: &str) -> Py
     }
 }
 
+/// The steps of `phenotype`, an expression over float inputs named `names` (and free parameters
+/// `p[k]`), in postfix order with C's types, for NumPy to compute in memory as the CPU
+/// evaluator does: `(op, type, value)` where op is `const` (value the literal), `input`
+/// (value the column), `param` (value k), `convert` (to the type), `neg`, `+ - * /`, or a math
+/// function (`sin`, ... `pow`, `fmin`, `fmax`), computed in the type (`float`, `double` or
+/// `int`). `None` when the program uses anything else (ints beyond literals, comparisons, `?:`,
+/// statements); `ValueError` when it does not parse.
+#[pyfunction]
+fn postfix(names: Vec<String>, phenotype: &str) -> PyResult<Option<Vec<(String, String, f64)>>> {
+    use gpfarm_gp::program::tree::{ArithOp, Bin, Body, Expr, Source, Ty, Value};
+    let inputs: String =
+        names.iter().map(|n| format!("[[inputs]]\nname = {n:?}\ntype = \"float\"\n")).collect();
+    let toml = format!(
+        "name = \"model\"\nstart = \"e\"\nkind = \"expression\"\nfitness = \"rmse\"\n{inputs}\
+         [[outputs]]\nname = \"y\"\ntype = \"float\"\n[target]\ntype = \"float\"\n"
+    );
+    let spec: gpfarm_gp::problem::ProblemSpec =
+        toml::from_str(&toml).map_err(|e| PyValueError::new_err(format!("names: {e}")))?;
+    let program = gpfarm_gp::Program::parse_for(&spec, &gpfarm_gp::Phenotype::new(phenotype))
+        .map_err(|e| PyValueError::new_err(format!("`{phenotype}` does not parse: {e}")))?;
+    let Body::Expression(e) = program.body() else { return Ok(None) };
+    let ty = |t: Ty| match t {
+        Ty::Int => "int",
+        Ty::Float => "float",
+        Ty::Double => "double",
+    };
+    fn walk(
+        e: &Expr,
+        program: &gpfarm_gp::Program,
+        ty: &dyn Fn(Ty) -> &'static str,
+        out: &mut Vec<(String, String, f64)>,
+    ) -> Option<()> {
+        let types = program.slot_types();
+        let mut push = |op: &str, t: Ty, v: f64| out.push((op.to_owned(), ty(t).to_owned(), v));
+        match e {
+            Expr::Const(Value::Int(v)) => push("const", Ty::Int, f64::from(*v)),
+            Expr::Const(Value::Float(v)) => push("const", Ty::Float, f64::from(*v)),
+            Expr::Const(Value::Double(v)) => push("const", Ty::Double, *v),
+            Expr::Var(slot) => match program.slots()[*slot] {
+                Source::Input(i) => push("input", Ty::Float, i as f64),
+                Source::Param(k) => push("param", Ty::Float, k as f64),
+                _ => return None,
+            },
+            Expr::Convert(t, a) => {
+                walk(a, program, ty, out)?;
+                out.push(("convert".into(), ty(*t).into(), 0.0));
+            }
+            Expr::Neg(a) => {
+                walk(a, program, ty, out)?;
+                out.push(("neg".into(), ty(a.ty(types)).into(), 0.0));
+            }
+            Expr::Chain(first, rest) => {
+                walk(first, program, ty, out)?;
+                let mut t = first.ty(types);
+                for (op, b) in rest {
+                    let Bin::Arith(op) = op else { return None };
+                    walk(b, program, ty, out)?;
+                    t = Ty::usual(t, b.ty(types));
+                    if t == Ty::Int && *op == ArithOp::Div {
+                        return None;
+                    }
+                    let sign = match op {
+                        ArithOp::Add => "+",
+                        ArithOp::Sub => "-",
+                        ArithOp::Mul => "*",
+                        ArithOp::Div => "/",
+                    };
+                    out.push((sign.into(), ty(t).into(), 0.0));
+                }
+            }
+            Expr::Call1(f, t, a) => {
+                walk(a, program, ty, out)?;
+                out.push((f.c_name().into(), ty(*t).into(), 0.0));
+            }
+            Expr::Call2(f, t, a, b) => {
+                walk(a, program, ty, out)?;
+                walk(b, program, ty, out)?;
+                out.push((f.c_name().into(), ty(*t).into(), 0.0));
+            }
+            _ => return None,
+        }
+        Some(())
+    }
+    let mut out = Vec::new();
+    Ok(walk(e, &program, &ty, &mut out).map(|()| out))
+}
+
 /// A compiler from Python: by default a farm of `gpfarmd` daemons, one per core, started when it
 /// is made and ended (daemons stopped, segments removed) by `close()` or at the end of a
 /// `with` block, also when the block raises.
@@ -611,6 +698,7 @@ fn _gpfarm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(standard_template, m)?)?;
     m.add_function(wrap_pyfunction!(check_problem, m)?)?;
     m.add_function(wrap_pyfunction!(outputs, m)?)?;
+    m.add_function(wrap_pyfunction!(postfix, m)?)?;
     m.add_class::<Farm>()?;
     m.add_class::<EvolveConfig>()?;
     m.add_function(wrap_pyfunction!(daemon_main, m)?)?;

@@ -195,10 +195,62 @@ def test_the_front_is_returned_and_the_chosen_model_is_its_smallest_within_the_t
     loose = gpfarm.SymbolicRegressor(select_tolerance=1.0, **kw).fit(X, y)
     assert loose.front_ == front, "the same seed gives the same run"
     within = [p for p in front if p["fitness"] <= errors[-1] * 2.0]
-    assert loose.size_ == within[0]["size"] and loose.program_ == within[0]["expression"]
+    assert loose.size_ == within[0]["simplified_size"] <= within[0]["size"]
+    assert loose.program_ == within[0]["expression"]
     rmse = float(np.sqrt(np.mean((loose.predict(X) - y) ** 2)))
     assert rmse == pytest.approx(loose.fitness_, rel=1e-5, abs=1e-5)
     small = gpfarm.SymbolicRegressor(max_size=5, **kw).fit(X, y)
     assert small.size_ <= 5 and all(p["size"] <= 5 for p in small.front_)
     with pytest.raises(ValueError, match="parsimony"):
         gpfarm.SymbolicRegressor(parsimony=-1.0, **kw).fit(X, y)
+
+
+def test_models_are_reported_simplified_and_export_to_sympy_and_latex():
+    sympy = pytest.importorskip("sympy")
+    X, y = data()
+    model = gpfarm.SymbolicRegressor(population=200, generations=10, random_state=5, eval="cpu").fit(X, y)
+    assert model.size_ <= model.front_[-1]["size"]
+    expr = model.sympy()
+    assert {str(s) for s in expr.free_symbols} <= {"x0", "x1"}
+    # The simplified formula computes the model's values (within float rounding).
+    f = sympy.lambdify([sympy.Symbol("x0"), sympy.Symbol("x1")], expr, "numpy")
+    np.testing.assert_allclose(f(X[:, 0], X[:, 1]), model.predict(X), rtol=1e-4, atol=1e-4)
+    assert "x_{0}" in model.latex() or "x_{1}" in model.latex()
+    # Every model of the front exports, and simplification folds what evolution left.
+    for point in model.front_:
+        model.sympy(point)
+    assert str(gpfarm.regression.to_sympy("2*x^2 + abs(-3)", ["x"])) == "2*x**2 + 3"
+
+
+@pytest.mark.parametrize(
+    "program, exact",
+    [
+        ("x0 * (2.5f) - x1 / (x0 + 1.5f) + (-0.25f) * x0 * x0", True),
+        ("sqrtf(fabsf(x0 - x1)) * 3.0", True),  # a double literal: computed in double, as C does
+        ("sinf(x0) + expf((0.1f) * x1) - logf(fabsf(x0) + 1.0f) * tanhf(x1) + cosf(x0 * x1)", False),
+    ],
+)
+def test_predict_in_memory_gives_the_cpu_evaluator_s_values(program, exact):
+    X, _ = data(500, seed=3)
+    steps = gpfarm._gpfarm.postfix(["x0", "x1"], program)
+    ours = gpfarm.regression.compute(steps, X.astype(np.float32))
+    directory = gpfarm.regression_problem(X, None)
+    reference = np.asarray(gpfarm._gpfarm.outputs(directory, program), dtype=np.float32)
+    if exact:
+        assert np.array_equal(ours, reference)
+    else:  # NumPy's float32 math functions against the C library's: a few ulp apart at most
+        np.testing.assert_allclose(ours, reference, rtol=1e-6, atol=1e-6)
+    # What NumPy cannot compute the same way is left to the CPU evaluator.
+    assert gpfarm._gpfarm.postfix(["x0", "x1"], "x0 < x1 ? x0 : x1") is None
+    with pytest.raises(ValueError, match="does not parse"):
+        gpfarm._gpfarm.postfix(["x0"], "x0 +")
+
+
+def test_a_pickled_model_predicts_the_same():
+    import pickle
+
+    X, y = data()
+    model = gpfarm.SymbolicRegressor(population=100, generations=3, random_state=2, eval="cpu").fit(X, y)
+    again = pickle.loads(pickle.dumps(model))
+    assert np.array_equal(again.predict(X), model.predict(X))
+    assert again.formula_ == model.formula_ and again.front_ == model.front_

@@ -115,10 +115,21 @@ pub(super) fn footer(s: &Summary) {
     }
     println!("best individual:\n{}", s.best_phenotype.as_deref().unwrap_or("<invalid>"));
     if !s.front.is_empty() {
-        println!("size-error front ({} models; size is nodes of the syntax tree):", s.front.len());
+        println!(
+            "size-error front ({} models; size is nodes of the syntax tree, simplified where it shrinks):",
+            s.front.len()
+        );
         for m in &s.front {
             let mark = if s.chosen.as_ref() == Some(m) { " <- chosen" } else { "" };
-            println!("{:>6}  {:<12}  {}{mark}", m.size, number(m.fitness), m.expression);
+            let size = m.simplified_size.unwrap_or(m.size);
+            let text = m.formula.as_deref().unwrap_or(&m.expression);
+            println!("{size:>6}  {:<12}  {text}{mark}", number(m.fitness));
+        }
+        if let Some(c) = &s.chosen {
+            println!("chosen model, as it ran:\n{}", c.expression);
+            if let Some(simplified) = &c.simplified {
+                println!("simplified:\n{simplified}");
+            }
         }
     }
 }
