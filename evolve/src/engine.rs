@@ -275,6 +275,8 @@ impl Engine {
         gpfarm_gp::limits::fits(&what, bytes).map_err(EvolveError::Islands)?;
         let why = if o.islands == 0 {
             "--islands must be at least 1"
+        } else if o.islands > 1 && o.max_time.is_some() {
+            "--max-time ends one island's run; with several islands it is not supported"
         } else if o.islands > 1 && o.migrate_every == 0 {
             "--migrate-every must be at least 1"
         } else if o.islands > 1 && o.migrants >= o.evolution.population {
@@ -367,7 +369,8 @@ impl Engine {
             toolchain: compilers.first().map_or_else(|| "none".into(), |c| c.toolchain()),
             compiling: !compilers.is_empty(),
             devices: if self.gpu.is_some() { gpu::device_count().max(1) } else { 1 },
-            eval_threads: NonZeroUsize::new(cores / n).unwrap_or(NonZeroUsize::MIN),
+            eval_threads: NonZeroUsize::new(self.options.threads.map_or(cores, NonZeroUsize::get) / n)
+                .unwrap_or(NonZeroUsize::MIN),
             several: place.ring > 1,
         };
         let stop = &self.stop;
@@ -473,6 +476,7 @@ impl Engine {
         );
         driver.island(island, link, self.stop.clone());
         driver.eval_threads(shared.eval_threads);
+        driver.max_time(o.max_time);
         if !shared.fit_kernels.is_empty() {
             driver.fit_on_gpu();
         }
@@ -534,10 +538,13 @@ impl Engine {
             best_phenotype: best.and_then(|(i, _)| i.expression()).map(|p| p.as_str().to_owned()),
             route: self.route.as_str().to_owned(),
             route_reason: self.route_why.clone(),
-            mean_generation_ms: totals.wall_s * 1000.0 / (e.generations + 1) as f64,
+            mean_generation_ms: totals.wall_s * 1000.0
+                / (outcomes.iter().filter_map(|(_, p)| p.stopped_after()).max().unwrap_or(e.generations) + 1)
+                    as f64,
             totals,
             islands: outcomes.len(),
             island_best,
+            stopped_after: outcomes.iter().filter_map(|(_, p)| p.stopped_after()).max(),
             front: Vec::new(),
             chosen: None,
             direction: Some(self.problem.direction()),

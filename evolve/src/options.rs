@@ -2,6 +2,7 @@
 //! how individuals are compiled, and which caches are used. Plain data with defaults; the
 //! command line fills it from its flags, and a Rust or Python caller fills it directly.
 
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 
 use gpfarm_gp::EvolutionConfig;
@@ -73,6 +74,12 @@ pub struct Options {
     /// of the problem's own (`max_steps` in `problem.toml`, default
     /// [`gpfarm_gp::program::DEFAULT_MAX_STEPS`]). At least 1.
     pub max_steps: Option<u64>,
+    /// Ends the run after the first generation completed once this much time has passed since
+    /// generation 0 began (the evaluator and compiler already up); the summary says after which
+    /// generation ([`crate::Summary::stopped_after`]). One island only. Default: none.
+    pub max_time: Option<std::time::Duration>,
+    /// Threads that evaluate and fit on the CPU, over all islands (default: one per core).
+    pub threads: Option<NonZeroUsize>,
     /// NVRTC options an individual that crashes NVRTC (its unit is lost twice, alone) is
     /// compiled again with, once, in a daemon of its own; empty: no retry, it gets the worst
     /// fitness. The default, [`CRASH_RETRY_FLAGS`], avoids every crash of NVRTC 13.0 found so far.
@@ -177,6 +184,8 @@ impl Default for Options {
             gpu_worker: None,
             gpu_deadline: gpfarm_client::DEFAULT_GPU_DEADLINE,
             max_steps: None,
+            max_time: None,
+            threads: None,
             crash_retry_flags: CRASH_RETRY_FLAGS.iter().map(|f| (*f).to_owned()).collect(),
             crash_retry_on_gpu: true,
             crash_dir: None,

@@ -355,6 +355,9 @@ pub struct Summary {
     /// The share of the best fitness within which the chosen model lies.
     #[serde(default)]
     pub select_tolerance: f64,
+    /// The last generation, when `max_time` ended the run before `generations`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_after: Option<usize>,
 }
 
 /// One model of a size–error front.

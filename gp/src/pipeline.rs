@@ -188,6 +188,8 @@ pub struct Pipeline {
     front: Vec<FrontPoint>,
     /// Generations between migrations (island model), if any.
     migrate_every: Option<usize>,
+    /// The generation after which [`Pipeline::stop_after`] ended the run.
+    stopped_after: Option<usize>,
     /// The next generation that must take its immigrants ([`Pipeline::immigrate`]) before
     /// anything is bred from it.
     next_migration: Option<usize>,
@@ -242,6 +244,7 @@ impl Pipeline {
             front: Vec::new(),
             migrate_every: None,
             next_migration: None,
+            stopped_after: None,
         };
         let mut first = Generation {
             index: 0,
@@ -568,6 +571,18 @@ impl Pipeline {
     /// Whether the last generation is complete and reported.
     pub fn is_finished(&self) -> bool {
         self.generations.is_empty()
+    }
+
+    /// Ends the run after `generation`, complete and reported: the generations after it, bred
+    /// or not, are dropped; the front and the best so far stay.
+    pub fn stop_after(&mut self, generation: usize) {
+        self.generations.clear();
+        self.stopped_after = Some(generation);
+    }
+
+    /// The generation after which [`Pipeline::stop_after`] ended the run, if it did.
+    pub fn stopped_after(&self) -> Option<usize> {
+        self.stopped_after
     }
 
     /// The oldest generation not yet complete.

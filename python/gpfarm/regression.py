@@ -211,7 +211,10 @@ class SymbolicRegressor(_Mixin, _Base):
     `fit_cases`, `no_lamarck`). `max_size` (0: none) is the largest model (nodes of its syntax
     tree) evaluated, `parsimony` a cost per node added to the error in tournaments, and
     `select_tolerance` the share of the best training error within which the smallest model of
-    the run's size-error front is chosen (0: the best).
+    the run's size-error front is chosen (0: the best). `max_time` (seconds) ends the run after
+    the first generation completed once that much time has passed since generation 0 began
+    (`generations` stays the most it runs); `n_jobs` is the threads evaluating and fitting on
+    the CPU (None or -1: one per core).
 
     `sympy()` and `latex()` export the chosen model (or an entry of `front_`); `predict`
     computes in memory with NumPy, and a pickled model predicts without a GPU.
@@ -240,6 +243,8 @@ class SymbolicRegressor(_Mixin, _Base):
         max_size: int = 0,
         parsimony: float = 0.0,
         select_tolerance: float = 0.0,
+        max_time: Optional[float] = None,
+        n_jobs: Optional[int] = None,
         options: Optional[Dict[str, Any]] = None,
     ):
         self.population = population
@@ -255,6 +260,8 @@ class SymbolicRegressor(_Mixin, _Base):
         self.max_size = max_size
         self.parsimony = parsimony
         self.select_tolerance = select_tolerance
+        self.max_time = max_time
+        self.n_jobs = n_jobs
         self.options = options
 
     def _seed(self) -> int:
@@ -302,7 +309,12 @@ class SymbolicRegressor(_Mixin, _Base):
             "max_size": self.max_size,
             "parsimony": self.parsimony,
             "select_tolerance": self.select_tolerance,
+            "threads": _threads(self.n_jobs),
         }
+        if self.max_time is not None:
+            if not isinstance(self.max_time, (int, float)) or not self.max_time > 0:
+                raise ValueError(f"max_time must be a number of seconds above 0, not {self.max_time!r}")
+            fitting["max_time"] = float(self.max_time)
         fitting.update(self.options or {})
         with tempfile.TemporaryDirectory(prefix="gpfarm-fit-") as tmp:
             directory = regression_problem(rows, y, names=names, grammar=grammar, directory=tmp)
@@ -442,6 +454,19 @@ def to_sympy(formula: str, names: Sequence[str]) -> Any:
         abs=sympy.Abs, tanh=sympy.tanh, min=sympy.Min, max=sympy.Max,
     )
     return parse_expr(formula.replace("^", "**"), local_dict=local, transformations=standard_transformations)
+
+
+def _threads(n_jobs: Any) -> Optional[int]:
+    """`n_jobs` as scikit-learn means it, as a thread count (None: one per core)."""
+    if n_jobs is None or n_jobs == -1:
+        return None
+    if isinstance(n_jobs, int) and not isinstance(n_jobs, bool) and n_jobs >= 1:
+        return n_jobs
+    if isinstance(n_jobs, int) and n_jobs < -1:  # scikit-learn's -2: all cores but one, ...
+        import os
+
+        return max(1, (os.cpu_count() or 1) + 1 + n_jobs)
+    raise ValueError(f"n_jobs must be None, -1 or an int of at least 1, not {n_jobs!r}")
 
 
 def _not_fitted(estimator: Any) -> Exception:

@@ -69,6 +69,8 @@ struct EvolveConfig {
     parsimony: f64,
     max_size: usize,
     select_tolerance: f64,
+    max_time: Option<f64>,
+    threads: Option<usize>,
     islands: usize,
     migrate_every: usize,
     migrants: usize,
@@ -89,7 +91,8 @@ impl EvolveConfig {
         deadline = gpfarm_client::DEFAULT_UNIT_DEADLINE.as_secs(),
         gpu_deadline = gpfarm_client::DEFAULT_GPU_DEADLINE.as_secs_f64(), max_steps = None,
         fit_iterations = gpfarm_gp::FitConfig::default().iterations, fit_restarts = 0, fit_share = 1.0, fit_cases = 0,
-        no_lamarck = false, parsimony = 0.0, max_size = 0, select_tolerance = 0.0, islands = 1,
+        no_lamarck = false, parsimony = 0.0, max_size = 0, select_tolerance = 0.0, max_time = None,
+        threads = None, islands = 1,
         migrate_every = 10, migrants = 2,
         island_farm = "shared".to_owned(), cuda = None
     ))]
@@ -135,6 +138,8 @@ impl EvolveConfig {
         parsimony: f64,
         max_size: usize,
         select_tolerance: f64,
+        max_time: Option<f64>,
+        threads: Option<usize>,
         islands: usize,
         migrate_every: usize,
         migrants: usize,
@@ -182,6 +187,8 @@ impl EvolveConfig {
             parsimony,
             max_size,
             select_tolerance,
+            max_time,
+            threads,
             islands,
             migrate_every,
             migrants,
@@ -281,6 +288,17 @@ impl EvolveConfig {
             max_steps: match self.max_steps {
                 Some(0) => return Err(bad("max_steps", "must be at least 1")),
                 n => n,
+            },
+            max_time: match self.max_time {
+                None => None,
+                Some(t) if t > 0.0 && t.is_finite() && t < 1e9 => Some(Duration::from_secs_f64(t)),
+                Some(_) => return Err(bad("max_time", "must be a number of seconds above 0")),
+            },
+            threads: match self.threads {
+                None => None,
+                Some(t) => {
+                    Some(std::num::NonZeroUsize::new(t).ok_or_else(|| bad("threads", "must be at least 1"))?)
+                }
             },
             crash_retry_flags: match (self.no_crash_retry, self.crash_retry_flag.is_empty()) {
                 (true, _) => Vec::new(),

@@ -254,3 +254,23 @@ def test_a_pickled_model_predicts_the_same():
     again = pickle.loads(pickle.dumps(model))
     assert np.array_equal(again.predict(X), model.predict(X))
     assert again.formula_ == model.formula_ and again.front_ == model.front_
+
+
+def test_max_time_ends_the_run_and_n_jobs_sets_the_threads():
+    import time
+
+    X, y = data()
+    start = time.monotonic()
+    model = gpfarm.SymbolicRegressor(
+        population=100, generations=1_000_000, random_state=2, eval="cpu", max_time=0.5, n_jobs=1
+    ).fit(X, y)
+    # It stops after the generation completed past 0.5 s: far fewer than a million, in seconds.
+    assert 1 < len(model.history_) < 1_000_000 and time.monotonic() - start < 30
+    assert model.history_[-1]["generation"] == len(model.history_) - 1
+    result = gpfarm.evolve("keijzer6", population=100, generations=1_000_000, seed=1, eval="cpu", max_time=0.3)
+    assert result.summary["stopped_after"] == len(result.history) - 1
+    for bad, message in [(dict(n_jobs=0), "n_jobs"), (dict(max_time=-1.0), "max_time")]:
+        with pytest.raises(ValueError, match=message):
+            gpfarm.SymbolicRegressor(population=10, generations=1, eval="cpu", **bad).fit(X, y)
+    with pytest.raises(ValueError, match="max_time"):
+        gpfarm.evolve("keijzer6", population=10, generations=1, eval="cpu", max_time=0.0)

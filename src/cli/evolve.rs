@@ -180,6 +180,13 @@ pub struct EvolveArgs {
     /// of the front's best (0: the best model, the smallest of equals)
     #[arg(long, value_name = "SHARE", default_value_t = 0.0, value_parser = non_negative)]
     select_tolerance: f64,
+    /// End the run after the first generation completed once this many seconds have passed
+    /// since generation 0 began (the evaluator and compiler up); one island only
+    #[arg(long, value_name = "SECONDS", value_parser = positive_seconds)]
+    max_time: Option<f64>,
+    /// Threads that evaluate and fit on the CPU (default: one per core)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    threads: Option<u64>,
     /// Seconds a daemon may spend on one unit before it is killed and replaced, and the unit
     /// retried once (farm only).
     #[arg(long, default_value_t = gpfarm_client::DEFAULT_UNIT_DEADLINE.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
@@ -280,6 +287,8 @@ impl EvolveArgs {
             gpu_worker: None,
             gpu_deadline: Duration::from_secs_f64(self.gpu_deadline),
             max_steps: self.max_steps,
+            max_time: self.max_time.map(Duration::from_secs_f64),
+            threads: self.threads.and_then(|t| std::num::NonZeroUsize::new(usize::try_from(t).ok()?)),
             crash_retry_flags: match (self.no_crash_retry, self.crash_retry_flags.is_empty()) {
                 (true, _) => Vec::new(),
                 (false, true) => Options::default().crash_retry_flags,

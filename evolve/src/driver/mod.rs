@@ -143,6 +143,8 @@ pub(crate) struct Driver<'a> {
     evaluator: Evaluator,
     fell_back: Option<String>,
     eval_threads: NonZeroUsize,
+    /// Time after which the run ends with the generation that completes next.
+    max_time: Option<Duration>,
     /// The threads that fit parameters, started at the first individual that has any (`Some(None)`:
     /// none could be started).
     fit_pool: Option<Option<rayon::ThreadPool>>,
@@ -246,6 +248,7 @@ impl<'a> Driver<'a> {
             evaluator,
             fell_back: None,
             eval_threads: std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN),
+            max_time: None,
             fit_pool: None,
             fit_memo: HashMap::new(),
             fit_problem: None,
@@ -278,6 +281,11 @@ impl<'a> Driver<'a> {
     /// Evaluates on the CPU with at most `threads` threads (default: one per core).
     pub fn eval_threads(&mut self, threads: NonZeroUsize) {
         self.eval_threads = threads;
+    }
+
+    /// Ends the run after the first generation completed once `limit` has passed since it began.
+    pub fn max_time(&mut self, limit: Option<Duration>) {
+        self.max_time = limit;
     }
 
     /// Fits free parameters on the GPU worker, whose fitting kernel is loaded.
@@ -335,8 +343,17 @@ impl<'a> Driver<'a> {
             let completed = self.pipeline.advance();
             let born = self.pipeline.take_born();
             self.charge_breeding(&born, bred_at.elapsed());
+            let last = completed.last().map(|s| s.generation);
             for stats in completed {
                 self.complete(&stats, report)?;
+            }
+            if let (Some(limit), Some(g)) = (self.max_time, last)
+                && self.start.elapsed() >= limit
+                && !self.pipeline.is_finished()
+            {
+                // What is bred, compiling or queued beyond it is dropped with the pipeline's
+                // open generations.
+                self.pipeline.stop_after(g);
             }
             if self.pipeline.is_finished() {
                 return Ok(());

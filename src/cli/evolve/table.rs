@@ -83,12 +83,12 @@ pub(crate) fn row(r: &GenerationRecord, islands: bool) {
 
 pub(super) fn footer(s: &Summary) {
     let t = &s.totals;
-    let generations = s.generations + 1;
+    let generations = s.stopped_after.unwrap_or(s.generations) + 1;
     println!(
         "best fitness {} after {} generations: {:.1} s, {:.0} ms per generation; {} of {} individuals \
          compiled ({} reused, {} merged, {} from disk), {:.1} s of compile time, {:.2} s evaluating",
         s.best_fitness,
-        s.generations,
+        generations - 1,
         t.wall_s,
         t.wall_s * 1000.0 / generations as f64,
         t.compiled,
@@ -108,6 +108,9 @@ pub(super) fn footer(s: &Summary) {
     }
     if let Some(dir) = &t.failed_units_dir {
         println!("units that did not compile are in {}", dir.display());
+    }
+    if let Some(g) = s.stopped_after {
+        println!("--max-time ended the run after generation {g} of {}", s.generations);
     }
     if s.islands > 1 {
         let best: Vec<String> = s.island_best.iter().map(|&b| number(b)).collect();
