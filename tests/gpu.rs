@@ -442,15 +442,39 @@ fn twenty_generations_of_each_problem_run_on_the_gpu() {
 #[test]
 #[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
 fn a_while_loop_population_has_one_fitness_on_every_route() {
-    let arch = require_gpu("while_loops_every_route");
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/while-search");
+    let (compared, failing) =
+        every_route_gives_the_cpu_s_fitness("while_loops_every_route", "examples/while-search", true);
+    eprintln!("while loops: {compared} fitness values compared, {failing} CPU failures among them");
+    assert!(failing > 0, "the population must hold programs that fail");
+}
+
+/// The functions example's random population (two seeds): its declared functions inlined by the
+/// CPU evaluator, the interpreter and the PTX route, and called as `__device__` functions by
+/// NVRTC's, give every individual the same fitness bit for bit (their bodies use `+ - * /`,
+/// `fabsf`, `fminf` and `fmaxf`, which round alike everywhere).
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
+fn declared_functions_give_one_fitness_on_every_route() {
+    let (compared, _) =
+        every_route_gives_the_cpu_s_fitness("declared_functions", "examples/functions", false);
+    assert!(compared > 500, "{compared}");
+}
+
+/// The random population (seeds 7 and 8) of the problem in `dir`, under its own step limit and,
+/// with `limits`, under 40 steps: the CPU evaluator, the interpreter, NVRTC (kernels and switch)
+/// and PTX (kernels and switch) give every individual the same fitness bit for bit. Returns the
+/// values compared and the CPU's failures.
+fn every_route_gives_the_cpu_s_fitness(label: &str, dir: &str, limits: bool) -> (usize, usize) {
+    let arch = require_gpu(label);
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     let loaded = Problem::load(&dir).unwrap();
     let mut farm = Farm::spawn(config(cores())).unwrap();
     let options =
         CompileOptions { flags: vec![gpfarm_evolve::NO_FMAD.into()], ..CompileOptions::cubin(arch) };
     let cubin = |farm: &mut Farm, name: &str, source: String| kernel_cubin(farm, name, source, &options);
     let (mut compared, mut failing) = (0, 0);
-    for limit in [loaded.max_steps(), 40] {
+    let limit_list = if limits { vec![loaded.max_steps(), 40] } else { vec![loaded.max_steps()] };
+    for limit in limit_list {
         let problem = loaded.clone().with_max_steps(limit).unwrap();
         let kernels = gpfarm_kernels::gpu::Kernels {
             fitness: Some(cubin(&mut farm, "fitness.cu", gpu::fitness_source(&problem).unwrap())),
@@ -553,8 +577,7 @@ fn a_while_loop_population_has_one_fitness_on_every_route() {
             }
         }
     }
-    eprintln!("while loops: {compared} fitness values compared, {failing} CPU failures among them");
-    assert!(failing > 0, "the population must hold programs that fail");
+    (compared, failing)
 }
 
 /// Free parameters as a kernel argument: random structures of the Friedman-1 example compiled

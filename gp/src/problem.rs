@@ -150,8 +150,15 @@ impl Problem {
                 ProblemError::Case { file: file("cases.json"), case, message }
             }
         })?;
+        crate::program::check_functions(&spec).map_err(|(i, e)| ProblemError::Field {
+            file: file("problem.toml"),
+            field: format!("functions[{i}].body"),
+            message: e.to_string(),
+        })?;
         let template_err = |message: String| ProblemError::Template { file: file("template.cu"), message };
-        let template = Template::parse(src.template).map_err(template_err)?;
+        // Declared functions open every unit, so that the compiled routes can call them.
+        let definitions: String = spec.functions.iter().map(|f| f.definition()).collect();
+        let template = Template::parse(&format!("{definitions}{}", src.template)).map_err(template_err)?;
         let problem = Problem { spec, grammar, grammar_text: src.grammar.to_string(), cases, template };
         let visible = problem.visible_names();
         problem.template.check_against(&problem.kernel_params(), &visible).map_err(template_err)?;

@@ -258,6 +258,8 @@ pub struct Program {
     /// For statement programs, the slot of each output.
     output_slots: Vec<usize>,
     output_types: Vec<ScalarType>,
+    /// Added to its tree's size: calls of declared functions count one node each.
+    size_adjust: isize,
 }
 
 fn scalar_ty(t: ScalarType) -> Ty {
@@ -335,7 +337,12 @@ impl Program {
                 slot_types.push(Ty::Float);
             }
         }
-        let mut parser = Parser::new(&toks, text.len(), &names);
+        let functions = if spec.functions.is_empty() {
+            HashMap::new()
+        } else {
+            parse::inline_functions(spec).map_err(|(_, e)| e)?
+        };
+        let mut parser = Parser::new(&toks, text.len(), &names, &functions);
         let body = match spec.kind {
             Kind::Expression => {
                 let (e, _) = parser.expr()?;
@@ -352,6 +359,7 @@ impl Program {
             arrays,
             output_slots,
             output_types: spec.outputs.iter().map(|o| o.ty).collect(),
+            size_adjust: parser.size_adjust,
         })
     }
 
@@ -362,34 +370,24 @@ impl Program {
     /// and neither do blocks. So `x0 * p[0] + sinf(x1)` has size 6. This is the size that
     /// parsimony and the size–error front use.
     pub fn size(&self) -> usize {
-        fn expr(e: &Expr) -> usize {
-            match e {
-                Expr::Const(_) | Expr::Var(_) => 1,
-                Expr::Index(_, i) => 1 + expr(i),
-                Expr::Convert(_, a) => expr(a),
-                Expr::Neg(a) | Expr::BitNot(a) | Expr::Not(a) | Expr::Call1(_, _, a) => 1 + expr(a),
-                Expr::Chain(first, rest) => {
-                    expr(first) + rest.iter().map(|(_, e)| 1 + expr(e)).sum::<usize>()
-                }
-                Expr::Cond(c, a, b) => 1 + expr(c) + expr(a) + expr(b),
-                Expr::Call2(_, _, a, b) => 1 + expr(a) + expr(b),
-            }
-        }
         fn stmts(list: &[Stmt]) -> usize {
             list.iter()
                 .map(|s| match s {
-                    Stmt::Assign(_, _, e) => 1 + expr(e),
-                    Stmt::If(c, a, b) => 1 + expr(c) + stmts(a) + stmts(b),
-                    Stmt::Loop(c, body, step) => 1 + c.as_ref().map_or(0, expr) + stmts(body) + stmts(step),
+                    Stmt::Assign(_, _, e) => 1 + expr_size(e),
+                    Stmt::If(c, a, b) => 1 + expr_size(c) + stmts(a) + stmts(b),
+                    Stmt::Loop(c, body, step) => {
+                        1 + c.as_ref().map_or(0, expr_size) + stmts(body) + stmts(step)
+                    }
                     Stmt::Block(b) => stmts(b),
-                    Stmt::Discard(e) => expr(e),
+                    Stmt::Discard(e) => expr_size(e),
                 })
                 .sum()
         }
-        match &self.body {
-            Body::Expression(e) => expr(e),
+        let tree = match &self.body {
+            Body::Expression(e) => expr_size(e),
             Body::Statements(s) => stmts(s),
-        }
+        };
+        tree.saturating_add_signed(self.size_adjust)
     }
 
     /// The name of the problem it was compiled for.
@@ -826,6 +824,27 @@ pub fn float_literal(v: f32) -> String {
     }
     let s = format!("{v:?}");
     if s.contains(['.', 'e', 'E']) { s } else { format!("{s}.0") }
+}
+
+/// The nodes of `e`'s syntax tree ([`Program::size`]).
+fn expr_size(e: &Expr) -> usize {
+    match e {
+        Expr::Const(_) | Expr::Var(_) => 1,
+        Expr::Index(_, i) => 1 + expr_size(i),
+        Expr::Convert(_, a) => expr_size(a),
+        Expr::Neg(a) | Expr::BitNot(a) | Expr::Not(a) | Expr::Call1(_, _, a) => 1 + expr_size(a),
+        Expr::Chain(first, rest) => {
+            expr_size(first) + rest.iter().map(|(_, e)| 1 + expr_size(e)).sum::<usize>()
+        }
+        Expr::Cond(c, a, b) => 1 + expr_size(c) + expr_size(a) + expr_size(b),
+        Expr::Call2(_, _, a, b) => 1 + expr_size(a) + expr_size(b),
+    }
+}
+
+/// Whether the declared functions of `spec` parse: the index of the first that does not and
+/// why, otherwise.
+pub fn check_functions(spec: &ProblemSpec) -> Result<(), (usize, ParseError)> {
+    parse::inline_functions(spec).map(|_| ())
 }
 
 /// The most free parameters a program may read.

@@ -45,8 +45,8 @@ pub struct Readable {
 
 /// `phenotype` simplified for the problem `spec` ([module documentation](self)), or `None` when
 /// it does not parse or is not an arithmetic float expression. When simplification would make
-/// it larger (it rarely does), the formula and code are the original's, written out the same
-/// way.
+/// it larger (calls of functions the problem declares, which it inlines), the code is the
+/// original and the formula its text made plain.
 pub fn readable(spec: &ProblemSpec, phenotype: &Phenotype) -> Option<Readable> {
     let program = Program::parse_for(spec, phenotype).ok()?;
     let Body::Expression(e) = program.body() else { return None };
@@ -61,19 +61,59 @@ pub fn readable(spec: &ProblemSpec, phenotype: &Phenotype) -> Option<Readable> {
         })
         .collect();
     let original = program.size();
-    let write = |simplify: bool| -> Option<Readable> {
-        let sym = Builder { simplify, slots: &names, types: program.slot_types() }.expr(e)?;
-        if !finite(&sym) {
-            return None;
+    let sym = Builder { slots: &names, types: program.slot_types() }.expr(e)?;
+    let simplified = finite(&sym).then(|| Phenotype::new(print(&sym, &names, Style::C).0));
+    let size = simplified.as_ref().and_then(|code| Some(Program::parse_for(spec, code).ok()?.size()));
+    match (simplified, size) {
+        (Some(code), Some(size)) if size <= original => {
+            Some(Readable { formula: print(&sym, &names, Style::Formula).0, code, size })
         }
-        let code = Phenotype::new(print(&sym, &names, Style::C).0);
-        let size = Program::parse_for(spec, &code).ok()?.size();
-        Some(Readable { formula: print(&sym, &names, Style::Formula).0, code, size })
-    };
-    match write(true) {
-        Some(r) if r.size <= original => Some(r),
-        _ => write(false),
+        // Larger (a call of a declared function is one node; its body inlined is more), or a
+        // constant that folds to infinity: the original, its text made plain.
+        _ => Some(Readable { formula: plain(phenotype.as_str()), code: phenotype.clone(), size: original }),
     }
+}
+
+/// C text as a plain formula: float literals without `f` (and `.0`), the float math functions
+/// by their names (`sinf` is `sin`, `fabsf` is `abs`, `fminf` is `min`); the rest as it is.
+fn plain(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if c.is_ascii_alphabetic() || c == '_' {
+            let start = i;
+            while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '_') {
+                i += 1;
+            }
+            let word: String = chars[start..i].iter().collect();
+            let call = chars.get(i) == Some(&'(');
+            let base = word.strip_suffix('f').filter(|b| call && crate::problem::is_math_function(b));
+            out.push_str(match base.unwrap_or(&word) {
+                "fabs" if call => "abs",
+                "fmin" if call => "min",
+                "fmax" if call => "max",
+                other => other,
+            });
+        } else if c.is_ascii_digit() || (c == '.' && chars.get(i + 1).is_some_and(char::is_ascii_digit)) {
+            let start = i;
+            while i < chars.len()
+                && (chars[i].is_ascii_alphanumeric()
+                    || chars[i] == '.'
+                    || chars[i] == '-' && chars[i - 1] == 'e')
+            {
+                i += 1;
+            }
+            let literal: String = chars[start..i].iter().collect();
+            let digits = literal.strip_suffix(['f', 'F']).unwrap_or(&literal);
+            out.push_str(digits.strip_suffix(".0").unwrap_or(digits));
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    out
 }
 
 /// An expression of real numbers. Normal forms (made by [`Builder`] when it simplifies): a
@@ -97,7 +137,6 @@ enum Sym {
 const MAX_POWER: f64 = 8.0;
 
 struct Builder<'a> {
-    simplify: bool,
     slots: &'a [Option<String>],
     types: &'a [Ty],
 }
@@ -152,12 +191,6 @@ impl Builder<'_> {
     }
 
     fn neg(&self, a: Sym) -> Sym {
-        if !self.simplify {
-            return match a {
-                Sym::Num(v) => Sym::Num(-v),
-                a => Sym::Sum(0.0, vec![(-1.0, a)]),
-            };
-        }
         match a {
             Sym::Sum(c, terms) => Sym::Sum(-c, terms.into_iter().map(|(k, t)| (-k, t)).collect()),
             a => self.mul(Sym::Num(-1.0), a),
@@ -165,17 +198,6 @@ impl Builder<'_> {
     }
 
     fn add(&self, a: Sym, b: Sym) -> Sym {
-        if !self.simplify {
-            let mut terms = match a {
-                Sym::Sum(0.0, t) => t,
-                a => vec![(1.0, a)],
-            };
-            match b {
-                Sym::Sum(0.0, t) if t.len() == 1 => terms.extend(t),
-                b => terms.push((1.0, b)),
-            }
-            return Sym::Sum(0.0, terms);
-        }
         let (mut c, mut terms) = linear(a);
         let (d, more) = linear(b);
         c = float(c + d);
@@ -205,14 +227,6 @@ impl Builder<'_> {
     }
 
     fn mul(&self, a: Sym, b: Sym) -> Sym {
-        if !self.simplify {
-            let mut factors = match a {
-                Sym::Prod(f) => f,
-                a => vec![(a, 1)],
-            };
-            factors.push((b, 1));
-            return Sym::Prod(factors);
-        }
         let (k, mut factors) = monomial(a);
         let (j, more) = monomial(b);
         for (b, e) in more {
@@ -226,19 +240,15 @@ impl Builder<'_> {
     }
 
     fn recip(&self, a: Sym) -> Sym {
-        if !self.simplify {
-            return Sym::Prod(vec![(Sym::Num(1.0), 1), (a, -1)]);
-        }
         let (k, factors) = monomial(a);
         from_monomial(float(1.0 / k), factors.into_iter().map(|(b, e)| (b, -e)).collect())
     }
 
     fn call(&self, f: Fn1, a: Sym) -> Option<Sym> {
-        if !self.simplify {
-            return Some(Sym::Call(f, Box::new(a)));
-        }
-        if let Sym::Num(x) = a {
-            return folded(fn1(f, x));
+        if let Sym::Num(x) = a
+            && let Some(v) = folded(fn1(f, x))
+        {
+            return Some(v);
         }
         Some(match (f, a) {
             (Fn1::Fabs, a) if never_negative(&a) => a,
@@ -257,11 +267,10 @@ impl Builder<'_> {
     }
 
     fn call2(&self, f: Fn2, a: Sym, b: Sym) -> Option<Sym> {
-        if !self.simplify {
-            return Some(Sym::Call2(f, Box::new(a), Box::new(b)));
-        }
-        if let (Sym::Num(x), Sym::Num(y)) = (&a, &b) {
-            return folded(fn2(f, *x, *y));
+        if let (Sym::Num(x), Sym::Num(y)) = (&a, &b)
+            && let Some(v) = folded(fn2(f, *x, *y))
+        {
+            return Some(v);
         }
         Some(match (f, b) {
             (Fn2::Pow, Sym::Num(n)) if n.fract() == 0.0 && n.abs() <= MAX_POWER => {
@@ -275,7 +284,7 @@ impl Builder<'_> {
 }
 
 /// A folded constant, rounded to float as the program computes it, unless it is not finite
-/// (the model is then not simplified).
+/// (the call is then kept).
 fn folded(v: f64) -> Option<Sym> {
     let v = float(v);
     v.is_finite().then_some(Sym::Num(v))
@@ -562,6 +571,7 @@ mod tests {
         assert!(readable(p.spec(), &Phenotype::new("x +")).is_none());
         // Int arithmetic is C's, not the reals': 1/2 is 0.
         assert!(readable(p.spec(), &Phenotype::new("x * (1 / 2)")).is_none());
+        assert_eq!(plain("fminf(sinf(x), 2.0f) * fabsf(1.5e-3f) + 1.0f"), "min(sin(x), 2) * abs(1.5e-3) + 1");
         assert_eq!(simplify("x * (1.0f / 2) + 1").formula, "0.5*x + 1");
     }
 

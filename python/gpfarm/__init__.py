@@ -45,12 +45,15 @@ from ._gpfarm import evolve as _evolve  # noqa: E402
 __all__ = [
     "EvolveConfig",
     "Farm",
+    "OPERATOR_SETS",
+    "Operator",
     "Result",
     "SymbolicRegressor",
     "__version__",
     "builtin_problems",
     "default_grammar",
     "evolve",
+    "operators",
     "regression_problem",
 ]
 
@@ -106,4 +109,11 @@ def evolve(
     )
 
 
-from .regression import SymbolicRegressor, default_grammar, regression_problem  # noqa: E402
+from .regression import (  # noqa: E402
+    OPERATOR_SETS,
+    Operator,
+    SymbolicRegressor,
+    default_grammar,
+    operators,
+    regression_problem,
+)

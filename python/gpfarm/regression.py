@@ -9,7 +9,8 @@ import math
 import re
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy
 
@@ -25,18 +26,155 @@ _RESERVED = {
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def default_grammar(names: Sequence[str], constants: str = "fitted") -> str:
-    """An arithmetic grammar over `names` in float: + - * /, protected log and sqrt, sin, cos,
-    exp, tanh, and constants: free parameters fitted to the data (`constants="fitted"`, the
-    grammar's `#param#`) or digit strings d.dd that only evolution changes (`"digits"`; float
-    literals, so the arithmetic stays in float)."""
+@dataclass(frozen=True)
+class Operator:
+    """An operator of your own for symbolic regression: `name(x)` (arity 1) or `name(x, y)`
+    (arity 2, up to 4: x, y, z, w) is `cuda`, a CUDA C expression over those parameters in
+    float (write constants as `1.0f`), using `+ - * /`, the math functions (`sinf`, `expf`,
+    `fabsf`, `fminf`, `powf`, ...) and operators declared before it. `numpy`, if given, is the
+    same function on NumPy arrays: it is checked against `cuda` at construction.
+
+        softsign = gpfarm.Operator("softsign", 1, "x / (1.0f + fabsf(x))", numpy=lambda x: x / (1 + abs(x)))
+        SymbolicRegressor(operators=["add", "sub", "mul", softsign])
+
+    Every route computes it: the compiled ones call it as a `__device__` function, the
+    interpreter, the PTX route and the CPU evaluator inline it. A call counts one node of a
+    model's size. Bad names, arities and bodies raise ValueError at construction."""
+
+    name: str
+    arity: int
+    cuda: str
+    numpy: Optional[Callable[..., Any]] = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _IDENT.match(self.name):
+            raise ValueError(f"Operator name {self.name!r} must be a C identifier")
+        if self.name in _BUILTIN_OPERATORS or self.name in _RESERVED:
+            raise ValueError(f"Operator name `{self.name}` is taken: built-in operators and C words are reserved")
+        if not isinstance(self.arity, int) or not 1 <= self.arity <= len(_PARAMS):
+            raise ValueError(f"Operator `{self.name}`: arity must be 1 to {len(_PARAMS)}, not {self.arity!r}")
+        if not isinstance(self.cuda, str) or not self.cuda.strip():
+            raise ValueError(f"Operator `{self.name}`: cuda must be a C expression over {', '.join(self.params)}")
+        try:
+            _gpfarm.check_functions(["gpfarm_check"], [self.declaration()])
+        except ValueError as e:
+            raise ValueError(f"Operator `{self.name}`: {e}") from None
+        if self.numpy is not None:
+            self._check_numpy()
+
+    @property
+    def params(self) -> Tuple[str, ...]:
+        return _PARAMS[: self.arity]
+
+    def declaration(self) -> Tuple[str, List[str], str]:
+        """As `problem.toml`'s `[[functions]]` takes it: name, parameters, body."""
+        return (self.name, list(self.params), self.cuda)
+
+    def _check_numpy(self) -> None:
+        names = [f"a{k}" for k in range(self.arity)]
+        rng = numpy.random.default_rng(0)
+        data = rng.uniform(-3, 3, size=(64, self.arity)).astype(numpy.float32)
+        steps = _gpfarm.postfix(names, f"{self.name}({', '.join(names)})", [self.declaration()])
+        ours = compute(steps, data).astype(numpy.float64) if steps is not None else None
+        with numpy.errstate(all="ignore"):
+            theirs = numpy.asarray(self.numpy(*[data[:, k].astype(numpy.float64) for k in range(self.arity)]), dtype=float)
+        if ours is None or theirs.shape != ours.shape:
+            raise ValueError(f"Operator `{self.name}`: its numpy function must map {self.arity} array(s) to one of the same length")
+        same = numpy.isclose(ours, theirs, rtol=1e-4, atol=1e-5) | (numpy.isnan(ours) & numpy.isnan(theirs))
+        if not same.all():
+            k = int(numpy.argmin(same))
+            args = ", ".join(f"{v:.4g}" for v in data[k])
+            raise ValueError(
+                f"Operator `{self.name}`: its numpy function gives {theirs[k]:.6g} at ({args}) where its cuda body gives {ours[k]:.6g}"
+            )
+
+
+_PARAMS = ("x", "y", "z", "w")
+
+#: Built-in operators by name: arity and how the grammar writes them (`{0}`, `{1}` the operands).
+_BUILTIN_OPERATORS: Dict[str, Tuple[int, str]] = {
+    "add": (2, "{0} + {1}"),
+    "sub": (2, "{0} - {1}"),
+    "mul": (2, "{0} * {1}"),
+    "div": (2, "{0} / {1}"),
+    "sin": (1, "sinf({0})"),
+    "cos": (1, "cosf({0})"),
+    "tanh": (1, "tanhf({0})"),
+    "exp": (1, "expf({0})"),
+    "log": (1, "logf({0})"),
+    "plog": (1, "logf(fabsf({0})+1.0f)"),
+    "sqrt": (1, "sqrtf({0})"),
+    "psqrt": (1, "sqrtf(fabsf({0}))"),
+    "abs": (1, "fabsf({0})"),
+    "pow": (2, "powf({0}, {1})"),
+    "min": (2, "fminf({0}, {1})"),
+    "max": (2, "fmaxf({0}, {1})"),
+}
+
+#: Operator sets by name.
+OPERATOR_SETS: Dict[str, Tuple[str, ...]] = {
+    "polynomial": ("add", "sub", "mul"),
+    "arithmetic": ("add", "sub", "mul", "div"),
+    "standard": ("add", "sub", "mul", "div", "sin", "cos", "tanh", "exp", "plog", "psqrt"),
+    "full": ("add", "sub", "mul", "div", "sin", "cos", "tanh", "exp", "plog", "psqrt", "abs", "min", "max", "pow"),
+}
+
+
+def operators(spec: Any = "standard") -> List[Any]:
+    """`spec` as a list of operators: a set's name (`OPERATOR_SETS`: "polynomial",
+    "arithmetic", "standard", "full"), or a list of built-in operator names and `Operator`s.
+    ValueError names what is unknown."""
+    if isinstance(spec, str):
+        if spec not in OPERATOR_SETS:
+            raise ValueError(f"unknown operator set {spec!r}: use one of {', '.join(OPERATOR_SETS)} or a list")
+        return list(OPERATOR_SETS[spec])
+    try:
+        items = list(spec)
+    except TypeError:
+        raise ValueError(f"operators must be a set's name or a list, not {spec!r}") from None
+    if not items:
+        raise ValueError("operators must not be empty")
+    out = []
+    for op in items:
+        if isinstance(op, Operator):
+            out.append(op)
+        elif isinstance(op, str) and op in OPERATOR_SETS:
+            out.extend(OPERATOR_SETS[op])
+        elif isinstance(op, str) and op in _BUILTIN_OPERATORS:
+            out.append(op)
+        else:
+            raise ValueError(
+                f"unknown operator {op!r}: built-in are {', '.join(_BUILTIN_OPERATORS)}; others are gpfarm.Operator(...)"
+            )
+    names = [o.name if isinstance(o, Operator) else o for o in out]
+    repeated = {n for n in names if names.count(n) > 1}
+    if repeated:
+        raise ValueError(f"operators repeat: {sorted(repeated)}")
+    return out
+
+
+def default_grammar(names: Sequence[str], constants: str = "fitted", operators: Any = "standard") -> str:
+    """A grammar over the variables `names` in float with `operators` (a set's name or a list,
+    see `operators()`; default "standard": + - * /, sin, cos, tanh, exp, protected log
+    log(|x|+1) and sqrt sqrt(|x|)), and constants: free parameters fitted to the data
+    (`constants="fitted"`, the grammar's `#param#`) or digit strings d.dd that only evolution
+    changes (`"digits"`; float literals, so the arithmetic stays in float). Operators of your
+    own (`Operator`) must also be declared in the problem: `regression_problem` does it."""
     if constants not in ("fitted", "digits"):
         raise ValueError(f'constants must be "fitted" or "digits", not {constants!r}')
+    ops = _operators_list(operators)
     variables = " | ".join(names)
-    ops = "<e> + <e> | <e> - <e> | <e> * <e> | <e> / <e>"
-    calls = "sinf(<e>) | cosf(<e>) | tanhf(<e>) | expf(<e>) | logf(fabsf(<e>)+1.0f) | sqrtf(fabsf(<e>))"
-    top = ops.replace("<e>", "<e2>")
-    mid = ops.replace("<e>", "<e3>")
+
+    def forms(operand: str) -> str:
+        out = []
+        for op in ops:
+            if isinstance(op, Operator):
+                out.append(f"{op.name}({', '.join([operand] * op.arity)})")
+            else:
+                arity, form = _BUILTIN_OPERATORS[op]
+                out.append(form.format(*([operand] * arity)))
+        return " | ".join(out)
+
     leaves = "<v> | <v> | <v> | <v> | <c> | <c>"
     if constants == "fitted":
         # A fitted weight on a variable, or a fitted constant.
@@ -47,11 +185,22 @@ def default_grammar(names: Sequence[str], constants: str = "fitted") -> str:
         tail = "<d>  ::= 0 | 1 | 2 | 3 | 4 | 5 | 6 | 7 | 8 | 9\n"
     return (
         "# Symbolic regression over " + ", ".join(names) + ".\n"
-        f"<e>  ::= {top} | {calls.replace('<e>', '<e2>')} | {leaves}\n"
-        f"<e2> ::= {mid} | {calls.replace('<e>', '<e3>')} | {leaves}\n"
-        f"<e3> ::= {ops.replace('<e>', '<e3>')} | {calls.replace('<e>', '<e3>')} | {leaves} | {leaves}\n"
+        f"<e>  ::= {forms('<e2>')} | {leaves}\n"
+        f"<e2> ::= {forms('<e3>')} | {leaves}\n"
+        f"<e3> ::= {forms('<e3>')} | {leaves} | {leaves}\n"
         f"<v>  ::= {variables}\n" + c + tail
     )
+
+
+def _operators_list(spec: Any) -> List[Any]:
+    return operators(spec)
+
+
+def _declared(ops: Any) -> List[Tuple[str, List[str], str]]:
+    """The `Operator`s of `ops` as `[[functions]]` declarations."""
+    if ops is None:
+        return []
+    return [o.declaration() for o in operators(ops) if isinstance(o, Operator)]
 
 
 def _rows(X: Any) -> Tuple[List[List[float]], Optional[List[str]]]:
@@ -137,11 +286,13 @@ def regression_problem(
     grammar: Optional[str] = None,
     directory: Optional[Any] = None,
     name: str = "regression",
+    operators: Any = None,
 ) -> Path:
     """Writes a regression problem (problem.toml, grammar.bnf, cases.json, template.cu) for
     `gpfarm.evolve(problem_dir=...)`: one float input per column of `X` (named by `names`, a
     DataFrame's columns, or x0, x1, ...), the target `y` (zeros when None), fitness the root
-    mean squared error, and `grammar` (default: `default_grammar(names)`). Returns the
+    mean squared error, and `grammar` (default: `default_grammar(names, operators=operators)`);
+    the `Operator`s of `operators` are declared as the problem's functions. Returns the
     directory (a new temporary one unless `directory` is given). Bad shapes, NaN or infinite
     values and unusable names raise ValueError."""
     rows, frame_names = _rows(X)
@@ -153,14 +304,20 @@ def regression_problem(
     directory = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix="gpfarm-regression-"))
     directory.mkdir(parents=True, exist_ok=True)
     inputs = "".join(f'\n[[inputs]]\nname = "{n}"\ntype = "float"\n' for n in names)
+    functions = "".join(
+        f"\n[[functions]]\nname = {json.dumps(f)}\nparams = {json.dumps(p)}\nbody = {json.dumps(b)}\n"
+        for f, p, b in _declared(operators)
+    )
     toml = (
         f'name = "{name}"\n'
         f'description = "Symbolic regression of {len(rows)} cases over {", ".join(names)}; fitness: root mean squared error."\n'
         'start = "e"\nkind = "expression"\nfitness = "rmse"\n'
-        f"{inputs}\n[[outputs]]\nname = \"y\"\ntype = \"float\"\n\n[target]\ntype = \"float\"\n"
+        f"{inputs}\n[[outputs]]\nname = \"y\"\ntype = \"float\"\n\n[target]\ntype = \"float\"\n{functions}"
     )
     (directory / "problem.toml").write_text(toml)
-    (directory / "grammar.bnf").write_text(grammar if grammar is not None else default_grammar(names))
+    if grammar is None:
+        grammar = default_grammar(names, operators=operators if operators is not None else "standard")
+    (directory / "grammar.bnf").write_text(grammar)
     cases = [dict(zip(names, r), target=t) for r, t in zip(rows, targets)]
     (directory / "cases.json").write_text(json.dumps(cases))
     (directory / "template.cu").write_text(_gpfarm.standard_template(toml))
@@ -204,7 +361,8 @@ class SymbolicRegressor(_Mixin, _Base):
     Parameters mirror `gpfarm evolve`: `population`, `generations`, `tournament`, `elite`,
     `random_state` (the seed; None draws one), `eval` ("auto", "gpu", "cpu"), `route` ("auto",
     "interpreter", "ptx", "nvrtc", "cpu"), and `grammar` (BNF over the variable names; default
-    `default_grammar`). `optimize_constants` (default True) makes the default grammar's constants
+    `default_grammar`) or `operators` (for the default grammar: a set's name, "polynomial",
+    "arithmetic", "standard" or "full", or a list of built-in names and `gpfarm.Operator`s). `optimize_constants` (default True) makes the default grammar's constants
     free parameters fitted by Levenberg-Marquardt, `optimizer_iterations` (default 10) times per
     individual; with it False constants are digit strings that only evolution changes. `options`
     passes any other `gpfarm evolve` option, as `gpfarm.evolve` takes it (e.g. `fit_restarts`,
@@ -238,6 +396,7 @@ class SymbolicRegressor(_Mixin, _Base):
         eval: str = "auto",
         route: str = "auto",
         grammar: Optional[str] = None,
+        operators: Any = "standard",
         optimize_constants: bool = True,
         optimizer_iterations: int = 10,
         max_size: int = 0,
@@ -255,6 +414,7 @@ class SymbolicRegressor(_Mixin, _Base):
         self.eval = eval
         self.route = route
         self.grammar = grammar
+        self.operators = operators
         self.optimize_constants = optimize_constants
         self.optimizer_iterations = optimizer_iterations
         self.max_size = max_size
@@ -301,9 +461,10 @@ class SymbolicRegressor(_Mixin, _Base):
         names = check_names(frame_names if frame_names is not None else [f"x{j}" for j in range(len(rows[0]))])
         if not isinstance(self.optimizer_iterations, int) or self.optimizer_iterations < 0:
             raise ValueError(f"optimizer_iterations must be an int of at least 0, not {self.optimizer_iterations!r}")
+        declared = _declared(self.operators)
         grammar = self.grammar
         if grammar is None:
-            grammar = default_grammar(names, "fitted" if self.optimize_constants else "digits")
+            grammar = default_grammar(names, "fitted" if self.optimize_constants else "digits", self.operators)
         fitting = {
             "fit_iterations": self.optimizer_iterations if self.optimize_constants else 0,
             "max_size": self.max_size,
@@ -317,7 +478,7 @@ class SymbolicRegressor(_Mixin, _Base):
             fitting["max_time"] = float(self.max_time)
         fitting.update(self.options or {})
         with tempfile.TemporaryDirectory(prefix="gpfarm-fit-") as tmp:
-            directory = regression_problem(rows, y, names=names, grammar=grammar, directory=tmp)
+            directory = regression_problem(rows, y, names=names, grammar=grammar, directory=tmp, operators=self.operators)
             result = evolve(
                 None,
                 problem_dir=directory,
@@ -341,6 +502,7 @@ class SymbolicRegressor(_Mixin, _Base):
         self.history_ = result.history
         self.route_ = result.route
         self.names_ = names
+        self.functions_ = declared
         self.n_features_in_ = len(rows[0])
         if frame_names is not None:
             self.feature_names_in_ = np_array(frame_names)
@@ -371,11 +533,14 @@ class SymbolicRegressor(_Mixin, _Base):
             raise ValueError(f"X has {data.shape[1]} columns, the regressor was fitted on {self.n_features_in_}")
         if not numpy.isfinite(data).all():
             _rows(data.tolist())
-        steps = _gpfarm.postfix(list(self.names_), self.program_)
+        functions = getattr(self, "functions_", [])
+        steps = _gpfarm.postfix(list(self.names_), self.program_, functions)
         if steps is None:
             # A grammar of the user's own with ints, comparisons or statements: the CPU evaluator.
             with tempfile.TemporaryDirectory(prefix="gpfarm-predict-") as tmp:
-                directory = regression_problem(data.tolist(), None, names=self.names_, grammar=self.grammar, directory=tmp)
+                directory = regression_problem(
+                    data.tolist(), None, names=self.names_, grammar=self.grammar, directory=tmp, operators=self.operators
+                )
                 return numpy.asarray(_gpfarm.outputs(directory, self.program_), dtype=float)
         return compute(steps, data.astype(numpy.float32)).astype(numpy.float64)
 
@@ -386,7 +551,7 @@ class SymbolicRegressor(_Mixin, _Base):
         if not hasattr(self, "program_"):
             raise _not_fitted(self)
         formula = self.formula_ if model is None else model.get("formula", model["expression"])
-        return to_sympy(formula, self.names_)
+        return to_sympy(formula, self.names_, [f for f, _, _ in getattr(self, "functions_", [])])
 
     def latex(self, model: Optional[Dict[str, Any]] = None) -> str:
         """The chosen model (or `model`, an entry of `front_`) in LaTeX, by SymPy."""
@@ -441,8 +606,9 @@ def compute(steps: Sequence[Tuple[str, str, float]], data: Any, params: Optional
         return numpy.broadcast_to(_as(result, numpy.float32), (data.shape[0],)).copy()
 
 
-def to_sympy(formula: str, names: Sequence[str]) -> Any:
-    """`formula` (a model's plain-text formula) as a SymPy expression over symbols `names`."""
+def to_sympy(formula: str, names: Sequence[str], functions: Sequence[str] = ()) -> Any:
+    """`formula` (a model's plain-text formula) as a SymPy expression over symbols `names`;
+    calls of `functions` (operators of your own) are SymPy functions of those names."""
     try:
         import sympy
         from sympy.parsing.sympy_parser import parse_expr, standard_transformations
@@ -451,8 +617,9 @@ def to_sympy(formula: str, names: Sequence[str]) -> Any:
     local = {n: sympy.Symbol(n) for n in names}
     local.update(
         sin=sympy.sin, cos=sympy.cos, tan=sympy.tan, exp=sympy.exp, log=sympy.log, sqrt=sympy.sqrt,
-        abs=sympy.Abs, tanh=sympy.tanh, min=sympy.Min, max=sympy.Max,
+        abs=sympy.Abs, tanh=sympy.tanh, min=sympy.Min, max=sympy.Max, pow=sympy.Pow,
     )
+    local.update({f: sympy.Function(f) for f in functions})
     return parse_expr(formula.replace("^", "**"), local_dict=local, transformations=standard_transformations)
 
 

@@ -469,16 +469,14 @@ fn outputs(py: Python<'_>, directory: std::path::PathBuf, phenotype: &str) -> Py
 /// `int`). `None` when the program uses anything else (ints beyond literals, comparisons, `?:`,
 /// statements); `ValueError` when it does not parse.
 #[pyfunction]
-fn postfix(names: Vec<String>, phenotype: &str) -> PyResult<Option<Vec<(String, String, f64)>>> {
+#[pyo3(signature = (names, phenotype, functions = Vec::new()))]
+fn postfix(
+    names: Vec<String>,
+    phenotype: &str,
+    functions: Vec<(String, Vec<String>, String)>,
+) -> PyResult<Option<Vec<(String, String, f64)>>> {
     use gpfarm_gp::program::tree::{ArithOp, Bin, Body, Expr, Source, Ty, Value};
-    let inputs: String =
-        names.iter().map(|n| format!("[[inputs]]\nname = {n:?}\ntype = \"float\"\n")).collect();
-    let toml = format!(
-        "name = \"model\"\nstart = \"e\"\nkind = \"expression\"\nfitness = \"rmse\"\n{inputs}\
-         [[outputs]]\nname = \"y\"\ntype = \"float\"\n[target]\ntype = \"float\"\n"
-    );
-    let spec: gpfarm_gp::problem::ProblemSpec =
-        toml::from_str(&toml).map_err(|e| PyValueError::new_err(format!("names: {e}")))?;
+    let spec = model_spec(&names, functions)?;
     let program = gpfarm_gp::Program::parse_for(&spec, &gpfarm_gp::Phenotype::new(phenotype))
         .map_err(|e| PyValueError::new_err(format!("`{phenotype}` does not parse: {e}")))?;
     let Body::Expression(e) = program.body() else { return Ok(None) };
@@ -546,6 +544,36 @@ fn postfix(names: Vec<String>, phenotype: &str) -> PyResult<Option<Vec<(String, 
     }
     let mut out = Vec::new();
     Ok(walk(e, &program, &ty, &mut out).map(|()| out))
+}
+
+/// The specification of a regression model over float inputs `names`, with declared
+/// `functions` (name, parameters, body), checked as `problem.toml` is: `ValueError` saying what
+/// is wrong otherwise.
+fn model_spec(
+    names: &[String],
+    functions: Vec<(String, Vec<String>, String)>,
+) -> PyResult<gpfarm_gp::problem::ProblemSpec> {
+    let inputs: String =
+        names.iter().map(|n| format!("[[inputs]]\nname = {n:?}\ntype = \"float\"\n")).collect();
+    let toml = format!(
+        "name = \"model\"\nstart = \"e\"\nkind = \"expression\"\nfitness = \"rmse\"\n{inputs}\
+         [[outputs]]\nname = \"y\"\ntype = \"float\"\n[target]\ntype = \"float\"\n"
+    );
+    let mut spec: gpfarm_gp::problem::ProblemSpec =
+        toml::from_str(&toml).map_err(|e| PyValueError::new_err(format!("names: {e}")))?;
+    spec.functions = functions
+        .into_iter()
+        .map(|(name, params, body)| gpfarm_gp::problem::spec::FunctionSpec { name, params, body })
+        .collect();
+    spec.check().map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok(spec)
+}
+
+/// Checks operators of the user's own, as `[[functions]]` of a problem over float inputs
+/// `names`: `ValueError` naming the function and what is wrong otherwise.
+#[pyfunction]
+fn check_functions(names: Vec<String>, functions: Vec<(String, Vec<String>, String)>) -> PyResult<()> {
+    model_spec(&names, functions).map(|_| ())
 }
 
 /// A compiler from Python: by default a farm of `gpfarmd` daemons, one per core, started when it
@@ -717,6 +745,7 @@ fn _gpfarm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(check_problem, m)?)?;
     m.add_function(wrap_pyfunction!(outputs, m)?)?;
     m.add_function(wrap_pyfunction!(postfix, m)?)?;
+    m.add_function(wrap_pyfunction!(check_functions, m)?)?;
     m.add_class::<Farm>()?;
     m.add_class::<EvolveConfig>()?;
     m.add_function(wrap_pyfunction!(daemon_main, m)?)?;

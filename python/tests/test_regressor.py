@@ -274,3 +274,49 @@ def test_max_time_ends_the_run_and_n_jobs_sets_the_threads():
             gpfarm.SymbolicRegressor(population=10, generations=1, eval="cpu", **bad).fit(X, y)
     with pytest.raises(ValueError, match="max_time"):
         gpfarm.evolve("keijzer6", population=10, generations=1, eval="cpu", max_time=0.0)
+
+
+def test_operator_sets_and_operators_of_your_own():
+    softsign = gpfarm.Operator("softsign", 1, "x / (1.0f + fabsf(x))", numpy=lambda x: x / (1 + np.abs(x)))
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-3, 3, (300, 2))
+    y = 2 * X[:, 0] / (1 + np.abs(X[:, 0])) + X[:, 1]
+    model = gpfarm.SymbolicRegressor(
+        population=300, generations=20, random_state=1, eval="cpu", operators=["add", "sub", "mul", softsign]
+    ).fit(X, y)
+    # The target is in the grammar's reach: found to float precision, calling the operator.
+    assert model.fitness_ < 1e-5 and "softsign(" in model.program_, model.program_
+    np.testing.assert_allclose(model.predict(X), y, atol=1e-5)
+    assert "softsign" in str(model.sympy())
+    # A set by name limits the grammar to its operators.
+    grammar = gpfarm.default_grammar(["a"], operators="polynomial")
+    assert " / " not in grammar and "sinf" not in grammar and "<e2> * <e2>" in grammar
+    assert "fminf(" in gpfarm.default_grammar(["a"], operators="full")
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: gpfarm.Operator("softsign", 1, "x / (1.0f + q)"), "`q` is not declared"),
+        (lambda: gpfarm.Operator("sinf", 1, "x"), "is taken"),
+        (lambda: gpfarm.Operator("add", 2, "x + y"), "is taken"),
+        (lambda: gpfarm.Operator("two words", 1, "x"), "C identifier"),
+        (lambda: gpfarm.Operator("sq", 5, "x"), "arity must be 1 to 4"),
+        (lambda: gpfarm.Operator("sq", 1, "x * x", numpy=lambda x: x**3), "its numpy function gives"),
+        (lambda: gpfarm.Operator("sq", 1, "x * y"), "`y` is not declared"),
+        (lambda: gpfarm.operators(["add", "tan"]), "unknown operator 'tan'"),
+        (lambda: gpfarm.operators("trig"), "unknown operator set 'trig'"),
+        (lambda: gpfarm.operators(["add", "add"]), "operators repeat"),
+        (lambda: gpfarm.operators([]), "must not be empty"),
+    ],
+)
+def test_bad_operators_are_value_errors_at_construction(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_an_operator_named_like_a_feature_is_a_clear_error():
+    X, y = data()
+    clash = gpfarm.Operator("x0", 1, "x * 2.0f")
+    with pytest.raises(ValueError, match="already declared"):
+        gpfarm.SymbolicRegressor(population=10, generations=1, eval="cpu", operators=["add", clash]).fit(X, y)

@@ -132,6 +132,41 @@ pub struct ProblemSpec {
     /// fails with the worst fitness, on every route; `gpfarm evolve --max-steps` overrides it.
     #[serde(default = "default_max_steps")]
     pub max_steps: u64,
+    /// Functions of floats the grammar may call beside the math functions (operators of the
+    /// user's own): each call is the body with the arguments in place of the parameters.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub functions: Vec<FunctionSpec>,
+}
+
+/// `[[functions]]`: `name(params...)` is `body`, an expression over the parameters (floats),
+/// constants, the math functions and the functions declared before it; its value is converted
+/// to float. The compiled routes see it as a `__device__` function in the unit's preamble, the
+/// interpreter, PTX route and CPU evaluator inline it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FunctionSpec {
+    /// The name calls use.
+    pub name: String,
+    /// Its parameters' names, one per argument (1 to 4).
+    pub params: Vec<String>,
+    /// Its value: a C expression over `params`.
+    pub body: String,
+}
+
+/// The most parameters a declared function may take.
+pub const MAX_FUNCTION_PARAMS: usize = 4;
+
+impl FunctionSpec {
+    /// Its CUDA C definition, for a unit's preamble.
+    pub fn definition(&self) -> String {
+        let params: Vec<String> = self.params.iter().map(|p| format!("float {p}")).collect();
+        format!(
+            "__device__ __forceinline__ float {}({}) {{ return (float)({}); }}\n",
+            self.name,
+            params.join(", "),
+            self.body
+        )
+    }
 }
 
 /// Loop iterations allowed per case before a program is declared runaway, unless
@@ -205,9 +240,18 @@ const RESERVED: &[&str] = &[
 ];
 
 /// A problem in `spec`: the field path and what to do.
-pub(crate) struct SpecIssue {
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpecIssue {
+    /// The field, as `functions[1].body`.
     pub field: String,
+    /// What is wrong with it.
     pub message: String,
+}
+
+impl std::fmt::Display for SpecIssue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
 }
 
 fn issue(field: impl Into<String>, message: impl Into<String>) -> SpecIssue {
@@ -222,6 +266,14 @@ pub(crate) fn is_identifier(s: &str) -> bool {
 }
 
 impl ProblemSpec {
+    /// Checks it as loading a problem does (`problem.toml` alone): what is wrong, naming the
+    /// field, otherwise.
+    pub fn check(&self) -> Result<(), SpecIssue> {
+        self.validate()?;
+        crate::program::check_functions(self)
+            .map_err(|(i, e)| issue(format!("functions[{i}].body"), e.to_string()))
+    }
+
     /// Checks the rules README.md states; the first broken one is reported.
     pub(crate) fn validate(&self) -> Result<(), SpecIssue> {
         if self.name.trim().is_empty() {
@@ -280,6 +332,21 @@ impl ProblemSpec {
         }
         for (i, v) in self.outputs.iter().enumerate() {
             names.push((v.name.clone(), format!("outputs[{i}].name")));
+        }
+        for (i, f) in self.functions.iter().enumerate() {
+            names.push((f.name.clone(), format!("functions[{i}].name")));
+            let field = format!("functions[{i}].params");
+            if f.params.is_empty() || f.params.len() > MAX_FUNCTION_PARAMS {
+                return Err(issue(field, format!("a function takes 1 to {MAX_FUNCTION_PARAMS} parameters")));
+            }
+            for (k, p) in f.params.iter().enumerate() {
+                if !is_identifier(p) || RESERVED.contains(&p.as_str()) || is_math_function(p) {
+                    return Err(issue(&field, format!("`{p}` cannot be a parameter's name")));
+                }
+                if f.params[..k].contains(p) {
+                    return Err(issue(&field, format!("`{p}` is named twice")));
+                }
+            }
         }
         for (k, (name, field)) in names.iter().enumerate() {
             if !is_identifier(name) {

@@ -214,13 +214,73 @@ pub(super) struct Parser<'a> {
     end: usize,
     names: &'a HashMap<String, Binding>,
     nesting: usize,
+    functions: &'a HashMap<String, Inline>,
+    /// What [`super::Program::size`] adds to the size of the tree it parsed: a call of a
+    /// declared function is one node around its arguments, however large its body.
+    pub(super) size_adjust: isize,
+}
+
+/// A declared function (`[[functions]]` of `problem.toml`) ready to inline: its body over the
+/// slots `0..arity` (its parameters), of type `ty`.
+#[derive(Clone, Debug)]
+pub(super) struct Inline {
+    arity: usize,
+    body: Expr,
+    ty: Ty,
+}
+
+/// The declared functions of `spec`, each parsed with those before it; the index of the one
+/// whose body does not parse, and why, otherwise.
+pub(super) fn inline_functions(
+    spec: &crate::problem::spec::ProblemSpec,
+) -> Result<HashMap<String, Inline>, (usize, ParseError)> {
+    let mut functions = HashMap::new();
+    for (i, f) in spec.functions.iter().enumerate() {
+        let names: HashMap<String, Binding> = f
+            .params
+            .iter()
+            .enumerate()
+            .map(|(slot, p)| (p.clone(), Binding::Scalar { slot, ty: Ty::Float, writable: false }))
+            .collect();
+        let toks = super::lex::lex(&f.body).map_err(|e| (i, e))?;
+        let mut parser = Parser::new(&toks, f.body.len(), &names, &functions);
+        let (body, ty) = parser.expr().map_err(|e| (i, e))?;
+        parser.expect_end().map_err(|e| (i, e))?;
+        functions.insert(f.name.clone(), Inline { arity: f.params.len(), body, ty });
+    }
+    Ok(functions)
+}
+
+/// `e` with each `Var(k)` replaced by `args[k]`.
+fn substitute(e: &Expr, args: &[Expr]) -> Expr {
+    let s = |e: &Expr| Box::new(substitute(e, args));
+    match e {
+        Expr::Var(k) => args[*k].clone(),
+        Expr::Const(v) => Expr::Const(*v),
+        Expr::Index(a, i) => Expr::Index(*a, s(i)),
+        Expr::Convert(t, a) => Expr::Convert(*t, s(a)),
+        Expr::Neg(a) => Expr::Neg(s(a)),
+        Expr::BitNot(a) => Expr::BitNot(s(a)),
+        Expr::Not(a) => Expr::Not(s(a)),
+        Expr::Chain(first, rest) => {
+            Expr::Chain(s(first), rest.iter().map(|(op, e)| (*op, substitute(e, args))).collect())
+        }
+        Expr::Cond(c, a, b) => Expr::Cond(s(c), s(a), s(b)),
+        Expr::Call1(f, t, a) => Expr::Call1(*f, *t, s(a)),
+        Expr::Call2(f, t, a, b) => Expr::Call2(*f, *t, s(a), s(b)),
+    }
 }
 
 type PResult<T> = Result<T, ParseError>;
 
 impl<'a> Parser<'a> {
-    pub(super) fn new(toks: &'a [Token], src_len: usize, names: &'a HashMap<String, Binding>) -> Self {
-        Self { toks, pos: 0, end: src_len, names, nesting: 0 }
+    pub(super) fn new(
+        toks: &'a [Token],
+        src_len: usize,
+        names: &'a HashMap<String, Binding>,
+        functions: &'a HashMap<String, Inline>,
+    ) -> Self {
+        Self { toks, pos: 0, end: src_len, names, nesting: 0, functions, size_adjust: 0 }
     }
 
     fn at(&self) -> usize {
@@ -601,6 +661,16 @@ impl<'a> Parser<'a> {
                 }
                 self.expect(",")?;
             }
+        }
+        if let Some(f) = self.functions.get(name) {
+            if args.len() != f.arity {
+                return Err(type_error(at, &format!("`{name}` takes {} argument(s)", f.arity)));
+            }
+            let args: Vec<Expr> = args.into_iter().map(|(e, t)| convert(e, t, Ty::Float)).collect();
+            let call = 1 + args.iter().map(super::expr_size).sum::<usize>();
+            let e = convert(substitute(&f.body, &args), f.ty, Ty::Float);
+            self.size_adjust += call as isize - super::expr_size(&e) as isize;
+            return Ok((e, Ty::Float));
         }
         let Some((f, float_form)) = math_function(name) else {
             return Err(ParseError::UnknownFunction { at, name: name.to_string() });
