@@ -16,6 +16,12 @@ marker="$dest/site/.gpfarm-cuda-$version-nvjitlink"
 if [[ -f "$marker" ]]; then
     exit 0
 fi
+# --if-gpu: only where an NVIDIA GPU is (the CPU evaluator compiles nothing, so a machine without
+# one needs no NVIDIA toolchain to evolve).
+if [[ "${1:-}" == "--if-gpu" ]] && ! { [[ -e /dev/nvidiactl ]] || nvidia-smi -L >/dev/null 2>&1; }; then
+    echo "no NVIDIA GPU here: nothing to install (the CPU evaluates; scripts/test.sh installs NVRTC for its compile tests)" >&2
+    exit 0
+fi
 # A CUDA 13 toolkit on the machine (the GPU hosts have one) needs nothing installed.
 for dir in "${GPFARM_CUDA:-}" "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda; do
     if [[ -n "$dir" && ( -f "$dir/lib64/libnvrtc.so.13" || -f "$dir/lib/libnvrtc.so.13" ) ]]; then

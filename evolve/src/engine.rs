@@ -3,12 +3,14 @@
 //! compiler, the fitness kernel and the GPU worker, when the run starts. Must never print: what
 //! a person should see is returned ([`Engine::notice`], the records), or logged as a warning.
 
+use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use gpfarm_client::{
-    Compiler, DiskCache, FailureKind, GpuWorker, ProblemRef, UnitOutcome, cache::DEFAULT_CACHE_LIMIT,
+    CacheKey, Compiler, DiskCache, FailureKind, GpuWorker, ProblemRef, UnitOutcome,
+    cache::DEFAULT_CACHE_LIMIT,
 };
 use gpfarm_gp::{Pipeline, Problem};
 use gpfarm_kernels::gpu;
@@ -586,24 +588,24 @@ impl Engine {
                 }
             }
         }
-        let batch = compiler.compile(&units, options)?;
-        let mut results = batch.results.into_iter();
-        let result = results.next().ok_or(EvolveError::CompilerStopped)?;
-        let kernel = match (result.outcome, interpreter) {
+        let results = cached_compile(compiler, &units, options, self.options.cache)?;
+        let mut results = results.into_iter();
+        let (outcome, log) = results.next().ok_or(EvolveError::CompilerStopped)?;
+        let kernel = match (outcome, interpreter) {
             (UnitOutcome::Cubin(c), _) => c,
             (UnitOutcome::Failed(failure), false) => {
-                return Err(EvolveError::FitnessKernel { failure, log: result.log });
+                return Err(EvolveError::FitnessKernel { failure, log });
             }
             (UnitOutcome::Failed(failure), true) => {
-                return Err(EvolveError::InterpreterKernel { failure, log: result.log });
+                return Err(EvolveError::InterpreterKernel { failure, log });
             }
         };
         let mut fit = Vec::new();
-        for r in results {
-            match r.outcome {
+        for (outcome, log) in results {
+            match outcome {
                 UnitOutcome::Cubin(c) => fit.push(c),
                 UnitOutcome::Failed(failure) => {
-                    tracing::warn!("a fitting kernel did not compile ({failure:?}); the CPU fits: {}", r.log);
+                    tracing::warn!("a fitting kernel did not compile ({failure:?}); the CPU fits: {log}");
                     return Ok((kernel, Vec::new()));
                 }
             }
@@ -635,6 +637,70 @@ impl Engine {
         worker.set_deadline(self.options.gpu_deadline);
         Ok(worker)
     }
+}
+
+/// The GPU worker's kernels compiled before, by [`CacheKey`] (source, options, toolchain), in
+/// this process: a second run on the same problem (another fit of the same estimator, a grid
+/// search) starts without compiling them.
+static WORKER_KERNELS: std::sync::Mutex<Option<HashMap<String, Vec<u8>>>> = std::sync::Mutex::new(None);
+
+/// `units` compiled on `compiler`, each outcome with its log; with `cache`, those compiled
+/// before come from this process's memory or from the disk cache in
+/// [`DiskCache::default_dir`]`/kernels` (other processes' runs), and what is compiled here goes
+/// to both. A disk cache that cannot be opened is only a note in the log.
+fn cached_compile(
+    compiler: &mut (dyn Compiler + Send + '_),
+    units: &[Unit],
+    options: &CompileOptions,
+    cache: bool,
+) -> Result<Vec<(UnitOutcome, String)>, EvolveError> {
+    let toolchain = compiler.toolchain();
+    let keys: Vec<CacheKey> = units.iter().map(|u| CacheKey::new(&u.source, options, &toolchain)).collect();
+    let disk = cache.then(|| DiskCache::default_dir()).flatten().and_then(|dir| {
+        match DiskCache::open(&dir.join("kernels"), DEFAULT_CACHE_LIMIT) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                tracing::info!("no kernel cache in {}: {e}", dir.display());
+                None
+            }
+        }
+    });
+    let mut out: Vec<Option<(UnitOutcome, String)>> = keys
+        .iter()
+        .map(|k| {
+            if !cache {
+                return None;
+            }
+            let memory = WORKER_KERNELS
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .and_then(|m| m.get(&k.hex()).cloned());
+            let cubin = memory.or_else(|| disk.as_ref()?.get(k).map(|c| c.cubin))?;
+            Some((UnitOutcome::Cubin(cubin), String::new()))
+        })
+        .collect();
+    let missing: Vec<usize> = (0..units.len()).filter(|&i| out[i].is_none()).collect();
+    if !missing.is_empty() {
+        let todo: Vec<Unit> = missing.iter().map(|&i| units[i].clone()).collect();
+        let batch = compiler.compile(&todo, options)?;
+        if batch.results.len() != todo.len() {
+            return Err(EvolveError::CompilerStopped);
+        }
+        for (&i, r) in missing.iter().zip(batch.results) {
+            if let (true, UnitOutcome::Cubin(c)) = (cache, &r.outcome) {
+                let mut memory = WORKER_KERNELS.lock().unwrap_or_else(|e| e.into_inner());
+                memory.get_or_insert_with(HashMap::new).insert(keys[i].hex(), c.clone());
+                if let Some(d) = &disk
+                    && let Err(e) = d.put(c, &[(keys[i], units[i].name.as_str())])
+                {
+                    tracing::info!("a kernel was not cached on disk: {e}");
+                }
+            }
+            out[i] = Some((r.outcome, r.log));
+        }
+    }
+    Ok(out.into_iter().map(|o| o.expect("every unit compiled or cached")).collect())
 }
 
 /// What every island of a run shares: the compile options, the evaluator's kernel, the drivers'

@@ -85,6 +85,24 @@ def datasets():
     return sets
 
 
+def load_sets(path):
+    """The data sets as `--export-data` wrote them (for a machine without scikit-learn and
+    statsmodels)."""
+    import json
+
+    data = np.load(path)
+    return [dict(m, X=data[m["name"] + "__X"], y=data[m["name"] + "__y"]) for m in json.loads(str(data["meta"]))]
+
+
+def export_sets(path):
+    import json
+
+    sets = datasets()
+    arrays = {f"{d['name']}__{k}": d[k] for d in sets for k in ("X", "y")}
+    meta = [dict(name=d["name"], kind=d["kind"], truth=d["truth"]) for d in sets]
+    np.savez_compressed(path, meta=json.dumps(meta), **arrays)
+
+
 def split(ds):
     rng = np.random.default_rng(zlib.crc32(("split " + ds["name"]).encode()))
     order = rng.permutation(len(ds["y"]))
@@ -234,7 +252,7 @@ def run(args):
             csv.DictWriter(f, FIELDS).writeheader()
     machine = f"{platform.node()} {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     (out / "machine.txt").write_text(machine + "\n" + " ".join(sys.argv) + "\n")
-    for ds in datasets():
+    for ds in load_sets(args.data) if args.data else datasets():
         if args.datasets and ds["name"] not in args.datasets:
             continue
         Xtr, ytr, Xte, yte = split(ds)
@@ -339,7 +357,12 @@ def main():
     p.add_argument("--gpfarm-population", type=int, default=500)
     p.add_argument("--out", default="results/compare")
     p.add_argument("--replot", default=None, help="only redo summary.md and the plots of this directory")
+    p.add_argument("--export-data", default=None, help="write the data sets to this .npz and stop")
+    p.add_argument("--data", default=None, help="read the data sets from an --export-data file")
     args = p.parse_args()
+    if args.export_data:
+        export_sets(args.export_data)
+        return
     if args.replot:
         report(Path(args.replot))
         return

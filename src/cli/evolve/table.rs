@@ -11,8 +11,9 @@ fn number(v: f64) -> String {
 
 pub(super) fn header(args: &EvolveArgs, engine: &Engine, compiler: &str) {
     let options = engine.options();
-    let target = if engine.route() == gpfarm_protocol::Route::Cpu {
-        ", nothing compiled: the CPU reference evaluator".to_owned()
+    let on_cpu = engine.route() == gpfarm_protocol::Route::Cpu;
+    let target = if on_cpu {
+        String::new()
     } else if !engine.needs_daemons() {
         ", interpreted: nothing compiled per individual".to_owned()
     } else {
@@ -26,8 +27,14 @@ pub(super) fn header(args: &EvolveArgs, engine: &Engine, compiler: &str) {
             }
         )
     };
+    // On the CPU nothing is compiled: the line says what runs, not which compiler would.
+    let place = if on_cpu {
+        "the CPU (the reference evaluator; nothing is compiled)".to_owned()
+    } else {
+        compiler.to_owned()
+    };
     println!(
-        "{} on {compiler}: population {}, {} generations, seed {}, evaluator {}{target}{}{}{}",
+        "{} on {place}: population {}, {} generations, seed {}, evaluator {}{target}{}{}{}",
         engine.problem().name(),
         args.population,
         args.generations,
@@ -37,7 +44,9 @@ pub(super) fn header(args: &EvolveArgs, engine: &Engine, compiler: &str) {
         if args.no_overlap { ", no overlap" } else { "" },
         options.disk_cache.as_ref().map_or(String::new(), |d| format!(", disk cache {}", d.display())),
     );
-    println!("route {} ({})", engine.route(), engine.route_reason());
+    if engine.gpu_name().is_some() || engine.options().route.is_some() {
+        println!("route {} ({})", engine.route(), engine.route_reason());
+    }
     println!(
         "{:>w$} {:>12} {:>12} {:>7} {:>6} {:>6} {:>6} {:>9} {:>10} {:>9} {:>8}",
         if options.islands > 1 { "isl:gen" } else { "gen" },
