@@ -656,7 +656,7 @@ fn cached_compile(
 ) -> Result<Vec<(UnitOutcome, String)>, EvolveError> {
     let toolchain = compiler.toolchain();
     let keys: Vec<CacheKey> = units.iter().map(|u| CacheKey::new(&u.source, options, &toolchain)).collect();
-    let disk = cache.then(|| DiskCache::default_dir()).flatten().and_then(|dir| {
+    let disk = cache.then(DiskCache::default_dir).flatten().and_then(|dir| {
         match DiskCache::open(&dir.join("kernels"), DEFAULT_CACHE_LIMIT) {
             Ok(d) => Some(d),
             Err(e) => {
