@@ -185,7 +185,15 @@ pub enum ParseError {
     /// Nesting beyond the evaluator's bound.
     #[error("at byte {at}: nested deeper than {limit} levels")]
     TooDeep { at: usize, limit: usize },
+    /// Calls of declared functions that, inlined, grow past [`MAX_INLINED_NODES`]: a body that
+    /// reads a parameter twice doubles its argument at each level of nesting. Such a program
+    /// fails on every route (NVRTC's included, which would call the functions).
+    #[error("at byte {at}: declared functions, inlined, grow past {limit} nodes")]
+    Inlined { at: usize, limit: usize },
 }
+
+/// The most nodes a program's tree may have once its calls of declared functions are inlined.
+pub const MAX_INLINED_NODES: usize = 4096;
 
 /// Why a compiled program produced no outputs.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -89,3 +89,25 @@ fn a_bad_declaration_is_a_clear_error_naming_its_field() {
         assert!(err.contains(field), "{field}: {err}");
     }
 }
+
+#[test]
+fn declared_functions_nested_past_the_bound_are_refused_not_expanded() {
+    let p = problem(TOML).unwrap();
+    // `mix` reads its first argument through `softsign`, which reads it twice: nesting doubles
+    // the inlined tree at each level.
+    let mut text = "x".to_owned();
+    for _ in 0..14 {
+        text = format!("softsign({text})");
+    }
+    let started = std::time::Instant::now();
+    let err = Program::parse(&p, &Phenotype::new(&text)).unwrap_err();
+    assert!(matches!(err, gpfarm_gp::program::ParseError::Inlined { .. }), "{err}");
+    assert!(err.to_string().contains("grow past 4096 nodes"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    // Eight levels stay under the bound (2^8 copies of x) and parse, counting 9 nodes.
+    let mut text = "x".to_owned();
+    for _ in 0..8 {
+        text = format!("softsign({text})");
+    }
+    assert_eq!(Program::parse(&p, &Phenotype::new(&text)).unwrap().size(), 9);
+}

@@ -320,3 +320,27 @@ def test_an_operator_named_like_a_feature_is_a_clear_error():
     clash = gpfarm.Operator("x0", 1, "x * 2.0f")
     with pytest.raises(ValueError, match="already declared"):
         gpfarm.SymbolicRegressor(population=10, generations=1, eval="cpu", operators=["add", clash]).fit(X, y)
+
+
+def test_verbose_prints_a_line_per_generation(capfd):
+    X, y = data()
+    gpfarm.SymbolicRegressor(population=50, generations=3, random_state=1, eval="cpu", verbose=1).fit(X, y)
+    lines = [l for l in capfd.readouterr().err.splitlines() if l.startswith("generation ")]
+    assert [l.split(":")[0] for l in lines] == [f"generation {g}/3" for g in range(4)], lines
+    assert all(", size " in l and l.endswith(" s") for l in lines), lines
+
+
+def test_auto_keeps_small_fits_on_the_cpu_by_the_measured_costs():
+    small = gpfarm.regression.small_on_cpu
+    # The measured H200 host (16 cores, population 1000, 10 generations, 10 iterations): CPU fits
+    # of 100 and 1,000 rows took 0.33 and 1.33 s against 1.6 s on the GPU; 10,000 rows 11.9 s
+    # against 1.8.
+    assert small(100, 1000, 10, 10, 16) and small(1000, 1000, 10, 10, 16)
+    assert not small(10_000, 1000, 10, 10, 16) and not small(100_000, 1000, 10, 10, 16)
+    # Fewer cores move the line; so does a long run under max_time.
+    assert not small(1000, 1000, 10, 10, 2)
+    assert not small(1000, 1000, 10**6, 10, 16, max_time=60.0)
+    assert small(100, 1000, 10**6, 10, 16, max_time=60.0)
+    X, y = data(60)
+    model = gpfarm.SymbolicRegressor(population=50, generations=2, random_state=1).fit(X, y)
+    assert model.history_[0]["evaluator"] == "cpu"

@@ -118,7 +118,8 @@ def fit_gpfarm(X, y, seed, budget, args):
     import gpfarm
 
     m = gpfarm.SymbolicRegressor(
-        population=args.gpfarm_population, generations=1_000_000, random_state=seed, eval=args.eval,
+        population=args.gpfarm_population, tournament=args.gpfarm_tournament, generations=1_000_000,
+        random_state=seed, eval=args.eval,
         max_time=budget, n_jobs=1, max_size=50, select_tolerance=0.01,
     ).fit(X, y)
     return m.predict, m.size_, m.sympy(), m.formula_
@@ -309,10 +310,12 @@ def report(out):
             ex = [int(float(r["exact"])) for r in rows if r["dataset"] == ds and r["tool"] == t and r["exact"] != ""]
             cells += [f"{med(r2v):.4f}", f"{med(values(ds, t, 'size_sympy')):.0f}",
                       f"{sum(ex)}/{len([r for r in rows if r['dataset'] == ds and r['tool'] == t])}" if kinds[ds] == "formula" else "–"]
-        best = max(meds, key=lambda t: -math.inf if math.isnan(meds[t]) else meds[t])
-        wins[best] += 1
+        top = max((m for m in meds.values() if not math.isnan(m)), default=math.nan)
+        for t in tools:  # ties (within 1e-4) count for each
+            if not math.isnan(meds[t]) and meds[t] >= top - 1e-4:
+                wins[t] += 1
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "Over all data sets:", "", "| tool | median of median test R² | median size | exact recoveries | sets best | median wall s |", "|---|---:|---:|---:|---:|---:|"]
+    lines += ["", "Over all data sets:", "", "| tool | median of median test R² | median size | exact recoveries | sets best (ties each) | median wall s |", "|---|---:|---:|---:|---:|---:|"]
     for t in tools:
         per = [med(values(ds, t, "r2_test")) for ds in names]
         sizes = [med(values(ds, t, "size_sympy")) for ds in names]
@@ -354,7 +357,8 @@ def main():
     p.add_argument("--tools", default="gpfarm,gplearn,operon")
     p.add_argument("--datasets", default="", help="comma-separated names (default: all)")
     p.add_argument("--eval", default="cpu", help="gpfarm's evaluator: cpu, gpu or auto")
-    p.add_argument("--gpfarm-population", type=int, default=500)
+    p.add_argument("--gpfarm-population", type=int, default=200)
+    p.add_argument("--gpfarm-tournament", type=int, default=5)
     p.add_argument("--out", default="results/compare")
     p.add_argument("--replot", default=None, help="only redo summary.md and the plots of this directory")
     p.add_argument("--export-data", default=None, help="write the data sets to this .npz and stop")

@@ -210,7 +210,12 @@ fn prepare_one(
     let program = match route {
         // NVRTC compiles the text itself: a phenotype the parser refuses is compiled all the
         // same; the tree, when there is one, tells the renderer whether its loops need counting.
-        Route::Nvrtc => Ok(Program::parse(problem, &b.phenotype).ok().map(Arc::new)),
+        // Declared functions that inline past the bound fail on every route, this one included.
+        Route::Nvrtc => match Program::parse(problem, &b.phenotype) {
+            Ok(p) => Ok(Some(Arc::new(p))),
+            Err(e @ gpfarm_gp::program::ParseError::Inlined { .. }) => Err(e.to_string()),
+            Err(_) => Ok(None),
+        },
         Route::Ptx | Route::Interpreter | Route::Cpu => {
             Program::parse(problem, &b.phenotype).map(|p| Some(Arc::new(p))).map_err(|e| e.to_string())
         }

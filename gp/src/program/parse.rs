@@ -218,6 +218,8 @@ pub(super) struct Parser<'a> {
     /// What [`super::Program::size`] adds to the size of the tree it parsed: a call of a
     /// declared function is one node around its arguments, however large its body.
     pub(super) size_adjust: isize,
+    /// Nodes inlined so far ([`super::MAX_INLINED_NODES`] bounds them).
+    inlined: usize,
 }
 
 /// A declared function (`[[functions]]` of `problem.toml`) ready to inline: its body over the
@@ -227,6 +229,8 @@ pub(super) struct Inline {
     arity: usize,
     body: Expr,
     ty: Ty,
+    /// Nodes of `body`.
+    body_size: usize,
 }
 
 /// The declared functions of `spec`, each parsed with those before it; the index of the one
@@ -246,7 +250,8 @@ pub(super) fn inline_functions(
         let mut parser = Parser::new(&toks, f.body.len(), &names, &functions);
         let (body, ty) = parser.expr().map_err(|e| (i, e))?;
         parser.expect_end().map_err(|e| (i, e))?;
-        functions.insert(f.name.clone(), Inline { arity: f.params.len(), body, ty });
+        let body_size = super::expr_size(&body);
+        functions.insert(f.name.clone(), Inline { arity: f.params.len(), body, ty, body_size });
     }
     Ok(functions)
 }
@@ -280,7 +285,7 @@ impl<'a> Parser<'a> {
         names: &'a HashMap<String, Binding>,
         functions: &'a HashMap<String, Inline>,
     ) -> Self {
-        Self { toks, pos: 0, end: src_len, names, nesting: 0, functions, size_adjust: 0 }
+        Self { toks, pos: 0, end: src_len, names, nesting: 0, functions, size_adjust: 0, inlined: 0 }
     }
 
     fn at(&self) -> usize {
@@ -668,8 +673,18 @@ impl<'a> Parser<'a> {
             }
             let args: Vec<Expr> = args.into_iter().map(|(e, t)| convert(e, t, Ty::Float)).collect();
             let call = 1 + args.iter().map(super::expr_size).sum::<usize>();
+            // The arguments' sizes bound the substitution's before it is built.
+            let uses = f.body_size.saturating_mul(call);
+            if uses > super::MAX_INLINED_NODES {
+                return Err(ParseError::Inlined { at, limit: super::MAX_INLINED_NODES });
+            }
             let e = convert(substitute(&f.body, &args), f.ty, Ty::Float);
-            self.size_adjust += call as isize - super::expr_size(&e) as isize;
+            let expanded = super::expr_size(&e);
+            self.inlined += expanded;
+            if self.inlined > super::MAX_INLINED_NODES {
+                return Err(ParseError::Inlined { at, limit: super::MAX_INLINED_NODES });
+            }
+            self.size_adjust += call as isize - expanded as isize;
             return Ok((e, Ty::Float));
         }
         let Some((f, float_form)) = math_function(name) else {
