@@ -24,6 +24,7 @@
 mod lex;
 mod parse;
 mod run;
+pub(crate) use run::{fn1_f64, fn2_f64};
 mod tangent;
 mod value;
 

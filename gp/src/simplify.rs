@@ -246,7 +246,7 @@ impl Builder<'_> {
 
     fn call(&self, f: Fn1, a: Sym) -> Option<Sym> {
         if let Sym::Num(x) = a
-            && let Some(v) = folded(fn1(f, x))
+            && let Some(v) = folded(crate::program::fn1_f64(f, x))
         {
             return Some(v);
         }
@@ -268,7 +268,7 @@ impl Builder<'_> {
 
     fn call2(&self, f: Fn2, a: Sym, b: Sym) -> Option<Sym> {
         if let (Sym::Num(x), Sym::Num(y)) = (&a, &b)
-            && let Some(v) = folded(fn2(f, *x, *y))
+            && let Some(v) = folded(crate::program::fn2_f64(f, *x, *y))
         {
             return Some(v);
         }
@@ -293,26 +293,6 @@ fn folded(v: f64) -> Option<Sym> {
 /// `v` rounded to float: every constant of a simplified model is a float.
 fn float(v: f64) -> f64 {
     f64::from(v as f32)
-}
-
-fn fn1(f: Fn1, x: f64) -> f64 {
-    match f {
-        Fn1::Sin => x.sin(),
-        Fn1::Cos => x.cos(),
-        Fn1::Exp => x.exp(),
-        Fn1::Log => x.ln(),
-        Fn1::Sqrt => x.sqrt(),
-        Fn1::Fabs => x.abs(),
-        Fn1::Tanh => x.tanh(),
-    }
-}
-
-fn fn2(f: Fn2, x: f64, y: f64) -> f64 {
-    match f {
-        Fn2::Pow => x.powf(y),
-        Fn2::Fmin => x.min(y),
-        Fn2::Fmax => x.max(y),
-    }
 }
 
 /// Whether every number in `a` is finite (folding can overflow, or divide by a zero it found).

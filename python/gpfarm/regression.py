@@ -265,14 +265,15 @@ def _targets(y: Any, n: int) -> List[float]:
     return out
 
 
-def check_names(names: Sequence[str]) -> List[str]:
-    """`names` as variable names, or ValueError saying which one cannot be one."""
+def check_names(names: Sequence[str], hint: str = "rename the column, or pass names=...") -> List[str]:
+    """`names` as variable names, or ValueError saying which one cannot be one and, by `hint`,
+    what to do."""
     names = [str(n) for n in names]
     for n in names:
         if not _IDENT.match(n) or n in _RESERVED or keyword.iskeyword(n) or n.startswith("gp_") or n.startswith("in_"):
             raise ValueError(
                 f"`{n}` cannot be a variable name: names must be C identifiers, not C keywords or the "
-                "math functions the grammar calls (rename the column, or pass names=...)"
+                f"math functions the grammar calls ({hint})"
             )
     if len(set(names)) != len(names):
         raise ValueError(f"variable names repeat: {names}")
@@ -475,7 +476,10 @@ class SymbolicRegressor(_Mixin, _Base):
         X, y = self._validate(X, y, reset=True)
         rows, _ = _rows(X)
         _targets(y, len(rows))
-        names = check_names(frame_names if frame_names is not None else [f"x{j}" for j in range(len(rows[0]))])
+        names = check_names(
+            frame_names if frame_names is not None else [f"x{j}" for j in range(len(rows[0]))],
+            "rename the DataFrame's column, or fit a NumPy array, whose columns are x0, x1, ...",
+        )
         if not isinstance(self.optimizer_iterations, int) or self.optimizer_iterations < 0:
             raise ValueError(f"optimizer_iterations must be an int of at least 0, not {self.optimizer_iterations!r}")
         declared = _declared(self.operators)

@@ -105,6 +105,13 @@ def test_predict_checks_the_columns_and_names_must_be_identifiers():
         gpfarm.regression_problem(X, y, names=["my speed", "load"])
     with pytest.raises(ValueError, match="`float` cannot be a variable name"):
         gpfarm.regression_problem(X, y, names=["float", "load"])
+    # The estimator's message names what its user can do: it has no names= parameter.
+    import pandas
+
+    frame = pandas.DataFrame(X, columns=["my speed", "load"])
+    with pytest.raises(ValueError, match="rename the DataFrame's column") as caught:
+        gpfarm.SymbolicRegressor(population=10, generations=1, eval="cpu").fit(frame, y)
+    assert "names=" not in str(caught.value)
 
 
 def test_a_regression_problem_directory_runs_under_evolve_as_on_the_command_line(tmp_path):

@@ -193,7 +193,7 @@ fn fn1_f32(f: Fn1, x: f32) -> f32 {
     }
 }
 
-fn fn1_f64(f: Fn1, x: f64) -> f64 {
+pub(crate) fn fn1_f64(f: Fn1, x: f64) -> f64 {
     match f {
         Fn1::Sin => x.sin(),
         Fn1::Cos => x.cos(),
@@ -213,7 +213,7 @@ fn fn2_f32(f: Fn2, x: f32, y: f32) -> f32 {
     }
 }
 
-fn fn2_f64(f: Fn2, x: f64, y: f64) -> f64 {
+pub(crate) fn fn2_f64(f: Fn2, x: f64, y: f64) -> f64 {
     match f {
         Fn2::Pow => x.powf(y),
         Fn2::Fmin => x.min(y),
