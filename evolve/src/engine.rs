@@ -83,6 +83,7 @@ impl Engine {
         source: Option<ProblemRef>,
         options: Options,
     ) -> Result<Engine, EvolveError> {
+        gpfarm_gp::program::check_problem(&problem)?;
         let problem = match options.max_steps {
             None => problem,
             Some(n) => problem

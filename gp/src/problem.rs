@@ -150,11 +150,6 @@ impl Problem {
                 ProblemError::Case { file: file("cases.json"), case, message }
             }
         })?;
-        crate::program::check_functions(&spec).map_err(|(i, e)| ProblemError::Field {
-            file: file("problem.toml"),
-            field: format!("functions[{i}].body"),
-            message: e.to_string(),
-        })?;
         let template_err = |message: String| ProblemError::Template { file: file("template.cu"), message };
         // Declared functions open every unit, so that the compiled routes can call them.
         let definitions: String = spec.functions.iter().map(|f| f.definition()).collect();

@@ -856,6 +856,27 @@ pub fn check_functions(spec: &ProblemSpec) -> Result<(), (usize, ParseError)> {
     parse::inline_functions(spec).map(|_| ())
 }
 
+/// Checks `spec` as loading a problem does, and its declared functions' bodies as programs
+/// (which loading leaves to this module, the parser's): what is wrong, naming the field,
+/// otherwise.
+pub fn check_spec(spec: &ProblemSpec) -> Result<(), crate::problem::spec::SpecIssue> {
+    spec.validate()?;
+    check_functions(spec).map_err(|(i, e)| crate::problem::spec::SpecIssue {
+        field: format!("functions[{i}].body"),
+        message: e.to_string(),
+    })
+}
+
+/// Checks what of `problem` only the parser can: its declared functions' bodies. A run checks
+/// this before it starts ([`crate::Problem::load`] checks the rest).
+pub fn check_problem(problem: &Problem) -> Result<(), crate::ProblemError> {
+    check_functions(problem.spec()).map_err(|(i, e)| crate::ProblemError::Field {
+        file: "problem.toml".to_owned(),
+        field: format!("functions[{i}].body"),
+        message: e.to_string(),
+    })
+}
+
 /// The most free parameters a program may read.
 pub const MAX_PARAMS: usize = 4096;
 

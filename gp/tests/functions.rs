@@ -85,7 +85,8 @@ fn a_bad_declaration_is_a_clear_error_naming_its_field() {
         (TOML.replace("params = [\"a\", \"b\"]", "params = []"), "functions[1].params"),
     ];
     for (toml, field) in cases {
-        let err = problem(&toml).unwrap_err().to_string();
+        // Loading checks the declarations; the parser checks the bodies, before any run.
+        let err = problem(&toml).and_then(|p| gpfarm_gp::program::check_problem(&p)).unwrap_err().to_string();
         assert!(err.contains(field), "{field}: {err}");
     }
 }

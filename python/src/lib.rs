@@ -436,6 +436,7 @@ fn standard_template(problem_toml: &str) -> PyResult<String> {
 #[pyfunction]
 fn check_problem(directory: std::path::PathBuf) -> PyResult<String> {
     let problem = gpfarm_gp::Problem::load(&directory)
+        .and_then(|p| gpfarm_gp::program::check_problem(&p).map(|()| p))
         .map_err(|e| PyValueError::new_err(stderr_line(&anyhow::Error::new(e))))?;
     Ok(problem.name().to_owned())
 }
@@ -565,7 +566,7 @@ fn model_spec(
         .into_iter()
         .map(|(name, params, body)| gpfarm_gp::problem::spec::FunctionSpec { name, params, body })
         .collect();
-    spec.check().map_err(|e| PyValueError::new_err(e.to_string()))?;
+    gpfarm_gp::program::check_spec(&spec).map_err(|e| PyValueError::new_err(e.to_string()))?;
     Ok(spec)
 }
 

@@ -266,14 +266,6 @@ pub(crate) fn is_identifier(s: &str) -> bool {
 }
 
 impl ProblemSpec {
-    /// Checks it as loading a problem does (`problem.toml` alone): what is wrong, naming the
-    /// field, otherwise.
-    pub fn check(&self) -> Result<(), SpecIssue> {
-        self.validate()?;
-        crate::program::check_functions(self)
-            .map_err(|(i, e)| issue(format!("functions[{i}].body"), e.to_string()))
-    }
-
     /// Checks the rules README.md states; the first broken one is reported.
     pub(crate) fn validate(&self) -> Result<(), SpecIssue> {
         if self.name.trim().is_empty() {
