@@ -480,8 +480,11 @@ class SymbolicRegressor(_Mixin, _Base):
             frame_names if frame_names is not None else [f"x{j}" for j in range(len(rows[0]))],
             "rename the DataFrame's column, or fit a NumPy array, whose columns are x0, x1, ...",
         )
-        if not isinstance(self.optimizer_iterations, int) or self.optimizer_iterations < 0:
-            raise ValueError(f"optimizer_iterations must be an int of at least 0, not {self.optimizer_iterations!r}")
+        for name, least in [("population", 1), ("generations", 0), ("tournament", 1), ("elite", 0),
+                            ("optimizer_iterations", 0), ("max_size", 0)]:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ValueError(f"{name} must be an int of at least {least}, not {value!r}")
         declared = _declared(self.operators)
         grammar = self.grammar
         if grammar is None:
@@ -497,6 +500,14 @@ class SymbolicRegressor(_Mixin, _Base):
             if not isinstance(self.max_time, (int, float)) or not self.max_time > 0:
                 raise ValueError(f"max_time must be a number of seconds above 0, not {self.max_time!r}")
             fitting["max_time"] = float(self.max_time)
+        import inspect
+
+        known = set(inspect.signature(_gpfarm.EvolveConfig).parameters) - {"problem", "problem_dir"}
+        unknown = sorted(set(self.options or {}) - known)
+        if unknown:
+            raise ValueError(
+                f"options: {', '.join(map(repr, unknown))} not known; options are gpfarm evolve's: {', '.join(sorted(known))}"
+            )
         fitting.update(self.options or {})
         with tempfile.TemporaryDirectory(prefix="gpfarm-fit-") as tmp:
             directory = regression_problem(rows, y, names=names, grammar=grammar, directory=tmp, operators=self.operators)

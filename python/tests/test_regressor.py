@@ -351,3 +351,18 @@ def test_auto_keeps_small_fits_on_the_cpu_by_the_measured_costs():
     X, y = data(60)
     model = gpfarm.SymbolicRegressor(population=50, generations=2, random_state=1).fit(X, y)
     assert model.history_[0]["evaluator"] == "cpu"
+
+
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        (dict(population=0), "population must be an int of at least 1"),
+        (dict(max_size=-1), "max_size must be an int of at least 0"),
+        (dict(tournament=2.5), "tournament must be an int"),
+        (dict(options={"max_depth": 3}), "options: 'max_depth' not known; options are gpfarm evolve's"),
+    ],
+)
+def test_bad_settings_are_value_errors_naming_the_parameter(params, message):
+    X, y = data(20)
+    with pytest.raises(ValueError, match=message):
+        gpfarm.SymbolicRegressor(generations=1, eval="cpu", **params).fit(X, y)
