@@ -346,12 +346,15 @@ impl Program {
                 slot_types.push(Ty::Float);
             }
         }
+        let none = HashMap::new();
+        let declared;
         let functions = if spec.functions.is_empty() {
-            HashMap::new()
+            &none
         } else {
-            parse::inline_functions(spec).map_err(|(_, e)| e)?
+            declared = parse::inline_functions_cached(spec).map_err(|(_, e)| e)?;
+            &*declared
         };
-        let mut parser = Parser::new(&toks, text.len(), &names, &functions);
+        let mut parser = Parser::new(&toks, text.len(), &names, functions);
         let body = match spec.kind {
             Kind::Expression => {
                 let (e, _) = parser.expr()?;

@@ -112,3 +112,15 @@ fn declared_functions_nested_past_the_bound_are_refused_not_expanded() {
     }
     assert_eq!(Program::parse(&p, &Phenotype::new(&text)).unwrap().size(), 9);
 }
+
+#[test]
+fn problems_with_other_declarations_parse_with_their_own() {
+    // Parsed declarations are kept per thread for the next program: another problem's must
+    // not be taken for them.
+    let a = problem(TOML).unwrap();
+    let b = problem(&TOML.replace("a / (1.0f + fabsf(a))", "a * 2.0f")).unwrap();
+    for _ in 0..2 {
+        assert_eq!(values(&a, "softsign(x)"), values(&a, "x / (1.0f + fabsf(x))"));
+        assert_eq!(values(&b, "softsign(x)"), values(&b, "x * 2.0f"));
+    }
+}

@@ -154,6 +154,10 @@ def operators(spec: Any = "standard") -> List[Any]:
     return out
 
 
+# `default_grammar` takes a keyword of the same name.
+_operators = operators
+
+
 def default_grammar(names: Sequence[str], constants: str = "fitted", operators: Any = "standard") -> str:
     """A grammar over the variables `names` in float with `operators` (a set's name or a list,
     see `operators()`; default "standard": + - * /, sin, cos, tanh, exp, protected log
@@ -163,7 +167,7 @@ def default_grammar(names: Sequence[str], constants: str = "fitted", operators: 
     own (`Operator`) must also be declared in the problem: `regression_problem` does it."""
     if constants not in ("fitted", "digits"):
         raise ValueError(f'constants must be "fitted" or "digits", not {constants!r}')
-    ops = _operators_list(operators)
+    ops = _operators(operators)
     variables = " | ".join(names)
 
     def forms(operand: str) -> str:
@@ -191,10 +195,6 @@ def default_grammar(names: Sequence[str], constants: str = "fitted", operators: 
         f"<e3> ::= {forms('<e3>')} | {leaves} | {leaves}\n"
         f"<v>  ::= {variables}\n" + c + tail
     )
-
-
-def _operators_list(spec: Any) -> List[Any]:
-    return operators(spec)
 
 
 def _declared(ops: Any) -> List[Tuple[str, List[str], str]]:

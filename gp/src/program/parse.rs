@@ -256,6 +256,31 @@ pub(super) fn inline_functions(
     Ok(functions)
 }
 
+/// Declarations and the functions parsed from them.
+type Parsed = (Vec<crate::problem::spec::FunctionSpec>, std::rc::Rc<HashMap<String, Inline>>);
+
+thread_local! {
+    /// The declared functions last parsed on this thread, with the declarations they came from:
+    /// a run parses every individual (several times) against the same few.
+    static INLINED: std::cell::RefCell<Option<Parsed>> = const { std::cell::RefCell::new(None) };
+}
+
+/// [`inline_functions`], parsed once per thread for the same declarations.
+pub(super) fn inline_functions_cached(
+    spec: &crate::problem::spec::ProblemSpec,
+) -> Result<std::rc::Rc<HashMap<String, Inline>>, (usize, ParseError)> {
+    INLINED.with(|cell| {
+        if let Some((declared, functions)) = &*cell.borrow()
+            && *declared == spec.functions
+        {
+            return Ok(functions.clone());
+        }
+        let functions = std::rc::Rc::new(inline_functions(spec)?);
+        *cell.borrow_mut() = Some((spec.functions.clone(), functions.clone()));
+        Ok(functions)
+    })
+}
+
 /// `e` with each `Var(k)` replaced by `args[k]`.
 fn substitute(e: &Expr, args: &[Expr]) -> Expr {
     let s = |e: &Expr| Box::new(substitute(e, args));
