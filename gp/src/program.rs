@@ -26,6 +26,7 @@ mod parse;
 mod run;
 pub(crate) use run::{fn1_f64, fn2_f64};
 mod tangent;
+mod tape;
 mod value;
 
 /// The typed tree a phenotype parses into ([`Program::parse`]), read-only, for code
@@ -57,6 +58,7 @@ use crate::problem::{Column, InputColumn, InputType, Kind, Problem, ProblemSpec,
 use parse::{ArithOp, Bin, Binding, CmpOp, Expr, Parser, Stmt};
 use run::{Machine, OutOfSteps};
 use tangent::Tangent;
+use tape::Tape;
 use value::{Ty, Value};
 
 pub use crate::problem::spec::DEFAULT_MAX_STEPS;
@@ -538,6 +540,31 @@ impl Program {
         max_steps: u64,
     ) -> Result<Vec<Column>, RunError> {
         self.check(problem, params)?;
+        if let Body::Expression(e) = &self.body
+            && let Some(tape) = Tape::compile(self, e)
+            && let Some(values) = tape.run(problem, params, None)
+        {
+            let column = match self.output_types.first() {
+                Some(ScalarType::Int) => {
+                    Column::Int(values.iter().map(|&v| tape.convert(v, Ty::Int) as i32).collect())
+                }
+                _ => Column::Float(values.iter().map(|&v| tape.convert(v, Ty::Float) as f32).collect()),
+            };
+            return Ok(vec![column]);
+        }
+        self.run_tree(problem, params, max_steps)
+    }
+
+    /// [`Program::run_params`] by walking the tree in every case: the reference the block
+    /// evaluation of expressions ([`tape`]) is tested against.
+    #[doc(hidden)]
+    pub fn run_tree(
+        &self,
+        problem: &Problem,
+        params: &[f32],
+        max_steps: u64,
+    ) -> Result<Vec<Column>, RunError> {
+        self.check(problem, params)?;
         let cases = problem.cases();
         let n = cases.len();
         let mut outputs: Vec<Column> = self
@@ -636,6 +663,31 @@ impl Program {
     /// [`tangent`]'s documentation): `jacobian[c * params.len() + k]` is d output(c) / d `p[k]`.
     /// The outputs are [`Program::run_params`]'s, bit for bit.
     pub fn linearize(
+        &self,
+        problem: &Problem,
+        params: &[f32],
+        max_steps: u64,
+    ) -> Result<Linearization, RunError> {
+        self.check(problem, params)?;
+        if !self.differentiable() {
+            return Err(RunError::NotDifferentiable);
+        }
+        if let Body::Expression(e) = &self.body
+            && let Some(tape) = Tape::compile(self, e)
+        {
+            let mut jacobian = Vec::new();
+            if let Some(values) = tape.run(problem, params, Some(&mut jacobian)) {
+                let outputs = values.iter().map(|&v| tape.convert(v, Ty::Float) as f32).collect();
+                return Ok(Linearization { outputs, jacobian });
+            }
+        }
+        self.linearize_tree(problem, params, max_steps)
+    }
+
+    /// [`Program::linearize`] by walking the tree in every case: the reference the block
+    /// evaluation of expressions ([`tape`]) is tested against.
+    #[doc(hidden)]
+    pub fn linearize_tree(
         &self,
         problem: &Problem,
         params: &[f32],

@@ -181,7 +181,7 @@ pub(super) fn compare(op: CmpOp, a: Value, b: Value) -> bool {
     }
 }
 
-fn fn1_f32(f: Fn1, x: f32) -> f32 {
+pub(super) fn fn1_f32(f: Fn1, x: f32) -> f32 {
     match f {
         Fn1::Sin => x.sin(),
         Fn1::Cos => x.cos(),
@@ -205,7 +205,7 @@ pub(crate) fn fn1_f64(f: Fn1, x: f64) -> f64 {
     }
 }
 
-fn fn2_f32(f: Fn2, x: f32, y: f32) -> f32 {
+pub(super) fn fn2_f32(f: Fn2, x: f32, y: f32) -> f32 {
     match f {
         Fn2::Pow => x.powf(y),
         Fn2::Fmin => x.min(y),

@@ -247,7 +247,7 @@ impl Tangent<'_> {
 }
 
 /// d f(x) / dx where `v = f(x)`.
-fn fn1_slope(f: Fn1, x: f64, v: f64) -> f64 {
+pub(super) fn fn1_slope(f: Fn1, x: f64, v: f64) -> f64 {
     match f {
         Fn1::Sin => x.cos(),
         Fn1::Cos => -x.sin(),
@@ -266,7 +266,7 @@ fn fn1_slope(f: Fn1, x: f64, v: f64) -> f64 {
 }
 
 /// The partial derivatives of `v = f(x, y)`.
-fn fn2_slopes(f: Fn2, x: f64, y: f64, v: f64) -> (f64, f64) {
+pub(super) fn fn2_slopes(f: Fn2, x: f64, y: f64, v: f64) -> (f64, f64) {
     match f {
         Fn2::Pow => (y * x.powf(y - 1.0), if x > 0.0 { v * x.ln() } else { 0.0 }),
         // NaN loses to a number in fmin/fmax, as C's do.
