@@ -422,3 +422,50 @@ fn compiled_routes_compile_each_structure_once_whatever_its_values() {
         assert_eq!(summary["totals"]["structure_hits"], 0);
     }
 }
+
+#[test]
+fn a_run_started_from_an_earlier_runs_front_begins_where_it_ended() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = Command::new(env!("CARGO_BIN_EXE_gpfarm"))
+        .args(["evolve", "--problem", "keijzer6", "--eval", "cpu", "--no-compile", "--json"])
+        .args(["--population", "60", "--generations", "8", "--seed", "4"])
+        .output()
+        .unwrap();
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    let path = dir.path().join("first.jsonl");
+    std::fs::write(&path, &first.stdout).unwrap();
+    let stdout = String::from_utf8_lossy(&first.stdout);
+    let summary: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let front = summary["front"].as_array().unwrap();
+    assert!(front.iter().all(|m| !m["seed"]["genome"].as_array().unwrap().is_empty()), "{summary}");
+    let ended = summary["best_fitness"].as_f64().unwrap();
+    let run = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_gpfarm"))
+            .args(["evolve", "--problem", "keijzer6", "--eval", "cpu", "--no-compile", "--json"])
+            .args(["--population", "60", "--generations", "0", "--seed", "5"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let first: Value =
+            serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().next().unwrap()).unwrap();
+        first["best"].as_f64().unwrap()
+    };
+    // A fresh generation 0 is far from where eight generations got; one started from their
+    // front holds their best model.
+    let cold = run(&[]);
+    let warm = run(&["--start", path.to_str().unwrap()]);
+    assert_eq!(warm, ended, "generation 0 started from the front");
+    assert!(cold > ended, "a fresh start ({cold}) already as good as eight generations ({ended})");
+    // Not a summary: a one-line error naming the option.
+    let out = Command::new(env!("CARGO_BIN_EXE_gpfarm"))
+        .args(["evolve", "--problem", "keijzer6", "--eval", "cpu", "--generations", "0"])
+        .args(["--start", "Cargo.toml"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("--start") && stderr.contains("no run summary"),
+        "{stderr}"
+    );
+}

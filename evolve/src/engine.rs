@@ -263,7 +263,7 @@ impl Engine {
         let depth = NonZeroUsize::new(depth).unwrap_or(NonZeroUsize::MIN);
         let mut config = self.options.evolution.clone();
         config.seed = island_seed(config.seed, island);
-        Ok(Pipeline::new(&self.problem, config, depth)?)
+        Ok(Pipeline::starting_from(&self.problem, config, depth, &self.options.start)?)
     }
 
     fn check_islands(&self) -> Result<(), EvolveError> {
@@ -513,12 +513,17 @@ impl Engine {
         let mut front = Vec::new();
         for (t, pipeline) in outcomes {
             front.extend(pipeline.front().iter().filter_map(|p| {
-                Some(FrontModel::new(
+                let mut model = FrontModel::new(
                     self.problem.spec(),
                     p.size,
                     p.fitness.value(),
                     p.individual.expression()?.as_str().to_owned(),
-                ))
+                );
+                model.seed = Some(gpfarm_gp::Seed {
+                    genome: p.individual.genome.codons().to_vec(),
+                    params: p.individual.evaluated_params().to_vec(),
+                });
+                Some(model)
             }));
             totals.add(t);
             let b = pipeline.best_ever();

@@ -98,6 +98,10 @@ pub struct Options {
     /// with its own evaluator (GPUs taken round-robin), sharing the compiler; migrants move
     /// along a ring ([`crate::islands`]). 1 (the default): one population.
     pub islands: usize,
+    /// Individuals the first generation starts with (a warm start), in its first slots, on
+    /// every island: for example the front of an earlier run's summary
+    /// ([`crate::FrontModel::seed`]). Empty (the default): all drawn from the seed.
+    pub start: Vec<gpfarm_gp::Seed>,
     /// Generations between migrations (after generations M - 1, 2M - 1, ...).
     pub migrate_every: usize,
     /// How many of its best individuals an island sends to the next at each migration; they
@@ -190,6 +194,7 @@ impl Default for Options {
             crash_retry_on_gpu: true,
             crash_dir: None,
             islands: 1,
+            start: Vec::new(),
             migrate_every: 10,
             migrants: 2,
         }

@@ -379,6 +379,9 @@ pub struct FrontModel {
     /// The simplified program's size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub simplified_size: Option<usize>,
+    /// Its codons and parameter values, to start another run from ([`crate::Options::start`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<gpfarm_gp::Seed>,
 }
 
 impl FrontModel {
@@ -397,6 +400,7 @@ impl FrontModel {
             simplified: readable.as_ref().map(|r| r.code.as_str().to_owned()),
             simplified_size: readable.map(|r| r.size),
             expression,
+            seed: None,
         }
     }
 }

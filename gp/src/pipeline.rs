@@ -30,7 +30,7 @@ use crate::fitness::{Direction, Fitness};
 use crate::grammar::Grammar;
 use crate::mapping::Phenotype;
 use crate::operators::{contestants, elites, int_flip, variable_onepoint, winner};
-use crate::population::{EvolutionConfig, EvolutionError, Individual, initial_population};
+use crate::population::{EvolutionConfig, EvolutionError, Individual, Seed, initial_population};
 use crate::problem::{Problem, ProblemSpec};
 use crate::program::Program;
 
@@ -207,7 +207,18 @@ impl Pipeline {
         config: EvolutionConfig,
         depth: NonZeroUsize,
     ) -> Result<Self, EvolutionError> {
-        let mut pipeline = Self::with_grammar(problem.grammar().clone(), problem.direction(), config, depth)?;
+        Self::starting_from(problem, config, depth, &[])
+    }
+
+    /// As [`Pipeline::new`], the first generation's first slots taken by `start` (a warm start:
+    /// individuals of an earlier run, [`Seed`]).
+    pub fn starting_from(
+        problem: &Problem,
+        config: EvolutionConfig,
+        depth: NonZeroUsize,
+        start: &[Seed],
+    ) -> Result<Self, EvolutionError> {
+        let mut pipeline = Self::build(problem.grammar().clone(), problem.direction(), config, depth, start)?;
         pipeline.spec = Some(problem.spec().clone());
         // The initial population, placed before the sizes could be measured.
         let mut first = pipeline.generations.pop_front().expect("the initial generation");
@@ -230,7 +241,17 @@ impl Pipeline {
         config: EvolutionConfig,
         depth: NonZeroUsize,
     ) -> Result<Self, EvolutionError> {
-        let individuals = initial_population(&grammar, &config)?;
+        Self::build(grammar, direction, config, depth, &[])
+    }
+
+    fn build(
+        grammar: Grammar,
+        direction: Direction,
+        config: EvolutionConfig,
+        depth: NonZeroUsize,
+        start: &[Seed],
+    ) -> Result<Self, EvolutionError> {
+        let individuals = initial_population(&grammar, &config, start)?;
         let n = individuals.len();
         let mut pipeline = Pipeline {
             grammar,
@@ -734,6 +755,28 @@ mod tests {
 
     fn lower(v: f64) -> Fitness {
         Fitness::new(v, Direction::Lower)
+    }
+
+    #[test]
+    fn a_start_takes_the_first_slots_with_its_values_and_leaves_the_others_as_drawn() {
+        let problem = Problem::builtin("keijzer6").unwrap();
+        let config = EvolutionConfig { population: 20, seed: 8, ..Default::default() };
+        let depth = NonZeroUsize::MIN;
+        let cold = Pipeline::new(&problem, config.clone(), depth).unwrap().population(0).unwrap();
+        let start = vec![
+            Seed { genome: cold[7].genome.codons().to_vec(), params: vec![] },
+            Seed { genome: vec![3, 1, 4, 1, 5], params: vec![] },
+        ];
+        let warm =
+            Pipeline::starting_from(&problem, config.clone(), depth, &start).unwrap().population(0).unwrap();
+        assert_eq!(warm[0], cold[7]);
+        assert_eq!(warm[1].genome.codons(), [3, 1, 4, 1, 5]);
+        assert_eq!(warm[2..], cold[2..]);
+        let empty = [Seed::default()];
+        assert!(matches!(
+            Pipeline::starting_from(&problem, config, depth, &empty),
+            Err(EvolutionError::Config { field: "start", .. })
+        ));
     }
 
     #[test]

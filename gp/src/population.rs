@@ -209,10 +209,25 @@ impl Individual {
     }
 }
 
-/// The validated configuration's initial population (stream 0 of the run's seed).
+/// An individual to start a run from (a warm start): its codons and the values of its free
+/// parameters, as a run's size–error front gives them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Seed {
+    /// Its codons.
+    pub genome: Vec<u32>,
+    /// The values of its parameters, in `p[k]` order; those it lacks are drawn as for any new
+    /// individual.
+    #[serde(default)]
+    pub params: Vec<f32>,
+}
+
+/// The validated configuration's initial population (stream 0 of the run's seed), its first
+/// slots taken by `start` (at most a population's worth; the slots after them are drawn as
+/// always, so a run started from nothing is unchanged).
 pub(crate) fn initial_population(
     grammar: &Grammar,
     config: &EvolutionConfig,
+    start: &[Seed],
 ) -> Result<Vec<Individual>, EvolutionError> {
     validate(config, grammar)?;
     let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
@@ -231,7 +246,15 @@ pub(crate) fn initial_population(
         )
         .ok_or(EvolutionError::NonTerminatingGrammar)?,
     };
-    Ok(genomes.into_iter().map(|g| Individual::new(g, grammar, &config.limits, &[], &mut rng)).collect())
+    let mut individuals: Vec<Individual> =
+        genomes.into_iter().map(|g| Individual::new(g, grammar, &config.limits, &[], &mut rng)).collect();
+    for (slot, seed) in individuals.iter_mut().zip(start) {
+        if seed.genome.is_empty() {
+            return Err(EvolutionError::Config { field: "start", message: "a genome has no codons".into() });
+        }
+        *slot = Individual::new(Genome(seed.genome.clone()), grammar, &config.limits, &seed.params, &mut rng);
+    }
+    Ok(individuals)
 }
 
 fn validate(c: &EvolutionConfig, grammar: &Grammar) -> Result<(), EvolutionError> {

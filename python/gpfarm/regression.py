@@ -377,7 +377,10 @@ class SymbolicRegressor(_Mixin, _Base):
     the first generation completed once that much time has passed since generation 0 began
     (`generations` stays the most it runs); `n_jobs` is the threads evaluating and fitting on
     the CPU (None or -1: one per core). `verbose` (1) prints a line per generation to stderr:
-    its number, best training error, the best model's size and the time so far.
+    its number, best training error, the best model's size and the time so far. `warm_start`
+    (False): a fit after the first starts its first generation from the previous fit's
+    size-error front (`front_`) instead of from nothing, as `gpfarm evolve --start` does; the
+    data may change, its features may not.
 
     `sympy()` and `latex()` export the chosen model (or an entry of `front_`); `predict`
     computes in memory with NumPy, and a pickled model predicts without a GPU.
@@ -386,7 +389,8 @@ class SymbolicRegressor(_Mixin, _Base):
     written in), `formula_` (the same model simplified, in plain text over the feature names),
     `fitness_` (its training RMSE), `size_` (the simplified model's size, nodes of its syntax
     tree), `front_` (the run's size-error front by size: dicts of `size`, `fitness`,
-    `expression`, and where it simplifies, `formula`, `simplified` and `simplified_size`),
+    `expression`, `seed` (its codons and parameter values, what `warm_start` starts from), and
+    where it simplifies, `formula`, `simplified` and `simplified_size`),
     `history_` (one dict per generation), `route_`, `n_features_in_`, `feature_names_in_` (when
     X had column names), `names_` (the variable names used).
     """
@@ -410,6 +414,7 @@ class SymbolicRegressor(_Mixin, _Base):
         max_time: Optional[float] = None,
         n_jobs: Optional[int] = None,
         verbose: int = 0,
+        warm_start: bool = False,
         options: Optional[Dict[str, Any]] = None,
     ):
         self.population = population
@@ -429,6 +434,7 @@ class SymbolicRegressor(_Mixin, _Base):
         self.max_time = max_time
         self.n_jobs = n_jobs
         self.verbose = verbose
+        self.warm_start = warm_start
         self.options = options
 
     def _seed(self) -> int:
@@ -473,6 +479,8 @@ class SymbolicRegressor(_Mixin, _Base):
         # Column names name the variables when they are all strings (as scikit-learn takes them).
         columns = list(getattr(X, "columns", []))
         frame_names = [str(c) for c in columns] if columns and all(isinstance(c, str) for c in columns) else None
+        previous = getattr(self, "names_", None) if self.warm_start else None
+        start = [(m["seed"]["genome"], m["seed"].get("params", [])) for m in getattr(self, "front_", []) if m.get("seed")]
         X, y = self._validate(X, y, reset=True)
         rows, _ = _rows(X)
         _targets(y, len(rows))
@@ -480,6 +488,11 @@ class SymbolicRegressor(_Mixin, _Base):
             frame_names if frame_names is not None else [f"x{j}" for j in range(len(rows[0]))],
             "rename the DataFrame's column, or fit a NumPy array, whose columns are x0, x1, ...",
         )
+        if previous is not None and list(previous) != list(names):
+            raise ValueError(
+                f"warm_start: the features {names} are not the previous fit's {list(previous)}; "
+                "set warm_start=False to start afresh"
+            )
         for name, least in [("population", 1), ("generations", 0), ("tournament", 1), ("elite", 0),
                             ("optimizer_iterations", 0), ("max_size", 0)]:
             value = getattr(self, name)
@@ -496,6 +509,8 @@ class SymbolicRegressor(_Mixin, _Base):
             "select_tolerance": self.select_tolerance,
             "threads": _threads(self.n_jobs),
         }
+        if previous is not None and start:
+            fitting["start"] = start
         if self.max_time is not None:
             if not isinstance(self.max_time, (int, float)) or not self.max_time > 0:
                 raise ValueError(f"max_time must be a number of seconds above 0, not {self.max_time!r}")

@@ -71,6 +71,7 @@ struct EvolveConfig {
     select_tolerance: f64,
     max_time: Option<f64>,
     threads: Option<usize>,
+    start: Vec<(Vec<u32>, Vec<f32>)>,
     islands: usize,
     migrate_every: usize,
     migrants: usize,
@@ -92,7 +93,7 @@ impl EvolveConfig {
         gpu_deadline = gpfarm_client::DEFAULT_GPU_DEADLINE.as_secs_f64(), max_steps = None,
         fit_iterations = gpfarm_gp::FitConfig::default().iterations, fit_restarts = 0, fit_share = 1.0, fit_cases = 0,
         no_lamarck = false, parsimony = 0.0, max_size = 0, select_tolerance = 0.0, max_time = None,
-        threads = None, islands = 1,
+        threads = None, start = Vec::new(), islands = 1,
         migrate_every = 10, migrants = 2,
         island_farm = "shared".to_owned(), cuda = None
     ))]
@@ -140,6 +141,7 @@ impl EvolveConfig {
         select_tolerance: f64,
         max_time: Option<f64>,
         threads: Option<usize>,
+        start: Vec<(Vec<u32>, Vec<f32>)>,
         islands: usize,
         migrate_every: usize,
         migrants: usize,
@@ -189,6 +191,7 @@ impl EvolveConfig {
             select_tolerance,
             max_time,
             threads,
+            start,
             islands,
             migrate_every,
             migrants,
@@ -307,6 +310,14 @@ impl EvolveConfig {
             },
             crash_retry_on_gpu: !self.no_crash_retry_on_gpu,
             crash_dir: self.crash_dir.clone(),
+            start: self
+                .start
+                .iter()
+                .map(|(genome, params)| match genome.is_empty() {
+                    true => Err(bad("start", "a genome has no codons")),
+                    false => Ok(gpfarm_gp::Seed { genome: genome.clone(), params: params.clone() }),
+                })
+                .collect::<PyResult<_>>()?,
             islands: self.islands,
             migrate_every: self.migrate_every,
             migrants: self.migrants,

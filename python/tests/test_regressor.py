@@ -283,6 +283,24 @@ def test_max_time_ends_the_run_and_n_jobs_sets_the_threads():
         gpfarm.evolve("keijzer6", population=10, generations=1, eval="cpu", max_time=0.0)
 
 
+def test_warm_start_begins_from_the_previous_front_and_keeps_the_features():
+    X, y = data()
+    model = gpfarm.SymbolicRegressor(population=60, generations=3, random_state=4, eval="cpu", warm_start=True)
+    model.fit(X, y)
+    best = min(m["fitness"] for m in model.front_)
+    assert all(m["seed"]["genome"] for m in model.front_)
+    cold = gpfarm.SymbolicRegressor(population=60, generations=0, random_state=5, eval="cpu").fit(X, y)
+    model.set_params(generations=0, random_state=5)
+    model.fit(X, y)
+    # Generation 0 holds the previous front, its constants fitted again from their values.
+    assert model.history_[0]["best"] <= best + 1e-9 < cold.history_[0]["best"]
+    with pytest.raises(ValueError, match="warm_start"):
+        model.fit(np.hstack([X, X]), y)
+    # Without warm_start a fit starts afresh whatever came before.
+    model.set_params(warm_start=False)
+    assert model.fit(X, y).history_[0]["best"] == cold.history_[0]["best"]
+
+
 def test_operator_sets_and_operators_of_your_own():
     softsign = gpfarm.Operator("softsign", 1, "x / (1.0f + fabsf(x))", numpy=lambda x: x / (1 + np.abs(x)))
     rng = np.random.default_rng(0)

@@ -187,6 +187,10 @@ pub struct EvolveArgs {
     /// Threads that evaluate and fit on the CPU (default: one per core)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     threads: Option<u64>,
+    /// Start the first generation from the size–error front of an earlier run: a file holding
+    /// that run's `--json` summary (its last line), on the same problem and grammar
+    #[arg(long, value_name = "SUMMARY")]
+    start: Option<PathBuf>,
     /// Seconds a daemon may spend on one unit before it is killed and replaced, and the unit
     /// retried once (farm only).
     #[arg(long, default_value_t = gpfarm_client::DEFAULT_UNIT_DEADLINE.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
@@ -297,6 +301,10 @@ impl EvolveArgs {
             crash_retry_on_gpu: !self.no_crash_retry_on_gpu,
             crash_dir: self.crash_dir.clone(),
             islands: self.islands,
+            start: match &self.start {
+                Some(path) => start_from(path)?,
+                None => Vec::new(),
+            },
             migrate_every: self.migrate_every,
             migrants: self.migrants,
         })
@@ -377,6 +385,24 @@ pub fn run(args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
 }
 
 /// Prints the summary: a JSON record, or the table's footer.
+/// The front of the summary in `path` (the last line that is a summary, so that a whole
+/// `--json` output will do) as the individuals to start from.
+fn start_from(path: &std::path::Path) -> Result<Vec<gpfarm_gp::Seed>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("--start {}", path.display()))?;
+    let summary = text
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str::<Summary>(l).ok().filter(|s| s.summary))
+        .with_context(|| {
+            format!("--start {}: no run summary in it (write one with --json)", path.display())
+        })?;
+    let seeds: Vec<gpfarm_gp::Seed> = summary.front.into_iter().filter_map(|m| m.seed).collect();
+    if seeds.is_empty() {
+        anyhow::bail!("--start {}: the summary's front has no genomes to start from", path.display());
+    }
+    Ok(seeds)
+}
+
 pub(super) fn print_summary(summary: &Summary, json: bool) -> Result<()> {
     if json {
         println!("{}", serde_json::to_string(summary)?);
