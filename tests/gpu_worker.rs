@@ -169,3 +169,50 @@ fn a_missing_worker_binary_is_a_spawn_error_naming_it() {
     let err = err.expect("a worker started from a missing binary");
     assert!(matches!(err, gpfarm_client::WorkerError::Spawn(ref e) if e.program == exe), "{err}");
 }
+
+/// A worker kept after a run (`keep_gpu_worker`) serves the next run of the process, on another
+/// problem and with the fitting kernels, without a process started: that run's generations are
+/// those a fresh worker gives, bit for bit.
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
+fn a_kept_worker_serves_the_next_run_as_a_fresh_one_would() {
+    use gpfarm_evolve::plan::{self, CompilerRequest};
+    common::require_gpu("kept_worker");
+    let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_gpfarm-gpu-worker"));
+    let run = |problem: ProblemRef, keep: bool| {
+        let options = gpfarm_evolve::Options {
+            evolution: gpfarm_gp::EvolutionConfig {
+                population: 100,
+                generations: 3,
+                seed: 2,
+                ..Default::default()
+            },
+            eval: gpfarm_evolve::EvalMode::Gpu,
+            route: Some(gpfarm_evolve::Route::Interpreter),
+            gpu_worker: Some(exe.clone()),
+            keep_gpu_worker: keep,
+            ..Default::default()
+        };
+        let request = CompilerRequest { spec: gpfarm_client::CompilerSpec::InProcess, ..Default::default() };
+        let (engine, mut compilers) = plan::prepare(problem, options, &request).unwrap();
+        let mut best = Vec::new();
+        let t = std::time::Instant::now();
+        let summary = plan::run(&engine, &mut compilers, |r| {
+            best.push((r.best.to_bits(), r.fitted_on_gpu));
+            Ok(())
+        })
+        .unwrap();
+        eprintln!("kept_worker: run (keep {keep}) in {:.2?}, {summary:?}", t.elapsed());
+        (best, summary.totals.gpu_workers_reused)
+    };
+    let friedman1 =
+        ProblemRef::Dir(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/friedman1"));
+    let (fresh, reused) = run(friedman1.clone(), false);
+    assert_eq!(reused, 0);
+    assert!(fresh.iter().any(|&(_, on_gpu)| on_gpu > 0), "nothing was fitted on the GPU: {fresh:?}");
+    let (_, reused) = run(ProblemRef::Builtin("keijzer6".into()), true);
+    assert_eq!(reused, 0, "nothing was kept before");
+    let (kept, reused) = run(friedman1, true);
+    assert_eq!(reused, 1, "the worker kept by the keijzer6 run");
+    assert_eq!(kept, fresh);
+}

@@ -16,9 +16,16 @@
 //! culprit, reported with the reason `timeout` (and in [`GpuGeneration::timeouts`]), and the
 //! rest is evaluated in a fresh worker.
 //!
+//! **Kept for the next run.** A run in a process that runs again (a fit after a fit in Python)
+//! may [`GpuWorker::park`] its worker instead of ending it; the next run takes it back with
+//! [`GpuWorker::reuse`], which loads the new problem and kernels in the same process (no process
+//! start, no driver initialisation). A parked worker is ended after [`IDLE_WORKER_TIMEOUT`]
+//! unused.
+//!
 //! Must never start the CLI binary, never wait for the worker without a deadline, and never
-//! leave a worker process behind: it dies with the thread that spawned it and is killed and
-//! reaped when this handle drops.
+//! leave a worker process behind: it dies with this process (it is spawned from a thread that
+//! lives as long as the process, [`ParentDeath::ProcessSignal`]) and is killed and reaped when
+//! this handle drops or, parked, when its idle time is up.
 
 use std::io::{BufReader, BufWriter};
 use std::os::fd::AsRawFd;
@@ -44,6 +51,20 @@ pub const GPU_WORKER_ENV: &str = "GPFARM_GPU_WORKER";
 pub const DEFAULT_GPU_DEADLINE: Duration = Duration::from_secs(120);
 /// How long a fresh worker may take to make its context and load its kernels.
 const READY_DEADLINE: Duration = Duration::from_secs(120);
+/// How long a parked worker ([`GpuWorker::park`]) waits for another run before it is ended.
+pub const IDLE_WORKER_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Parked workers, each with when it was parked.
+static IDLE: std::sync::Mutex<Vec<(GpuWorker, Instant)>> = std::sync::Mutex::new(Vec::new());
+
+/// The parked workers, those past their idle time (or ended) dropped, and so ended.
+fn idle() -> std::sync::MutexGuard<'static, Vec<(GpuWorker, Instant)>> {
+    let mut idle = IDLE.lock().unwrap_or_else(|e| e.into_inner());
+    idle.retain_mut(|(w, since)| {
+        since.elapsed() < IDLE_WORKER_TIMEOUT && matches!(w.child.liveness(), Liveness::Alive)
+    });
+    idle
+}
 
 /// The GPU worker failed.
 #[derive(Debug, Error)]
@@ -97,6 +118,8 @@ pub struct GpuWorker {
     pub name: String,
     /// Workers started after the first, over the whole run.
     pub restarts: usize,
+    /// Whether it served an earlier run ([`GpuWorker::reuse`]).
+    pub reused: bool,
     /// The GPU it runs on, by ordinal among those this process sees (`None`: the first).
     device: Option<usize>,
     /// How long an answer, or a careful-mode kernel, may take.
@@ -143,10 +166,15 @@ impl GpuWorker {
         (fit_cubins, fit_cases): (Vec<Vec<u8>>, usize),
         device: Option<usize>,
     ) -> Result<GpuWorker, WorkerError> {
-        let init =
-            Request::Init { fitness_cubin, interpreter_cubin, fit_cubins, fit_cases: fit_cases as u64 };
+        let init = Request::Init {
+            fitness_cubin,
+            interpreter_cubin,
+            fit_cubins,
+            fit_cases: fit_cases as u64,
+            problem: None,
+        };
         let command = worker_command(exe, &problem, device);
-        let mut child = Supervised::spawn(command, ParentDeath::Signal(libc::SIGKILL))?;
+        let mut child = Supervised::spawn(command, ParentDeath::ProcessSignal(libc::SIGKILL))?;
         let (stdin, stdout, name) = handshake(&mut child, &init)?;
         Ok(GpuWorker {
             exe: exe.to_path_buf(),
@@ -157,9 +185,67 @@ impl GpuWorker {
             stdout,
             name,
             restarts: 0,
+            reused: false,
             device,
             deadline: DEFAULT_GPU_DEADLINE,
         })
+    }
+
+    /// Keeps this worker, idle, for another run of this process to take back with
+    /// [`GpuWorker::reuse`]; it is ended after [`IDLE_WORKER_TIMEOUT`] unused, or with the
+    /// process.
+    pub fn park(self) {
+        static REAPER: std::sync::Once = std::sync::Once::new();
+        idle().push((self, Instant::now()));
+        // Ends the workers whose idle time is up even when no run comes to look.
+        REAPER.call_once(|| {
+            let _ = std::thread::Builder::new().name("gpfarm-idle-workers".into()).spawn(|| {
+                loop {
+                    std::thread::sleep(Duration::from_secs(1));
+                    drop(idle());
+                }
+            });
+        });
+    }
+
+    /// A parked worker of the binary `exe` on GPU `device` (as [`GpuWorker::spawn_on`] takes
+    /// them), made to serve `problem` with these kernels in the same process: `None` when none
+    /// is parked, or when the one found does not take them (it is then ended).
+    pub fn reuse(
+        exe: &Path,
+        problem: ProblemRef,
+        fitness_cubin: Option<Vec<u8>>,
+        interpreter_cubin: Option<Vec<u8>>,
+        (fit_cubins, fit_cases): (Vec<Vec<u8>>, usize),
+        device: Option<usize>,
+    ) -> Option<GpuWorker> {
+        let mut worker = {
+            let mut idle = idle();
+            let k = idle.iter().position(|(w, _)| w.exe == exe && w.device == device)?;
+            idle.swap_remove(k).0
+        };
+        let mut init = Request::Init {
+            fitness_cubin,
+            interpreter_cubin,
+            fit_cubins,
+            fit_cases: fit_cases as u64,
+            problem: Some(problem.clone()),
+        };
+        worker.deadline = READY_DEADLINE;
+        match worker.ask(&init) {
+            Ok(Reply::Ready { name }) => {
+                // A worker started again after a fault is given the problem on its command line.
+                if let Request::Init { problem, .. } = &mut init {
+                    *problem = None;
+                }
+                (worker.problem, worker.init, worker.name) = (problem, init, name);
+                worker.restarts = 0;
+                worker.reused = true;
+                worker.deadline = DEFAULT_GPU_DEADLINE;
+                Some(worker)
+            }
+            _ => None,
+        }
     }
 
     /// As [`GpuWorker::spawn`], with the worker binary found by [`gpu_worker_executable`].

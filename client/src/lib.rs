@@ -38,7 +38,9 @@ pub use gpfarm_protocol::{
     CompileMode, CompileOptions, DaemonInfo, Failure, FailureKind, SmArch, Unit, UnitOutcome, UnitResult,
     UnitTimings,
 };
-pub use gpu_worker::{DEFAULT_GPU_DEADLINE, GpuWorker, WorkerError, gpu_worker_executable};
+pub use gpu_worker::{
+    DEFAULT_GPU_DEADLINE, GpuWorker, IDLE_WORKER_TIMEOUT, WorkerError, gpu_worker_executable,
+};
 pub use inprocess::{InProcess, InProcessError, Threads};
 pub use nvcc::{Nvcc, NvccError};
 pub use queue::{Finished, Job, Submitter, Worklist, job_queue, shared_job_queue};

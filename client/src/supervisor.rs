@@ -26,6 +26,10 @@ pub enum ParentDeath {
     /// It gets this signal (`PR_SET_PDEATHSIG`). The kernel sends it when the spawning *thread*
     /// ends, so spawn from the thread that owns the [`Supervised`].
     Signal(i32),
+    /// It gets this signal when this *process* ends, whichever thread asked for it: it is
+    /// spawned from a thread of its own that lives as long as the process (for a child kept
+    /// beyond the thread that started it, such as an idle GPU worker kept for the next run).
+    ProcessSignal(i32),
     /// It outlives us, in a process group of its own so that a Ctrl-C meant for our terminal
     /// does not reach it either.
     Outlive,
@@ -102,6 +106,37 @@ pub enum Liveness {
     },
 }
 
+/// A request to the keeper thread: a command to spawn with a parent-death signal, and where the
+/// child goes.
+type KeeperRequest = (Command, i32, std::sync::mpsc::Sender<Result<Supervised, SpawnError>>);
+
+/// Spawns `cmd` from the keeper: a thread started on first use that lives as long as the
+/// process, so the child's parent-death signal `sig` fires when the process ends.
+fn spawn_from_keeper(cmd: Command, sig: i32) -> Result<Supervised, SpawnError> {
+    static KEEPER: std::sync::OnceLock<std::sync::Mutex<std::sync::mpsc::Sender<KeeperRequest>>> =
+        std::sync::OnceLock::new();
+    let program = PathBuf::from(cmd.get_program());
+    let gone = |why: &str| SpawnError { program: program.clone(), source: io::Error::other(why.to_owned()) };
+    let keeper = KEEPER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<KeeperRequest>();
+        // If the thread cannot start, requests find the channel closed and fail below.
+        let _ = std::thread::Builder::new().name("gpfarm-keeper".into()).spawn(move || {
+            for (cmd, sig, reply) in rx {
+                let _ = reply.send(Supervised::spawn(cmd, ParentDeath::Signal(sig)));
+            }
+        });
+        std::sync::Mutex::new(tx)
+    });
+    let (reply, answer) = std::sync::mpsc::channel();
+    keeper
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .send((cmd, sig, reply))
+        .map_err(|_| gone("the keeper thread is not running"))?;
+    // Spawning is a fork and an exec: it answers at once or not at all.
+    answer.recv_timeout(Duration::from_secs(30)).map_err(|_| gone("the keeper thread did not answer"))?
+}
+
 /// Signals that mean a process crashed by itself.
 pub(crate) const CRASH_SIGNALS: [i32; 5] =
     [libc::SIGSEGV, libc::SIGABRT, libc::SIGBUS, libc::SIGILL, libc::SIGFPE];
@@ -118,7 +153,13 @@ pub struct Supervised {
 impl Supervised {
     /// Starts `cmd` with the given parent-death policy.
     pub fn spawn(mut cmd: Command, on_parent_death: ParentDeath) -> Result<Supervised, SpawnError> {
+        if let ParentDeath::ProcessSignal(sig) = on_parent_death {
+            let mut child = spawn_from_keeper(cmd, sig)?;
+            child.policy = on_parent_death;
+            return Ok(child);
+        }
         match on_parent_death {
+            ParentDeath::ProcessSignal(_) => unreachable!("spawned by the keeper above"),
             ParentDeath::Outlive => {
                 cmd.process_group(0);
             }
@@ -293,6 +334,27 @@ mod tests {
                 .unwrap_err();
         assert_eq!(err.program, Path::new("/nonexistent/gpfarm-x"));
         assert_eq!(err.source.kind(), io::ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn a_child_kept_for_the_process_outlives_the_thread_that_asked_and_ends_when_dropped() {
+        let mut child = std::thread::spawn(|| {
+            Supervised::spawn(sleeper(), ParentDeath::ProcessSignal(libc::SIGKILL)).unwrap()
+        })
+        .join()
+        .unwrap();
+        // The asking thread has ended; the child runs on (the keeper thread spawned it).
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(child.liveness(), Liveness::Alive);
+        let first = child.pid();
+        // Restarted, it is spawned by the keeper again.
+        std::thread::scope(|s| s.spawn(|| child.restart(sleeper()).unwrap()).join().unwrap());
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(child.liveness(), Liveness::Alive);
+        assert!(!process_running(first), "the replaced child {first} still runs");
+        let pid = child.pid();
+        drop(child);
+        assert!(!process_running(pid), "the dropped child {pid} still runs");
     }
 
     #[test]

@@ -480,6 +480,7 @@ impl Engine {
         driver.island(island, link, self.stop.clone());
         driver.eval_threads(shared.eval_threads);
         driver.max_time(o.max_time);
+        driver.keep_gpu_worker(o.keep_gpu_worker);
         if !shared.fit_kernels.is_empty() {
             driver.fit_on_gpu();
         }
@@ -638,8 +639,22 @@ impl Engine {
             if self.route == Route::Interpreter { (None, Some(cubin)) } else { (Some(cubin), None) };
         // The GPU fits on --fit-cases evenly spaced cases when set, else on all of them.
         let fit_cases = self.options.evolution.fit.cases;
-        let mut worker =
-            GpuWorker::spawn_on(&exe, source, fitness, interpreter, (fit, fit_cases), Some(device))?;
+        let kept = if self.options.keep_gpu_worker {
+            GpuWorker::reuse(
+                &exe,
+                source.clone(),
+                fitness.clone(),
+                interpreter.clone(),
+                (fit.clone(), fit_cases),
+                Some(device),
+            )
+        } else {
+            None
+        };
+        let mut worker = match kept {
+            Some(w) => w,
+            None => GpuWorker::spawn_on(&exe, source, fitness, interpreter, (fit, fit_cases), Some(device))?,
+        };
         worker.set_deadline(self.options.gpu_deadline);
         Ok(worker)
     }

@@ -102,6 +102,12 @@ pub struct Options {
     /// every island: for example the front of an earlier run's summary
     /// ([`crate::FrontModel::seed`]). Empty (the default): all drawn from the seed.
     pub start: Vec<gpfarm_gp::Seed>,
+    /// Keep the GPU worker process when the run ends, for the next run of this process to take
+    /// over (it loads the next problem without starting a process:
+    /// [`gpfarm_client::GpuWorker::park`]); one unused for
+    /// [`gpfarm_client::IDLE_WORKER_TIMEOUT`] is ended. For a process that runs again and again
+    /// (a fit after a fit in Python). Default: off, the worker ends with the run.
+    pub keep_gpu_worker: bool,
     /// Generations between migrations (after generations M - 1, 2M - 1, ...).
     pub migrate_every: usize,
     /// How many of its best individuals an island sends to the next at each migration; they
@@ -195,6 +201,7 @@ impl Default for Options {
             crash_dir: None,
             islands: 1,
             start: Vec::new(),
+            keep_gpu_worker: false,
             migrate_every: 10,
             migrants: 2,
         }

@@ -302,6 +302,10 @@ pub struct Totals {
     pub wall_s: f64,
     /// Fitness values remembered at the end (bounded).
     pub memo_entries: usize,
+    /// GPU workers taken over from an earlier run of this process
+    /// ([`crate::Options::keep_gpu_worker`]) instead of started.
+    #[serde(default)]
+    pub gpu_workers_reused: usize,
 }
 
 /// The end of a run (`--json` prints it last, with `"summary": true`).
@@ -443,6 +447,7 @@ impl Totals {
         self.fit_s += other.fit_s;
         self.wall_s = self.wall_s.max(other.wall_s);
         self.memo_entries += other.memo_entries;
+        self.gpu_workers_reused += other.gpu_workers_reused;
     }
 }
 

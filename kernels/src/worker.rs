@@ -34,8 +34,10 @@ impl LoadProblem for ProblemRef {
     }
 }
 
-/// Serves requests on stdin/stdout until stdin closes. Exits with its parent.
+/// Serves requests on stdin/stdout until stdin closes, for `problem` until an
+/// [`Request::Init`] names another. Exits with its parent.
 pub fn serve(problem: &Problem) -> Result<(), GpuError> {
+    let mut problem = problem.clone();
     // SAFETY: prctl(PR_SET_PDEATHSIG) only registers a signal for this process.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
     let mut input = BufReader::new(std::io::stdin().lock());
@@ -48,9 +50,20 @@ pub fn serve(problem: &Problem) -> Result<(), GpuError> {
             Err(e) => return Err(e.into()),
         };
         let reply = match request {
-            Request::Init { fitness_cubin, interpreter_cubin, fit_cubins, fit_cases } => {
+            Request::Init { fitness_cubin, interpreter_cubin, fit_cubins, fit_cases, problem: other } => {
+                if let Some(other) = other {
+                    match other.load() {
+                        Ok(p) => problem = p,
+                        Err(e) => {
+                            evaluator = None;
+                            write_frame(&mut output, &Reply::Error(gpfarm_protocol::error_chain(&e)))?;
+                            continue;
+                        }
+                    }
+                }
+                // The old evaluator is dropped after the new one is made.
                 match GpuEvaluator::with_kernels(
-                    problem,
+                    &problem,
                     &Kernels { fitness: fitness_cubin, interpreter: interpreter_cubin, fit: fit_cubins },
                 )
                 .and_then(|mut g| g.fit_on_cases(fit_cases as usize).map(|()| g))
@@ -60,7 +73,10 @@ pub fn serve(problem: &Problem) -> Result<(), GpuError> {
                         evaluator = Some(g);
                         Reply::Ready { name }
                     }
-                    Err(e) => Reply::Error(gpfarm_protocol::error_chain(&e)),
+                    Err(e) => {
+                        evaluator = None;
+                        Reply::Error(gpfarm_protocol::error_chain(&e))
+                    }
                 }
             }
             Request::Evaluate { units, n, careful, skip, values, value_stride } => match &mut evaluator {

@@ -28,7 +28,7 @@ fn config() -> Config {
 
 /// Which problem a worker evaluates: one of the built-in ones, or a problem directory. It
 /// travels on the worker's command line.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
 pub enum ProblemRef {
     /// A built-in problem, by name.
     Builtin(String),
@@ -62,6 +62,9 @@ pub enum Request {
         fit_cubins: Vec<Vec<u8>>,
         /// The fitting kernels run on this many evenly spaced cases (0: all).
         fit_cases: u64,
+        /// Another problem than the one on the worker's command line, for a worker kept for
+        /// another run: it drops what it had and loads this one in the same process.
+        problem: Option<ProblemRef>,
     },
     /// Evaluate one generation.
     Evaluate {

@@ -508,6 +508,8 @@ class SymbolicRegressor(_Mixin, _Base):
             "parsimony": self.parsimony,
             "select_tolerance": self.select_tolerance,
             "threads": _threads(self.n_jobs),
+            # The next fit in this process takes the GPU worker over instead of starting one.
+            "keep_gpu_worker": True,
         }
         if previous is not None and start:
             fitting["start"] = start

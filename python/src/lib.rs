@@ -72,6 +72,7 @@ struct EvolveConfig {
     max_time: Option<f64>,
     threads: Option<usize>,
     start: Vec<(Vec<u32>, Vec<f32>)>,
+    keep_gpu_worker: bool,
     islands: usize,
     migrate_every: usize,
     migrants: usize,
@@ -93,7 +94,7 @@ impl EvolveConfig {
         gpu_deadline = gpfarm_client::DEFAULT_GPU_DEADLINE.as_secs_f64(), max_steps = None,
         fit_iterations = gpfarm_gp::FitConfig::default().iterations, fit_restarts = 0, fit_share = 1.0, fit_cases = 0,
         no_lamarck = false, parsimony = 0.0, max_size = 0, select_tolerance = 0.0, max_time = None,
-        threads = None, start = Vec::new(), islands = 1,
+        threads = None, start = Vec::new(), keep_gpu_worker = false, islands = 1,
         migrate_every = 10, migrants = 2,
         island_farm = "shared".to_owned(), cuda = None
     ))]
@@ -142,6 +143,7 @@ impl EvolveConfig {
         max_time: Option<f64>,
         threads: Option<usize>,
         start: Vec<(Vec<u32>, Vec<f32>)>,
+        keep_gpu_worker: bool,
         islands: usize,
         migrate_every: usize,
         migrants: usize,
@@ -192,6 +194,7 @@ impl EvolveConfig {
             max_time,
             threads,
             start,
+            keep_gpu_worker,
             islands,
             migrate_every,
             migrants,
@@ -318,6 +321,7 @@ impl EvolveConfig {
                     false => Ok(gpfarm_gp::Seed { genome: genome.clone(), params: params.clone() }),
                 })
                 .collect::<PyResult<_>>()?,
+            keep_gpu_worker: self.keep_gpu_worker,
             islands: self.islands,
             migrate_every: self.migrate_every,
             migrants: self.migrants,

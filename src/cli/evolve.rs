@@ -305,6 +305,8 @@ impl EvolveArgs {
                 Some(path) => start_from(path)?,
                 None => Vec::new(),
             },
+            // One run per process: nothing to keep the GPU worker for.
+            keep_gpu_worker: false,
             migrate_every: self.migrate_every,
             migrants: self.migrants,
         })

@@ -145,6 +145,8 @@ pub(crate) struct Driver<'a> {
     eval_threads: NonZeroUsize,
     /// Time after which the run ends with the generation that completes next.
     max_time: Option<Duration>,
+    /// Park the GPU worker when the run ends ([`crate::Options::keep_gpu_worker`]).
+    keep_worker: bool,
     /// The threads that fit parameters, started at the first individual that has any (`Some(None)`:
     /// none could be started).
     fit_pool: Option<Option<rayon::ThreadPool>>,
@@ -249,6 +251,7 @@ impl<'a> Driver<'a> {
             fell_back: None,
             eval_threads: std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN),
             max_time: None,
+            keep_worker: false,
             fit_pool: None,
             fit_memo: HashMap::new(),
             fit_problem: None,
@@ -286,6 +289,11 @@ impl<'a> Driver<'a> {
     /// Ends the run after the first generation completed once `limit` has passed since it began.
     pub fn max_time(&mut self, limit: Option<Duration>) {
         self.max_time = limit;
+    }
+
+    /// Parks the GPU worker for another run of this process when the run ends.
+    pub fn keep_gpu_worker(&mut self, keep: bool) {
+        self.keep_worker = keep;
     }
 
     /// Fits free parameters on the GPU worker, whose fitting kernel is loaded.
@@ -327,6 +335,15 @@ impl<'a> Driver<'a> {
         }
         self.totals.wall_s = self.start.elapsed().as_secs_f64();
         self.totals.memo_entries = self.memo.as_ref().map_or(0, FitnessMemo::len);
+        if let Some(w) = self.evaluator.worker() {
+            self.totals.gpu_workers_reused = usize::from(w.reused);
+        }
+        if self.keep_worker
+            && let Evaluator::Gpu(worker) | Evaluator::Interpreter(worker) =
+                std::mem::replace(&mut self.evaluator, Evaluator::Cpu)
+        {
+            worker.park();
+        }
         (self.totals, self.pipeline)
     }
 
