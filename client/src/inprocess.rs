@@ -50,10 +50,25 @@ fn us(d: Duration) -> u64 {
 /// Tunes the allocator, loads NVRTC and pays its first-compile cost now, as a warm daemon has,
 /// so no measured call includes it; from now on a crash inside NVRTC is reported before the
 /// process dies of it.
+///
+/// Warmed once per process for each toolchain directory and architecture: a later compiler of
+/// the same (the next run of a process that runs again and again, a fit after a fit in Python)
+/// takes the same warm NVRTC instead of paying the first compile again.
 fn start(toolchain: &Toolchain, options: &CompileOptions) -> Result<Arc<WarmNvrtc>, InProcessError> {
+    type Warm = std::collections::HashMap<(std::path::PathBuf, u32), Arc<WarmNvrtc>>;
+    static WARM: std::sync::Mutex<Option<Warm>> = std::sync::Mutex::new(None);
     crash::install_handler();
+    let key = (toolchain.lib_dir.clone(), options.arch.0);
+    let mut warm = WARM.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(nvrtc) = warm.as_ref().and_then(|w| w.get(&key)) {
+        return Ok(nvrtc.clone());
+    }
     match WarmNvrtc::start(toolchain, options.arch, Allocator::Tuned) {
-        Ok(nvrtc) => Ok(Arc::new(nvrtc)),
+        Ok(nvrtc) => {
+            let nvrtc = Arc::new(nvrtc);
+            warm.get_or_insert_with(Warm::new).insert(key, nvrtc.clone());
+            Ok(nvrtc)
+        }
         Err(StartError::Load(e)) => Err(InProcessError::Load(e)),
         Err(e @ StartError::Warmup { .. }) => Err(InProcessError::Warmup(e)),
     }
