@@ -2,7 +2,9 @@
 //! and compute capability.
 //!
 //! Both answers are safe to ask on any machine: without a driver library they say so rather than
-//! fail to load. Must never panic, and never keep the context it opens to ask.
+//! fail to load. Must never panic, and never open a context to ask: creating one (and destroying
+//! it) costs a few hundred milliseconds, paid on every run of a process that runs again and again
+//! (a fit after a fit in Python) and at every start of a GPU worker.
 
 use cudarc::driver::CudaContext;
 
@@ -27,6 +29,16 @@ pub fn probe() -> Result<(String, (i32, i32)), GpuError> {
     if count < 1 {
         return Err(GpuError::NoGpu("the CUDA driver sees no device".into()));
     }
-    let ctx = CudaContext::new(0).map_err(|e| GpuError::NoGpu(format!("{e:?}")))?;
-    Ok((ctx.name().map_err(driver)?, ctx.compute_capability().map_err(driver)?))
+    use cudarc::driver::result::device;
+    use cudarc::driver::sys::CUdevice_attribute as A;
+    let dev = device::get(0).map_err(driver)?;
+    let name = device::get_name(dev).map_err(driver)?;
+    // SAFETY: `dev` is the device the driver returned for ordinal 0 just above.
+    let (major, minor) = unsafe {
+        (
+            device::get_attribute(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).map_err(driver)?,
+            device::get_attribute(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR).map_err(driver)?,
+        )
+    };
+    Ok((name, (major, minor)))
 }
