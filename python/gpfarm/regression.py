@@ -673,13 +673,14 @@ def to_sympy(formula: str, names: Sequence[str], functions: Sequence[str] = ()) 
     return parse_expr(formula.replace("^", "**"), local_dict=local, transformations=standard_transformations)
 
 
-#: Measured on an H200 host (16 cores; results/2026-11-26-h200/estimator): a GPU fit starts in
-#: about 0.7 s (its kernels cached) and then takes about 70 ms a generation at any size up to
-#: 10^5 rows; the CPU takes about 87 ns a row, individual and evaluation on one core, where a
+#: Measured on an H200 host (16 cores; results/2026-11-26-h200/estimator-keep): a GPU fit after
+#: the first in a process (its kernels cached, the GPU worker kept) starts in about 0.2 s and then
+#: takes about 70 ms a generation at any size up to 10^4 rows (100 ms at 10^5); the CPU takes
+#: about 26 ns a row, individual and evaluation on one core (25-37 ns measured), where a
 #: generation that fits constants evaluates each individual 1 + 2 x iterations times.
-GPU_START_S = 0.7
+GPU_START_S = 0.2
 GPU_GENERATION_S = 0.07
-CPU_EVALUATION_S = 87e-9
+CPU_EVALUATION_S = 26e-9
 
 
 def small_on_cpu(rows: int, population: int, generations: int, iterations: int, threads: int,
