@@ -163,16 +163,19 @@ impl GpuWorker {
         problem: ProblemRef,
         fitness_cubin: Option<Vec<u8>>,
         interpreter_cubin: Option<Vec<u8>>,
-        (fit_cubins, fit_cases): (Vec<Vec<u8>>, usize),
+        fit: (Vec<Vec<u8>>, usize),
         device: Option<usize>,
     ) -> Result<GpuWorker, WorkerError> {
-        let init = Request::Init {
-            fitness_cubin,
-            interpreter_cubin,
-            fit_cubins,
-            fit_cases: fit_cases as u64,
-            problem: None,
-        };
+        GpuWorker::start(exe, problem, init_request(fitness_cubin, interpreter_cubin, fit), device)
+    }
+
+    /// Starts a worker for `problem` with `init` ([`init_request`]).
+    pub fn start(
+        exe: &Path,
+        problem: ProblemRef,
+        init: Request,
+        device: Option<usize>,
+    ) -> Result<GpuWorker, WorkerError> {
         let command = worker_command(exe, &problem, device);
         let mut child = Supervised::spawn(command, ParentDeath::ProcessSignal(libc::SIGKILL))?;
         let (stdin, stdout, name) = handshake(&mut child, &init)?;
@@ -208,28 +211,23 @@ impl GpuWorker {
         });
     }
 
-    /// A parked worker of the binary `exe` on GPU `device` (as [`GpuWorker::spawn_on`] takes
-    /// them), made to serve `problem` with these kernels in the same process: `None` when none
-    /// is parked, or when the one found does not take them (it is then ended).
+    /// A parked worker of the binary `exe` on GPU `device`, made to serve `problem` with
+    /// `kernels` in the same process (`kernels` is the Init request [`GpuWorker::spawn_on`] sends,
+    /// the problem left out): `None` when none is parked, or when the one found does not take
+    /// them (it is then ended).
     pub fn reuse(
         exe: &Path,
         problem: ProblemRef,
-        fitness_cubin: Option<Vec<u8>>,
-        interpreter_cubin: Option<Vec<u8>>,
-        (fit_cubins, fit_cases): (Vec<Vec<u8>>, usize),
+        mut kernels: Request,
         device: Option<usize>,
     ) -> Option<GpuWorker> {
+        let Request::Init { problem: wanted, .. } = &mut kernels else { return None };
+        *wanted = Some(problem.clone());
+        let mut init = kernels;
         let mut worker = {
             let mut idle = idle();
             let k = idle.iter().position(|(w, _)| w.exe == exe && w.device == device)?;
             idle.swap_remove(k).0
-        };
-        let mut init = Request::Init {
-            fitness_cubin,
-            interpreter_cubin,
-            fit_cubins,
-            fit_cases: fit_cases as u64,
-            problem: Some(problem.clone()),
         };
         worker.deadline = READY_DEADLINE;
         match worker.ask(&init) {
@@ -418,6 +416,17 @@ impl GpuWorker {
             Err(e) => e,
         }
     }
+}
+
+/// The request that readies a worker: the fitness kernel, the interpreter, the fitting kernels
+/// and the cases they fit on (0: all) (see [`GpuWorker::spawn_on`]), for the problem on its
+/// command line.
+pub fn init_request(
+    fitness_cubin: Option<Vec<u8>>,
+    interpreter_cubin: Option<Vec<u8>>,
+    (fit_cubins, fit_cases): (Vec<Vec<u8>>, usize),
+) -> Request {
+    Request::Init { fitness_cubin, interpreter_cubin, fit_cubins, fit_cases: fit_cases as u64, problem: None }
 }
 
 /// Whether `stdout` has something to read (a frame, or the end of the pipe) within `limit`.

@@ -39,7 +39,7 @@ pub use gpfarm_protocol::{
     UnitTimings,
 };
 pub use gpu_worker::{
-    DEFAULT_GPU_DEADLINE, GpuWorker, IDLE_WORKER_TIMEOUT, WorkerError, gpu_worker_executable,
+    DEFAULT_GPU_DEADLINE, GpuWorker, IDLE_WORKER_TIMEOUT, WorkerError, gpu_worker_executable, init_request,
 };
 pub use inprocess::{InProcess, InProcessError, Threads};
 pub use nvcc::{Nvcc, NvccError};

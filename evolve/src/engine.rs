@@ -639,21 +639,15 @@ impl Engine {
             if self.route == Route::Interpreter { (None, Some(cubin)) } else { (Some(cubin), None) };
         // The GPU fits on --fit-cases evenly spaced cases when set, else on all of them.
         let fit_cases = self.options.evolution.fit.cases;
+        let init = gpfarm_client::init_request(fitness, interpreter, (fit, fit_cases));
         let kept = if self.options.keep_gpu_worker {
-            GpuWorker::reuse(
-                &exe,
-                source.clone(),
-                fitness.clone(),
-                interpreter.clone(),
-                (fit.clone(), fit_cases),
-                Some(device),
-            )
+            GpuWorker::reuse(&exe, source.clone(), init.clone(), Some(device))
         } else {
             None
         };
         let mut worker = match kept {
             Some(w) => w,
-            None => GpuWorker::spawn_on(&exe, source, fitness, interpreter, (fit, fit_cases), Some(device))?,
+            None => GpuWorker::start(&exe, source, init, Some(device))?,
         };
         worker.set_deadline(self.options.gpu_deadline);
         Ok(worker)
