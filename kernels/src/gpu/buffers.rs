@@ -162,6 +162,8 @@ pub(super) struct FitBuffers {
     pub(super) poffsets: CudaSlice<u32>,
     pub(super) nparams: CudaSlice<i32>,
     pub(super) partial: CudaSlice<f64>,
+    /// Where each program's packed sums start in `sums`.
+    pub(super) at: CudaSlice<i64>,
     pub(super) sums: CudaSlice<f64>,
 }
 

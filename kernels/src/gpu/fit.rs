@@ -1,5 +1,6 @@
 //! Launching the interpreter's fitting kernel over programs with free parameters, and reading
-//! back their least-squares sums ([`FIT_SUMS`] per program).
+//! back their least-squares sums, packed to each program's parameters ([`sums_of`]: 45 for 8
+//! parameters, where the kernel's tiles hold [`FIT_SUMS`], 2,145, for every program).
 //!
 //! This file knows nothing of bytecode beyond where each program starts ([`WireFit`]). Must never
 //! allocate when the buffers of an earlier, larger request will do.
@@ -8,7 +9,7 @@ use cudarc::driver::{LaunchConfig, PushKernelArg};
 use gpfarm_gp::Problem;
 
 use super::buffers::{Device, FitBuffers, grow_copy};
-use super::contract::{FIT_SUMS, fit_tiles, fit_width};
+use super::contract::{FIT_SUMS, fit_tiles, fit_width, sums_of};
 use super::{BLOCK, GpuError, WireFit, driver, no_kernel};
 
 /// The most blocks a launch may have along y.
@@ -16,13 +17,14 @@ const MAX_GRID_Y: usize = 65_535;
 
 impl Device {
     /// Launches the fitting kernel over `fit`'s programs (asynchronously) and the sum of their
-    /// tiles, leaving [`FIT_SUMS`] sums per program in the fitting buffers.
+    /// tiles, leaving each program's sums packed ([`sums_of`] its parameters) in the fitting
+    /// buffers; returns the order the programs ran in and where each one's sums start there.
     pub(super) fn launch_fit(
         &mut self,
         problem: &Problem,
         fit: &WireFit,
         ncases: usize,
-    ) -> Result<Vec<usize>, GpuError> {
+    ) -> Result<(Vec<usize>, Vec<i64>), GpuError> {
         // The fitting cases: evenly spaced ones where asked for, else all.
         let ncases = self.fit_cases.as_ref().map_or(ncases, |(_, n)| *n);
         let modules = self.fit.clone().ok_or_else(|| no_kernel("the fitting kernel"))?;
@@ -41,12 +43,19 @@ impl Device {
         let sorted = |v: &[u32]| order.iter().map(|&k| v[k]).collect::<Vec<u32>>();
         let (offsets, poffsets) = (sorted(&fit.offsets), sorted(&fit.param_offsets));
         let nparams: Vec<i32> = order.iter().map(|&k| fit.nparams[k]).collect();
+        let mut at: Vec<i64> = Vec::with_capacity(n + 1);
+        at.push(0);
+        for &np in &nparams {
+            at.push(at[at.len() - 1] + sums_of(np.max(0) as usize) as i64);
+        }
+        let packed = at[n] as usize;
         if self.fit_buffers.is_none() {
             self.fit_buffers = Some(FitBuffers {
                 params: self.stream.alloc_zeros(1).map_err(driver)?,
                 poffsets: self.stream.alloc_zeros(1).map_err(driver)?,
                 nparams: self.stream.alloc_zeros(1).map_err(driver)?,
                 partial: self.stream.alloc_zeros(1).map_err(driver)?,
+                at: self.stream.alloc_zeros(1).map_err(driver)?,
                 sums: self.stream.alloc_zeros(1).map_err(driver)?,
             });
         }
@@ -56,12 +65,13 @@ impl Device {
         grow_copy(&self.stream, &fit.params, &mut b.params).map_err(driver)?;
         grow_copy(&self.stream, &poffsets, &mut b.poffsets).map_err(driver)?;
         grow_copy(&self.stream, &nparams, &mut b.nparams).map_err(driver)?;
+        grow_copy(&self.stream, &at, &mut b.at).map_err(driver)?;
         let need = n * nt * FIT_SUMS;
         if b.partial.len() < need {
             b.partial = self.stream.alloc_zeros(need.next_power_of_two()).map_err(driver)?;
         }
-        if b.sums.len() < n * FIT_SUMS {
-            b.sums = self.stream.alloc_zeros((n * FIT_SUMS).next_power_of_two()).map_err(driver)?;
+        if b.sums.len() < packed.max(1) {
+            b.sums = self.stream.alloc_zeros(packed.max(1).next_power_of_two()).map_err(driver)?;
         }
         let (nc, ntiles) = (ncases as i32, nt as i32);
         let mut first = 0;
@@ -107,25 +117,29 @@ impl Device {
         launch.arg(&b.partial);
         launch.arg(&ntiles);
         launch.arg(&n32);
+        launch.arg(&b.nparams);
+        launch.arg(&b.at);
         launch.arg(&mut b.sums);
         let cfg = LaunchConfig { grid_dim: (n as u32, 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 };
-        // SAFETY: the tiles kernel reads `ntiles * FIT_SUMS` sums per program of `partial` and
-        // writes `FIT_SUMS` per program into `sums`, both sized above for `n` programs.
+        // SAFETY: the tiles kernel reads `ntiles * FIT_SUMS` sums per program of `partial`, the
+        // program's parameter count (`nparams`, at most FIT_PARAMS) and where its packed sums
+        // start (`at`, n + 1 entries), and writes `sums_of(np)` sums there, inside `sums`
+        // (sized above for all `packed`).
         unsafe { launch.launch(cfg) }.map_err(driver)?;
-        Ok(order)
+        Ok((order, at))
     }
 
-    /// The sums of the last [`Device::launch_fit`], whose programs ran in `order`, in the
-    /// request's order.
-    pub(super) fn read_fit(&mut self, order: &[usize]) -> Result<Vec<f64>, GpuError> {
+    /// The packed sums of the last [`Device::launch_fit`], whose programs ran in `order` with
+    /// their sums from `at`, each program's in the request's order, one after the other.
+    pub(super) fn read_fit(&mut self, order: &[usize], at: &[i64]) -> Result<Vec<f64>, GpuError> {
         let b = self.fit_buffers.as_ref().ok_or_else(|| no_kernel("the fitting kernel"))?;
-        let n = order.len();
-        let mut ran = vec![0.0f64; n * FIT_SUMS];
-        self.stream.memcpy_dtoh(&b.sums.slice(..n * FIT_SUMS), &mut ran).map_err(driver)?;
-        let mut out = vec![0.0f64; n * FIT_SUMS];
+        let packed = at[order.len()] as usize;
+        let mut ran = vec![0.0f64; packed];
+        self.stream.memcpy_dtoh(&b.sums.slice(..packed), &mut ran).map_err(driver)?;
+        let mut by_request: Vec<&[f64]> = vec![&[]; order.len()];
         for (j, &k) in order.iter().enumerate() {
-            out[k * FIT_SUMS..(k + 1) * FIT_SUMS].copy_from_slice(&ran[j * FIT_SUMS..(j + 1) * FIT_SUMS]);
+            by_request[k] = &ran[at[j] as usize..at[j + 1] as usize];
         }
-        Ok(out)
+        Ok(by_request.concat())
     }
 }

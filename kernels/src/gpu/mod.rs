@@ -312,16 +312,9 @@ impl GpuEvaluator {
         if fit.offsets.is_empty() {
             return Ok((Vec::new(), t.elapsed()));
         }
-        let order = self.device.launch_fit(&self.problem, fit, self.ncases)?;
+        let (order, at) = self.device.launch_fit(&self.problem, fit, self.ncases)?;
         self.wait()?;
-        let all = self.device.read_fit(&order)?;
-        let mut sums = Vec::new();
-        for (k, &np) in fit.nparams.iter().enumerate() {
-            sums.extend(contract::compact_sums(
-                &all[k * contract::FIT_SUMS..(k + 1) * contract::FIT_SUMS],
-                np.max(0) as usize,
-            ));
-        }
+        let sums = self.device.read_fit(&order, &at)?;
         Ok((sums, t.elapsed()))
     }
 

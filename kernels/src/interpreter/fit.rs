@@ -402,14 +402,19 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
 }}\n\n\
 {kernels}\n\
 extern \"C\" __global__ void {FIT_TILES_KERNEL}(const double* __restrict__ partial, int ntiles, int nprograms,\n\
-    double* __restrict__ sums)\n\
+    const int* __restrict__ nparams, const long long* __restrict__ at, double* __restrict__ sums)\n\
 {{\n\
+    // Program p's sums packed to its own parameters (1 + np + np(np+1)/2, as compact_sums\n\
+    // packs them), from sums[at[p]]: only what is read back is summed and copied.\n\
     const int p = blockIdx.x;\n\
     if (p >= nprograms) return;\n\
-    for (int q = threadIdx.x; q < FIT_SUMS; q += blockDim.x) {{\n\
+    const int np = nparams[p];\n\
+    const int used = 1 + np + np * (np + 1) / 2;\n\
+    for (int i = threadIdx.x; i < used; i += blockDim.x) {{\n\
+        const int q = i <= np ? i : 1 + FIT_PARAMS + (i - 1 - np);\n\
         double s = 0.0;\n\
         for (int tile = 0; tile < ntiles; ++tile) s += partial[((size_t)p * ntiles + tile) * FIT_SUMS + q];\n\
-        sums[(size_t)p * FIT_SUMS + q] = s;\n\
+        sums[at[p] + i] = s;\n\
     }}\n\
 }}\n",
         problem = problem.name(),
