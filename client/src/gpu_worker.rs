@@ -34,8 +34,8 @@ use std::process::{ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use gpfarm_protocol::worker::{
-    CompiledUnit, FrameError, GpuGeneration, ProblemRef, Reply, Request, WireFit, WirePopulation, WireUnit,
-    read_frame, write_frame,
+    CompiledUnit, Fitted, FrameError, GpuGeneration, ProblemRef, Reply, Request, WireFit, WirePopulation,
+    WireUnit, read_frame, write_frame,
 };
 use thiserror::Error;
 
@@ -360,7 +360,12 @@ impl GpuWorker {
                     careful = true;
                 }
                 Ok(Reply::Error(e)) => return Err(WorkerError::Remote(e)),
-                Ok(Reply::Ready { .. } | Reply::Started { .. } | Reply::Linearized { .. }) => {
+                Ok(
+                    Reply::Ready { .. }
+                    | Reply::Started { .. }
+                    | Reply::Linearized { .. }
+                    | Reply::Fitted { .. },
+                ) => {
                     return Err(WorkerError::Unexpected);
                 }
             }
@@ -398,6 +403,19 @@ impl GpuWorker {
     pub fn linearize(&mut self, fit: &WireFit) -> Result<(Vec<f64>, Duration), WorkerError> {
         match self.ask(&Request::Linearize(fit.clone())) {
             Ok(Reply::Linearized { sums, launch_us }) => Ok((sums, Duration::from_micros(launch_us))),
+            other => Err(self.not_served(other, "the fitting kernel")),
+        }
+    }
+
+    /// Fits the free parameters of every start of `fit` by Levenberg–Marquardt in the worker,
+    /// `iterations` iterations (one request, where [`GpuWorker::linearize`] takes one per
+    /// iteration): per start, its best values (one after the other), their sums of squares and
+    /// the sum of squares where it began ([`Fitted`]). A fault replaces the worker and
+    /// returns the error, as [`GpuWorker::linearize`].
+    pub fn fit(&mut self, fit: &WireFit, iterations: usize) -> Result<Fitted, WorkerError> {
+        let request = Request::Fit { fit: fit.clone(), iterations: iterations.min(u32::MAX as usize) as u32 };
+        match self.ask(&request) {
+            Ok(Reply::Fitted(fitted)) => Ok(fitted),
             other => Err(self.not_served(other, "the fitting kernel")),
         }
     }

@@ -119,6 +119,18 @@ impl Sums {
         Sums { sse: if sse.is_finite() { sse } else { f64::INFINITY }, jtj, jtr }
     }
 
+    /// Sums packed as the GPU's fitting kernel sends them for `np` parameters: the sum of
+    /// squares, `Jᵀr`, then `JᵀJ`'s lower triangle row by row.
+    pub fn packed(sums: &[f64], np: usize) -> Sums {
+        let mut a = vec![0.0; np * np];
+        for k in 0..np {
+            for l in 0..=k {
+                a[k * np + l] = sums[1 + np + k * (k + 1) / 2 + l];
+            }
+        }
+        Sums::new(sums[0], a, sums[1..1 + np].to_vec())
+    }
+
     /// The sums of a run's outputs and Jacobian against `targets`, in the rmse fitness's order.
     fn of(at: &Linearization, targets: &[f64], np: usize) -> Sums {
         let mut a = vec![0.0f64; np * np];

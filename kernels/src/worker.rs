@@ -105,6 +105,14 @@ pub fn serve(problem: &Problem) -> Result<(), GpuError> {
                 None => Reply::Error("interpret before init".into()),
                 Some(g) => reply(g.interpret(&population)),
             },
+            Request::Fit { fit, iterations } => match &mut evaluator {
+                None => Reply::Error("fit before init".into()),
+                Some(g) => match g.fit(&fit, iterations as usize) {
+                    Ok(fitted) => Reply::Fitted(fitted),
+                    Err(GpuError::Fault(why)) => Reply::Fault { culprit: None, why },
+                    Err(e) => Reply::Error(gpfarm_protocol::error_chain(&e)),
+                },
+            },
             Request::Linearize(fit) => match &mut evaluator {
                 None => Reply::Error("linearize before init".into()),
                 Some(g) => match g.linearize(&fit) {

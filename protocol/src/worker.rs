@@ -86,6 +86,16 @@ pub enum Request {
     /// The least-squares sums of programs with free parameters at the given values (the
     /// worker must have the fitting kernel).
     Linearize(WireFit),
+    /// Fit the free parameters of every start of `fit` (a program and its starting values) by
+    /// Levenberg–Marquardt in the worker, `iterations` iterations, each one launch of the
+    /// fitting kernel for every start still going: one request where [`Request::Linearize`]
+    /// takes one per iteration.
+    Fit {
+        /// The starts.
+        fit: WireFit,
+        /// Iterations per start.
+        iterations: u32,
+    },
 }
 
 /// Programs with free parameters and their values, for the fitting kernel: each program's
@@ -139,6 +149,19 @@ impl From<&CompiledUnit<'_>> for WireUnit {
     }
 }
 
+/// What a [`Request::Fit`] found, per start in its order.
+#[derive(Debug, Clone, PartialEq, Encode, Decode)]
+pub struct Fitted {
+    /// Each start's best values, one after the other (as the request's `params`).
+    pub params: Vec<f32>,
+    /// Their sums of squares.
+    pub sse: Vec<f64>,
+    /// The sum of squares at each start's starting values.
+    pub first_sse: Vec<f64>,
+    /// The worker's time for it (launches, copies, the small solves), microseconds.
+    pub took_us: u64,
+}
+
 /// What the worker answers.
 #[derive(Debug, Clone, PartialEq, Encode, Decode)]
 pub enum Reply {
@@ -181,6 +204,8 @@ pub enum Reply {
         /// Launching until the device finished and copying back, microseconds.
         launch_us: u64,
     },
+    /// The outcome of a [`Request::Fit`].
+    Fitted(Fitted),
     /// The request could not be served (no GPU, evaluate before init, ...).
     Error(String),
 }

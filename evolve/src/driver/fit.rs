@@ -13,11 +13,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpfarm_client::GpuWorker;
 use gpfarm_gp::program::instantiate;
-use gpfarm_gp::{Born, FitConfig, FitSettings, LmStart, Problem, Program, Sums, fit, moved_start};
+use gpfarm_gp::{Born, FitConfig, FitSettings, Problem, Program, fit, moved_start};
 use gpfarm_kernels::gpu::WireFit;
-use gpfarm_kernels::interpreter::{FIT_DEPTH, FIT_PARAMS, assemble_structure, sums_of};
+use gpfarm_kernels::interpreter::{FIT_DEPTH, FIT_PARAMS, assemble_structure};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
@@ -170,71 +169,11 @@ impl Driver<'_> {
     }
 }
 
-/// One start of one program fitted on the GPU.
-struct Start {
-    /// Index into the individuals to fit.
-    item: usize,
-    code: Arc<Vec<u32>>,
-    lm: LmStart,
-}
-
-/// One program's sums as the worker sends them ([`sums_of`] its `np`), unpacked.
-fn unpack(sums: &[f64], np: usize) -> Sums {
-    let mut a = vec![0.0; np * np];
-    for k in 0..np {
-        for l in 0..=k {
-            a[k * np + l] = sums[1 + np + k * (k + 1) / 2 + l];
-        }
-    }
-    Sums::new(sums[0], a, sums[1..1 + np].to_vec())
-}
-
-/// The sums of each of `codes` at its `values`, by the GPU worker, one [`Sums`] per program.
-fn linearize(
-    worker: &mut GpuWorker,
-    codes: &[&[u32]],
-    values: &[&[f32]],
-    max_steps: u64,
-    kernel_time: &mut Duration,
-) -> Result<Vec<Sums>, EvolveError> {
-    let mut fit = WireFit {
-        words: Vec::new(),
-        offsets: Vec::with_capacity(codes.len()),
-        params: Vec::new(),
-        param_offsets: Vec::with_capacity(codes.len()),
-        nparams: Vec::with_capacity(codes.len()),
-        max_steps,
-    };
-    for (code, v) in codes.iter().zip(values) {
-        fit.offsets.push(fit.words.len() as u32);
-        fit.words.extend_from_slice(code);
-        fit.param_offsets.push(fit.params.len() as u32);
-        fit.params.extend_from_slice(v);
-        fit.nparams.push(v.len() as i32);
-    }
-    let (sums, took) = worker.linearize(&fit)?;
-    *kernel_time += took;
-    if sums.len() != values.iter().map(|v| sums_of(v.len())).sum::<usize>() {
-        return Err(EvolveError::Gpu(gpfarm_kernels::gpu::GpuError::Problem(format!(
-            "the fitting kernel sent {} sums for {} programs",
-            sums.len(),
-            codes.len()
-        ))));
-    }
-    let mut at = 0;
-    Ok(values
-        .iter()
-        .map(|v| {
-            let block = &sums[at..at + sums_of(v.len())];
-            at += sums_of(v.len());
-            unpack(block, v.len())
-        })
-        .collect())
-}
-
 /// Levenberg–Marquardt on the GPU for the individuals `todo` (indices into `born`, with their fit
-/// keys) whose programs the fitting kernel takes: each start is a [`LmStart`], as on the CPU, and
-/// every start of every program runs in one launch per iteration. Returns, per individual, `None`
+/// keys) whose programs the fitting kernel takes: each start is a [`gpfarm_gp::LmStart`], as on
+/// the CPU, run in the GPU worker (one request for all iterations,
+/// `gpfarm_kernels::gpu::GpuEvaluator::fit`), every start of every program in one launch per
+/// iteration. Returns, per individual, `None`
 /// where the CPU must fit it, else `Some` of its new values (`None` when the fit moved nothing).
 /// The sums are the GPU's (outputs the interpreter's, derivatives floats), on all cases.
 fn gpu_fit(
@@ -272,42 +211,47 @@ fn gpu_fit(
     if begin.is_empty() {
         return Ok(out);
     }
-    let codes: Vec<&[u32]> = begin.iter().map(|(_, c, _)| c.as_slice()).collect();
-    let values: Vec<&[f32]> = begin.iter().map(|(_, _, v)| v.as_slice()).collect();
-    let sums = linearize(worker, &codes, &values, max_steps, kernel_time)?;
-    let mut starts: Vec<Start> = begin
-        .into_iter()
-        .zip(sums)
-        .map(|((item, code, values), at)| Start { item, code, lm: LmStart::new(values, at) })
-        .collect();
+    let mut fit = WireFit {
+        words: Vec::new(),
+        offsets: Vec::with_capacity(begin.len()),
+        params: Vec::new(),
+        param_offsets: Vec::with_capacity(begin.len()),
+        nparams: Vec::with_capacity(begin.len()),
+        max_steps,
+    };
+    for (_, code, values) in &begin {
+        fit.offsets.push(fit.words.len() as u32);
+        fit.words.extend_from_slice(code);
+        fit.param_offsets.push(fit.params.len() as u32);
+        fit.params.extend_from_slice(values);
+        fit.nparams.push(values.len() as i32);
+    }
+    let gpfarm_kernels::gpu::Fitted { params, sse, first_sse, took_us } =
+        worker.fit(&fit, config.iterations)?;
+    *kernel_time += Duration::from_micros(took_us);
+    if sse.len() != begin.len() || first_sse.len() != begin.len() || params.len() != fit.params.len() {
+        return Err(EvolveError::Gpu(gpfarm_kernels::gpu::GpuError::Problem(format!(
+            "the GPU worker fitted {} starts of {}",
+            sse.len(),
+            begin.len()
+        ))));
+    }
     // Where each individual began (its first start, from its own values): a fit must beat it.
     let mut began: Vec<f64> = vec![f64::INFINITY; todo.len()];
-    for s in starts.iter().rev() {
-        began[s.item] = s.lm.sse();
-    }
-    for _ in 0..config.iterations {
-        let trials: Vec<(usize, Vec<f32>)> =
-            starts.iter_mut().enumerate().filter_map(|(j, s)| s.lm.trial().map(|t| (j, t))).collect();
-        if trials.is_empty() {
-            break;
-        }
-        let codes: Vec<&[u32]> = trials.iter().map(|(j, _)| starts[*j].code.as_slice()).collect();
-        let values: Vec<&[f32]> = trials.iter().map(|(_, v)| v.as_slice()).collect();
-        let sums = linearize(worker, &codes, &values, max_steps, kernel_time)?;
-        for ((j, trial), at) in trials.into_iter().zip(sums) {
-            starts[j].lm.judge(trial, Some(at));
-        }
+    for (j, (item, _, _)) in begin.iter().enumerate().rev() {
+        began[*item] = first_sse[j];
     }
     // Per individual, its best start, if it beats where the individual began.
-    let mut best: Vec<Option<&LmStart>> = vec![None; todo.len()];
-    for s in &starts {
-        if s.lm.sse() < began[s.item] && best[s.item].is_none_or(|b| s.lm.sse() < b.sse()) {
-            best[s.item] = Some(&s.lm);
+    let mut best: Vec<Option<usize>> = vec![None; todo.len()];
+    for (j, (item, _, _)) in begin.iter().enumerate() {
+        if sse[j] < began[*item] && best[*item].is_none_or(|b| sse[j] < sse[b]) {
+            best[*item] = Some(j);
         }
     }
     for (i, b) in best.into_iter().enumerate() {
-        if let Some(lm) = b {
-            out[i] = Some(Some(lm.params().to_vec()));
+        if let Some(j) = b {
+            let at = fit.param_offsets[j] as usize;
+            out[i] = Some(Some(params[at..at + begin[j].2.len()].to_vec()));
         }
     }
     Ok(out)

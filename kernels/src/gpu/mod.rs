@@ -46,13 +46,14 @@ use thiserror::Error;
 
 // Defined with the worker's wire, so that the GPU worker's parent (in `gpfarm-client`) speaks the
 // same types as this evaluator.
-pub use gpfarm_protocol::worker::{CompiledUnit, GpuGeneration, KernelRef, WireFit, WirePopulation};
+pub use gpfarm_protocol::worker::{CompiledUnit, Fitted, GpuGeneration, KernelRef, WireFit, WirePopulation};
 
 pub use fitness::{BLOCK, FITNESS_KERNEL, ROWS, TILE, TILES_KERNEL, fitness_source};
 pub(crate) use fitness::{block_sum, fitness_term, tiles_source};
 pub use probe::{device_count, probe};
 
 use buffers::Device;
+
 use modules::load_units;
 
 /// The GPU could not be used at all.
@@ -316,6 +317,72 @@ impl GpuEvaluator {
         self.wait()?;
         let sums = self.device.read_fit(&order, &at)?;
         Ok((sums, t.elapsed()))
+    }
+
+    /// Fits every start of `fit` (a program with its starting values) by Levenberg–Marquardt,
+    /// `iterations` iterations of [`gpfarm_gp::LmStart`], each iteration one [`linearize`]
+    /// (Self::linearize) of the starts still going: what the parent would do with one request
+    /// per iteration, here with none. Per start, in order: its best values, their sum of squares,
+    /// and the sum of squares where it began.
+    pub fn fit(&mut self, fit: &WireFit, iterations: usize) -> Result<Fitted, GpuError> {
+        let t = Instant::now();
+        let n = fit.offsets.len();
+        let np = |k: usize| fit.nparams[k].max(0) as usize;
+        let words = |k: usize| {
+            let end = fit.offsets.get(k + 1).map_or(fit.words.len(), |&e| e as usize);
+            &fit.words[fit.offsets[k] as usize..end]
+        };
+        let values =
+            |k: usize| &fit.params[fit.param_offsets[k] as usize..fit.param_offsets[k] as usize + np(k)];
+        let unpack = |sums: &[f64], ks: &mut dyn Iterator<Item = usize>| -> Vec<gpfarm_gp::Sums> {
+            let mut at = 0;
+            ks.map(|k| {
+                let block = &sums[at..at + contract::sums_of(np(k))];
+                at += block.len();
+                gpfarm_gp::Sums::packed(block, np(k))
+            })
+            .collect()
+        };
+        let (sums, _) = self.linearize(fit)?;
+        let mut starts: Vec<gpfarm_gp::LmStart> = unpack(&sums, &mut (0..n))
+            .into_iter()
+            .enumerate()
+            .map(|(k, at)| gpfarm_gp::LmStart::new(values(k).to_vec(), at))
+            .collect();
+        let first_sse: Vec<f64> = starts.iter().map(|s| s.sse()).collect();
+        for _ in 0..iterations {
+            let trials: Vec<(usize, Vec<f32>)> =
+                starts.iter_mut().enumerate().filter_map(|(k, s)| s.trial().map(|t| (k, t))).collect();
+            if trials.is_empty() {
+                break;
+            }
+            let mut next = WireFit {
+                words: Vec::new(),
+                offsets: Vec::with_capacity(trials.len()),
+                params: Vec::new(),
+                param_offsets: Vec::with_capacity(trials.len()),
+                nparams: Vec::with_capacity(trials.len()),
+                max_steps: fit.max_steps,
+            };
+            for (k, v) in &trials {
+                next.offsets.push(next.words.len() as u32);
+                next.words.extend_from_slice(words(*k));
+                next.param_offsets.push(next.params.len() as u32);
+                next.params.extend_from_slice(v);
+                next.nparams.push(fit.nparams[*k]);
+            }
+            let (sums, _) = self.linearize(&next)?;
+            let at = unpack(&sums, &mut trials.iter().map(|(k, _)| *k));
+            for ((k, trial), at) in trials.into_iter().zip(at) {
+                starts[k].judge(trial, Some(at));
+            }
+        }
+        Ok(Fitted {
+            params: starts.iter().flat_map(|s| s.params().iter().copied()).collect(),
+            sse: starts.iter().map(gpfarm_gp::LmStart::sse).collect(),
+            first_sse,
+            took_us: t.elapsed().as_micros().min(u128::from(u64::MAX)) as u64,
+        })
     }
 
     /// Waits for the stream; a fault poisons the evaluator.
