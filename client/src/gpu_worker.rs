@@ -54,16 +54,32 @@ const READY_DEADLINE: Duration = Duration::from_secs(120);
 /// How long a parked worker ([`GpuWorker::park`]) waits for another run before it is ended.
 pub const IDLE_WORKER_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Parked workers, each with when it was parked.
-static IDLE: std::sync::Mutex<Vec<(GpuWorker, Instant)>> = std::sync::Mutex::new(Vec::new());
+/// A parked worker, when it was parked and the process that parked it.
+type Parked = (GpuWorker, Instant, u32);
 
-/// The parked workers, those past their idle time (or ended) dropped, and so ended.
-fn idle() -> std::sync::MutexGuard<'static, Vec<(GpuWorker, Instant)>> {
+/// Parked workers.
+static IDLE: std::sync::Mutex<Vec<Parked>> = std::sync::Mutex::new(Vec::new());
+
+/// Locks the parked workers and takes out those past their idle time or ended (returned, to be
+/// dropped, and so ended, once the lock is released: ending one may wait for its exit). A process
+/// forked from the one that parked them (Python's multiprocessing) sees them too: there they are
+/// not its children, so they are forgotten, never signalled or reused.
+fn idle() -> (std::sync::MutexGuard<'static, Vec<Parked>>, Vec<GpuWorker>) {
+    let me = std::process::id();
     let mut idle = IDLE.lock().unwrap_or_else(|e| e.into_inner());
-    idle.retain_mut(|(w, since)| {
-        since.elapsed() < IDLE_WORKER_TIMEOUT && matches!(w.child.liveness(), Liveness::Alive)
-    });
-    idle
+    let mut ended = Vec::new();
+    let mut k = 0;
+    while k < idle.len() {
+        let (w, since, owner) = &mut idle[k];
+        if *owner != me {
+            std::mem::forget(idle.swap_remove(k));
+        } else if since.elapsed() >= IDLE_WORKER_TIMEOUT || !matches!(w.child.liveness(), Liveness::Alive) {
+            ended.push(idle.swap_remove(k).0);
+        } else {
+            k += 1;
+        }
+    }
+    (idle, ended)
 }
 
 /// The GPU worker failed.
@@ -199,13 +215,18 @@ impl GpuWorker {
     /// process.
     pub fn park(self) {
         static REAPER: std::sync::Once = std::sync::Once::new();
-        idle().push((self, Instant::now()));
+        let (mut parked, ended) = idle();
+        parked.push((self, Instant::now(), std::process::id()));
+        drop(parked);
+        drop(ended);
         // Ends the workers whose idle time is up even when no run comes to look.
         REAPER.call_once(|| {
             let _ = std::thread::Builder::new().name("gpfarm-idle-workers".into()).spawn(|| {
                 loop {
                     std::thread::sleep(Duration::from_secs(1));
-                    drop(idle());
+                    let (parked, ended) = idle();
+                    drop(parked);
+                    drop(ended);
                 }
             });
         });
@@ -225,9 +246,12 @@ impl GpuWorker {
         *wanted = Some(problem.clone());
         let mut init = kernels;
         let mut worker = {
-            let mut idle = idle();
-            let k = idle.iter().position(|(w, _)| w.exe == exe && w.device == device)?;
-            idle.swap_remove(k).0
+            let (mut parked, ended) = idle();
+            let found = parked.iter().position(|(w, ..)| w.exe == exe && w.device == device);
+            let worker = found.map(|k| parked.swap_remove(k).0);
+            drop(parked);
+            drop(ended);
+            worker?
         };
         worker.deadline = READY_DEADLINE;
         match worker.ask(&init) {
@@ -414,7 +438,12 @@ impl GpuWorker {
     /// returns the error, as [`GpuWorker::linearize`].
     pub fn fit(&mut self, fit: &WireFit, iterations: usize) -> Result<Fitted, WorkerError> {
         let request = Request::Fit { fit: fit.clone(), iterations: iterations.min(u32::MAX as usize) as u32 };
-        match self.ask(&request) {
+        // The deadline bounds one launch; a fit makes one per iteration and one to begin.
+        let deadline = self.deadline;
+        self.deadline = deadline.saturating_mul(u32::try_from(iterations + 1).unwrap_or(u32::MAX));
+        let answer = self.ask(&request);
+        self.deadline = deadline;
+        match answer {
             Ok(Reply::Fitted(fitted)) => Ok(fitted),
             other => Err(self.not_served(other, "the fitting kernel")),
         }

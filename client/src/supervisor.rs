@@ -113,26 +113,32 @@ type KeeperRequest = (Command, i32, std::sync::mpsc::Sender<Result<Supervised, S
 /// Spawns `cmd` from the keeper: a thread started on first use that lives as long as the
 /// process, so the child's parent-death signal `sig` fires when the process ends.
 fn spawn_from_keeper(cmd: Command, sig: i32) -> Result<Supervised, SpawnError> {
-    static KEEPER: std::sync::OnceLock<std::sync::Mutex<std::sync::mpsc::Sender<KeeperRequest>>> =
-        std::sync::OnceLock::new();
+    // The keeper of this process: a process forked from one with a keeper has the channel but
+    // not the thread, and starts its own.
+    type Keeper = (u32, std::sync::mpsc::Sender<KeeperRequest>);
+    static KEEPER: std::sync::Mutex<Option<Keeper>> = std::sync::Mutex::new(None);
     let program = PathBuf::from(cmd.get_program());
     let gone = |why: &str| SpawnError { program: program.clone(), source: io::Error::other(why.to_owned()) };
-    let keeper = KEEPER.get_or_init(|| {
-        let (tx, rx) = std::sync::mpsc::channel::<KeeperRequest>();
-        // If the thread cannot start, requests find the channel closed and fail below.
-        let _ = std::thread::Builder::new().name("gpfarm-keeper".into()).spawn(move || {
-            for (cmd, sig, reply) in rx {
-                let _ = reply.send(Supervised::spawn(cmd, ParentDeath::Signal(sig)));
-            }
-        });
-        std::sync::Mutex::new(tx)
-    });
+    let me = std::process::id();
     let (reply, answer) = std::sync::mpsc::channel();
-    keeper
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .send((cmd, sig, reply))
-        .map_err(|_| gone("the keeper thread is not running"))?;
+    {
+        let mut keeper = KEEPER.lock().unwrap_or_else(|e| e.into_inner());
+        if keeper.as_ref().is_none_or(|(pid, _)| *pid != me) {
+            let (tx, rx) = std::sync::mpsc::channel::<KeeperRequest>();
+            // If the thread cannot start, the request finds the channel closed and fails below.
+            let _ = std::thread::Builder::new().name("gpfarm-keeper".into()).spawn(move || {
+                for (cmd, sig, reply) in rx {
+                    let _ = reply.send(Supervised::spawn(cmd, ParentDeath::Signal(sig)));
+                }
+            });
+            if let Some(old) = keeper.replace((me, tx)) {
+                // The parent's channel: its receiver belongs to no thread here.
+                std::mem::forget(old);
+            }
+        }
+        let (_, tx) = keeper.as_ref().expect("set above");
+        tx.send((cmd, sig, reply)).map_err(|_| gone("the keeper thread is not running"))?;
+    }
     // Spawning is a fork and an exec: it answers at once or not at all.
     answer.recv_timeout(Duration::from_secs(30)).map_err(|_| gone("the keeper thread did not answer"))?
 }

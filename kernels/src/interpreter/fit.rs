@@ -408,7 +408,7 @@ extern \"C\" __global__ void {FIT_TILES_KERNEL}(const double* __restrict__ parti
     // packs them), from sums[at[p]]: only what is read back is summed and copied.\n\
     const int p = blockIdx.x;\n\
     if (p >= nprograms) return;\n\
-    const int np = nparams[p];\n\
+    const int np = max(nparams[p], 0);\n\
     const int used = 1 + np + np * (np + 1) / 2;\n\
     for (int i = threadIdx.x; i < used; i += blockDim.x) {{\n\
         const int q = i <= np ? i : 1 + FIT_PARAMS + (i - 1 - np);\n\
