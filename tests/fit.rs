@@ -111,14 +111,7 @@ fn gpu_sums_agree_with_the_cpu_s() {
     let kernels = Kernels { fit: vec![fit_cubin(&problem, arch)], ..Kernels::default() };
     let mut gpu = GpuEvaluator::with_kernels(&problem, &kernels).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(11);
-    let mut fit = WireFit {
-        words: Vec::new(),
-        offsets: Vec::new(),
-        params: Vec::new(),
-        param_offsets: Vec::new(),
-        nparams: Vec::new(),
-        max_steps: problem.max_steps(),
-    };
+    let mut fit = WireFit::new(problem.max_steps());
     let mut want = Vec::new();
     for text in programs() {
         let program = Program::parse(&problem, &Phenotype::new(text.as_str())).unwrap();
@@ -127,11 +120,7 @@ fn gpu_sums_agree_with_the_cpu_s() {
         let code = assemble_structure(&problem, &program).unwrap();
         for _ in 0..3 {
             let params: Vec<f32> = (0..np).map(|_| rng.random_range(-1.5f32..1.5)).collect();
-            fit.offsets.push(fit.words.len() as u32);
-            fit.words.extend_from_slice(&code.words);
-            fit.param_offsets.push(fit.params.len() as u32);
-            fit.params.extend_from_slice(&params);
-            fit.nparams.push(np as i32);
+            fit.push(&code.words, &params);
             want.push((text.clone(), cpu_sums(&problem, &program, &params)));
         }
     }

@@ -116,6 +116,41 @@ pub struct WireFit {
     pub max_steps: u64,
 }
 
+impl WireFit {
+    /// No programs yet, `max_steps` loop iterations allowed per case.
+    pub fn new(max_steps: u64) -> WireFit {
+        WireFit {
+            words: Vec::new(),
+            offsets: Vec::new(),
+            params: Vec::new(),
+            param_offsets: Vec::new(),
+            nparams: Vec::new(),
+            max_steps,
+        }
+    }
+
+    /// Adds a program: its `words` and its parameters' `values`.
+    pub fn push(&mut self, words: &[u32], values: &[f32]) {
+        self.offsets.push(self.words.len() as u32);
+        self.words.extend_from_slice(words);
+        self.param_offsets.push(self.params.len() as u32);
+        self.params.extend_from_slice(values);
+        self.nparams.push(values.len() as i32);
+    }
+
+    /// Program `k`'s words.
+    pub fn words_of(&self, k: usize) -> &[u32] {
+        let end = self.offsets.get(k + 1).map_or(self.words.len(), |&e| e as usize);
+        &self.words[self.offsets[k] as usize..end]
+    }
+
+    /// Program `k`'s parameter values.
+    pub fn values_of(&self, k: usize) -> &[f32] {
+        let at = self.param_offsets[k] as usize;
+        &self.params[at..at + self.nparams[k].max(0) as usize]
+    }
+}
+
 /// A population's bytecode for the interpreter: every program's words one after the other.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
 pub struct WirePopulation {
@@ -324,6 +359,21 @@ pub fn read_frame<T: Decode<()>>(r: &mut impl Read) -> Result<T, FrameError> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_fit_request_gives_back_each_program_s_words_and_values() {
+        let mut fit = WireFit::new(7);
+        fit.push(&[1, 2, 3], &[0.5]);
+        fit.push(&[4], &[]);
+        fit.push(&[5, 6], &[1.0, -2.0]);
+        assert_eq!((fit.words_of(0), fit.values_of(0)), (&[1, 2, 3][..], &[0.5f32][..]));
+        assert_eq!((fit.words_of(1), fit.values_of(1)), (&[4][..], &[][..]));
+        assert_eq!((fit.words_of(2), fit.values_of(2)), (&[5, 6][..], &[1.0f32, -2.0][..]));
+        assert_eq!(
+            (fit.offsets.as_slice(), fit.param_offsets.as_slice(), fit.nparams.as_slice()),
+            (&[0, 3, 4][..], &[0, 1, 1][..], &[1, 0, 2][..])
+        );
+    }
 
     fn sample() -> Request {
         Request::Evaluate {

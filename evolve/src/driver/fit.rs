@@ -211,20 +211,9 @@ fn gpu_fit(
     if begin.is_empty() {
         return Ok(out);
     }
-    let mut fit = WireFit {
-        words: Vec::new(),
-        offsets: Vec::with_capacity(begin.len()),
-        params: Vec::new(),
-        param_offsets: Vec::with_capacity(begin.len()),
-        nparams: Vec::with_capacity(begin.len()),
-        max_steps,
-    };
+    let mut fit = WireFit::new(max_steps);
     for (_, code, values) in &begin {
-        fit.offsets.push(fit.words.len() as u32);
-        fit.words.extend_from_slice(code);
-        fit.param_offsets.push(fit.params.len() as u32);
-        fit.params.extend_from_slice(values);
-        fit.nparams.push(values.len() as i32);
+        fit.push(code, values);
     }
     let gpfarm_kernels::gpu::Fitted { params, sse, first_sse, took_us } =
         worker.fit(&fit, config.iterations)?;

@@ -328,12 +328,6 @@ impl GpuEvaluator {
         let t = Instant::now();
         let n = fit.offsets.len();
         let np = |k: usize| fit.nparams[k].max(0) as usize;
-        let words = |k: usize| {
-            let end = fit.offsets.get(k + 1).map_or(fit.words.len(), |&e| e as usize);
-            &fit.words[fit.offsets[k] as usize..end]
-        };
-        let values =
-            |k: usize| &fit.params[fit.param_offsets[k] as usize..fit.param_offsets[k] as usize + np(k)];
         let unpack = |sums: &[f64], ks: &mut dyn Iterator<Item = usize>| -> Vec<gpfarm_gp::Sums> {
             let mut at = 0;
             ks.map(|k| {
@@ -347,7 +341,7 @@ impl GpuEvaluator {
         let mut starts: Vec<gpfarm_gp::LmStart> = unpack(&sums, &mut (0..n))
             .into_iter()
             .enumerate()
-            .map(|(k, at)| gpfarm_gp::LmStart::new(values(k).to_vec(), at))
+            .map(|(k, at)| gpfarm_gp::LmStart::new(fit.values_of(k).to_vec(), at))
             .collect();
         let first_sse: Vec<f64> = starts.iter().map(|s| s.sse()).collect();
         for _ in 0..iterations {
@@ -356,20 +350,9 @@ impl GpuEvaluator {
             if trials.is_empty() {
                 break;
             }
-            let mut next = WireFit {
-                words: Vec::new(),
-                offsets: Vec::with_capacity(trials.len()),
-                params: Vec::new(),
-                param_offsets: Vec::with_capacity(trials.len()),
-                nparams: Vec::with_capacity(trials.len()),
-                max_steps: fit.max_steps,
-            };
+            let mut next = WireFit::new(fit.max_steps);
             for (k, v) in &trials {
-                next.offsets.push(next.words.len() as u32);
-                next.words.extend_from_slice(words(*k));
-                next.param_offsets.push(next.params.len() as u32);
-                next.params.extend_from_slice(v);
-                next.nparams.push(fit.nparams[*k]);
+                next.push(fit.words_of(*k), v);
             }
             let (sums, _) = self.linearize(&next)?;
             let at = unpack(&sums, &mut trials.iter().map(|(k, _)| *k));
