@@ -103,29 +103,29 @@ fn programs() -> Vec<String> {
     all
 }
 
-#[test]
-#[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
-fn gpu_sums_agree_with_the_cpu_s() {
-    let arch = require_gpu("gpu_fit_sums");
-    let problem = friedman1();
-    let kernels = Kernels { fit: vec![fit_cubin(&problem, arch)], ..Kernels::default() };
-    let mut gpu = GpuEvaluator::with_kernels(&problem, &kernels).unwrap();
-    let mut rng = ChaCha8Rng::seed_from_u64(11);
+/// Pushes every program of `texts` at three random starts into a fitting request, with the CPU's
+/// sums for each.
+type CpuSums = (f64, Vec<f64>, Vec<f64>);
+fn request(problem: &Problem, texts: &[String], seed: u64) -> (WireFit, Vec<(String, CpuSums)>) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut fit = WireFit::new(problem.max_steps());
     let mut want = Vec::new();
-    for text in programs() {
-        let program = Program::parse(&problem, &Phenotype::new(text.as_str())).unwrap();
+    for text in texts {
+        let program = Program::parse(problem, &Phenotype::new(text.as_str())).unwrap();
         let np = program.params();
         assert!(np <= FIT_PARAMS);
-        let code = assemble_structure(&problem, &program).unwrap();
+        let code = assemble_structure(problem, &program).unwrap();
         for _ in 0..3 {
             let params: Vec<f32> = (0..np).map(|_| rng.random_range(-1.5f32..1.5)).collect();
             fit.push(&code.words, &params);
-            want.push((text.clone(), cpu_sums(&problem, &program, &params)));
+            want.push((text.clone(), cpu_sums(problem, &program, &params)));
         }
     }
-    let (sums, took) = gpu.linearize(&fit).unwrap();
-    eprintln!("{} programs over {} cases in {took:?}", want.len(), problem.cases().len());
+    (fit, want)
+}
+
+/// The GPU's sums (`sums`, packed per start) against the CPU's.
+fn agree(sums: &[f64], want: &[(String, CpuSums)]) {
     let mut at = 0;
     for (text, (sse, g, a)) in want.iter() {
         let np = g.len();
@@ -147,6 +147,31 @@ fn gpu_sums_agree_with_the_cpu_s() {
         }
     }
     assert_eq!(at, sums.len());
+}
+
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
+fn gpu_sums_agree_with_the_cpu_s() {
+    let arch = require_gpu("gpu_fit_sums");
+    let problem = friedman1();
+    let kernels = Kernels { fit: vec![fit_cubin(&problem, arch)], ..Kernels::default() };
+    let mut gpu = GpuEvaluator::with_kernels(&problem, &kernels).unwrap();
+    let (fit, want) = request(&problem, &programs(), 11);
+    let (sums, took) = gpu.linearize(&fit).unwrap();
+    eprintln!("{} programs over {} cases in {took:?}", want.len(), problem.cases().len());
+    agree(&sums, &want);
+    // Each start's sums are its own, bit for bit, whatever is fitted beside it (the widths run
+    // side by side, each program's tiles are summed in order).
+    let mut at = 0;
+    for (k, (text, _)) in want.iter().enumerate() {
+        let mut alone = WireFit::new(problem.max_steps());
+        alone.push(fit.words_of(k), fit.values_of(k));
+        let (own, _) = gpu.linearize(&alone).unwrap();
+        let block = &sums[at..at + own.len()];
+        at += own.len();
+        assert!(own.iter().zip(block).all(|(a, b)| a.to_bits() == b.to_bits()), "{text}: {own:?} {block:?}");
+    }
+    assert_eq!(at, sums.len());
     // Fitting on 300 evenly spaced cases gives the sums of the problem on those cases, bit for bit.
     gpu.fit_on_cases(300).unwrap();
     let (on_some, _) = gpu.linearize(&fit).unwrap();
@@ -161,6 +186,95 @@ fn gpu_sums_agree_with_the_cpu_s() {
     gpu.fit_on_cases(0).unwrap();
     let (again, _) = gpu.linearize(&fit).unwrap();
     assert!(again.iter().zip(&sums).all(|(a, b)| a.to_bits() == b.to_bits()));
+}
+
+/// A statement problem with a float output: x1, x2 in, float locals, y out, 700 cases.
+fn statements_problem() -> Problem {
+    let toml = r#"
+name = "float-statements"
+description = "y from x1 and x2 by statements"
+start = "s"
+kind = "statements"
+fitness = "rmse"
+
+[[inputs]]
+name = "x1"
+type = "float"
+
+[[inputs]]
+name = "x2"
+type = "float"
+
+[[locals]]
+name = "acc"
+type = "float"
+
+[[locals]]
+name = "u"
+type = "float"
+
+[[outputs]]
+name = "y"
+type = "float"
+
+[target]
+type = "float"
+"#;
+    let template = r#"//@kernel
+extern "C" __global__ void {{KERNEL}}(const float* __restrict__ in_x1,
+                                      const float* __restrict__ in_x2,
+                                      float* __restrict__ out_y,
+                                      int NCASES)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= NCASES) return;
+    const float x1 = in_x1[c];
+    const float x2 = in_x2[c];
+    float acc = 0.0f;
+    float u = 0.0f;
+    float y = 0.0f;
+    {{PHENOTYPE}}
+    out_y[c] = y;
+}
+"#;
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let cases: Vec<String> = (0..700)
+        .map(|_| {
+            let (x1, x2): (f32, f32) = (rng.random_range(0.0..3.0), rng.random_range(-1.0..1.0));
+            format!(r#"{{"x1": {x1}, "x2": {x2}, "target": {}}}"#, x1 * x1 - 2.0 * x2 + 0.5)
+        })
+        .collect();
+    let cases = format!("[{}]", cases.join(","));
+    let sources = gpfarm_gp::problem::ProblemSources {
+        toml,
+        grammar: "<s> ::= y = x1 * #param#;",
+        cases: &cases,
+        template,
+    };
+    Problem::from_sources("test", &sources).unwrap()
+}
+
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
+fn gpu_sums_of_programs_with_statements_agree_with_the_cpu_s() {
+    let arch = require_gpu("gpu_fit_statements");
+    let problem = statements_problem();
+    let kernels = Kernels { fit: vec![fit_cubin(&problem, arch)], ..Kernels::default() };
+    let mut gpu = GpuEvaluator::with_kernels(&problem, &kernels).unwrap();
+    let texts: Vec<String> = [
+        // A local read before it is written has no derivative; once written, the value's.
+        "y = (acc + 1.0f) * p[0] + x1;",
+        "acc = p[0] * x1; y = acc * acc + p[1] * x2;",
+        "u = sinf(p[0] * x2); acc = u * p[1] + acc; y = acc * x1 + u;",
+        // A loop adds p[0] until acc passes x1: the derivative counts the iterations taken.
+        "while (acc < x1) { acc = acc + fabsf(p[0]) + 0.25f; } y = acc * p[1];",
+        "if (x2 > p[0]) { u = p[1] * x1; } else { u = p[2] * x2; } y = u + acc;",
+    ]
+    .map(String::from)
+    .to_vec();
+    let (fit, want) = request(&problem, &texts, 12);
+    let (sums, _) = gpu.linearize(&fit).unwrap();
+    agree(&sums, &want);
 }
 
 #[test]

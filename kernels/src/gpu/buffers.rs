@@ -161,7 +161,8 @@ pub(super) struct FitBuffers {
     pub(super) params: CudaSlice<f32>,
     pub(super) poffsets: CudaSlice<u32>,
     pub(super) nparams: CudaSlice<i32>,
-    pub(super) partial: CudaSlice<f64>,
+    /// Each width's tile sums (by the index of the width in the fitting modules).
+    pub(super) partial: Vec<CudaSlice<f64>>,
     /// Where each program's packed sums start in `sums`.
     pub(super) at: CudaSlice<i64>,
     pub(super) sums: CudaSlice<f64>,

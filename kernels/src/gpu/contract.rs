@@ -41,35 +41,31 @@ pub const FIT_TILES_KERNEL: &str = "gpfarm_fit_tiles";
 pub const FIT_WIDTHS: [usize; 5] = [4, 8, 16, 32, 64];
 /// The most parameters a program fitted on the GPU may have.
 pub const FIT_PARAMS: usize = FIT_WIDTHS[FIT_WIDTHS.len() - 1];
-/// Sums per program, whatever its width: the sum of squares, `Jᵀr` ([`FIT_PARAMS`] places), and
-/// the lower triangle of `JᵀJ`, row by row (`[1 + FIT_PARAMS + k * (k + 1) / 2 + l]` for
-/// `l <= k`); places beyond the program's parameters are not written (and never read).
-pub const FIT_SUMS: usize = 1 + FIT_PARAMS + FIT_PARAMS * (FIT_PARAMS + 1) / 2;
-
-/// The sums a program with `params` parameters has, as [`compact_sums`] packs them: the sum of
-/// squares, `Jᵀr` (`params`), and the lower triangle of `JᵀJ` row by row.
+/// The sums a program with `params` parameters has: the sum of squares, `Jᵀr` (`params`), and
+/// the lower triangle of `JᵀJ` row by row (`[1 + params + k * (k + 1) / 2 + l]` for `l <= k`).
+/// Every tile of a fitting kernel writes a program's sums in this layout, and so do the tiles
+/// kernel and the read-back.
 pub fn sums_of(params: usize) -> usize {
     1 + params + params * (params + 1) / 2
 }
 
-/// One program's block of [`FIT_SUMS`] sums packed to its `params` parameters ([`sums_of`]).
-pub fn compact_sums(block: &[f64], params: usize) -> Vec<f64> {
-    let mut out = Vec::with_capacity(sums_of(params));
-    out.push(block[0]);
-    out.extend_from_slice(&block[1..1 + params]);
-    out.extend_from_slice(&block[1 + FIT_PARAMS..1 + FIT_PARAMS + params * (params + 1) / 2]);
-    out
+/// The most cases each thread of a fitting kernel runs, one after another (each tile ends in a
+/// reduction of its sums, so a tile should not be too small).
+pub const FIT_ROWS: u32 = 16;
+/// Tiles a program's cases are split into where there are enough cases: enough blocks for the
+/// GPU's multiprocessors even when few programs are fitted at one width.
+const FIT_TILES_WANTED: usize = 32;
+
+/// The cases each thread of a fitting kernel runs over `ncases` cases (1 to [`FIT_ROWS`]): a
+/// function of the case count only, so that a program's sums do not depend on the programs
+/// fitted beside it.
+pub fn fit_rows(ncases: usize) -> u32 {
+    ncases.div_ceil(super::BLOCK as usize * FIT_TILES_WANTED).clamp(1, FIT_ROWS as usize) as u32
 }
 
-/// Cases each thread of a fitting kernel runs, one after another (more than the interpreter's,
-/// as each tile ends in a reduction of up to [`FIT_SUMS`] sums).
-pub const FIT_ROWS: u32 = 16;
-/// Cases per tile (block) of a fitting kernel.
-pub const FIT_TILE: u32 = super::BLOCK * FIT_ROWS;
-
-/// Tiles of [`FIT_TILE`] cases that `ncases` cases fill (at least one).
+/// Tiles (blocks along x) of [`fit_rows`] rows of cases that `ncases` cases fill (at least one).
 pub fn fit_tiles(ncases: usize) -> usize {
-    ncases.div_ceil(FIT_TILE as usize).max(1)
+    ncases.div_ceil(super::BLOCK as usize * fit_rows(ncases) as usize).max(1)
 }
 
 /// The fitting kernel of width `width` (one of [`FIT_WIDTHS`]).

@@ -1,6 +1,6 @@
-//! Launching the interpreter's fitting kernel over programs with free parameters, and reading
-//! back their least-squares sums, packed to each program's parameters ([`sums_of`]: 45 for 8
-//! parameters, where the kernel's tiles hold [`FIT_SUMS`], 2,145, for every program).
+//! Launching the interpreter's fitting kernels over programs with free parameters, and reading
+//! back their least-squares sums, each program's as many as its parameters need ([`sums_of`]:
+//! 45 for 8 parameters). Each width's launch runs on a side stream of its own, beside the others.
 //!
 //! This file knows nothing of bytecode beyond where each program starts ([`WireFit`]). Must never
 //! allocate when the buffers of an earlier, larger request will do.
@@ -9,8 +9,15 @@ use cudarc::driver::{LaunchConfig, PushKernelArg};
 use gpfarm_gp::Problem;
 
 use super::buffers::{Device, FitBuffers, grow_copy};
-use super::contract::{FIT_SUMS, fit_tiles, fit_width, sums_of};
+use super::contract::{fit_rows, fit_tiles, fit_width, program_range, sums_of};
 use super::{BLOCK, GpuError, WireFit, driver, no_kernel};
+
+/// Whether `GPFARM_FIT_PROFILE` is set: each width's launch is then waited for and timed, and the
+/// times written to stderr (a diagnostic; it slows the fit).
+pub(super) fn profiling() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("GPFARM_FIT_PROFILE").is_some_and(|v| !v.is_empty() && v != "0"))
+}
 
 /// The most blocks a launch may have along y.
 const MAX_GRID_Y: usize = 65_535;
@@ -54,7 +61,7 @@ impl Device {
                 params: self.stream.alloc_zeros(1).map_err(driver)?,
                 poffsets: self.stream.alloc_zeros(1).map_err(driver)?,
                 nparams: self.stream.alloc_zeros(1).map_err(driver)?,
-                partial: self.stream.alloc_zeros(1).map_err(driver)?,
+                partial: Vec::new(),
                 at: self.stream.alloc_zeros(1).map_err(driver)?,
                 sums: self.stream.alloc_zeros(1).map_err(driver)?,
             });
@@ -66,27 +73,49 @@ impl Device {
         grow_copy(&self.stream, &poffsets, &mut b.poffsets).map_err(driver)?;
         grow_copy(&self.stream, &nparams, &mut b.nparams).map_err(driver)?;
         grow_copy(&self.stream, &at, &mut b.at).map_err(driver)?;
-        let need = n * nt * FIT_SUMS;
-        if b.partial.len() < need {
-            b.partial = self.stream.alloc_zeros(need.next_power_of_two()).map_err(driver)?;
-        }
         if b.sums.len() < packed.max(1) {
             b.sums = self.stream.alloc_zeros(packed.max(1).next_power_of_two()).map_err(driver)?;
         }
-        let (nc, ntiles) = (ncases as i32, nt as i32);
+        // Each width's tile sums in a buffer of its own, so that the widths' launches, each on a
+        // side stream of its own, run side by side (a kernel writing into a buffer waits for the
+        // last kernel that wrote into it).
+        while b.partial.len() < modules.kernels.len() {
+            b.partial.push(self.stream.alloc_zeros(1).map_err(driver)?);
+        }
+        if self.side.len() < modules.kernels.len() {
+            self.side_streams().map_err(driver)?;
+        }
+        let streams = self.side[..modules.kernels.len()].to_vec();
+        for s in &streams {
+            s.join(&self.stream).map_err(driver)?;
+        }
+        let b = self.fit_buffers.as_mut().expect("made above");
+        let (nc, ntiles, rows_per_thread) = (ncases as i32, nt as i32, fit_rows(ncases) as i32);
+        let profile = profiling();
         let mut first = 0;
-        for (w, kernel) in &modules.kernels {
+        for (i, (w, kernel)) in modules.kernels.iter().enumerate() {
             let w = *w;
             let end = first + order[first..].iter().take_while(|&&k| width(k) == Some(w)).count();
+            if end == first {
+                continue;
+            }
+            let stream = &streams[i];
+            let need = (at[end] - at[first]) as usize * nt;
+            if b.partial[i].len() < need {
+                b.partial[i] = stream.alloc_zeros(need.next_power_of_two()).map_err(driver)?;
+            }
             for start in (first..end).step_by(MAX_GRID_Y) {
                 let rows = (end - start).min(MAX_GRID_Y);
                 let offsets = self.offsets.slice(start..start + rows);
                 let poffsets = b.poffsets.slice(start..start + rows);
                 let nparams = b.nparams.slice(start..start + rows);
-                let mut partial = b.partial.slice_mut(start * nt * FIT_SUMS..(start + rows) * nt * FIT_SUMS);
+                let at_view = b.at.slice(start..start + rows);
+                let from = (at[start] - at[first]) as usize * nt;
+                let to = (at[start + rows] - at[first]) as usize * nt;
+                let mut partial = b.partial[i].slice_mut(from..to.max(from + 1));
                 let words = self.words.slice(..fit.words.len().max(1));
                 let params = b.params.slice(..fit.params.len().max(1));
-                let mut launch = self.stream.launch_builder(kernel);
+                let mut launch = stream.launch_builder(kernel);
                 self.fit_cases.as_ref().map_or(&self.cases, |(c, _)| c).pass(problem, &mut launch);
                 launch.arg(&nc);
                 launch.arg(&words);
@@ -96,36 +125,61 @@ impl Device {
                 launch.arg(&nparams);
                 launch.arg(&fit.max_steps);
                 launch.arg(&ntiles);
+                launch.arg(&rows_per_thread);
+                launch.arg(&at_view);
                 launch.arg(&mut partial);
                 let cfg = LaunchConfig {
                     grid_dim: (nt as u32, rows as u32, 1),
                     block_dim: (BLOCK, 1, 1),
                     shared_mem_bytes: 0,
                 };
+                let t = profile.then(std::time::Instant::now);
                 // SAFETY: `fit_source` declares the problem's input and length pointers in kernel-parameter
                 // order, the targets, the case count, the words, one offset per program of the
                 // launch (each the start of a program `assemble_structure` wrote, ending in
                 // `End`), the parameter values, each program's first value and count (at most
-                // this kernel's width), the step limit, the tile count and `FIT_SUMS` sums per
-                // program and tile (`partial`, sized above).
+                // this kernel's width), the step limit, the tile count, the rows per thread
+                // (`nt` tiles of them hold every case), where each program's sums start (`at`,
+                // one per program of the launch) and the tile sums: `nt` blocks of `sums_of`
+                // each program's parameters, from `(at[p] - at[0]) * nt` (sized above).
                 unsafe { launch.launch(cfg) }.map_err(driver)?;
+                if let Some(t) = t {
+                    stream.synchronize().map_err(driver)?;
+                    let len: usize = order[start..start + rows]
+                        .iter()
+                        .map(|&k| program_range(&fit.offsets, fit.words.len(), k).len())
+                        .sum();
+                    eprintln!(
+                        "gpfarm fit profile: width {w}: {rows} programs ({} words on average), {ncases} cases, {:.3} ms",
+                        len / rows,
+                        t.elapsed().as_secs_f64() * 1e3
+                    );
+                }
             }
+            let count = (end - first) as i32;
+            let mut launch = stream.launch_builder(&modules.tiles);
+            let nparams = b.nparams.slice(first..end);
+            let at_view = b.at.slice(first..end);
+            launch.arg(&b.partial[i]);
+            launch.arg(&ntiles);
+            launch.arg(&count);
+            launch.arg(&nparams);
+            launch.arg(&at_view);
+            launch.arg(&mut b.sums);
+            let cfg = LaunchConfig {
+                grid_dim: (count as u32, 1, 1),
+                block_dim: (BLOCK, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: the tiles kernel reads `nt` blocks of `sums_of(np)` tile sums per program
+            // of this width from `(at[p] - at[first]) * nt` in its tile sums (written above),
+            // the program's parameter count (`nparams`, at most FIT_PARAMS) and where its sums
+            // start (`at`, one per program of this width), and writes `sums_of(np)` sums there,
+            // inside `sums` (sized above for all `packed`).
+            unsafe { launch.launch(cfg) }.map_err(driver)?;
+            self.stream.join(stream).map_err(driver)?;
             first = end;
         }
-        let n32 = n as i32;
-        let mut launch = self.stream.launch_builder(&modules.tiles);
-        launch.arg(&b.partial);
-        launch.arg(&ntiles);
-        launch.arg(&n32);
-        launch.arg(&b.nparams);
-        launch.arg(&b.at);
-        launch.arg(&mut b.sums);
-        let cfg = LaunchConfig { grid_dim: (n as u32, 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 };
-        // SAFETY: the tiles kernel reads `ntiles * FIT_SUMS` sums per program of `partial`, the
-        // program's parameter count (`nparams`, at most FIT_PARAMS) and where its packed sums
-        // start (`at`, n + 1 entries), and writes `sums_of(np)` sums there, inside `sums`
-        // (sized above for all `packed`).
-        unsafe { launch.launch(cfg) }.map_err(driver)?;
         Ok((order, at))
     }
 

@@ -344,7 +344,9 @@ impl GpuEvaluator {
             .map(|(k, at)| gpfarm_gp::LmStart::new(fit.values_of(k).to_vec(), at))
             .collect();
         let first_sse: Vec<f64> = starts.iter().map(|s| s.sse()).collect();
+        let (mut on_gpu, mut on_host) = (std::time::Duration::ZERO, std::time::Duration::ZERO);
         for _ in 0..iterations {
+            let host = Instant::now();
             let trials: Vec<(usize, Vec<f32>)> =
                 starts.iter_mut().enumerate().filter_map(|(k, s)| s.trial().map(|t| (k, t))).collect();
             if trials.is_empty() {
@@ -354,11 +356,23 @@ impl GpuEvaluator {
             for (k, v) in &trials {
                 next.push(fit.words_of(*k), v);
             }
-            let (sums, _) = self.linearize(&next)?;
+            on_host += host.elapsed();
+            let (sums, took) = self.linearize(&next)?;
+            on_gpu += took;
+            let host = Instant::now();
             let at = unpack(&sums, &mut trials.iter().map(|(k, _)| *k));
             for ((k, trial), at) in trials.into_iter().zip(at) {
                 starts[k].judge(trial, Some(at));
             }
+            on_host += host.elapsed();
+        }
+        if fit::profiling() {
+            eprintln!(
+                "gpfarm fit profile: {n} programs, {iterations} iterations: {:.3} ms in launches and copies, {:.3} ms on the host, {:.3} ms in all",
+                on_gpu.as_secs_f64() * 1e3,
+                on_host.as_secs_f64() * 1e3,
+                t.elapsed().as_secs_f64() * 1e3
+            );
         }
         Ok(Fitted {
             params: starts.iter().flat_map(|s| s.params().iter().copied()).collect(),

@@ -6,8 +6,9 @@
 //! kernel per width of [`FIT_WIDTHS`], a program in the narrowest that holds its parameters).
 //! The programs' parameter values come in a buffer, so the same bytecode serves every iteration.
 //!
-//! Layout: one block of [`BLOCK`] threads per tile of [`FIT_TILE`] cases (grid x) and program
-//! (grid y); a thread runs cases `l`, `l + BLOCK`, ... of its tile. Up to 8 parameters, it adds
+//! Layout: one block of [`BLOCK`] threads per tile of `BLOCK × rows` cases (grid x;
+//! [`crate::gpu::contract::fit_rows`]) and program (grid y); a thread runs cases `l`,
+//! `l + BLOCK`, ... of its tile. Up to 8 parameters, it adds
 //! each case's products to its own `double` sums in that order and the block sums its warps by
 //! shuffles and then its warps in order; wider, the block's Jacobian rows go to shared memory and
 //! each thread adds its own share of the sums over them, in order (registers, not local memory,
@@ -28,9 +29,7 @@ use gpfarm_gp::problem::{InputType, ParamRole, ScalarType};
 use gpfarm_gp::{FitnessKind, Problem};
 
 use super::bytecode::{Op, slot_layout};
-use crate::gpu::contract::{
-    FIT_PARAMS, FIT_ROWS, FIT_SUMS, FIT_TILE, FIT_TILES_KERNEL, FIT_WIDTHS, fit_kernel,
-};
+use crate::gpu::contract::{FIT_PARAMS, FIT_TILES_KERNEL, FIT_WIDTHS, fit_kernel};
 use crate::gpu::{BLOCK, GpuError};
 
 /// The deepest stack (cells) of a program fitted on the GPU.
@@ -66,7 +65,7 @@ fn dual(op: Op) -> String {
     };
     let binary = |field: &str, op: &str, da: &str, db: &str| {
         format!(
-            "{{ --sp; const V a = st[sp]; FORK dt[k] = (float)(({da}) * (double)sdt[sp][k] + ({db}) * (double)dt[k]); t.{field} = a.{field} {op} t.{field}; }}"
+            "{{ --sp; const V a = st[sp]; const float sa = (float)({da}), sb = (float)({db}); FORK dt[k] = MIXF(sa, sdt[sp][k]) + MIXF(sb, dt[k]); t.{field} = a.{field} {op} t.{field}; }}"
         )
     };
     match op {
@@ -77,8 +76,12 @@ fn dual(op: Op) -> String {
              if (arg) {{ t.f = P[arg - 1]; FORK dt[k] = (k == (int)arg - 1) ? 1.0f : 0.0f; }} \
              else {{ t.f = __int_as_float((int)bits); {zero} }} }}"
         ),
-        Op::Load => format!("{{ {push_dt} st[sp++] = t; t = vars[arg]; FORK dt[k] = vdt[arg][k]; }}"),
-        Op::Store => format!("{{ FORK vdt[arg][k] = dt[k]; vars[arg] = t; t = st[--sp]; {pop_dt} }}"),
+        Op::Load => format!(
+            "{{ {push_dt} st[sp++] = t; t = vars[arg]; if (STORED(arg)) {{ FORK dt[k] = vdt[arg][k]; }} else {{ {zero} }} }}"
+        ),
+        Op::Store => {
+            format!("{{ FORK vdt[arg][k] = dt[k]; MARK(arg); vars[arg] = t; t = st[--sp]; {pop_dt} }}")
+        }
         Op::Out => {
             format!("{{ if (arg == 0) {{ FORK dout[k] = dt[k]; }} out[arg] = t; t = st[--sp]; {pop_dt} }}")
         }
@@ -179,9 +182,11 @@ fn dual(op: Op) -> String {
 /// pointer per input of the problem's compiled kernels (in [`Problem::kernel_params`] order), the
 /// targets, `int ncases`, the programs' words, each program's first word, the parameter values,
 /// each program's first value, each program's number of parameters, the step limit per case,
-/// `int ntiles`, and [`FIT_SUMS`] `double`s per program and tile (in the layout [`FIT_SUMS`]
-/// states, whatever the width). The tiles kernel's: those sums, `int ntiles`, `int nprograms`,
-/// and [`FIT_SUMS`] `double`s per program.
+/// `int ntiles`, `int rows`, where each program's sums start among the launch's programs'
+/// ([`crate::gpu::contract::sums_of`] per program, `at[0]` the first's) and the tile sums:
+/// `ntiles` blocks of a program's sums per program, from `(at[p] - at[0]) * ntiles`. The tiles
+/// kernel's: those tile sums, `int ntiles`, `int nprograms`, the programs' parameter counts,
+/// `at`, and the sums, each program's from `at[p]`.
 pub fn fit_source(problem: &Problem) -> Result<String, GpuError> {
     fit_source_for(problem, &FIT_WIDTHS)
 }
@@ -217,6 +222,8 @@ pub fn fit_source_for(problem: &Problem, widths: &[usize]) -> Result<String, Gpu
             "const int* __restrict__ nparams",
             "unsigned long long max_steps",
             "int ntiles",
+            "int rows",
+            "const long long* __restrict__ at",
             "double* __restrict__ partial",
         ]
         .map(String::from),
@@ -232,6 +239,8 @@ pub fn fit_source_for(problem: &Problem, widths: &[usize]) -> Result<String, Gpu
             "nparams",
             "max_steps",
             "ntiles",
+            "rows",
+            "at",
             "partial",
         ]
         .map(String::from),
@@ -244,6 +253,21 @@ pub fn fit_source_for(problem: &Problem, widths: &[usize]) -> Result<String, Gpu
         writeln!(cases, "                case {code}: {} break; // {op:?}", dual(*op)).ok();
     }
     let nslots = layout.len().max(1);
+    // A slot's derivatives are read only once a Store wrote them (a mask of the slots written),
+    // so that no case writes every slot's tangent first; with more slots than the mask holds,
+    // every slot's start at 0.
+    let (stored_macros, vdt_init) = if nslots <= 64 {
+        (
+            "#define STORED(a) ((stored >> (a)) & 1ull)\n#define MARK(a) (stored |= 1ull << (a))\n",
+            "        unsigned long long stored = 0;\n",
+        )
+    } else {
+        (
+            "#define STORED(a) 1\n#define MARK(a) ((void)0)\n",
+            "        for (int s = 0; s < NSLOTS; ++s) {{ FORK vdt[s][k] = 0.0f; }}\n",
+        )
+    };
+    let vdt_init = vdt_init.replace("NSLOTS", &nslots.to_string()).replace("{{", "{").replace("}}", "}");
     let nout = spec.outputs.len().max(1);
     let mut kernels = String::new();
     for &w in widths {
@@ -259,8 +283,10 @@ pub fn fit_source_for(problem: &Problem, widths: &[usize]) -> Result<String, Gpu
 union V {{ int i; float f; double d; }};\n\
 #define FORK _Pragma(\"unroll\") for (int k = 0; k < NP; ++k)\n\
 #define MIX(s, d) ((s) == 0.0 ? 0.0 : (s) * (d))\n\
+#define MIXF(s, d) ((s) == 0.0f || (d) == 0.0f ? 0.0f : (s) * (d))\n\
 #define FIT_PARAMS {FIT_PARAMS}\n\
-#define FIT_SUMS {FIT_SUMS}\n\n\
+{stored_macros}\
+\n\
 // Width NP: a tangent of NP floats per value; NSUMS = 1 + NP + NP (NP + 1) / 2 sums.\n\
 // Narrow kernels (NP <= {UNROLLED}) keep every sum in each thread's registers, add each case's\n\
 // products there, and sum the threads by shuffles and then the warps in order. Wider ones put each\n\
@@ -301,10 +327,10 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
         else if (q <= NP) {{ fa[s] = q - 1; fb[s] = NP; }}\n\
         else {{ int t = q - 1 - NP, k = 0; while (t > k) {{ t -= k + 1; ++k; }} fa[s] = k; fb[s] = t; }}\n\
     }}\n\
-    for (int j = 0; j < {FIT_ROWS}; ++j) {{\n\
+    for (int j = 0; j < rows; ++j) {{\n\
         // The same for every thread of the block, so that all of them reach the barriers.\n\
-        if ((int)(blockIdx.x * {FIT_TILE} + j * {BLOCK}) >= ncases) break;\n\
-        const int c = blockIdx.x * {FIT_TILE} + threadIdx.x + j * {BLOCK};\n\
+        if ((int)((blockIdx.x * rows + j) * {BLOCK}) >= ncases) break;\n\
+        const int c = (blockIdx.x * rows + j) * {BLOCK} + threadIdx.x;\n\
         float dout[NP];\n\
         FORK dout[k] = 0.0f;\n\
         double r = 0.0;\n\
@@ -315,7 +341,7 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
         V st[{depth}];\n\
         float sdt[{depth}][NP];\n\
 {init}\
-        for (int s = 0; s < {nslots}; ++s) {{ FORK vdt[s][k] = 0.0f; }}\n\
+{vdt_init}\
         for (int s = 0; s < {nout}; ++s) out[s].d = 0.0;\n\
         V t;\n\
         t.d = 0.0;\n\
@@ -372,10 +398,10 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
             }}\n\
         }}\n\
     }}\n\
-    const size_t at = ((size_t)blockIdx.y * ntiles + blockIdx.x) * FIT_SUMS;\n\
-    // Where sum q of this width goes in the layout of every width (the sum of squares, Jᵀr in\n\
-    // FIT_PARAMS places, the triangle); -1 for Jᵀr's places beyond the program's parameters.\n\
-    auto place = [&](int q) -> int {{ return q == 0 ? 0 : q <= NP ? (q - 1 < np ? q : -1) : 1 + FIT_PARAMS + (q - 1 - NP); }};\n\
+    // This tile's sums: the program's own layout (the sum of squares, Jᵀr in np places, the\n\
+    // triangle), where sum q of this width goes to place(q); -1 for Jᵀr's places beyond np.\n\
+    const size_t base = (size_t)(at[blockIdx.y] - at[0]) * ntiles + (size_t)blockIdx.x * (used - NP + np);\n\
+    auto place = [&](int q) -> int {{ return q == 0 ? 0 : q <= NP ? (q - 1 < np ? q : -1) : q - NP + np; }};\n\
     if constexpr (NARROW) {{\n\
         const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;\n\
 #pragma unroll\n\
@@ -390,13 +416,13 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
         for (int q = threadIdx.x; q < used; q += {BLOCK}) {{\n\
             double s = 0.0;\n\
             for (int w = 0; w < {WARPS}; ++w) s += red[w][q];\n\
-            if (place(q) >= 0) partial[at + place(q)] = s;\n\
+            if (place(q) >= 0) partial[base + place(q)] = s;\n\
         }}\n\
     }} else {{\n\
 #pragma unroll\n\
         for (int s = 0; s < OWN; ++s) {{\n\
             const int q = (int)threadIdx.x + s * {BLOCK};\n\
-            if (q < used && place(q) >= 0) partial[at + place(q)] = own[s];\n\
+            if (q < used && place(q) >= 0) partial[base + place(q)] = own[s];\n\
         }}\n\
     }}\n\
 }}\n\n\
@@ -404,20 +430,22 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
 extern \"C\" __global__ void {FIT_TILES_KERNEL}(const double* __restrict__ partial, int ntiles, int nprograms,\n\
     const int* __restrict__ nparams, const long long* __restrict__ at, double* __restrict__ sums)\n\
 {{\n\
-    // Program p's sums packed to its own parameters (1 + np + np(np+1)/2, as compact_sums\n\
-    // packs them), from sums[at[p]]: only what is read back is summed and copied.\n\
+    // Program p's sums (1 + np + np(np+1)/2 of them), the sum of its tiles' in tile order, to\n\
+    // sums[at[p]].\n\
     const int p = blockIdx.x;\n\
     if (p >= nprograms) return;\n\
     const int np = max(nparams[p], 0);\n\
     const int used = 1 + np + np * (np + 1) / 2;\n\
+    const size_t base = (size_t)(at[p] - at[0]) * ntiles;\n\
     for (int i = threadIdx.x; i < used; i += blockDim.x) {{\n\
-        const int q = i <= np ? i : 1 + FIT_PARAMS + (i - 1 - np);\n\
         double s = 0.0;\n\
-        for (int tile = 0; tile < ntiles; ++tile) s += partial[((size_t)p * ntiles + tile) * FIT_SUMS + q];\n\
+        for (int tile = 0; tile < ntiles; ++tile) s += partial[base + (size_t)tile * used + i];\n\
         sums[at[p] + i] = s;\n\
     }}\n\
 }}\n",
         problem = problem.name(),
+        vdt_init = vdt_init,
+        stored_macros = stored_macros,
         WARPS = BLOCK / 32,
         depth = FIT_DEPTH + 2,
         UNROLLED = 8,

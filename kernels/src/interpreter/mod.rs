@@ -44,8 +44,8 @@ pub use source::{
 // The evaluator launches by these names and flags; the interpreter's kernels and its population
 // layout follow them.
 pub use crate::gpu::contract::{
-    DEEP, FIT_KERNEL, FIT_PARAMS, FIT_SUMS, FIT_TILES_KERNEL, FIT_WIDTHS, FLAGS, INTERP_KERNEL_LARGE,
-    INTERP_KERNEL_SMALL, STRAIGHT, compact_sums, program_range, sums_of,
+    DEEP, FIT_KERNEL, FIT_PARAMS, FIT_TILES_KERNEL, FIT_WIDTHS, FLAGS, INTERP_KERNEL_LARGE,
+    INTERP_KERNEL_SMALL, STRAIGHT, program_range, sums_of,
 };
 
 use gpfarm_gp::Problem;
