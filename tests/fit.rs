@@ -11,7 +11,9 @@ use common::require_gpu;
 use gpfarm_client::{CompileOptions, Compiler, InProcess, SmArch, Unit};
 use gpfarm_gp::{Phenotype, Problem, Program};
 use gpfarm_kernels::gpu::{GpuEvaluator, Kernels, WireFit};
-use gpfarm_kernels::interpreter::{FIT_PARAMS, assemble_structure, fit_source, fit_supported, sums_of};
+use gpfarm_kernels::interpreter::{
+    FIT_PARAMS, assemble_structure, fit_source, fit_supported, fits_on_gpu, fitted_in_reverse, sums_of,
+};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
@@ -52,6 +54,31 @@ fn the_fitting_kernel_compiles_where_fitting_applies_and_is_refused_elsewhere() 
     let why = fit_supported(&Problem::builtin("search").unwrap()).unwrap_err();
     assert!(why.contains("not least squares"), "{why}");
     assert!(fit_source(&Problem::builtin("multiplier5").unwrap()).is_err());
+}
+
+#[test]
+fn wide_programs_go_to_the_gpu_only_where_they_are_differentiated_in_reverse() {
+    let problem = friedman1();
+    let code = |text: &str| {
+        let program = Program::parse(&problem, &Phenotype::new(text)).unwrap();
+        (assemble_structure(&problem, &program).unwrap(), program.params())
+    };
+    let sum = |n: usize| (0..n).map(|k| format!("p[{k}] * x{}", k % 5 + 1)).collect::<Vec<_>>().join(" + ");
+    // Straight-line float code: in reverse, so on the GPU up to the widest kernel.
+    let (straight, np) = code(&format!("sinf({}) + p[{}] / x2", sum(90), 90));
+    assert!(fitted_in_reverse(&straight.words));
+    assert!(fits_on_gpu(&straight.words, np, straight.depth));
+    // A branch (or a double) runs forward: beyond 64 parameters, on the CPU.
+    let (branch, np) = code(&format!("x1 > p[90] ? {} : p[91]", sum(90)));
+    assert!(!fitted_in_reverse(&branch.words));
+    assert!(!fits_on_gpu(&branch.words, np, branch.depth));
+    let (narrow, np) = code("x1 > p[0] ? p[1] * x2 : p[2]");
+    assert!(!fitted_in_reverse(&narrow.words) && fits_on_gpu(&narrow.words, np, narrow.depth));
+    let (double, _) = code("p[0] * 07.35 * x1");
+    assert!(!fitted_in_reverse(&double.words));
+    // Too many parameters for any kernel.
+    let (widest, np) = code(&(0..130).map(|k| format!("p[{k}]")).collect::<Vec<_>>().join(" + "));
+    assert!(fitted_in_reverse(&widest.words) && !fits_on_gpu(&widest.words, np, widest.depth));
 }
 
 /// The CPU's least-squares sums of `program` at `params`: sum of squares, `Jᵀr`, `JᵀJ` (lower).
@@ -98,8 +125,20 @@ fn programs() -> Vec<String> {
     ]
     .map(String::from)
     .to_vec();
-    // Wider than 32: the widest kernel.
+    // 8 or more parameters run in reverse (adjoint sweeps) where the program is straight-line
+    // float code: every differentiated op there; with a branch, forward.
+    all.push(
+        "fminf(p[0] * x1, x2) + fmaxf(p[1], x3) + powf(fabsf(p[2]) + 1.0f, x4 * p[3]) \
+         + powf(fabsf(x1) + 0.5f, p[4]) + p[5] * logf(x2 + p[6] * p[6] + 1.0f) + sqrtf(p[7] * p[7] + x3) \
+         - tanhf(p[8] * x5) + cosf(p[9] * x2) / (p[10] + 3.0f) - p[11] + -p[12] * x1"
+            .into(),
+    );
+    all.push("x1 > p[0] ? p[1] * x2 + p[2] * x3 + p[3] * x4 + p[4] : p[5] * x5 + p[6] * x1 + p[7]".into());
+    // Wider than 32.
     all.push(format!("sinf({}) * p[40] + p[41]", wide.join(" + ")));
+    // Wider than 64: the widest kernel, in reverse only.
+    let wider: Vec<String> = (0..80).map(|k| format!("p[{k}] * x{}", k % 5 + 1)).collect();
+    all.push(format!("tanhf({}) * p[80] + p[81] / (x1 + 1.0f)", wider.join(" + ")));
     all
 }
 

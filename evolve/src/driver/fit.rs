@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use gpfarm_gp::program::instantiate;
 use gpfarm_gp::{Born, FitConfig, FitSettings, Problem, Program, fit, moved_start};
 use gpfarm_kernels::gpu::WireFit;
-use gpfarm_kernels::interpreter::{FIT_DEPTH, FIT_PARAMS, assemble_structure};
+use gpfarm_kernels::interpreter::{FIT_PARAMS, assemble_structure, fits_on_gpu};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
@@ -196,7 +196,7 @@ fn gpu_fit(
         }
         let Ok(program) = Program::parse(problem, &b.phenotype) else { continue };
         let Ok(code) = assemble_structure(problem, &program) else { continue };
-        if code.depth > FIT_DEPTH {
+        if !fits_on_gpu(&code.words, b.params.len(), code.depth) {
             continue;
         }
         let code = Arc::new(code.words);

@@ -38,9 +38,13 @@ pub const FIT_KERNEL: &str = "gpfarm_fit";
 pub const FIT_TILES_KERNEL: &str = "gpfarm_fit_tiles";
 /// The parameter counts the fitting kernels are built for: a program runs in the narrowest that
 /// holds its parameters ([`fit_width`]), since a kernel's cost grows with its width.
-pub const FIT_WIDTHS: [usize; 5] = [4, 8, 16, 32, 64];
+pub const FIT_WIDTHS: [usize; 6] = [4, 8, 16, 32, 64, 128];
 /// The most parameters a program fitted on the GPU may have.
 pub const FIT_PARAMS: usize = FIT_WIDTHS[FIT_WIDTHS.len() - 1];
+/// The most parameters of a program the fitting kernels differentiate forward (a tangent per
+/// value); wider kernels take only programs they differentiate in reverse (straight-line float
+/// code, `interpreter::fitted_in_reverse`).
+pub const FIT_FORWARD_PARAMS: usize = 64;
 /// The sums a program with `params` parameters has: the sum of squares, `Jᵀr` (`params`), and
 /// the lower triangle of `JᵀJ` row by row (`[1 + params + k * (k + 1) / 2 + l]` for `l <= k`).
 /// Every tile of a fitting kernel writes a program's sums in this layout, and so do the tiles

@@ -29,11 +29,14 @@ use gpfarm_gp::problem::{InputType, ParamRole, ScalarType};
 use gpfarm_gp::{FitnessKind, Problem};
 
 use super::bytecode::{Op, slot_layout};
-use crate::gpu::contract::{FIT_PARAMS, FIT_TILES_KERNEL, FIT_WIDTHS, fit_kernel};
+use crate::gpu::contract::{FIT_FORWARD_PARAMS, FIT_PARAMS, FIT_TILES_KERNEL, FIT_WIDTHS, fit_kernel};
 use crate::gpu::{BLOCK, GpuError};
 
 /// The deepest stack (cells) of a program fitted on the GPU.
 pub const FIT_DEPTH: usize = 64;
+/// The most ops of a program the fitting kernels differentiate in reverse (longer ones run
+/// forward).
+pub const FIT_TAPE: usize = 512;
 /// Whether `problem`'s programs can be fitted on the GPU (see the module documentation); why not
 /// otherwise.
 pub fn fit_supported(problem: &Problem) -> Result<(), String> {
@@ -177,6 +180,97 @@ fn dual(op: Op) -> String {
     }
 }
 
+/// The reverse-mode (adjoint) CUDA C of `op` for straight-line float programs: what the forward
+/// sweep does (`tv` the top, `fst` the cells below, operands kept on the tape `ta`/`tb` at op
+/// `i`) and what the backward sweep does (`gt` the top's adjoint, `gs` the cells'); `None` for
+/// ops a program fitted this way may not have (they run forward, in [`dual`]). The values are
+/// the evaluating kernel's ops, so the outputs are the interpreter's bit for bit; the slopes are
+/// [`dual`]'s.
+fn adjoint(op: Op) -> Option<(String, String)> {
+    let binary = |sym: &str, sa: &str, sb: &str| {
+        (
+            format!("{{ const float a = fst[--sp]; ta[i] = a; tb[i] = tv; tv = a {sym} tv; }}"),
+            format!(
+                "{{ const float a = ta[i], b = tb[i]; const float sa = {sa}, sb = {sb}; gs[gp++] = MIXF(sa, gt); gt = MIXF(sb, gt); }}"
+            ),
+        )
+    };
+    let unary = |call: &str, slope: &str| {
+        (
+            format!("{{ ta[i] = tv; tv = {call}(tv); tb[i] = tv; }}"),
+            format!("{{ const float x = ta[i], y = tb[i]; gt *= (float)({slope}); }}"),
+        )
+    };
+    let pair = |call: &str| {
+        (
+            format!("{{ const float a = fst[--sp]; ta[i] = a; tb[i] = tv; tv = {call}(a, tv); }}"),
+            format!(
+                "{{ const float a = ta[i], b = tb[i]; const float r = {call}(a, b); const bool first = r == a || isnan(b); \
+                 gs[gp++] = first ? gt : 0.0f; gt = first ? 0.0f : gt; }}"
+            ),
+        )
+    };
+    Some(match op {
+        Op::End => ("i = nops;".into(), String::new()),
+        Op::PushF => (
+            "fst[sp++] = tv; tv = arg ? P[arg - 1] : __int_as_float((int)prog[opat[i] + 1]);".into(),
+            "if (arg && arg <= NP) grad[arg - 1] += gt; gt = gs[--gp];".into(),
+        ),
+        Op::Load => ("fst[sp++] = tv; tv = vars[arg].f;".into(), "gt = gs[--gp];".into()),
+        Op::Out => (
+            "if (arg == 0) out0 = tv; tv = fst[--sp];".into(),
+            "gs[gp++] = gt; gt = (arg == 0 && !seen) ? 1.0f : 0.0f; if (arg == 0) seen = true;".into(),
+        ),
+        Op::NegF => ("tv = -tv;".into(), "gt = -gt;".into()),
+        Op::AddF => binary("+", "1.0f", "1.0f"),
+        Op::SubF => binary("-", "1.0f", "-1.0f"),
+        Op::MulF => binary("*", "b", "a"),
+        Op::DivF => binary("/", "(float)(1.0 / (double)b)", "(float)(-(double)a / ((double)b * (double)b))"),
+        Op::SinF => unary("sinf", "cosf(x)"),
+        Op::CosF => unary("cosf", "-sinf(x)"),
+        Op::ExpF => unary("expf", "y"),
+        Op::LogF => unary("logf", "1.0f / x"),
+        Op::SqrtF => unary("sqrtf", "0.5f / y"),
+        Op::FabsF => unary("fabsf", "x < 0.0f ? -1.0f : 1.0f"),
+        Op::TanhF => unary("tanhf", "1.0f - y * y"),
+        Op::PowF => (
+            "{ const float a = fst[--sp]; ta[i] = a; tb[i] = tv; tv = powf(a, tv); }".into(),
+            "{ const float a = ta[i], b = tb[i]; const float r = powf(a, b); const double sa = (double)(b * powf(a, b - 1)); \
+             const double sb = a > 0 ? (double)(r * logf(a)) : 0.0; gs[gp++] = (float)MIX(sa, (double)gt); gt = (float)MIX(sb, (double)gt); }"
+                .into(),
+        ),
+        Op::FminF => pair("fminf"),
+        Op::FmaxF => pair("fmaxf"),
+        _ => return None,
+    })
+}
+
+/// Whether the fitting kernels differentiate `words` (a program [`super::assemble_structure`]
+/// wrote) in reverse: straight-line float code of at most [`FIT_TAPE`] ops, as the kernels'
+/// own scan decides. Programs of more than [`FIT_FORWARD_PARAMS`] parameters are fitted on the
+/// GPU only then.
+pub fn fitted_in_reverse(words: &[u32]) -> bool {
+    let (mut pc, mut n) = (0, 0);
+    while let Some(&w) = words.get(pc) {
+        let Some(op) = Op::ALL.get((w & 0xff) as usize).copied() else { return false };
+        if op == Op::End {
+            return true;
+        }
+        if n >= FIT_TAPE || pc > 0xffff || adjoint(op).is_none() {
+            return false;
+        }
+        n += 1;
+        pc += if op == Op::PushF { 2 } else { 1 };
+    }
+    false
+}
+
+/// Whether a program of `params` parameters and stack `depth` whose words are `words` is fitted
+/// on the GPU (else on the CPU).
+pub fn fits_on_gpu(words: &[u32], params: usize, depth: usize) -> bool {
+    depth <= FIT_DEPTH && (params <= FIT_FORWARD_PARAMS || (params <= FIT_PARAMS && fitted_in_reverse(words)))
+}
+
 /// CUDA C of the fitting kernels for `problem` (one per width of [`FIT_WIDTHS`], named by
 /// [`fit_kernel`], and [`FIT_TILES_KERNEL`]). A fitting kernel's parameters, in order: one
 /// pointer per input of the problem's compiled kernels (in [`Problem::kernel_params`] order), the
@@ -252,6 +346,17 @@ pub fn fit_source_for(problem: &Problem, widths: &[usize]) -> Result<String, Gpu
     for (code, op) in Op::ALL.iter().enumerate() {
         writeln!(cases, "                case {code}: {} break; // {op:?}", dual(*op)).ok();
     }
+    let (mut forward, mut backward, mut straight) = (String::new(), String::new(), String::new());
+    for (code, op) in Op::ALL.iter().enumerate() {
+        if let Some((f, b)) = adjoint(*op) {
+            writeln!(forward, "                case {code}: {f} break; // {op:?}").ok();
+            writeln!(backward, "                case {code}: {b} break; // {op:?}").ok();
+            if *op != Op::End {
+                write!(straight, "case {code}: ").ok();
+            }
+        }
+    }
+    let (end, push_f) = (Op::End as usize, Op::PushF as usize);
     let nslots = layout.len().max(1);
     // A slot's derivatives are read only once a Store wrote them (a mask of the slots written),
     // so that no case writes every slot's tangent first; with more slots than the mask holds,
@@ -293,21 +398,48 @@ union V {{ int i; float f; double d; }};\n\
 // case's Jacobian row and residual in shared memory (the whole block's rows at a time, or half of them for 64 parameters) and give each\n\
 // thread its own sums (sum q to thread q mod BLOCK), which it adds over the rows in order: the\n\
 // products stay in registers, however many parameters. Either way the order is fixed.\n\
+// Whether an op may be in a program fitted by the adjoint sweeps (straight-line float code).\n\
+__device__ __forceinline__ bool gpfarm_straight(unsigned op)\n\
+{{\n\
+    switch (op) {{ {straight}return true; default: return false; }}\n\
+}}\n\n\
 template <int NP>\n\
 __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
 {{\n\
     constexpr int NSUMS = 1 + NP + NP * (NP + 1) / 2;\n\
     constexpr bool NARROW = NP <= {UNROLLED};\n\
     // Rows of the wide kernels' shared memory: the whole block's, or half of it for 64 parameters.\n\
-    constexpr int S = NARROW ? 1 : ((NP + 1) * 4 + 8) * {BLOCK} <= 40960 ? {BLOCK} : {BLOCK} / 2;\n\
+    constexpr int S = NARROW ? 1 : ((NP + 1) * 4 + 8) * {BLOCK} <= 40960 ? {BLOCK} : ((NP + 1) * 4 + 8) * {BLOCK} / 2 <= 40960 ? {BLOCK} / 2 : {BLOCK} / 4;\n\
     constexpr int OWN = NARROW ? 1 : (NSUMS + {BLOCK} - 1) / {BLOCK};\n\
     __shared__ double red[{WARPS}][NARROW ? NSUMS : 1];\n\
     __shared__ float jsh[S][NP + 1];\n\
     __shared__ double rsh[S];\n\
     __shared__ int gpfarm_abort;\n\
-    if (threadIdx.x == 0) gpfarm_abort = 0;\n\
-    __syncthreads();\n\
+    // Programs of 8 or more parameters that are straight-line float code ({tape} ops at most)\n\
+    // are differentiated in reverse: a forward sweep keeps each op's operands on a tape, a\n\
+    // backward sweep adds the output's adjoint into each parameter's derivative, so a case\n\
+    // costs a few sweeps of the program however many parameters (forward, every op carries\n\
+    // NP derivatives). opat: where each op starts; nops: how many, or -1 (forward).\n\
+    constexpr bool ADJ = NP >= 8;\n\
+    __shared__ unsigned short opat[ADJ ? {tape} : 1];\n\
+    __shared__ int nops;\n\
     const unsigned* __restrict__ prog = code + offsets[blockIdx.y];\n\
+    if (threadIdx.x == 0) {{\n\
+        gpfarm_abort = 0;\n\
+        int n = -1;\n\
+        if constexpr (ADJ) {{\n\
+            unsigned pc = 0;\n\
+            for (n = 0;; ++n) {{\n\
+                const unsigned op = prog[pc] & 0xffu;\n\
+                if (op == {end}) break;\n\
+                if (n >= {tape} || pc > 0xffffu || !gpfarm_straight(op)) {{ n = -1; break; }}\n\
+                opat[n] = (unsigned short)pc;\n\
+                pc += op == {push_f} ? 2 : 1;\n\
+            }}\n\
+        }}\n\
+        nops = n;\n\
+    }}\n\
+    __syncthreads();\n\
     const float* __restrict__ P = params + poffsets[blockIdx.y];\n\
     const int np = nparams[blockIdx.y];\n\
     // The sums this program fills: the triangle's rows beyond its parameters stay zero.\n\
@@ -334,7 +466,39 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
         float dout[NP];\n\
         FORK dout[k] = 0.0f;\n\
         double r = 0.0;\n\
-        if (c < ncases) {{\n\
+        if (ADJ && nops >= 0 && c < ncases) {{\n\
+        V vars[{nslots}];\n\
+{init}\
+        float fst[{depth}], gs[{depth}], ta[ADJ ? {tape} : 1], tb[ADJ ? {tape} : 1], grad[NP];\n\
+        float tv = 0.0f, out0 = 0.0f;\n\
+        fst[0] = 0.0f;\n\
+        int sp = 1, failed = 0;\n\
+        for (int i = 0; i < nops; ++i) {{\n\
+            const unsigned arg = prog[opat[i]] >> 8;\n\
+            if (sp >= {depth} - 1) {{ failed = 1; break; }}\n\
+            switch (prog[opat[i]] & 0xffu) {{\n\
+{forward}\
+            }}\n\
+        }}\n\
+        if (!failed) {{\n\
+            FORK grad[k] = 0.0f;\n\
+            for (int s = 0; s < sp; ++s) gs[s] = 0.0f;\n\
+            int gp = sp;\n\
+            float gt = 0.0f;\n\
+            bool seen = false;\n\
+            for (int i = nops - 1; i >= 0; --i) {{\n\
+                const unsigned arg = prog[opat[i]] >> 8;\n\
+                switch (prog[opat[i]] & 0xffu) {{\n\
+{backward}\
+                }}\n\
+            }}\n\
+            FORK dout[k] = grad[k];\n\
+        }}\n\
+        r = failed ? __longlong_as_double(0x7ff8000000000000LL) : (double)out0 - (double)target[c];\n\
+        }} else if (NP > {FIT_FORWARD_PARAMS} && c < ncases) {{\n\
+        // Too wide to differentiate forward: never sent here (see fitted_in_reverse).\n\
+        r = __longlong_as_double(0x7ff8000000000000LL);\n\
+        }} else if (c < ncases) {{\n\
         V vars[{nslots}];\n\
         float vdt[{nslots}][NP];\n\
         V out[{nout}];\n\
@@ -445,6 +609,7 @@ extern \"C\" __global__ void {FIT_TILES_KERNEL}(const double* __restrict__ parti
 }}\n",
         problem = problem.name(),
         vdt_init = vdt_init,
+        tape = FIT_TAPE,
         stored_macros = stored_macros,
         WARPS = BLOCK / 32,
         depth = FIT_DEPTH + 2,

@@ -37,7 +37,9 @@ mod source;
 pub use bytecode::{
     Bytecode, BytecodeError, Folding, MAX_DEPTH, Op, assemble, assemble_structure, assemble_with, walk,
 };
-pub use fit::{FIT_DEPTH, fit_source, fit_source_for, fit_supported};
+pub use fit::{
+    FIT_DEPTH, FIT_TAPE, fit_source, fit_source_for, fit_supported, fits_on_gpu, fitted_in_reverse,
+};
 pub use source::{
     INTERLEAVE, REGISTER_SLOTS, SMALL_DEPTH, Tuning, interpreter_source, interpreter_source_with,
 };

@@ -3,7 +3,8 @@
 # on each of CASES_LIST, with GPFARM_FIT_PROFILE=1 (every width's launch waited for and timed,
 # and each fit's time in launches against the host's Levenberg–Marquardt steps), by the carried
 # build and, when .carry/base holds one, by that build too, alternately. Logs in $r.
-# Env: CASES_LIST ("1000 100000"), POP (1000), GENS (2), SEED (1), EXTRA (more evolve flags).
+# Env: CASES_LIST ("1000 100000"), POP (1000), GENS (2), SEED (1), EXTRA (more evolve flags),
+# PROFILE (1; 0 runs without the profile, whose waits keep the widths from running side by side).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../harness/env.sh"
 CASES_LIST=${CASES_LIST:-"1000 100000"} POP=${POP:-1000} GENS=${GENS:-2} SEED=${SEED:-1} EXTRA=${EXTRA:-}
@@ -19,9 +20,9 @@ for cases in $CASES_LIST; do
   python3 examples/friedman1/make_cases.py "$cases" "$dir" 1
   for build in $builds; do
     if [[ $build == base ]]; then b=$built/base; else b=$built; fi
-    log="$r/profile_${build}_${cases}${TAG:-}"
+    log="$r/profile_${build}_${cases}_p${PROFILE:-1}${TAG:-}"
     # shellcheck disable=SC2086
-    GPFARMD=$b/gpfarmd GPFARM_GPU_WORKER=$b/gpfarm-gpu-worker GPFARM_FIT_PROFILE=1 timeout ${RUN_TIMEOUT:-240} \
+    GPFARMD=$b/gpfarmd GPFARM_GPU_WORKER=$b/gpfarm-gpu-worker GPFARM_FIT_PROFILE=${PROFILE:-1} timeout ${RUN_TIMEOUT:-240} \
       "$b/gpfarm" evolve --problem-dir "$dir" --population "$POP" --generations "$GENS" --seed "$SEED" \
       --route interpreter --json $EXTRA > "$log.jsonl" 2> "$log.err"
     echo "== $build $cases cases: rc=$?"
