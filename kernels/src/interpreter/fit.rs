@@ -1,9 +1,12 @@
 //! The interpreter's fitting kernel: for a population of programs with free parameters
 //! ([`super::bytecode::assemble_structure`]), one launch computes, for every program over every
 //! case, the sums Levenberg–Marquardt needs: the sum of squared residuals (output − target), the
-//! gradient `Jᵀr` and the lower triangle of `JᵀJ`, with the Jacobian by forward-mode automatic
-//! differentiation (a tangent of as many floats as the kernel's width beside each value: one
-//! kernel per width of [`FIT_WIDTHS`], a program in the narrowest that holds its parameters).
+//! gradient `Jᵀr` and the lower triangle of `JᵀJ`, with the Jacobian by automatic
+//! differentiation: one kernel per width of [`FIT_WIDTHS`], a program in the narrowest that holds
+//! its parameters. Straight-line float programs of 8 or more parameters are differentiated in
+//! reverse ([`adjoint`], [`fitted_in_reverse`]: a forward sweep keeps each op's operands, a
+//! backward sweep adds the adjoints); the others forward ([`dual`]: a tangent of as many floats as
+//! the kernel's width beside each value, up to [`FIT_FORWARD_PARAMS`]).
 //! The programs' parameter values come in a buffer, so the same bytecode serves every iteration.
 //!
 //! Layout: one block of [`BLOCK`] threads per tile of `BLOCK × rows` cases (grid x;
