@@ -332,6 +332,34 @@ fn a_fixed_unit_size_gives_balanced_units_as_the_bench_forms_them() {
 
 /// The while-loop example runs to the end on the CPU route: loops that never end are stopped by
 /// the step limit and their programs get the worst fitness.
+/// Breeding, parsing, admitting and the CPU's evaluation run on `--threads` threads; a seeded
+/// run is the same, generation by generation and to the last bit, whatever their number.
+#[test]
+fn a_seeded_run_is_the_same_whatever_the_thread_count() {
+    let run = |threads: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_gpfarm"))
+            .args(["evolve", "--problem", "keijzer6", "--route", "cpu", "--population", "3000"])
+            .args(["--generations", "4", "--seed", "11", "--json", "--threads", threads])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let records: Vec<Value> =
+            String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(records.len(), 6, "generations 0 to 4 and the summary");
+        records
+            .iter()
+            .map(|r| {
+                let f = |k: &str| r[k].clone();
+                (f("best"), f("mean"), f("median"), f("unique"), f("invalid"), f("best_phenotype"))
+            })
+            .collect::<Vec<_>>()
+    };
+    let one = run("1");
+    assert!(one[..5].iter().all(|r| r.3.as_u64().unwrap() > 1000), "{one:?}");
+    assert_eq!(run("2"), one);
+    assert_eq!(run("5"), one);
+}
+
 #[test]
 fn the_while_loop_example_ends_on_the_cpu() {
     let (records, summary) = common::evolve_example(

@@ -68,6 +68,8 @@ pub(crate) struct Account {
     pub readback: Duration,
     /// Breeding this generation's individuals.
     pub breed: Duration,
+    /// Admitting them (parsing, bytecode, keys, lookups).
+    pub admit: Duration,
     /// Fitting their parameters.
     pub fit: Duration,
     /// Individuals whose parameters fitting moved.

@@ -119,7 +119,7 @@ impl Engine {
         };
         // Refuse bad GP parameters and a route the problem cannot take now, before a compiler is
         // built for them.
-        engine.pipeline(0)?;
+        Pipeline::check(&engine.problem, &engine.options.evolution, &engine.options.start)?;
         engine.check_islands()?;
         if engine.route == Route::Ptx {
             gpfarm_kernels::ptx_supported(&engine.problem)?;

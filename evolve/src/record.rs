@@ -157,8 +157,13 @@ pub struct GenerationRecord {
     pub eval_ms: f64,
     /// Where GPU evaluation time went, and GPU faults.
     pub eval_split: EvalSplit,
-    /// Breeding time spent on this generation's individuals.
+    /// Breeding time spent on this generation's individuals (parsing them to measure their
+    /// sizes included).
     pub breed_ms: f64,
+    /// Admitting them: parsing where breeding did not, bytecode, cache keys, reuse and
+    /// duplicate lookups.
+    #[serde(default)]
+    pub admit_ms: f64,
     /// Time spent fitting their free parameters.
     #[serde(default)]
     pub fit_ms: f64,
@@ -239,6 +244,7 @@ impl GenerationRecord {
                 ..split
             },
             breed_ms: ms(a.breed),
+            admit_ms: ms(a.admit),
             fit_ms: ms(a.fit),
             fitted: a.fitted,
             fitted_on_gpu: a.fitted_on_gpu,

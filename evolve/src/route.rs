@@ -147,8 +147,13 @@ pub fn choose(problem: &Problem, config: &EvolutionConfig) -> (Route, String) {
     } else {
         String::new()
     };
+    let sampled = if config.population > SAMPLE_POPULATION {
+        format!(" (from a first generation of {SAMPLE_POPULATION})")
+    } else {
+        String::new()
+    };
     let why = format!(
-        "auto: {} programs of {:.1} ops{loops} over {cases} cases, predicted {:.2} ms interpreted, \
+        "auto: {} programs{sampled} of {:.1} ops{loops} over {cases} cases, predicted {:.2} ms interpreted, \
          {:.2} ms by PTX (H100 costs)",
         w.programs,
         w.held_ops,
@@ -161,31 +166,45 @@ pub fn choose(problem: &Problem, config: &EvolutionConfig) -> (Route, String) {
 /// The run's first generation as a [`Workload`]: its distinct programs, the ops they hold
 /// (bytecode) and the ops they run, counted for programs with loops on [`PROFILE_CASES`] cases.
 /// A program the interpreter cannot take counts as one op, as the CPU evaluates it.
+/// Populations larger than this are judged by a first generation of this many (same settings,
+/// same seed), its distinct programs scaled up to the population.
+const SAMPLE_POPULATION: usize = 4096;
+
 fn first_generation(problem: &Problem, config: &EvolutionConfig) -> Workload {
     use gpfarm_kernels::interpreter::{assemble_structure, exec, walk};
-    let Ok(evolution) = Evolution::new(problem, config.clone()) else { return Workload::default() };
+    use rayon::prelude::*;
+    let sample = EvolutionConfig { population: config.population.min(SAMPLE_POPULATION), ..config.clone() };
+    let Ok(evolution) = Evolution::new(problem, sample.clone()) else { return Workload::default() };
     let unique = evolution.dedup().unique;
-    let mut w = Workload { programs: unique.len(), ..Workload::default() };
+    let scale = config.population as f64 / sample.population.max(1) as f64;
+    let mut w = Workload { programs: (unique.len() as f64 * scale).round() as usize, ..Workload::default() };
+    // Per program: the ops it holds, the ops a case runs on average and at most, and whether it
+    // loops; a program the interpreter cannot take (or with free parameters, as its structure).
+    let measured: Vec<(f64, f64, f64, bool)> = gpfarm_gp::pipeline::in_pool(|| {
+        unique
+            .par_iter()
+            .map(|p| {
+                let Some(code) =
+                    Program::parse(problem, p).ok().and_then(|p| assemble_structure(problem, &p).ok())
+                else {
+                    return (1.0, 1.0, 0.0, false);
+                };
+                let ops = walk(&code.words).count() as f64;
+                if code.is_straight() {
+                    (ops, ops, ops, false)
+                } else {
+                    let profile = exec::profile(problem, &code, PROFILE_CASES, PROFILE_STEPS);
+                    (ops, profile.mean_ops, profile.max_ops.max(profile.to_limit), true)
+                }
+            })
+            .collect()
+    });
     let (mut held, mut run) = (0.0, 0.0);
-    for p in &unique {
-        // A program with free parameters counts as its structure (the values change nothing).
-        let Some(code) = Program::parse(problem, p).ok().and_then(|p| assemble_structure(problem, &p).ok())
-        else {
-            held += 1.0;
-            run += 1.0;
-            continue;
-        };
-        let ops = walk(&code.words).count() as f64;
-        held += ops;
-        if code.is_straight() {
-            run += ops;
-            w.longest_case_ops = w.longest_case_ops.max(ops);
-        } else {
-            w.loops = true;
-            let profile = exec::profile(problem, &code, PROFILE_CASES, PROFILE_STEPS);
-            run += profile.mean_ops;
-            w.longest_case_ops = w.longest_case_ops.max(profile.max_ops).max(profile.to_limit);
-        }
+    for (h, r, longest, loops) in measured {
+        held += h;
+        run += r;
+        w.longest_case_ops = w.longest_case_ops.max(longest);
+        w.loops |= loops;
     }
     let n = unique.len().max(1) as f64;
     w.held_ops = held / n;

@@ -21,9 +21,11 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::num::NonZeroUsize;
+use std::sync::{Arc, OnceLock};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::fitness::{Direction, Fitness};
@@ -45,6 +47,9 @@ pub struct Born {
     pub phenotype: Phenotype,
     /// The values of its free parameters (`p[k]`), to fit or to evaluate with.
     pub params: Vec<f32>,
+    /// Its typed tree, parsed when its size was measured: `None` where the pipeline has no
+    /// problem to parse for or the phenotype does not parse.
+    pub program: Option<Arc<Program>>,
 }
 
 /// Summary of one evaluated generation.
@@ -222,16 +227,30 @@ impl Pipeline {
         pipeline.spec = Some(problem.spec().clone());
         // The initial population, placed before the sizes could be measured.
         let mut first = pipeline.generations.pop_front().expect("the initial generation");
-        for slot in 0..first.individuals.len() {
-            first.sizes[slot] = pipeline.size_of(first.individuals[slot].as_ref());
-            if pipeline.oversized(first.sizes[slot]) && first.fitness[slot].is_none() {
+        let spec = pipeline.spec.as_ref();
+        let measured: Vec<(usize, Option<Arc<Program>>)> =
+            in_pool(|| first.individuals.par_iter().map(|i| measure(spec, i.as_ref())).collect());
+        let mut oversized = HashSet::new();
+        for (slot, (size, _)) in measured.iter().enumerate() {
+            first.sizes[slot] = *size;
+            if pipeline.oversized(*size) && first.fitness[slot].is_none() {
                 first.fitness[slot] = Some(Fitness::worst(pipeline.direction));
                 first.known += 1;
-                pipeline.born.retain(|b| b.slot != slot);
+                oversized.insert(slot);
             }
+        }
+        pipeline.born.retain(|b| !oversized.contains(&b.slot));
+        for b in &mut pipeline.born {
+            b.program = measured[b.slot].1.clone();
         }
         pipeline.generations.push_front(first);
         Ok(pipeline)
+    }
+
+    /// Whether [`Pipeline::starting_from`] would take these settings, without drawing the
+    /// initial population: the error it would give, if any.
+    pub fn check(problem: &Problem, config: &EvolutionConfig, start: &[Seed]) -> Result<(), EvolutionError> {
+        crate::population::check_initial(problem.grammar(), config, start)
     }
 
     /// As [`Pipeline::new`], for any grammar and fitness direction.
@@ -277,7 +296,7 @@ impl Pipeline {
             elites_pending: false,
         };
         for (slot, individual) in individuals.into_iter().enumerate() {
-            pipeline.place(&mut first, slot, individual, None);
+            pipeline.place(&mut first, slot, individual, None, (0, None));
         }
         pipeline.generations.push_back(first);
         Ok(pipeline)
@@ -316,14 +335,15 @@ impl Pipeline {
 
     /// Puts a newly bred individual into its slot: with a known fitness (an elite), with the worst
     /// (its mapping failed), or handed out to be evaluated.
+    /// `(size, program)` is what [`measure`] gives for it.
     fn place(
         &mut self,
         generation: &mut Generation,
         slot: usize,
         individual: Individual,
         known: Option<Fitness>,
+        (size, program): (usize, Option<Arc<Program>>),
     ) {
-        let size = self.size_of(Some(&individual));
         generation.sizes[slot] = size;
         let known = match (known, individual.phenotype()) {
             (Some(f), _) => Some(f),
@@ -336,6 +356,7 @@ impl Pipeline {
                     slot,
                     phenotype: p.clone(),
                     params: individual.params.clone(),
+                    program,
                 });
                 None
             }
@@ -345,15 +366,6 @@ impl Pipeline {
         }
         generation.fitness[slot] = known;
         generation.individuals[slot] = Some(individual);
-    }
-
-    /// The size of `individual` ([`Program::size`]): 0 without a phenotype, a problem to parse it
-    /// for, or where it does not parse (it fails when evaluated).
-    fn size_of(&self, individual: Option<&Individual>) -> usize {
-        match (&self.spec, individual.and_then(Individual::phenotype)) {
-            (Some(spec), Some(p)) => Program::parse_for(spec, p).map_or(0, |prog| prog.size()),
-            _ => 0,
-        }
     }
 
     /// Whether `size` is over the configured limit.
@@ -482,30 +494,56 @@ impl Pipeline {
                 parent.fitness.iter().map(|f| f.unwrap_or(Fitness::worst(self.direction))).collect();
             for (slot, i) in elites(&fitness, self.config.elite).into_iter().enumerate() {
                 if let Some(individual) = parent.individuals[i].clone() {
-                    self.place(next, slot, individual, Some(fitness[i]));
+                    // An elite keeps its fitness, so its tree is never needed.
+                    self.place(next, slot, individual, Some(fitness[i]), (parent.sizes[i], None));
                 }
             }
             next.elites_pending = false;
             changed = true;
         }
         let n = next.individuals.len();
-        for pair in 0..next.unbred.len() {
-            let ready = next.unbred[pair]
-                .as_ref()
-                .is_some_and(|plan| plan.contestants.iter().flatten().all(|&i| parent.fitness[i].is_some()));
-            if !ready {
-                continue;
-            }
-            let Some(plan) = next.unbred[pair].take() else { continue };
-            let parsimony = self.config.parsimony;
-            let children = plan.breed(&self.grammar, &self.config, |i| {
-                let individual = parent.individuals[i].as_ref().expect("an evaluated parent has been bred");
-                let f = parent.fitness[i].expect("checked above");
-                (individual, penalised(f, parent.sizes[i], parsimony))
+        let ready: Vec<(usize, PairPlan)> = next
+            .unbred
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, plan)| {
+                plan.as_ref().is_some_and(|plan| {
+                    plan.contestants.iter().flatten().all(|&i| parent.fitness[i].is_some())
+                })
+            })
+            .filter_map(|(pair, plan)| Some((pair, plan.take()?)))
+            .collect();
+        if !ready.is_empty() {
+            // Each pair draws from its own stream and reads only the parents, so the pairs are
+            // bred (and their children parsed and measured) on every core, then placed in order.
+            let (grammar, config, spec) = (&self.grammar, &self.config, self.spec.as_ref());
+            let parsimony = config.parsimony;
+            let bred: Vec<(usize, Vec<(Individual, (usize, Option<Arc<Program>>))>)> = in_pool(|| {
+                ready
+                    .into_par_iter()
+                    .map(|(pair, plan)| {
+                        let children = plan.breed(grammar, config, |i| {
+                            let individual =
+                                parent.individuals[i].as_ref().expect("an evaluated parent has been bred");
+                            let f = parent.fitness[i].expect("checked above");
+                            (individual, penalised(f, parent.sizes[i], parsimony))
+                        });
+                        let measured = children
+                            .into_iter()
+                            .map(|c| {
+                                let m = measure(spec, Some(&c));
+                                (c, m)
+                            })
+                            .collect();
+                        (pair, measured)
+                    })
+                    .collect()
             });
-            let first = self.config.elite + 2 * pair;
-            for (slot, individual) in (first..n).zip(children) {
-                self.place(next, slot, individual, None);
+            for (pair, children) in bred {
+                let first = self.config.elite + 2 * pair;
+                for (slot, (individual, measured)) in (first..n).zip(children) {
+                    self.place(next, slot, individual, None, measured);
+                }
             }
             changed = true;
         }
@@ -580,7 +618,9 @@ impl Pipeline {
             g.fitness.iter().map(|f| f.unwrap_or(Fitness::worst(direction))).collect();
         let mut worst: Vec<usize> = (0..fitness.len()).collect();
         worst.sort_by(|&a, &b| fitness[a].cmp_quality(&fitness[b]).then(b.cmp(&a)));
+        let spec = self.spec.as_ref();
         for (slot, (individual, f)) in worst.into_iter().zip(immigrants) {
+            g.sizes[slot] = measure(spec, Some(&individual)).0;
             g.individuals[slot] = Some(individual);
             g.fitness[slot] = Some(f);
         }
@@ -627,6 +667,38 @@ impl Pipeline {
     /// Best individual of every generation completed so far (the first one, on ties).
     pub fn best_ever(&self) -> Option<(&Individual, Fitness)> {
         self.best_ever.as_ref().map(|(i, f)| (i, *f))
+    }
+}
+
+/// The size of `individual` ([`Program::size`]) and its typed tree: 0 and `None` without a
+/// phenotype, a problem to parse it for (`spec`), or where it does not parse (it fails when
+/// evaluated).
+fn measure(spec: Option<&ProblemSpec>, individual: Option<&Individual>) -> (usize, Option<Arc<Program>>) {
+    match (spec, individual.and_then(Individual::phenotype)) {
+        (Some(spec), Some(p)) => match Program::parse_for(spec, p) {
+            Ok(program) => (program.size(), Some(Arc::new(program))),
+            Err(_) => (0, None),
+        },
+        _ => (0, None),
+    }
+}
+
+/// Stack of the threads that parse: the parser recurses once per nesting level, so deep
+/// phenotypes need what the CPU evaluator's threads have.
+pub const PARSE_STACK: usize = 16 << 20;
+
+/// Runs `work` (which uses rayon) on the caller's rayon pool when called from one, else on a
+/// pool of this crate's, one thread per core with [`PARSE_STACK`] stacks. Results never depend
+/// on the threads.
+pub fn in_pool<T: Send>(work: impl FnOnce() -> T + Send) -> T {
+    static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
+    if rayon::current_thread_index().is_some() {
+        return work();
+    }
+    let pool = POOL.get_or_init(|| rayon::ThreadPoolBuilder::new().stack_size(PARSE_STACK).build().ok());
+    match pool {
+        Some(pool) => pool.install(work),
+        None => work(),
     }
 }
 

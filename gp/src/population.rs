@@ -257,6 +257,32 @@ pub(crate) fn initial_population(
     Ok(individuals)
 }
 
+/// What [`initial_population`] refuses, found without drawing the population: the settings,
+/// a grammar whose sensible initialisation cannot end, and empty seeds.
+pub(crate) fn check_initial(
+    grammar: &Grammar,
+    config: &EvolutionConfig,
+    start: &[Seed],
+) -> Result<(), EvolutionError> {
+    validate(config, grammar)?;
+    if config.init == InitMethod::Sensible {
+        let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
+        let one = sensible_genomes(
+            grammar,
+            &mut rng,
+            1,
+            config.init_max_depth,
+            config.codon_size,
+            config.limits.max_expansions / 2,
+        );
+        one.ok_or(EvolutionError::NonTerminatingGrammar)?;
+    }
+    if start.iter().take(config.population).any(|seed| seed.genome.is_empty()) {
+        return Err(EvolutionError::Config { field: "start", message: "a genome has no codons".into() });
+    }
+    Ok(())
+}
+
 fn validate(c: &EvolutionConfig, grammar: &Grammar) -> Result<(), EvolutionError> {
     let err = |field, message: String| Err(EvolutionError::Config { field, message });
     if c.population == 0 {

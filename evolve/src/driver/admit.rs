@@ -7,6 +7,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use rayon::prelude::*;
+
 use gpfarm_client::CacheKey;
 use gpfarm_gp::Born;
 use gpfarm_gp::{Fitness, Program};
@@ -154,48 +156,19 @@ struct Prepared {
     code_key: Option<CacheKey>,
 }
 
-/// Phenotype bytes per thread below which [`Driver::prepare`] starts no more threads: parsing
-/// takes some 0.1 µs a byte, starting a thread tens of µs, so short generations stay on the
-/// driver thread.
-const PREPARE_BYTES_PER_THREAD: usize = 8 << 10;
-/// Stack of a thread that parses: deep phenotypes recurse once per nesting level (as the CPU
-/// evaluator's threads, 16 MiB).
-const PREPARE_STACK: usize = 16 << 20;
-
 impl Driver<'_> {
-    /// Parses, assembles into bytecode and keys `born`, in order: on up to `eval_threads` threads
-    /// when their phenotypes are long enough to pay for them. Each individual's result depends
-    /// on it alone, so the threads change nothing but the time.
-    fn prepare(&self, born: &[Born]) -> Vec<Prepared> {
+    /// Parses (where breeding did not), assembles into bytecode and keys `born`, in order, on the
+    /// run's threads. Each individual's result depends on it alone, so the threads change
+    /// nothing but the time.
+    fn prepare(&mut self, born: &[Born]) -> Vec<Prepared> {
+        let pool = self.pool();
         let (problem, options, toolchain) = (self.problem, self.options, self.toolchain.as_str());
         let (route, cache) = (self.settings.route, self.settings.cache);
         let one = |b: &Born| prepare_one(problem, options, toolchain, (route, cache), b);
-        let bytes: usize = born.iter().map(|b| b.phenotype.as_str().len()).sum();
-        let threads = self.eval_threads.get().min(bytes / PREPARE_BYTES_PER_THREAD).min(born.len());
-        if threads <= 1 {
-            return born.iter().map(one).collect();
+        match pool {
+            Some(pool) if born.len() > 1 => pool.install(|| born.par_iter().map(one).collect()),
+            _ => born.iter().map(one).collect(),
         }
-        let chunk = born.len().div_ceil(threads);
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = born
-                .chunks(chunk)
-                .map(|part| {
-                    // The parser recurses once per nesting level: the CPU evaluator's stack.
-                    std::thread::Builder::new()
-                        .stack_size(PREPARE_STACK)
-                        .spawn_scoped(scope, move || part.iter().map(one).collect::<Vec<_>>())
-                })
-                .collect();
-            let mut out = Vec::with_capacity(born.len());
-            for (h, part) in handles.into_iter().zip(born.chunks(chunk)) {
-                match h {
-                    Ok(h) => out.extend(h.join().expect("preparing an individual panicked")),
-                    // No thread to be had: this part on the driver thread.
-                    Err(_) => out.extend(part.iter().map(one)),
-                }
-            }
-            out
-        })
     }
 }
 
@@ -207,18 +180,21 @@ fn prepare_one(
     (route, cache): (Route, bool),
     b: &Born,
 ) -> Prepared {
+    // The tree breeding parsed, where it did; else parsed here (for its error).
+    let parsed = match &b.program {
+        Some(p) => Ok(p.clone()),
+        None => Program::parse(problem, &b.phenotype).map(Arc::new),
+    };
     let program = match route {
         // NVRTC compiles the text itself: a phenotype the parser refuses is compiled all the
         // same; the tree, when there is one, tells the renderer whether its loops need counting.
         // Declared functions that inline past the bound fail on every route, this one included.
-        Route::Nvrtc => match Program::parse(problem, &b.phenotype) {
-            Ok(p) => Ok(Some(Arc::new(p))),
+        Route::Nvrtc => match parsed {
+            Ok(p) => Ok(Some(p)),
             Err(e @ gpfarm_gp::program::ParseError::Inlined { .. }) => Err(e.to_string()),
             Err(_) => Ok(None),
         },
-        Route::Ptx | Route::Interpreter | Route::Cpu => {
-            Program::parse(problem, &b.phenotype).map(|p| Some(Arc::new(p))).map_err(|e| e.to_string())
-        }
+        Route::Ptx | Route::Interpreter | Route::Cpu => parsed.map(Some).map_err(|e| e.to_string()),
     };
     let code = match (&program, route.compiles_individuals()) {
         (Ok(Some(p)), false) => gpfarm_kernels::interpreter::assemble(problem, p)

@@ -6,8 +6,10 @@
 use std::time::Instant;
 
 use gpfarm_client::{CompiledUnit, GpuWorker, WorkerError};
-use gpfarm_gp::{Fitness, Phenotype, evaluate_all};
+use gpfarm_gp::Fitness;
+use gpfarm_gp::program::{evaluate, evaluate_phenotype};
 use gpfarm_kernels::interpreter::PackedPopulation;
+use rayon::prelude::*;
 
 use super::{Driver, Member, Ready};
 use crate::account::Chain;
@@ -145,10 +147,20 @@ impl Driver<'_> {
         Ok(())
     }
 
-    /// The CPU evaluator's fitness of `members`, with their values written in.
-    fn cpu_fitness<'m>(&self, members: impl Iterator<Item = &'m Member>) -> Vec<Fitness> {
-        let phenotypes: Vec<Phenotype> = members.map(Member::instantiated).collect();
-        evaluate_all(self.problem, &phenotypes, self.eval_threads).into_iter().map(|e| e.fitness).collect()
+    /// The CPU evaluator's fitness of `members`, with their values written in, on the run's
+    /// threads: a member's tree where it has one and no values apart (it is its phenotype's),
+    /// else its phenotype parsed again with the values written in.
+    fn cpu_fitness<'m>(&mut self, members: impl Iterator<Item = &'m Member>) -> Vec<Fitness> {
+        let members: Vec<&Member> = members.collect();
+        let problem = self.problem;
+        let one = |m: &&Member| match &m.program {
+            Some(program) if m.params.is_empty() => evaluate(problem, program).fitness,
+            _ => evaluate_phenotype(problem, &m.instantiated()).fitness,
+        };
+        match self.pool() {
+            Some(pool) => pool.install(|| members.par_iter().map(one).collect()),
+            None => members.iter().map(one).collect(),
+        }
     }
 
     /// Evaluates members that were not compiled: by the interpreter on the GPU when the run has

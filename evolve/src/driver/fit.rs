@@ -44,9 +44,6 @@ fn fit_key(seed: u64, b: &Born) -> blake3::Hash {
     h.finalize()
 }
 
-/// Stack of the fitting threads: derivatives recurse once per nesting level, as evaluation does.
-const FIT_STACK: usize = 16 << 20;
-
 impl Driver<'_> {
     /// Fits the parameters of those of `born` the run's [`gpfarm_gp::FitConfig`] selects, records
     /// the values with the pipeline, and writes every individual's values into its phenotype.
@@ -55,6 +52,8 @@ impl Driver<'_> {
             return Ok(born);
         }
         let started = Instant::now();
+        // No pool (no threads could be started): fit on this thread.
+        let pool = self.pool();
         let config = self.pipeline.config().fit;
         let seed = self.pipeline.config().seed;
         let settings = FitSettings { iterations: config.iterations, restarts: config.restarts };
@@ -93,19 +92,17 @@ impl Driver<'_> {
         let one = |&(k, key): &(usize, blake3::Hash)| -> Option<Vec<f32>> {
             let b = &born[k];
             let fit_seed = u64::from_le_bytes(key.as_bytes()[..8].try_into().expect("8 bytes"));
-            let program = Program::parse(problem, &b.phenotype).ok()?;
-            let fitted = fit(problem, &program, &b.params, &settings, fit_seed)?;
+            let parsed;
+            let program = match &b.program {
+                Some(p) => p.as_ref(),
+                None => {
+                    parsed = Program::parse(problem, &b.phenotype).ok()?;
+                    &parsed
+                }
+            };
+            let fitted = fit(problem, program, &b.params, &settings, fit_seed)?;
             (fitted.params != b.params).then_some(fitted.params)
         };
-        if self.fit_pool.is_none() {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(self.eval_threads.get())
-                .stack_size(FIT_STACK)
-                .thread_name(|k| format!("gpfarm-fit-{k}"))
-                .build();
-            // No pool (no threads could be started): fit on this thread.
-            self.fit_pool = Some(pool.ok());
-        }
         // The GPU fits what its fitting kernel can; the CPU the rest.
         let mut fitted: Vec<Option<Option<Vec<f32>>>> = vec![None; todo.len()];
         let mut gpu_took = Duration::ZERO;
@@ -124,7 +121,7 @@ impl Driver<'_> {
         }
         let by_gpu: Vec<bool> = fitted.iter().map(Option::is_some).collect();
         let rest: Vec<usize> = (0..todo.len()).filter(|&i| fitted[i].is_none()).collect();
-        let on_cpu: Vec<Option<Vec<f32>>> = match self.fit_pool.as_ref().and_then(Option::as_ref) {
+        let on_cpu: Vec<Option<Vec<f32>>> = match pool {
             Some(pool) => pool.install(|| rest.par_iter().map(|&i| one(&todo[i])).collect()),
             None => rest.iter().map(|&i| one(&todo[i])).collect(),
         };
@@ -152,6 +149,8 @@ impl Driver<'_> {
             // interpreter and the CPU evaluator run them written in.
             if !b.params.is_empty() && !self.settings.route.compiles_individuals() {
                 b.phenotype = instantiate(&b.phenotype, &b.params);
+                // The tree breeding parsed is not this text's: admitting parses it again.
+                b.program = None;
             }
         }
         if let Some(b) = born.first() {

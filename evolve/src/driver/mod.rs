@@ -147,9 +147,9 @@ pub(crate) struct Driver<'a> {
     max_time: Option<Duration>,
     /// Park the GPU worker when the run ends ([`crate::Options::keep_gpu_worker`]).
     keep_worker: bool,
-    /// The threads that fit parameters, started at the first individual that has any (`Some(None)`:
-    /// none could be started).
-    fit_pool: Option<Option<rayon::ThreadPool>>,
+    /// Threads for breeding, preparing, the CPU's evaluation and fitting: `eval_threads` of
+    /// them, built at first use (`Some(None)`: none could be started; the driver's thread works).
+    pool: Option<Option<Arc<rayon::ThreadPool>>>,
     /// Values fitted before, by [`fit::fit_key`] (`None`: the fit moved nothing).
     fit_memo: HashMap<blake3::Hash, Option<Vec<f32>>>,
     /// Whether the GPU worker fits free parameters (it has the fitting kernel).
@@ -252,7 +252,7 @@ impl<'a> Driver<'a> {
             eval_threads: std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN),
             max_time: None,
             keep_worker: false,
-            fit_pool: None,
+            pool: None,
             fit_memo: HashMap::new(),
             fit_problem: None,
             gpu_fit: false,
@@ -347,6 +347,19 @@ impl<'a> Driver<'a> {
         (self.totals, self.pipeline)
     }
 
+    /// The run's threads (see `pool`), built at first use.
+    fn pool(&mut self) -> Option<Arc<rayon::ThreadPool>> {
+        if self.pool.is_none() {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(self.eval_threads.get())
+                .stack_size(gpfarm_gp::pipeline::PARSE_STACK)
+                .thread_name(|k| format!("gpfarm-{k}"))
+                .build();
+            self.pool = Some(pool.ok().map(Arc::new));
+        }
+        self.pool.clone().flatten()
+    }
+
     fn account(&mut self, generation: usize) -> &mut Account {
         self.accounts.entry(generation).or_default()
     }
@@ -357,7 +370,10 @@ impl<'a> Driver<'a> {
                 return Err(EvolveError::Stopped);
             }
             let bred_at = Instant::now();
-            let completed = self.pipeline.advance();
+            let completed = match self.pool() {
+                Some(pool) => pool.install(|| self.pipeline.advance()),
+                None => self.pipeline.advance(),
+            };
             let born = self.pipeline.take_born();
             self.charge_breeding(&born, bred_at.elapsed());
             let last = completed.last().map(|s| s.generation);
@@ -376,7 +392,10 @@ impl<'a> Driver<'a> {
                 return Ok(());
             }
             let born = self.fit(born)?;
+            let admitted_at = Instant::now();
+            let generations: Vec<usize> = born.iter().map(|b| b.generation).collect();
             let progress = self.admit(born)?;
+            self.charge_admitting(&generations, admitted_at.elapsed());
             if let Some(generation) = self.pipeline.awaiting_migration() {
                 self.migrate(generation)?;
                 continue;
@@ -439,6 +458,16 @@ impl<'a> Driver<'a> {
     }
 
     /// Breeding time goes to the generations bred, by their share of the individuals.
+    fn charge_admitting(&mut self, generations: &[usize], took: Duration) {
+        if generations.is_empty() {
+            return;
+        }
+        let share = took / generations.len() as u32;
+        for &g in generations {
+            self.account(g).admit += share;
+        }
+    }
+
     fn charge_breeding(&mut self, born: &[Born], took: Duration) {
         if born.is_empty() {
             return;
