@@ -76,6 +76,11 @@ fn wide_programs_go_to_the_gpu_only_where_they_are_differentiated_in_reverse() {
     assert!(!fitted_in_reverse(&narrow.words) && fits_on_gpu(&narrow.words, np, narrow.depth));
     let (double, _) = code("p[0] * 07.35 * x1");
     assert!(!fitted_in_reverse(&double.words));
+    // Protected division in float is differentiated in reverse; in double, forward.
+    let (pdivf, _) = code(&format!("pdivf({}, p[90] * x2)", sum(90)));
+    assert!(fitted_in_reverse(&pdivf.words));
+    let (pdiv, _) = code(&format!("pdiv({}, p[90] * x2 * 1.0)", sum(90)));
+    assert!(!fitted_in_reverse(&pdiv.words));
     // Too many parameters for any kernel.
     let (widest, np) = code(&(0..130).map(|k| format!("p[{k}]")).collect::<Vec<_>>().join(" + "));
     assert!(fitted_in_reverse(&widest.words) && !fits_on_gpu(&widest.words, np, widest.depth));
@@ -117,6 +122,8 @@ fn programs() -> Vec<String> {
         "expf(p[0] * x1) - tanhf(p[1] * x2) + logf(fabsf(p[2] * x3) + 1.0f) + sqrtf(fabsf(p[3]) + x4)",
         "x1 > p[0] ? p[1] * x2 : cosf(p[2] * x3)",
         "fminf(p[0] * x1, x2) + fmaxf(p[1], x3) + powf(fabsf(p[2]) + 1.0f, x4)",
+        // Protected division, its divisors on both sides of 0.001 from case to case.
+        "pdivf(p[0] * x1, p[1] * x2 - 0.5f) + pdivf(x3, p[2] * 0.002f) + pdiv(p[3] * x4 * 1.0, p[4] * 0.001)",
         "p[0] * 07.35 * x1 + (float)(p[1] * 1.5) / (x2 + 2.0f)",
         "(p[0] - x1) / (p[1] + x2 * x2 + 1.0f) - p[2] * p[3] * x5",
         // Wider than the narrowest kernel.
@@ -134,6 +141,12 @@ fn programs() -> Vec<String> {
             .into(),
     );
     all.push("x1 > p[0] ? p[1] * x2 + p[2] * x3 + p[3] * x4 + p[4] : p[5] * x5 + p[6] * x1 + p[7]".into());
+    // Protected division in reverse.
+    all.push(
+        "pdivf(p[0] * x1, p[1] * x2 - 0.5f) + pdivf(x3, p[2] * 0.002f) + p[3] * x4 + p[4] * x5 + p[5] \
+         + pdivf(p[6], x1 - 0.5f) * p[7] + p[8] * x2"
+            .into(),
+    );
     // Wider than 32.
     all.push(format!("sinf({}) * p[40] + p[41]", wide.join(" + ")));
     // Wider than 64: the widest kernel, in reverse only.

@@ -443,7 +443,7 @@ fn twenty_generations_of_each_problem_run_on_the_gpu() {
 #[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
 fn a_while_loop_population_has_one_fitness_on_every_route() {
     let (compared, failing) =
-        every_route_gives_the_cpu_s_fitness("while_loops_every_route", "examples/while-search", true, 0.0);
+        every_route_gives_the_cpu_s_fitness("while_loops_every_route", example("while-search"), true, 0.0);
     eprintln!("while loops: {compared} fitness values compared, {failing} CPU failures among them");
     assert!(failing > 0, "the population must hold programs that fail");
 }
@@ -457,24 +457,99 @@ fn a_while_loop_population_has_one_fitness_on_every_route() {
 #[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
 fn declared_functions_give_one_fitness_on_every_route() {
     let (compared, _) =
-        every_route_gives_the_cpu_s_fitness("declared_functions", "examples/functions", false, 1e-6);
+        every_route_gives_the_cpu_s_fitness("declared_functions", example("functions"), false, 1e-6);
     assert!(compared > 500, "{compared}");
 }
 
-/// The random population (seeds 7 and 8) of the problem in `dir`, under its own step limit and,
-/// with `limits`, under 40 steps: the CPU evaluator, the interpreter, NVRTC (kernels and switch)
+/// A problem over x1 and x2 whose grammar calls protected division in every form: `pdivf` of
+/// any two subexpressions and of a constant divisor (0.0005f, 0.001f, -0.002f, ...), `pdiv` of two
+/// floats (the float form), of a double or an int divisor (the double form), and a declared
+/// function whose body calls `pdivf` (so every NVRTC unit must define it before the declared
+/// functions). Its cases hold divisors at 0, below, at and just past the threshold.
+fn protected_division_problem() -> Problem {
+    let toml = r#"
+name = "protected_division"
+kind = "expression"
+fitness = "rmse"
+start = "e"
+
+[[inputs]]
+name = "x1"
+type = "float"
+
+[[inputs]]
+name = "x2"
+type = "float"
+
+[[outputs]]
+name = "y"
+type = "float"
+
+[target]
+type = "float"
+
+[[functions]]
+name = "ratio"
+params = ["a", "b"]
+body = "pdivf(a, b - 0.5f)"
+"#;
+    let grammar =
+        "<e> ::= <e> + <e> | <e> - <e> | <e> * <e> | pdivf(<e>, <e>) | pdivf(<e>, <c>) | pdiv(<e>, <e>)
+        | pdiv(<e>, <k>) | ratio(<e>, <e>) | <v> | <v> | <c>
+<v> ::= x1 | x2
+<c> ::= <d>.<d>f | 0.00<d>f | -0.00<d>f | 0.0005f | 0.001f | -0.002f
+<k> ::= <d>.<d> | 0.00<d> | 0.0005 | -0.002 | <d>
+<d> ::= 0 | 1 | 2 | 3 | 4 | 5 | 6 | 7 | 8 | 9
+";
+    let special = [0.0f32, 0.0005, -0.0005, 0.001, -0.001, 0.0010001, -0.002, 0.5, 0.5005, 0.501];
+    let mut cases = Vec::new();
+    for k in 0..200usize {
+        let x1 = special.get(k).copied().unwrap_or(((k as f32) * 0.7361).sin() * 2.0);
+        let x2 = special.get(k % 37).copied().unwrap_or(((k as f32) * 1.3187).cos() * 2.0);
+        cases.push(format!("{{\"x1\": {x1:e}, \"x2\": {x2:e}, \"target\": {:e}}}", x1 * x2 + 1.0));
+    }
+    let cases = format!("[{}]", cases.join(",\n"));
+    let template = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/functions/template.cu"),
+    )
+    .unwrap();
+    let sources = gpfarm_gp::problem::ProblemSources { toml, grammar, cases: &cases, template: &template };
+    Problem::from_sources("protected_division", &sources).unwrap()
+}
+
+/// Protected division's random population (two seeds): the CPU evaluator, the interpreter, NVRTC
+/// (kernels and switch, calling the unit's `pdivf`/`pdiv`) and PTX (kernels and switch, `abs`,
+/// `setp`, `div.rn`, `selp`) give every individual the CPU's fitness within 1e-6 (relative): the
+/// outputs are the same (`+ - *` and IEEE division, the same test against 0.001 in the call's
+/// type), and the root mean squared error is summed in another order on the GPU than on the CPU.
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
+fn protected_division_gives_one_fitness_on_every_route() {
+    let problem = protected_division_problem();
+    let phenotypes = random_phenotypes(&problem, 7);
+    let calls = phenotypes.iter().filter(|p| p.as_str().contains("pdiv")).count();
+    assert!(calls > 150 && calls * 2 > phenotypes.len(), "{calls} of {} call pdiv", phenotypes.len());
+    let (compared, _) = every_route_gives_the_cpu_s_fitness("protected_division", problem, false, 1e-6);
+    assert!(compared > 500, "{compared}");
+}
+
+/// The example problem in `examples/<name>`.
+fn example(name: &str) -> Problem {
+    Problem::load(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(name)).unwrap()
+}
+
+/// The random population (seeds 7 and 8) of `loaded`, under its own step limit and, with
+/// `limits`, under 40 steps: the CPU evaluator, the interpreter, NVRTC (kernels and switch)
 /// and PTX (kernels and switch) give every individual the same fitness, bit for bit with
 /// `tolerance` 0, else within it (relative). Returns the
 /// values compared and the CPU's failures.
 fn every_route_gives_the_cpu_s_fitness(
     label: &str,
-    dir: &str,
+    loaded: Problem,
     limits: bool,
     tolerance: f64,
 ) -> (usize, usize) {
     let arch = require_gpu(label);
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
-    let loaded = Problem::load(&dir).unwrap();
     let mut farm = Farm::spawn(config(cores())).unwrap();
     let options =
         CompileOptions { flags: vec![gpfarm_evolve::NO_FMAD.into()], ..CompileOptions::cubin(arch) };

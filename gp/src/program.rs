@@ -12,6 +12,8 @@
 //!   double. `sinf` and the other `f` functions take and return float; the unsuffixed
 //!   names follow C++ overloading (float for float arguments, double otherwise).
 //! - Floating to int truncates toward zero, saturating, with NaN giving 0 (`cvt.rzi`).
+//! - `pdivf(a, b)` is `fabsf(b) > 0.001f ? a / b : 1.0f` and `pdiv(a, b)` the same in double
+//!   (protected division; NaN `b` gives 1), as every NVRTC unit defines them ([`MATH_HELPERS`]).
 //! - Reading an `int[]` input wraps the index into `[0, len)` (`m = k % n; if (m < 0)
 //!   m += n;`), exactly as the templates' `operator[]` does.
 //! - Locals and statement outputs start at zero; loops stop the program (invalid, worst
@@ -24,7 +26,7 @@
 mod lex;
 mod parse;
 mod run;
-pub(crate) use run::{fn1_f64, fn2_f64};
+pub(crate) use run::{fn1_f64, fn2_f32, fn2_f64};
 mod tangent;
 mod tape;
 mod value;
@@ -90,6 +92,21 @@ static __device__ inline bool gpfarm_step(unsigned long long& steps)\n\
 {{\n    if (++steps > gpfarm_max_steps) __trap();\n    return true;\n}}\n"
     )
 }
+
+/// CUDA C that opens every NVRTC unit, before the template's preamble and the problem's declared
+/// functions (whose bodies may call them): the math functions of the phenotype language that CUDA
+/// does not have. `pdivf(a, b)` and `pdiv(a, b)`, protected division ([`tree::Fn2::Pdiv`]): the
+/// quotient where `|b| > 0.001` in the call's type, else 1 (NaN `b` gives 1). `pdiv` follows C++
+/// overloading as the parser types it: float for two floats, double for any other arguments (the
+/// template takes every mixed call, which would otherwise resolve to the float form).
+pub const MATH_HELPERS: &str = "\
+// gpfarm: protected division, pdivf/pdiv(a, b): a / b where |b| > 0.001, else 1.
+static __device__ inline float pdivf(float a, float b) { return fabsf(b) > 0.001f ? a / b : 1.0f; }
+static __device__ inline double pdiv(double a, double b) { return fabs(b) > 0.001 ? a / b : 1.0; }
+static __device__ inline float pdiv(float a, float b) { return pdivf(a, b); }
+template <typename A, typename B>
+static __device__ inline double pdiv(A a, B b) { return pdiv((double)a, (double)b); }
+";
 
 /// The name of a unit's failure flags in [`step_helper`], which the GPU evaluator reads.
 pub const FAILED_FLAGS: &str = "gpfarm_failed";

@@ -10,7 +10,9 @@
 //!   integer `n` joins them;
 //! - `fabs` is dropped around what is never negative (`exp`, `sqrt`, `fabs`, even powers,
 //!   constants, and positive sums of them) and takes a constant factor out (`fabs(-2*x)` is `2*fabs(x)`); `log(exp(e))`
-//!   is `e`.
+//!   is `e`;
+//! - protected division `pdiv(a, b)` stays a call (it is 1, not a quotient, where `|b| <= 0.001`);
+//!   of constants it folds, its threshold in the call's type.
 //!
 //! These are identities of real numbers, not of float arithmetic. The simplified program is
 //! evaluated in float as the original is; it computes the same values within rounding (the
@@ -36,8 +38,8 @@ pub struct Readable {
     /// The simplified program, for the same problem (float literals, float math functions).
     pub code: Phenotype,
     /// The formula in plain text: the problem's variable names, `+ - * / ^`, `sin cos tan
-    /// exp log sqrt abs tanh min max`, and numbers as the shortest decimal that reads back as
-    /// the float.
+    /// exp log sqrt abs tanh min max pdiv` (`pdiv(a, b)` is protected division: `a / b` where
+    /// `|b| > 0.001`, else 1), and numbers as the shortest decimal that reads back as the float.
     pub formula: String,
     /// The simplified program's size ([`Program::size`]).
     pub size: usize,
@@ -185,7 +187,9 @@ impl Builder<'_> {
                 acc
             }
             Expr::Call1(f, Ty::Float | Ty::Double, a) => self.call(*f, self.expr(a)?)?,
-            Expr::Call2(f, Ty::Float | Ty::Double, a, b) => self.call2(*f, self.expr(a)?, self.expr(b)?)?,
+            Expr::Call2(f, ty @ (Ty::Float | Ty::Double), a, b) => {
+                self.call2(*f, *ty, self.expr(a)?, self.expr(b)?)?
+            }
             _ => return None,
         })
     }
@@ -266,11 +270,17 @@ impl Builder<'_> {
         })
     }
 
-    fn call2(&self, f: Fn2, a: Sym, b: Sym) -> Option<Sym> {
-        if let (Sym::Num(x), Sym::Num(y)) = (&a, &b)
-            && let Some(v) = folded(crate::program::fn2_f64(f, *x, *y))
-        {
-            return Some(v);
+    /// `f(a, b)` computed in `ty`. `pdiv` stays a call (of constants it folds, its threshold
+    /// in `ty`): it is not a quotient below its threshold.
+    fn call2(&self, f: Fn2, ty: Ty, a: Sym, b: Sym) -> Option<Sym> {
+        if let (Sym::Num(x), Sym::Num(y)) = (&a, &b) {
+            let v = match (f, ty) {
+                (Fn2::Pdiv, Ty::Float) => f64::from(crate::program::fn2_f32(f, *x as f32, *y as f32)),
+                _ => crate::program::fn2_f64(f, *x, *y),
+            };
+            if let Some(v) = folded(v) {
+                return Some(v);
+            }
         }
         Some(match (f, b) {
             (Fn2::Pow, Sym::Num(n)) if n.fract() == 0.0 && n.abs() <= MAX_POWER => {
@@ -433,6 +443,7 @@ fn print(s: &Sym, names: &[Option<String>], style: Style) -> (String, u8) {
                 (Fn2::Pow, Style::Formula) => (format!("{}^{}", wrap(a, ATOM), wrap(b, ATOM)), POWER),
                 (Fn2::Fmin, Style::Formula) => (format!("min({}, {})", a.0, b.0), ATOM),
                 (Fn2::Fmax, Style::Formula) => (format!("max({}, {})", a.0, b.0), ATOM),
+                (Fn2::Pdiv, Style::Formula) => (format!("pdiv({}, {})", a.0, b.0), ATOM),
                 (f, Style::C) => (format!("{}f({}, {})", f.c_name(), a.0, b.0), ATOM),
             }
         }
@@ -542,6 +553,25 @@ mod tests {
         assert_eq!(simplify("1.0f / (x + y)").formula, "1/(x + y)");
         assert_eq!(simplify("sinf(x) + -sinf(x) * 3.0f").formula, "-2*sin(x)");
         assert_eq!(simplify("x * x * 4.0f").size, 5, "{:?}", simplify("x * x * 4.0f"));
+    }
+
+    /// `pdiv` is a call of its own, never a quotient (it is 1 below its threshold); of constants
+    /// it folds, deciding in the call's type.
+    #[test]
+    fn protected_division_stays_a_call_and_folds_with_its_threshold() {
+        let r = simplify("pdivf(x + x, y) * 2.0f");
+        assert_eq!(r.formula, "2*pdiv(2*x, y)");
+        assert!(r.code.as_str().contains("pdivf("), "{}", r.code.as_str());
+        assert_eq!(simplify("pdivf(x, x)").formula, "pdiv(x, x)");
+        assert_eq!(simplify("pdiv(x * 1.0, 4.0)").formula, "pdiv(x, 4)");
+        assert_eq!(simplify("x + pdivf(1.0f, 0.0f)").formula, "x + 1");
+        assert_eq!(simplify("x + pdivf(1.0f, 0.0005f)").formula, "x + 1");
+        assert_eq!(simplify("x + pdivf(-1.0f, -0.002f)").formula, format!("x + {:?}", -1.0f32 / -0.002f32));
+        // 0.001f is not above 0.001f, but (double)0.001f is above 0.001.
+        assert_eq!(simplify("x * pdivf(2.0f, 0.001f)").formula, "x");
+        let quotient = (2.0 / f64::from(0.001f32)) as f32;
+        assert_eq!(simplify("x * pdiv(2.0, (double)0.001f)").formula, format!("{quotient:?}*x"));
+        assert_eq!(plain("pdivf(x, 2.0f) + pdiv(y, 1.0)"), "pdiv(x, 2) + pdiv(y, 1)");
     }
 
     #[test]

@@ -80,6 +80,8 @@ fn a_bad_declaration_is_a_clear_error_naming_its_field() {
         (TOML.replace("a / (1.0f + fabsf(a))", "a / (1.0f + q)"), "functions[0].body"),
         (TOML.replace("softsign(a) * b", "later(a) * b"), "functions[1].body"),
         (TOML.replace("name = \"mix\"", "name = \"sinf\""), "functions[1].name"),
+        (TOML.replace("name = \"mix\"", "name = \"pdiv\""), "functions[1].name"),
+        (TOML.replace("name = \"mix\"", "name = \"pdivf\""), "functions[1].name"),
         (TOML.replace("name = \"mix\"", "name = \"x\""), "functions[1].name"),
         (TOML.replace("params = [\"a\", \"b\"]", "params = [\"a\", \"a\"]"), "functions[1].params"),
         (TOML.replace("params = [\"a\", \"b\"]", "params = []"), "functions[1].params"),

@@ -89,6 +89,46 @@ fn derivatives_are_the_analytic_ones() {
     }
 }
 
+/// `pdivf(p[0] * x, p[1] * x)` (x = 1, ..., 64): the outputs are `a / b` where `|b| > 0.001f`,
+/// else 1, and the derivatives division's there and 0 elsewhere, for divisors that are all 0,
+/// all below the threshold, cross it (`p[1] = 0.001f / 8`: at x = 8 the divisor is 0.001f, not
+/// above it),
+/// all above it negative, and NaN.
+#[test]
+fn protected_division_is_differentiated_as_division_past_its_threshold_only() {
+    let problem = keijzer6();
+    let x = xs(&problem);
+    let program = Program::parse(&problem, &Phenotype::new("pdivf(p[0] * x, p[1] * x)")).unwrap();
+    let (mut divided, mut constant) = (0, 0);
+    for p in [[1.5f32, 0.0], [1.5, 0.00001], [-2.5, 0.001 / 8.0], [0.75, -0.002], [1.0, f32::NAN]] {
+        let lin = program.linearize(&problem, &p, 1000).unwrap();
+        for (c, &xc) in x.iter().enumerate() {
+            let xf = xc as f32;
+            let (a, b) = (p[0] * xf, p[1] * xf);
+            let (value, da, db) = if b.abs() > 0.001f32 {
+                divided += 1;
+                let (a, b) = (f64::from(a), f64::from(b));
+                (a as f32 / b as f32, xc / b, -a * xc / (b * b))
+            } else {
+                constant += 1;
+                (1.0, 0.0, 0.0)
+            };
+            assert_eq!(lin.outputs[c].to_bits(), value.to_bits(), "p {p:?} case {c}");
+            for (k, (got, want)) in lin.jacobian[c * 2..c * 2 + 2].iter().zip([da, db]).enumerate() {
+                assert!(
+                    (got - want).abs() <= 1e-9 * want.abs() && (want == 0.0) == (*got == 0.0),
+                    "p {p:?} case {c}, p[{k}]: {got} against {want}"
+                );
+            }
+        }
+    }
+    assert!(divided > 100 && constant > 100, "{divided} divided, {constant} constant");
+    // The crossing: at x = 8 the divisor is 0.001f exactly, which is not above 0.001f; at 9 it is.
+    let lin = program.linearize(&problem, &[1.0, 0.001 / 8.0], 1000).unwrap();
+    assert_eq!((x[7], lin.outputs[7], lin.jacobian[2 * 7 + 1]), (8.0, 1.0, 0.0));
+    assert!(lin.jacobian[2 * 8 + 1] < 0.0 && lin.outputs[8] == 9.0f32 / (0.001f32 / 8.0 * 9.0));
+}
+
 #[test]
 fn fitting_a_model_linear_in_its_parameters_reaches_the_least_squares_solution() {
     let problem = keijzer6();

@@ -33,9 +33,22 @@ pub(crate) fn arith(op: ArithOp, x: Value, y: Value) -> Option<Value> {
 /// fold when the host raises an exception other than inexact (invalid, division by zero,
 /// overflow, underflow); those calls are left to run on the GPU, recognised by a result that is
 /// not finite or is subnormal (or zero from a nonzero exact result's underflow, for `exp` and
-/// `pow`). `sqrt`, `fabs`, `fmin`, `fmax` are exact either way. `name` is the base name (`sin`
-/// for `sinf` and `sin`); the type is `ty`.
+/// `pow`). `sqrt`, `fabs`, `fmin`, `fmax` are exact either way. `pdiv` is no library call but
+/// every unit's inline function (a comparison, a division and a select, which NVVM folds whatever
+/// the operands): it is computed in its own type, always. `name` is the base name (`sin` for
+/// `sinf` and `sin`); the type is `ty`.
 pub(crate) fn call(name: &str, ty: Ty, args: &[Value]) -> Option<Value> {
+    if name == "pdiv" {
+        return match (ty, args) {
+            (Ty::Float, [Value::Float(x), Value::Float(y)]) => {
+                Some(Value::Float(if y.abs() > 0.001f32 { x / y } else { 1.0 }))
+            }
+            (Ty::Double, [Value::Double(x), Value::Double(y)]) => {
+                Some(Value::Double(if y.abs() > 0.001 { x / y } else { 1.0 }))
+            }
+            _ => None,
+        };
+    }
     let mut xs = [0.0f64; 2];
     for (x, a) in xs.iter_mut().zip(args) {
         *x = match *a {

@@ -1,5 +1,7 @@
-//! Rendering phenotypes into translation units: each unit is the problem's preamble once, then
-//! its individuals in one of two shapes ([`gpfarm_protocol::Shape`]): an `extern "C" __global__` kernel each, made
+//! Rendering phenotypes into translation units: each unit is the phenotype language's own math
+//! functions ([`gpfarm_gp::program::MATH_HELPERS`]: `pdivf`, `pdiv`, ahead of everything that may
+//! call them), the problem's preamble once, then its individuals in one of two shapes
+//! ([`gpfarm_protocol::Shape`]): an `extern "C" __global__` kernel each, made
 //! from the template's kernel section, or each as a `__device__` function called by one switch
 //! kernel that picks the individual by its block row. For a grammar with free parameters every
 //! kernel (and device function) takes their values as its last argument, `const float* p`, and a
@@ -17,7 +19,7 @@ use std::fmt::Write as _;
 
 use gpfarm_gp::mapping::PARAM_ARRAY;
 use gpfarm_gp::problem::template::{KernelParam, ParamRole};
-use gpfarm_gp::program::{step_helper, with_step_limit};
+use gpfarm_gp::program::{MATH_HELPERS, step_helper, with_step_limit};
 use gpfarm_gp::{KernelName, Phenotype, Problem, Program};
 
 /// The switch kernel's parameters after `int gpfarm_first` when the problem has free parameters:
@@ -62,13 +64,12 @@ pub(crate) type Named<'a> = (KernelName, &'a Phenotype, Option<&'a Program>);
 /// The kernel name an individual's code has in the text its cache key is computed over.
 pub(crate) const KEYED_KERNEL: &str = "gpfarm_individual";
 
-/// The text an individual's cache key is computed over: the preamble and its kernel rendered
-/// under a fixed name. Two individuals with equal texts compile to the same code.
+/// The text an individual's cache key is computed over: the unit's opening and its kernel
+/// rendered under a fixed name. Two individuals with equal texts compile to the same code.
 pub(crate) fn keyed_source(problem: &Problem, phenotype: &Phenotype, program: Option<&Program>) -> String {
-    let template = problem.template();
     let name = KernelName::new(KEYED_KERNEL).expect("a C identifier");
     let text = step_limited(problem, phenotype, program, 0);
-    let mut source = template.preamble().to_owned();
+    let mut source = unit_start(problem);
     source.push_str(&helper(problem, std::slice::from_ref(&text)));
     source.push_str(&kernel_text(problem, &name, &text, false));
     source
@@ -105,18 +106,29 @@ pub(crate) fn step_limited<'p>(
     }
 }
 
-/// One translation unit named `name`: the preamble once, then each `(kernel name, phenotype)`.
+/// One translation unit named `name`: its opening ([`unit_start`]) once, then each `(kernel
+/// name, phenotype)`.
 pub(crate) fn render_unit(problem: &Problem, members: &[Named<'_>]) -> String {
     let template = problem.template();
     let body: usize =
         members.iter().map(|(_, p, _)| p.as_str().len() + template.kernel_template().len()).sum();
     let texts = limited(problem, members);
-    let mut source = String::with_capacity(template.preamble().len() + 600 + body);
-    source.push_str(template.preamble());
+    let mut source = String::with_capacity(MATH_HELPERS.len() + template.preamble().len() + 600 + body);
+    source.push_str(&unit_start(problem));
     source.push_str(&helper(problem, &texts));
     for ((name, ..), text) in members.iter().zip(&texts) {
         source.push_str(&kernel_text(problem, name, text, false));
     }
+    source
+}
+
+/// What every unit opens with: the phenotype language's own math functions, then the problem's
+/// preamble (its declared functions, which may call them, and the template's).
+fn unit_start(problem: &Problem) -> String {
+    let preamble = problem.template().preamble();
+    let mut source = String::with_capacity(MATH_HELPERS.len() + preamble.len());
+    source.push_str(MATH_HELPERS);
+    source.push_str(preamble);
     source
 }
 
@@ -131,7 +143,7 @@ fn helper(problem: &Problem, texts: &[Cow<'_, Phenotype>]) -> String {
     step_helper(problem.max_steps(), if counts { texts.len() } else { 0 })
 }
 
-/// One translation unit holding the switch kernel `name` ([`gpfarm_protocol::Shape::Switch`]): the preamble,
+/// One translation unit holding the switch kernel `name` ([`gpfarm_protocol::Shape::Switch`]): its opening,
 /// each member's kernel as a device function ([`gpfarm_gp::Template::render_device_function`]), and a
 /// kernel with the problem's parameters `params` and `int first` whose block row `y` calls
 /// member `first + y` with its output pointers moved `y * NCASES` values on. The template must
@@ -142,9 +154,8 @@ pub(crate) fn render_switch_unit(
     name: &KernelName,
     members: &[Named<'_>],
 ) -> String {
-    let template = problem.template();
     let texts = limited(problem, members);
-    let mut source = template.preamble().to_owned();
+    let mut source = unit_start(problem);
     source.push_str(&helper(problem, &texts));
     for ((k, ..), text) in members.iter().zip(&texts) {
         source.push_str(&kernel_text(problem, k, text, true));
@@ -280,6 +291,33 @@ mod tests {
         let plain = render_unit(&problem, &[(kernel_name(0, 1), &Phenotype::new("OUTPUT = 1;"), None)]);
         assert!(!plain.contains("gpfarm_steps") && plain.contains("OUTPUT = 1;"));
         assert!(!plain.contains("gpfarm_failed"), "{plain}");
+    }
+
+    /// Every rendering opens with the definitions of `pdivf` and `pdiv`, before the preamble and
+    /// the problem's declared functions, whose bodies may call them.
+    #[test]
+    fn protected_division_is_defined_first_in_every_rendering() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/functions");
+        let problem = Problem::load(&dir).unwrap();
+        let p = Phenotype::new("pdivf(x1, x2) + pdiv(x1, 2) + softsign(x1)");
+        Program::parse(&problem, &p).unwrap();
+        let k = kernel_name(0, 0);
+        let unit = render_unit(&problem, &[(k.clone(), &p, None)]);
+        let switch =
+            render_switch_unit(&problem, &problem.kernel_params(), &unit_kernel_name(0, 0), &[(k, &p, None)]);
+        let keyed = keyed_source(&problem, &p, None);
+        for source in [&unit, &switch, &keyed] {
+            assert!(source.starts_with(MATH_HELPERS), "{source}");
+            assert!(source.find("float softsign(").unwrap() > MATH_HELPERS.len(), "{source}");
+            assert!(source.contains(
+                "static __device__ inline float pdivf(float a, float b) { return fabsf(b) > 0.001f ? a / b : 1.0f; }"
+            ));
+            assert!(source.contains(
+                "static __device__ inline double pdiv(double a, double b) { return fabs(b) > 0.001 ? a / b : 1.0; }"
+            ));
+            assert_eq!(source.matches("pdivf(float a, float b)").count(), 1, "{source}");
+            assert!(source.contains("pdivf(x1, x2) + pdiv(x1, 2) + softsign(x1)"), "{source}");
+        }
     }
 
     #[test]

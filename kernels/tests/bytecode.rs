@@ -159,6 +159,23 @@ const EVERYTHING: &[&str] = &[
     "y = sinf(x) + cosf(x) + expf(x / 100.0f) + logf(fabsf(x) + 1.0f) + sqrtf(fabsf(x)) + tanhf(x);",
     "y = sin(x * 1.0) + cos(x * 1.0) + exp(x / 100.0) + log(fabs(x * 1.0) + 1.0) + sqrt(fabs(x * 1.0)) + tanh(x * 1.0);",
     "y = powf(fabsf(x), 1.5f) + fminf(x, 2.0f) + fmaxf(x, -1.0f) + pow(fabs(x), 0.5) + fmin(x, 2.0) + fmax(x, 1.0);",
+    // Protected division, one divisor each: 0, below the threshold (0.0005), past it negative
+    // (-0.002), at it (0.001f, not above 0.001f; as a double above 0.001), NaN, and divisors of
+    // the cases on both sides of it (x * 0.0002 is 0.0015 at x = 7.5, 0.00045 at 2.25).
+    "y = pdivf(x, 0.0f);",
+    "y = pdivf(x, 0.0005f) + pdivf(x, -0.0005f) * 2.0f;",
+    "y = pdivf(x, -0.002f);",
+    "y = pdivf(x, 0.001f);",
+    "y = pdivf(x, sqrtf(-1.0f - fabsf(x)));",
+    "y = pdivf(1.0f, x * 0.0002f);",
+    "y = pdivf(x, x);",
+    "y = pdiv(x * 1.0, 0.0);",
+    "y = pdiv(x * 1.0, 0.0005);",
+    "y = pdiv(x * 1.0, -0.002);",
+    "y = pdiv(x, (double)0.001f);",
+    "y = pdiv(x * 1.0, sqrt(-1.0 - fabs(x * 1.0)));",
+    "y = pdiv(1.0, x * 0.0002);",
+    "y = pdiv(x, 2) + pdiv(n, x);",
     "for (i = 0; i < LEN; i++) { f = f + A[i] * x; } y = f + A[n % 7] + A[-n] + A[i - 9];",
     "i = 0; while (i < 20) { i = i + 3; if (i > n) { f = f + 1.0f; } } y = f + (int)(x * 3.7f) + (int)(x * 1.1);",
     "f = (float)(x * 1.0); i = (int)f; y = (double)i + f + (float)n + (double)n + (float)(n * 1.0);",
@@ -282,6 +299,41 @@ fn constants_fold_as_the_ptx_route_folds_them() {
     let (Column::Float(a), Column::Float(b)) = (&a[0], &b[0]) else { panic!() };
     for (x, y) in a.iter().zip(b) {
         assert!((x - y).abs() <= 1e-5 * y.abs().max(1.0), "{x} {y}");
+    }
+}
+
+/// Protected division of constants folds as the PTX route folds it, the threshold in the call's
+/// type: `pdivf(3, 0.001f)` is 1, `pdiv(3, (double)0.001f)` divides; folded or not, the same bits.
+#[test]
+fn protected_division_of_constants_folds_with_its_threshold() {
+    let problem = everything();
+    for (text, value) in [
+        ("y = x * pdivf(3.0f, 0.001f);", Some(1.0f32)),
+        ("y = x * pdivf(3.0f, 0.0f);", Some(1.0)),
+        ("y = x * pdivf(3.0f, 0.0005f);", Some(1.0)),
+        ("y = x * pdivf(3.0f, -0.002f);", Some(3.0 / -0.002f32)),
+        ("y = x * pdivf(3.0f, 0.0f / 0.0f);", Some(1.0)),
+        ("y = x * pdiv(3.0, (double)0.001f);", None),
+    ] {
+        let program = Program::parse(&problem, &Phenotype::new(text)).unwrap();
+        let folded = assemble(&problem, &program).unwrap();
+        let ops: Vec<Op> = interpreter::walk(&folded.words).map(Option::unwrap).collect();
+        assert!(!ops.contains(&Op::PdivF) && !ops.contains(&Op::PdivD), "{text}: {ops:?}");
+        match value {
+            Some(v) => assert!(folded.words.contains(&v.to_bits()), "{text}: {:?}", folded.words),
+            None => {
+                let bits = (3.0 / f64::from(0.001f32)).to_bits();
+                assert!(
+                    folded.words.contains(&(bits as u32)) && folded.words.contains(&((bits >> 32) as u32))
+                );
+            }
+        }
+        let plain = assemble_with(&problem, &program, Folding::None).unwrap();
+        let unfolded: Vec<Op> = interpreter::walk(&plain.words).map(Option::unwrap).collect();
+        assert!(unfolded.contains(&Op::PdivF) || unfolded.contains(&Op::PdivD), "{text}");
+        let (a, b) = (exec::run(&problem, &folded, 10).unwrap(), exec::run(&problem, &plain, 10).unwrap());
+        assert!(same_columns(&a, &b), "{text}: {a:?} folded, {b:?} not");
+        assert!(same_columns(&a, &program.run_with_limit(&problem, 10).unwrap()), "{text}");
     }
 }
 

@@ -132,7 +132,8 @@ fn multiplier5_populations_assemble() {
 }
 
 /// Every construct of the subset in one statement problem with float and int locals, and every
-/// math function in both forms.
+/// math function in both forms (protected division with a divisor known only at run time and a
+/// constant one).
 #[test]
 fn every_construct_assembles() {
     let Some(ptxas) = ptxas_or_skip("every_construct_assembles") else {
@@ -145,10 +146,13 @@ fn every_construct_assembles() {
          tmp = SEARCH > 2 ? (int)sqrtf(SEARCH) : (int)(fabs(SEARCH / 3.0) + fmaxf(1.0f, tmp) + fmin(2, 3.5)); \
          tmp = (int)(sinf(tmp) + cosf(tmp) + expf(tmp) + logf(tmp) + tanhf(tmp) + powf(tmp, 2.0f)); \
          tmp = (int)(sin(tmp) + cos(tmp) + exp(tmp) + log(tmp) + tanh(tmp) + pow(tmp, 0.5)); \
+         tmp = (int)(pdivf(tmp, SEARCH) + pdiv(tmp, 0.5) + pdiv(SEARCH * 1.0, tmp) + pdivf(2.0f, 0.0005f)); \
          tmp /= 3; tmp -= INPUT[-7]; if (tmp != 2.5f) { } i--; OUTPUT = OUTPUT >= tmp; OUTPUT = OUTPUT <= 1e300;",
     );
     let keijzer = Problem::builtin("keijzer6").unwrap();
-    let expression = Phenotype::new("x > 1 ? -x : (double)x / 07.35 + (x != x) - !x + (float)(int)x");
+    let expression = Phenotype::new(
+        "x > 1 ? -x : (double)x / 07.35 + (x != x) - !x + (float)(int)x + pdivf(1.0f, x - 1.0f) + pdiv(x, x * 1.0)",
+    );
     let ptx = keyed_ptx(&problem, &statements, SmArch::SM_90).unwrap();
     assemble(&ptxas, "search_constructs.ptx", &ptx);
     let ptx = keyed_ptx(&keijzer, &expression, SmArch::SM_90).unwrap();

@@ -4,7 +4,9 @@
 //! listed here, so both sides of the link take their names and signatures from this one table.
 //!
 //! `sqrtf`, `fabsf`, `fminf`, `fmaxf` and their double forms need no library: the emitter writes
-//! the single PTX instruction NVRTC writes for them (`sqrt.rn`, `abs`, `min`, `max`).
+//! the single PTX instruction NVRTC writes for them (`sqrt.rn`, `abs`, `min`, `max`). Nor does
+//! protected division, `pdivf`/`pdiv`: the emitter writes it as `abs`, `setp.gt`, `div.rn` and
+//! `selp`.
 
 /// A floating type of a math function's arguments and result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

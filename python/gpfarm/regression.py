@@ -110,6 +110,7 @@ _BUILTIN_OPERATORS: Dict[str, Tuple[int, str]] = {
     "pow": (2, "powf({0}, {1})"),
     "min": (2, "fminf({0}, {1})"),
     "max": (2, "fmaxf({0}, {1})"),
+    "pdiv": (2, "pdivf({0}, {1})"),
 }
 
 #: Operator sets by name.
@@ -612,9 +613,19 @@ class SymbolicRegressor(_Mixin, _Base):
 
 #: NumPy's types for C's.
 _TYPES = {"float": numpy.float32, "double": numpy.float64, "int": numpy.int32}
+
+
+def _pdiv(a: Any, b: Any) -> Any:
+    """Protected division in the operands' type: a / b where |b| > 0.001 (0.001f in float32),
+    else 1 (NaN b gives 1)."""
+    t = numpy.result_type(a, b).type
+    return numpy.where(numpy.abs(b) > t(0.001), a / b, t(1))
+
+
 _FUNCTIONS = {
     "sin": numpy.sin, "cos": numpy.cos, "exp": numpy.exp, "log": numpy.log, "sqrt": numpy.sqrt,
     "fabs": numpy.abs, "tanh": numpy.tanh, "pow": numpy.power, "fmin": numpy.fmin, "fmax": numpy.fmax,
+    "pdiv": _pdiv,
 }
 _BINARY = {"+": numpy.add, "-": numpy.subtract, "*": numpy.multiply, "/": numpy.divide}
 
@@ -646,7 +657,7 @@ def compute(steps: Sequence[Tuple[str, str, float]], data: Any, params: Optional
                 b = _as(stack.pop(), t)
                 a = _as(stack.pop(), t)
                 stack.append(_BINARY[op](a, b))
-            elif op in ("pow", "fmin", "fmax"):
+            elif op in ("pow", "fmin", "fmax", "pdiv"):
                 b = _as(stack.pop(), t)
                 a = _as(stack.pop(), t)
                 stack.append(_as(_FUNCTIONS[op](a, b), t))
@@ -658,16 +669,21 @@ def compute(steps: Sequence[Tuple[str, str, float]], data: Any, params: Optional
 
 def to_sympy(formula: str, names: Sequence[str], functions: Sequence[str] = ()) -> Any:
     """`formula` (a model's plain-text formula) as a SymPy expression over symbols `names`;
-    calls of `functions` (operators of your own) are SymPy functions of those names."""
+    calls of `functions` (operators of your own) are SymPy functions of those names. Protected
+    division `pdiv(a, b)` becomes `Piecewise((a/b, Abs(b) > 1/1000), (1, True))`."""
     try:
         import sympy
         from sympy.parsing.sympy_parser import parse_expr, standard_transformations
     except ImportError:
         raise ImportError("SymPy is needed to export models: pip install sympy") from None
+
+    def pdiv(a: Any, b: Any) -> Any:
+        return sympy.Piecewise((a / b, sympy.Abs(b) > sympy.Rational(1, 1000)), (1, True))
+
     local = {n: sympy.Symbol(n) for n in names}
     local.update(
         sin=sympy.sin, cos=sympy.cos, tan=sympy.tan, exp=sympy.exp, log=sympy.log, sqrt=sympy.sqrt,
-        abs=sympy.Abs, tanh=sympy.tanh, min=sympy.Min, max=sympy.Max, pow=sympy.Pow,
+        abs=sympy.Abs, tanh=sympy.tanh, min=sympy.Min, max=sympy.Max, pow=sympy.Pow, pdiv=pdiv,
     )
     local.update({f: sympy.Function(f) for f in functions})
     return parse_expr(formula.replace("^", "**"), local_dict=local, transformations=standard_transformations)

@@ -481,7 +481,7 @@ fn outputs(py: Python<'_>, directory: std::path::PathBuf, phenotype: &str) -> Py
 /// `p[k]`), in postfix order with C's types, for NumPy to compute in memory as the CPU
 /// evaluator does: `(op, type, value)` where op is `const` (value the literal), `input`
 /// (value the column), `param` (value k), `convert` (to the type), `neg`, `+ - * /`, or a math
-/// function (`sin`, ... `pow`, `fmin`, `fmax`), computed in the type (`float`, `double` or
+/// function (`sin`, ... `pow`, `fmin`, `fmax`, `pdiv`), computed in the type (`float`, `double` or
 /// `int`). `None` when the program uses anything else (ints beyond literals, comparisons, `?:`,
 /// statements); `ValueError` when it does not parse.
 #[pyfunction]

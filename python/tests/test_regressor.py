@@ -229,12 +229,38 @@ def test_models_are_reported_simplified_and_export_to_sympy_and_latex():
     assert str(gpfarm.regression.to_sympy("2*x^2 + abs(-3)", ["x"])) == "2*x**2 + 3"
 
 
+def test_protected_division_exports_as_a_piecewise_with_its_threshold():
+    sympy = pytest.importorskip("sympy")
+    x, y = sympy.symbols("x y")
+    expr = gpfarm.regression.to_sympy("pdiv(x, y) + 1", ["x", "y"])
+    assert expr.has(sympy.Piecewise) and expr.free_symbols == {x, y}
+    f = sympy.lambdify([x, y], expr, "numpy")
+    with np.errstate(all="ignore"):
+        for b, want in [(0.0, 2.0), (0.0005, 2.0), (-0.0005, 2.0), (0.001, 2.0), (-0.002, 3.0 / -0.002 + 1.0),
+                        (0.0011, 3.0 / 0.0011 + 1.0), (float("nan"), 2.0)]:
+            assert float(f(np.float64(3.0), np.float64(b))) == pytest.approx(want), b
+    # NumPy's protected division, as `predict` computes it: the threshold in the operands' type.
+    pdiv = gpfarm.regression._pdiv
+    with np.errstate(all="ignore"):
+        b = np.array([0.0, 0.0005, -0.002, 0.001, np.nan, 0.0011], dtype=np.float32)
+        got = pdiv(np.float32(3.0) * np.ones_like(b), b)
+        assert got.dtype == np.float32
+        want = np.array([1.0, 1.0, np.float32(3.0) / np.float32(-0.002), 1.0, 1.0, np.float32(3.0) / np.float32(0.0011)],
+                        dtype=np.float32)
+        assert np.array_equal(got, want)
+        # 0.001f is not above itself in float; as a double it is above 0.001.
+        assert pdiv(np.float64(3.0), np.float64(np.float32(0.001))) == 3.0 / float(np.float32(0.001))
+    assert "pdivf(" in gpfarm.default_grammar(["a"], operators=["add", "pdiv"])
+
+
 @pytest.mark.parametrize(
     "program, exact",
     [
         ("x0 * (2.5f) - x1 / (x0 + 1.5f) + (-0.25f) * x0 * x0", True),
         ("sqrtf(fabsf(x0 - x1)) * 3.0", True),  # a double literal: computed in double, as C does
         ("sinf(x0) + expf((0.1f) * x1) - logf(fabsf(x0) + 1.0f) * tanhf(x1) + cosf(x0 * x1)", False),
+        # Protected division, in float and in double, its divisors on both sides of 0.001.
+        ("pdivf(x0, x1 * 0.001f) + pdiv(x0 * 1.0, x1 * 0.0004) - pdivf(x1, 0.001f) + pdiv(x0, x1)", True),
     ],
 )
 def test_predict_in_memory_gives_the_cpu_evaluator_s_values(program, exact):

@@ -179,9 +179,10 @@ fn default_max_steps() -> u64 {
 
 /// The math functions a phenotype may call, each also in its float form (the name followed by
 /// `f`, as `sinf`). The CPU evaluator's parser knows exactly these; no variable may take their
-/// names.
+/// names. All are CUDA's but `pdiv` (protected division), which every NVRTC unit defines
+/// ([`crate::program::MATH_HELPERS`]).
 pub const MATH_FUNCTIONS: &[&str] =
-    &["sin", "cos", "exp", "log", "sqrt", "fabs", "tanh", "pow", "fmin", "fmax"];
+    &["sin", "cos", "exp", "log", "sqrt", "fabs", "tanh", "pow", "fmin", "fmax", "pdiv"];
 
 /// True for the name of a math function a phenotype may call, in either form.
 pub fn is_math_function(name: &str) -> bool {

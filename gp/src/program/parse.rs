@@ -108,6 +108,10 @@ pub enum Fn2 {
     Fmin,
     /// `fmax`: the other operand when one is NaN.
     Fmax,
+    /// `pdiv`, protected division: `a / b` where `|b| > 0.001`, else 1 (NaN `b` gives 1), the
+    /// test and the quotient in the operation's type (`fabsf(b) > 0.001f ? a / b : 1.0f` for
+    /// `pdivf`).
+    Pdiv,
 }
 
 impl Fn2 {
@@ -117,6 +121,7 @@ impl Fn2 {
             Fn2::Pow => "pow",
             Fn2::Fmin => "fmin",
             Fn2::Fmax => "fmax",
+            Fn2::Pdiv => "pdiv",
         }
     }
 }
@@ -836,6 +841,7 @@ fn math_function(name: &str) -> Option<(MathFn, bool)> {
         "pow" => MathFn::Two(Fn2::Pow),
         "fmin" => MathFn::Two(Fn2::Fmin),
         "fmax" => MathFn::Two(Fn2::Fmax),
+        "pdiv" => MathFn::Two(Fn2::Pdiv),
         _ => return None,
     };
     Some((f, float_form))

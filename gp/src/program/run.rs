@@ -205,11 +205,13 @@ pub(crate) fn fn1_f64(f: Fn1, x: f64) -> f64 {
     }
 }
 
-pub(super) fn fn2_f32(f: Fn2, x: f32, y: f32) -> f32 {
+pub(crate) fn fn2_f32(f: Fn2, x: f32, y: f32) -> f32 {
     match f {
         Fn2::Pow => x.powf(y),
         Fn2::Fmin => x.min(y),
         Fn2::Fmax => x.max(y),
+        Fn2::Pdiv if pdiv_divides(Ty::Float, f64::from(y)) => x / y,
+        Fn2::Pdiv => 1.0,
     }
 }
 
@@ -218,12 +220,63 @@ pub(crate) fn fn2_f64(f: Fn2, x: f64, y: f64) -> f64 {
         Fn2::Pow => x.powf(y),
         Fn2::Fmin => x.min(y),
         Fn2::Fmax => x.max(y),
+        Fn2::Pdiv if pdiv_divides(Ty::Double, y) => x / y,
+        Fn2::Pdiv => 1.0,
+    }
+}
+
+/// Whether `pdiv` computed in `ty` (float, else double) takes the quotient for the divisor `y`
+/// (a value of that type): `fabsf(y) > 0.001f`, `fabs(y) > 0.001`. False for NaN. The two
+/// thresholds differ: `0.001f` is a little above 0.001, so `pdivf(a, 0.001f)` is 1 where
+/// `pdiv(a, (double)0.001f)` divides.
+pub(super) fn pdiv_divides(ty: Ty, y: f64) -> bool {
+    match ty {
+        Ty::Float => (y as f32).abs() > 0.001f32,
+        _ => y.abs() > 0.001,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `pdivf(1, b)` and `pdiv(1, b)` at the threshold, around it, at 0 and NaN: the quotient
+    /// only where `|b|` is above 0.001 in the operation's own type.
+    #[test]
+    fn protected_division_divides_only_past_its_threshold() {
+        let float = |b: f32| fn2_f32(Fn2::Pdiv, 1.0, b);
+        let double = |b: f64| fn2_f64(Fn2::Pdiv, 1.0, b);
+        for b in [0.0f32, -0.0, 0.0005, -0.0005, 0.001, -0.001, f32::NAN, 1e-30] {
+            assert_eq!(float(b), 1.0, "pdivf(1, {b})");
+        }
+        for b in [0.0, -0.0, 0.0005, -0.0005, 0.001, -0.001, f64::NAN, 1e-300] {
+            assert_eq!(double(b), 1.0, "pdiv(1, {b})");
+        }
+        assert_eq!(float(-0.002), 1.0 / -0.002f32);
+        assert_eq!(float(0.0011), 1.0 / 0.0011f32);
+        assert_eq!(float(f32::INFINITY), 0.0);
+        assert_eq!(fn2_f32(Fn2::Pdiv, 3.0, 7.0).to_bits(), (3.0f32 / 7.0).to_bits());
+        assert_eq!(double(-0.002), 1.0 / -0.002);
+        assert_eq!(double(0.001), 1.0);
+        assert_eq!(double(0.0010000001), 1.0 / 0.0010000001);
+        assert_eq!(double(0.0005), 1.0);
+        assert_eq!(double(f64::NAN), 1.0);
+        // 0.001f is just above 0.001: at it the float form gives 1 and the double form divides.
+        let b = 0.001f32;
+        assert!(f64::from(b) > 0.001);
+        assert_eq!(float(b), 1.0);
+        assert_eq!(double(f64::from(b)), 1.0 / f64::from(b));
+        // The next float above 0.001f divides; a NaN numerator gives NaN past the threshold only.
+        assert_eq!(float(f32::from_bits(b.to_bits() + 1)), 1.0 / f32::from_bits(b.to_bits() + 1));
+        assert!(fn2_f32(Fn2::Pdiv, f32::NAN, 2.0).is_nan());
+        assert_eq!(fn2_f32(Fn2::Pdiv, f32::NAN, 0.0), 1.0);
+        // Through the evaluator's call: `pdiv` of two floats is the float form, of a float and
+        // a double the double form.
+        let v = call2(Fn2::Pdiv, Ty::Float, Value::Float(1.0), Value::Float(b));
+        assert_eq!(v, Value::Float(1.0));
+        let v = call2(Fn2::Pdiv, Ty::Double, Value::Float(1.0), Value::Float(b));
+        assert_eq!(v, Value::Double(1.0 / f64::from(b)));
+    }
 
     #[test]
     fn negative_indices_wrap_to_the_end() {

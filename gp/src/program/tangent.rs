@@ -8,11 +8,12 @@
 //! tools: ints, comparisons, `!`, `&&`, `||`, bit operations and conversions to int carry
 //! none (0); a branch (`?:`, `if`, a loop's test) contributes the derivatives of the path taken;
 //! `fabs` at 0, `fmin`/`fmax` on a tie take the first argument's side; `pow(x, y)` carries a
-//! derivative along `y` only where `x > 0`. A derivative that is not finite (`log` at 0) stays
-//! what it is, and whoever uses it decides.
+//! derivative along `y` only where `x > 0`; `pdiv(x, y)` has `/`'s slopes `(1/y, -x/y²)` where it
+//! divides (`|y| > 0.001` in its type) and none where it is the constant 1. A derivative that is
+//! not finite (`log` at 0) stays what it is, and whoever uses it decides.
 
 use super::parse::{ArithOp, Bin, Expr, Fn1, Fn2, Stmt};
-use super::run::{OutOfSteps, arith, call1, call2, compare, int_op, wrapped};
+use super::run::{OutOfSteps, arith, call1, call2, compare, int_op, pdiv_divides, wrapped};
 use super::value::{Ty, Value};
 
 /// The state of one case: each slot's value and derivatives, and the case's int arrays.
@@ -215,7 +216,7 @@ impl Tangent<'_> {
                 let x = self.eval(a);
                 let y = self.eval(b);
                 let v = call2(*f, *ty, x, y);
-                let (sx, sy) = fn2_slopes(*f, x.to_f64(), y.to_f64(), v.to_f64());
+                let (sx, sy) = fn2_slopes(*f, *ty, x.to_f64(), y.to_f64(), v.to_f64());
                 self.mix(sx, sy);
                 v
             }
@@ -265,12 +266,59 @@ pub(super) fn fn1_slope(f: Fn1, x: f64, v: f64) -> f64 {
     }
 }
 
-/// The partial derivatives of `v = f(x, y)`.
-pub(super) fn fn2_slopes(f: Fn2, x: f64, y: f64, v: f64) -> (f64, f64) {
+/// The partial derivatives of `v = f(x, y)` computed in `ty`.
+pub(super) fn fn2_slopes(f: Fn2, ty: Ty, x: f64, y: f64, v: f64) -> (f64, f64) {
     match f {
         Fn2::Pow => (y * x.powf(y - 1.0), if x > 0.0 { v * x.ln() } else { 0.0 }),
         // NaN loses to a number in fmin/fmax, as C's do.
         Fn2::Fmin | Fn2::Fmax if v == x || y.is_nan() => (1.0, 0.0),
         Fn2::Fmin | Fn2::Fmax => (0.0, 1.0),
+        // `/`'s slopes where it divides; the constant 1 elsewhere (NaN `y` included).
+        Fn2::Pdiv if pdiv_divides(ty, y) => (1.0 / y, -x / (y * y)),
+        Fn2::Pdiv => (0.0, 0.0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::program::run::{fn2_f32, fn2_f64};
+
+    /// Central differences of `f` at `(x, y)` along each argument, in double.
+    fn differences(f: impl Fn(f64, f64) -> f64, x: f64, y: f64) -> (f64, f64) {
+        let h = 1e-7 * y.abs().max(1e-3);
+        ((f(x + h, y) - f(x - h, y)) / (2.0 * h), (f(x, y + h) - f(x, y - h)) / (2.0 * h))
+    }
+
+    /// `pdiv`'s slopes are `/`'s where it divides, as finite differences find them, and zero
+    /// where it is the constant 1: at 0, below the threshold, at NaN.
+    #[test]
+    fn protected_division_has_the_slopes_of_division_past_its_threshold_and_none_below() {
+        let pdiv = |x: f64, y: f64| fn2_f64(Fn2::Pdiv, x, y);
+        for (x, y) in [(1.5, -0.002), (-3.0, 0.0015), (2.0, 0.75), (0.25, -40.0), (7.0, 0.0011)] {
+            let v = pdiv(x, y);
+            assert_eq!(v, x / y);
+            for ty in [Ty::Float, Ty::Double] {
+                let (sx, sy) = fn2_slopes(Fn2::Pdiv, ty, x, y, v);
+                assert_eq!((sx, sy), (1.0 / y, -x / (y * y)), "{ty:?} ({x}, {y})");
+                let (dx, dy) = differences(pdiv, x, y);
+                assert!((sx - dx).abs() <= 1e-5 * sx.abs(), "d/dx at ({x}, {y}): {sx} against {dx}");
+                assert!((sy - dy).abs() <= 1e-5 * sy.abs(), "d/dy at ({x}, {y}): {sy} against {dy}");
+            }
+        }
+        for y in [0.0, -0.0, 0.0005, -0.0005, 0.001, -0.001, f64::NAN] {
+            for ty in [Ty::Float, Ty::Double] {
+                assert_eq!(fn2_slopes(Fn2::Pdiv, ty, 2.0, y, 1.0), (0.0, 0.0), "{ty:?} at {y}");
+            }
+            if y.abs() < 0.001 {
+                let (dx, dy) = differences(pdiv, 2.0, y);
+                assert_eq!((dx, dy), (0.0, 0.0), "at {y}");
+            }
+        }
+        // At 0.001f the float form is the constant, the double form divides.
+        let b = f64::from(0.001f32);
+        assert_eq!(f64::from(fn2_f32(Fn2::Pdiv, 2.0, 0.001)), 1.0);
+        assert_eq!(fn2_slopes(Fn2::Pdiv, Ty::Float, 2.0, b, 1.0), (0.0, 0.0));
+        assert_eq!(fn2_slopes(Fn2::Pdiv, Ty::Double, 2.0, b, 2.0 / b), (1.0 / b, -2.0 / (b * b)));
     }
 }

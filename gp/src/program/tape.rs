@@ -382,7 +382,7 @@ impl Tape {
                         _ => fn2_f64(f, convert(x, ta, Ty::Double), convert(y, tb, Ty::Double)),
                     };
                     a[r] = v;
-                    (s.slope_a[r], s.slope_b[r]) = fn2_slopes(f, x, y, v);
+                    (s.slope_a[r], s.slope_b[r]) = fn2_slopes(f, ty, x, y, v);
                 }
                 if derivatives {
                     self.mix(i, s, d, len);
@@ -555,7 +555,7 @@ mod tests {
         }
         let a = random(rng, depth - 1);
         let b = random(rng, depth - 1);
-        match rng.random_range(0..18) {
+        match rng.random_range(0..20) {
             0 | 1 => format!("({a} + {b})"),
             2 | 3 => format!("({a} - {b})"),
             4 | 5 => format!("({a} * {b})"),
@@ -569,6 +569,8 @@ mod tests {
             14 => format!("fabsf(-{a})"),
             15 => format!("powf({a}, {b})"),
             16 => format!("fminf({a}, {b})"),
+            17 => format!("pdivf({a}, {b} * 0.001f)"),
+            18 => format!("pdiv((double)({a}), {b} * 0.001)"),
             _ => format!("fmax((double)({a}), (int)({b}))"),
         }
     }

@@ -214,12 +214,17 @@ ops! {
     FminF = (-1, "{ V a = st[--sp]; t.f = fminf(a.f, t.f); }"),
     /// `fmaxf`.
     FmaxF = (-1, "{ V a = st[--sp]; t.f = fmaxf(a.f, t.f); }"),
+    /// `pdivf`: protected division, the quotient where the divisor's magnitude is above 0.001f,
+    /// else 1.
+    PdivF = (-1, "{ V a = st[--sp]; t.f = fabsf(t.f) > 0.001f ? a.f / t.f : 1.0f; }"),
     /// `pow`.
     PowD = (-1, "{ V a = st[--sp]; t.d = pow(a.d, t.d); }"),
     /// `fmin`.
     FminD = (-1, "{ V a = st[--sp]; t.d = fmin(a.d, t.d); }"),
     /// `fmax`.
     FmaxD = (-1, "{ V a = st[--sp]; t.d = fmax(a.d, t.d); }"),
+    /// `pdiv`: protected division in double (threshold 0.001).
+    PdivD = (-1, "{ V a = st[--sp]; t.d = fabs(t.d) > 0.001 ? a.d / t.d : 1.0; }"),
     /// Pop into output `arg` (already in the output's type).
     Out = (-1, "out[arg] = t; t = st[--sp];"),
 }
@@ -685,9 +690,11 @@ impl Emitter<'_> {
                     Fn2::Pow if float => Op::PowF,
                     Fn2::Fmin if float => Op::FminF,
                     Fn2::Fmax if float => Op::FmaxF,
+                    Fn2::Pdiv if float => Op::PdivF,
                     Fn2::Pow => Op::PowD,
                     Fn2::Fmin => Op::FminD,
                     Fn2::Fmax => Op::FmaxD,
+                    Fn2::Pdiv => Op::PdivD,
                 });
                 ty
             }

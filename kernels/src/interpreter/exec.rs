@@ -344,9 +344,11 @@ impl<'a> Machine<'a> {
                 Op::PowF => Cell::float(a.f().powf(t.f())),
                 Op::FminF => Cell::float(a.f().min(t.f())),
                 Op::FmaxF => Cell::float(a.f().max(t.f())),
+                Op::PdivF => Cell::float(if t.f().abs() > 0.001f32 { a.f() / t.f() } else { 1.0 }),
                 Op::PowD => Cell::double(a.d().powf(t.d())),
                 Op::FminD => Cell::double(a.d().min(t.d())),
                 Op::FmaxD => Cell::double(a.d().max(t.d())),
+                Op::PdivD => Cell::double(if t.d().abs() > 0.001 { a.d() / t.d() } else { 1.0 }),
             };
         }
     }

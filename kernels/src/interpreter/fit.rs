@@ -20,7 +20,8 @@
 //! bit); the derivatives are floats, by the rules of the CPU's tangents (`gp::program`): none for
 //! ints, comparisons and conversions to int; the path taken at a branch; the first argument's
 //! side of `fabs` at 0 and of `fmin`/`fmax` on a tie; `pow`'s exponent only where its base is
-//! positive. So the GPU's sums agree with the CPU's within float rounding of the derivatives.
+//! positive; `pdiv` division's slopes where it divides (`|b| > 0.001` in its type) and none where
+//! it is 1. So the GPU's sums agree with the CPU's within float rounding of the derivatives.
 //!
 //! Supported: problems the interpreter runs, with one float output, the rmse fitness and no
 //! `int[]` input ([`fit_supported`]); programs with at most [`FIT_PARAMS`] parameters and a stack
@@ -168,6 +169,19 @@ fn dual(op: Op) -> String {
                  FORK dt[k] = (float)(MIX(sa, (double)sdt[sp][k]) + MIX(sb, (double)dt[k])); t.{f} = r; }}"
             )
         }
+        Op::PdivF | Op::PdivD => {
+            let (f, abs, threshold, one) = if op == Op::PdivF {
+                ("f", "fabsf", "0.001f", "1.0f")
+            } else {
+                ("d", "fabs", "0.001", "1.0")
+            };
+            format!(
+                "{{ --sp; const V a = st[sp]; const bool on = {abs}(t.{f}) > {threshold}; \
+                 const float sa = on ? (float)(1.0 / (double)t.{f}) : 0.0f, \
+                 sb = on ? (float)(-(double)a.{f} / ((double)t.{f} * (double)t.{f})) : 0.0f; \
+                 FORK dt[k] = MIXF(sa, sdt[sp][k]) + MIXF(sb, dt[k]); t.{f} = on ? a.{f} / t.{f} : {one}; }}"
+            )
+        }
         Op::FminF | Op::FmaxF | Op::FminD | Op::FmaxD => {
             let (f, ty, call) = match op {
                 Op::FminF => ("f", "float", "fminf"),
@@ -241,6 +255,15 @@ fn adjoint(op: Op) -> Option<(String, String)> {
             "{ const float a = ta[i], b = tb[i]; const float r = powf(a, b); const double sa = (double)(b * powf(a, b - 1)); \
              const double sb = a > 0 ? (double)(r * logf(a)) : 0.0; gs[gp++] = (float)MIX(sa, (double)gt); gt = (float)MIX(sb, (double)gt); }"
                 .into(),
+        ),
+        Op::PdivF => (
+            "{ const float a = fst[--sp]; ta[i] = a; tb[i] = tv; tv = fabsf(tv) > 0.001f ? a / tv : 1.0f; }".into(),
+            binary(
+                "/",
+                "fabsf(b) > 0.001f ? (float)(1.0 / (double)b) : 0.0f",
+                "fabsf(b) > 0.001f ? (float)(-(double)a / ((double)b * (double)b)) : 0.0f",
+            )
+            .1,
         ),
         Op::FminF => pair("fminf"),
         Op::FmaxF => pair("fmaxf"),

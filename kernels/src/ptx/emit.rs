@@ -443,9 +443,40 @@ impl Emitter<'_> {
                         out
                     }
                     Fn2::Pow => self.call(f.c_name(), ty, &[a, b]),
+                    Fn2::Pdiv => self.pdiv(a, b, ty),
                 }
             }
         }
+    }
+
+    /// `pdiv(a, b)` in `ty`, the inline function every NVRTC unit defines: `fabs(b) > 0.001 ? a /
+    /// b : 1` as `abs`, `setp.gt` against the threshold in `ty`, `div.rn` and `selp` (NaN `b`
+    /// fails the test: 1). A constant `b` decides here, as NVVM decides it: the quotient or 1.
+    fn pdiv(&mut self, a: Val, b: Val, ty: Ty) -> Val {
+        let (threshold, one) = match ty {
+            Ty::Float => (Value::Float(0.001), Value::Float(1.0)),
+            _ => (Value::Double(0.001), Value::Double(1.0)),
+        };
+        let div = if ty == Ty::Float { "div.rn.f32" } else { "div.rn.f64" };
+        if let Opnd::Imm(c) = b.op {
+            let divides = match c {
+                Value::Float(y) => y.abs() > 0.001f32,
+                Value::Double(y) => y.abs() > 0.001,
+                Value::Int(_) => unreachable!("converted to the call's floating type"),
+            };
+            return if divides { self.op2(div, a, b, ty) } else { Val { op: Opnd::Imm(one), ty } };
+        }
+        let rb = self.reg(&b);
+        let (magnitude, _) = self.new_val(ty);
+        ins!(self, "abs.{} \t{magnitude}, {rb}", num(ty));
+        let p = self.fresh(Class::Pred);
+        ins!(self, "setp.gt.{} \t{p}, {magnitude}, {}", num(ty), immediate(threshold));
+        let ra = self.reg(&a);
+        let (quotient, _) = self.new_val(ty);
+        ins!(self, "{div} \t{quotient}, {ra}, {rb}");
+        let (r, out) = self.new_val(ty);
+        ins!(self, "selp.{} \t{r}, {quotient}, {}, {p}", bits(ty), immediate(one));
+        out
     }
 
     fn slot_ty(&self, slot: usize) -> Ty {

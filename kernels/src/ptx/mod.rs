@@ -28,7 +28,9 @@
 //! - `sqrtf`/`sqrt`, `fabsf`/`fabs`, `fminf`/`fmin`, `fmaxf`/`fmax` are the single instructions
 //!   NVRTC writes for them (`sqrt.rn`, `abs`, `min`, `max`); `sin cos exp log tanh pow` and
 //!   their `f` forms call CUDA's own implementations in the library, compiled with the same
-//!   flags.
+//!   flags. `pdivf`/`pdiv`, the inline function every NVRTC unit defines
+//!   ([`gpfarm_gp::program::MATH_HELPERS`]), is its four instructions, no call: `abs`,
+//!   `setp.gt` against 0.001 in the call's type, `div.rn`, `selp` of the quotient or 1.
 //! - `&&`, `||` and `?:` evaluate both sides and select: no expression of the subset has side
 //!   effects or can fault, so the value is the same as C's short-circuit evaluation.
 //! - The harness: case `c = ctaid.x * ntid.x + tid.x`, return when `c >= NCASES`; scalar
@@ -256,6 +258,8 @@ mod tests {
         for op in ["sqrt.rn.f32", "abs.f32", "min.f32", "max.f64", "sqrt.rn.f64", "abs.f64"] {
             assert_eq!(count(&p, op), 1, "{op}\n{p}");
         }
+        let p = ptx("keijzer6", "pdivf(x, x - 1.0f) + pdiv(x, 0.5) + pdiv(x * 1.0, x)");
+        assert!(!p.contains(".extern") && !p.contains("call"), "{p}");
         let p = ptx("keijzer6", "pow(x, 2) + powf(x, 0.5f) + tanh(x)");
         assert!(p.contains(".extern .func (.param .b64 r) gpm_pow (.param .b64 a, .param .b64 b);\n"), "{p}");
         assert!(p.contains(") gpm_powf (") && p.contains(") gpm_tanhf ("), "{p}");
@@ -333,6 +337,95 @@ mod tests {
         assert_eq!(count(&text, "call.uni"), 1, "{text}");
         // A call of a variable is never folded.
         assert_eq!(count(&ptx("keijzer6", "sinf(x)"), "call.uni"), 1);
+    }
+
+    /// Protected division is `fabs(b) > 0.001 ? a / b : 1` in the call's type: `abs`, `setp.gt`
+    /// against 0.001 (`0f3A83126F`, `0d3F50624DD2F1A9FC`), `div.rn` of the operands, and `selp`
+    /// of the quotient or 1, in that order; a constant divisor decides when emitted, and
+    /// constants fold with the threshold of the call's type.
+    #[test]
+    fn protected_division_is_abs_setp_div_and_selp_in_the_calls_type() {
+        let ops = |p: &str| -> Vec<String> {
+            instructions(p)
+                .iter()
+                .filter(|l| ["abs.", "setp.gt.", "div.rn.", "selp."].iter().any(|o| l.starts_with(o)))
+                .cloned()
+                .collect()
+        };
+        let p = ptx("keijzer6", "pdivf(x, x - 1.0f)");
+        let i = ops(&p);
+        assert_eq!(i.len(), 4, "{p}");
+        let reg = |l: &str, k: usize| {
+            l.split([' ', '\t', ',', ';']).filter(|w| !w.is_empty()).nth(k).unwrap().to_owned()
+        };
+        assert!(i[0].starts_with("abs.f32"), "{p}");
+        assert!(
+            i[1].starts_with("setp.gt.f32") && i[1].ends_with(&format!("{}, 0f3A83126F;", reg(&i[0], 1))),
+            "{p}"
+        );
+        assert_eq!(format!("0f{:08X}", 0.001f32.to_bits()), "0f3A83126F");
+        assert!(i[2].starts_with("div.rn.f32") && i[2].ends_with(&format!(", {};", reg(&i[0], 2))), "{p}");
+        assert_eq!(
+            i[3],
+            format!("selp.f32 \t{}, {}, 0f3F800000, {};", reg(&i[3], 1), reg(&i[2], 1), reg(&i[1], 1)),
+            "{p}"
+        );
+        // Double for a double argument; the threshold in double.
+        let p = ptx("keijzer6", "pdiv(x * 1.0, x)");
+        let i = ops(&p);
+        assert_eq!(i.len(), 4, "{p}");
+        assert!(i[0].starts_with("abs.f64") && i[2].starts_with("div.rn.f64"), "{p}");
+        assert!(i[1].starts_with("setp.gt.f64") && i[1].ends_with(", 0d3F50624DD2F1A9FC;"), "{p}");
+        assert_eq!(format!("0d{:016X}", 0.001f64.to_bits()), "0d3F50624DD2F1A9FC");
+        assert!(i[3].starts_with("selp.f64") && i[3].contains(", 0d3FF0000000000000, "), "{p}");
+        // A constant divisor: the quotient past the threshold, 1 at or below it.
+        for (text, divides) in [
+            ("pdivf(x, -0.002f)", true),
+            ("pdivf(x, 0.0005f)", false),
+            ("pdivf(x, 0.0f)", false),
+            ("pdivf(x, 0.001f)", false),
+            ("pdiv(x, (double)0.001f)", true),
+            ("pdivf(x, 0.0f / 0.0f)", false),
+        ] {
+            let p = ptx("keijzer6", text);
+            assert_eq!(
+                count(&p, "div.rn.f32") + count(&p, "div.rn.f64"),
+                usize::from(divides),
+                "{text}\n{p}"
+            );
+            assert_eq!(
+                count(&p, "selp.f32") + count(&p, "abs.f32") + count(&p, "setp.gt.f32"),
+                0,
+                "{text}\n{p}"
+            );
+        }
+        // Constants fold: 1 at 0, 0.0005 and NaN; the quotient at -0.002; sinf of it too.
+        for (text, value) in [
+            ("x * pdivf(3.0f, 0.0f)", 1.0f32),
+            ("x * pdivf(3.0f, 0.0005f)", 1.0),
+            ("x * pdivf(3.0f, 0.0f / 0.0f)", 1.0),
+            ("x * pdivf(3.0f, 0.001f)", 1.0),
+            ("x * pdivf(3.0f, -0.002f)", 3.0 / -0.002f32),
+            ("x * pdiv(3.0, (double)0.001f)", (3.0 / f64::from(0.001f32)) as f32),
+        ] {
+            let p = ptx("keijzer6", text);
+            assert_eq!(
+                count(&p, "div.rn.f32") + count(&p, "div.rn.f64") + count(&p, "selp.f32"),
+                0,
+                "{text}\n{p}"
+            );
+            let double = text.contains("pdiv(");
+            let imm = if double {
+                format!("0d{:016X}", (3.0 / f64::from(0.001f32)).to_bits())
+            } else {
+                format!("0f{:08X}", value.to_bits())
+            };
+            assert!(p.contains(&imm), "{text}: {imm}\n{p}");
+        }
+        let p = ptx("keijzer6", "sinf(pdivf(1.0f, -0.002f)) + x");
+        assert_eq!(count(&p, "call.uni"), 0, "{p}");
+        let folded = f64::from(1.0f32 / -0.002f32).sin() as f32;
+        assert!(p.contains(&format!("0f{:08X}", folded.to_bits())), "{p}");
     }
 
     /// Calls of one of the unit's own functions.
