@@ -228,7 +228,7 @@ impl Pipeline {
         // The initial population, placed before the sizes could be measured.
         let mut first = pipeline.generations.pop_front().expect("the initial generation");
         let spec = pipeline.spec.as_ref();
-        let measured: Vec<(usize, Option<Arc<Program>>)> =
+        let measured: Vec<Measured> =
             in_pool(|| first.individuals.par_iter().map(|i| measure(spec, i.as_ref())).collect());
         let mut oversized = HashSet::new();
         for (slot, (size, _)) in measured.iter().enumerate() {
@@ -342,7 +342,7 @@ impl Pipeline {
         slot: usize,
         individual: Individual,
         known: Option<Fitness>,
-        (size, program): (usize, Option<Arc<Program>>),
+        (size, program): Measured,
     ) {
         generation.sizes[slot] = size;
         let known = match (known, individual.phenotype()) {
@@ -518,7 +518,7 @@ impl Pipeline {
             // bred (and their children parsed and measured) on every core, then placed in order.
             let (grammar, config, spec) = (&self.grammar, &self.config, self.spec.as_ref());
             let parsimony = config.parsimony;
-            let bred: Vec<(usize, Vec<(Individual, (usize, Option<Arc<Program>>))>)> = in_pool(|| {
+            let bred: Vec<(usize, Vec<(Individual, Measured)>)> = in_pool(|| {
                 ready
                     .into_par_iter()
                     .map(|(pair, plan)| {
@@ -670,10 +670,13 @@ impl Pipeline {
     }
 }
 
+/// An individual's size and typed tree ([`measure`]).
+type Measured = (usize, Option<Arc<Program>>);
+
 /// The size of `individual` ([`Program::size`]) and its typed tree: 0 and `None` without a
 /// phenotype, a problem to parse it for (`spec`), or where it does not parse (it fails when
 /// evaluated).
-fn measure(spec: Option<&ProblemSpec>, individual: Option<&Individual>) -> (usize, Option<Arc<Program>>) {
+fn measure(spec: Option<&ProblemSpec>, individual: Option<&Individual>) -> Measured {
     match (spec, individual.and_then(Individual::phenotype)) {
         (Some(spec), Some(p)) => match Program::parse_for(spec, p) {
             Ok(program) => (program.size(), Some(Arc::new(program))),
