@@ -10,8 +10,10 @@ pub mod method;
 pub mod plot;
 pub mod report;
 pub mod sample;
+pub mod scale;
 mod shared;
 pub mod steps;
+pub mod throughput;
 
 use std::num::NonZeroUsize;
 use std::path::PathBuf;

@@ -197,20 +197,29 @@ const ROUTES: [&str; 4] = ["interpreter", "ptx", "nvrtc", "cpu"];
 fn route_panel<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     caption: &str,
-    (x_desc, y_desc): (&str, &str),
+    descs: (&str, &str),
     points: impl Fn(&str) -> Vec<(f64, f64)>,
 ) -> Result<()>
 where
     DB::ErrorType: 'static,
 {
-    let lines: Vec<(&str, Vec<(f64, f64)>)> = ROUTES
-        .iter()
-        .map(|r| {
-            let mut pts = points(r);
-            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-            (*r, pts)
-        })
-        .collect();
+    let lines: Vec<(String, Vec<(f64, f64)>)> = ROUTES.iter().map(|r| ((*r).to_owned(), points(r))).collect();
+    lines_panel(area, caption, descs, lines)
+}
+
+/// One log-log panel: a line per `(label, points)`, in order.
+fn lines_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    caption: &str,
+    (x_desc, y_desc): (&str, &str),
+    mut lines: Vec<(String, Vec<(f64, f64)>)>,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    for (_, pts) in &mut lines {
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
     let (mut lo_x, mut hi_x, mut lo_y, mut hi_y) = (f64::INFINITY, 1.0f64, f64::INFINITY, 1e-3f64);
     for &(x, y) in lines.iter().flat_map(|(_, p)| p) {
         (lo_x, hi_x, lo_y, hi_y) = (lo_x.min(x), hi_x.max(x), lo_y.min(y), hi_y.max(y));
@@ -228,14 +237,14 @@ where
             (lo_y.max(1e-3) * 0.5..hi_y * 2.0).log_scale(),
         )?;
     chart.configure_mesh().x_desc(x_desc).y_desc(y_desc).draw()?;
-    for (i, (route, pts)) in lines.iter().enumerate() {
+    for (i, (label, pts)) in lines.iter().enumerate() {
         if pts.is_empty() {
             continue;
         }
         let color = Palette99::pick(i).to_rgba();
         chart
             .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
-            .label(*route)
+            .label(label.as_str())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
         chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
     }
@@ -343,4 +352,126 @@ pub fn draw_steps(rows: &[crate::steps::StepsRow], dir: &Path) -> Result<Vec<Str
     points.sort();
     points.dedup();
     draw_panels(dir, "steps", &points, |a, p| steps_panel(a, rows, *p), |a, p| steps_panel(a, rows, *p))
+}
+
+/// One panel of the throughput figure: node-evaluations per second against the cases, a line
+/// per route and population, for trees of `nodes` nodes.
+fn throughput_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    rows: &[crate::throughput::ThroughputRow],
+    nodes: usize,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let rows: Vec<_> = rows.iter().filter(|r| r.nodes == nodes).collect();
+    let mut keys: Vec<(usize, usize)> = rows
+        .iter()
+        .map(|r| (ROUTES.iter().position(|x| *x == r.route).unwrap_or(ROUTES.len()), r.population))
+        .collect();
+    keys.sort();
+    keys.dedup();
+    let lines = keys
+        .into_iter()
+        .filter_map(|(k, p)| {
+            let route = ROUTES.get(k)?;
+            let pts = rows
+                .iter()
+                .filter(|r| r.route == *route && r.population == p)
+                .map(|r| (r.cases as f64, r.node_evals_per_s))
+                .collect();
+            Some((format!("{route}, {p} programs"), pts))
+        })
+        .collect();
+    lines_panel(
+        area,
+        &format!("full trees of {nodes} nodes"),
+        ("test cases", "node-evaluations per second"),
+        lines,
+    )
+}
+
+/// One panel of the preparation figure: code to executable form against the programs, a line
+/// per route, for trees of `nodes` nodes.
+fn prepare_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    rows: &[crate::throughput::ThroughputRow],
+    nodes: usize,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    route_panel(
+        area,
+        &format!("preparing full trees of {nodes} nodes"),
+        ("programs", "ms: assembly, or compile and load"),
+        |route| {
+            let mut pts: Vec<(f64, f64)> = rows
+                .iter()
+                .filter(|r| r.nodes == nodes && r.route == route && route != "cpu")
+                .map(|r| (r.population as f64, r.prepare_ms))
+                .collect();
+            pts.dedup_by(|a, b| a.0 == b.0);
+            pts
+        },
+    )
+}
+
+/// Draws the throughput figures (`throughput.svg/png`: node-evaluations per second;
+/// `prepare.svg/png`: what preparing the code costs) into `dir`, a panel per tree size; nothing
+/// without a TrueType font (as [`draw_all`]).
+pub fn draw_throughput(rows: &[crate::throughput::ThroughputRow], dir: &Path) -> Result<Vec<String>> {
+    let mut nodes: Vec<usize> = rows.iter().map(|r| r.nodes).collect();
+    nodes.sort();
+    nodes.dedup();
+    let mut written = draw_panels(
+        dir,
+        "throughput",
+        &nodes,
+        |a, n| throughput_panel(a, rows, *n),
+        |a, n| throughput_panel(a, rows, *n),
+    )?;
+    written.extend(draw_panels(
+        dir,
+        "prepare",
+        &nodes,
+        |a, n| prepare_panel(a, rows, *n),
+        |a, n| prepare_panel(a, rows, *n),
+    )?);
+    Ok(written)
+}
+
+/// Draws the scale figure (`scale.svg`, `scale.png`) into `dir`: ms per generation (the median
+/// of the generations after the initial one) against the population, the whole generation and
+/// each stage; nothing without a TrueType font (as [`draw_all`]).
+pub fn draw_scale(rows: &[crate::scale::ScaleRow], dir: &Path) -> Result<Vec<String>> {
+    let summary = crate::scale::summary(rows);
+    draw_panels(dir, "scale", &[()], |a, _| scale_panel(a, &summary), |a, _| scale_panel(a, &summary))
+}
+
+/// The scale figure's one panel, from [`crate::scale::summary`].
+fn scale_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    summary: &[(usize, crate::scale::ScaleRow)],
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    type Stage = (&'static str, fn(&crate::scale::ScaleRow) -> f64);
+    let stages: [Stage; 6] = [
+        ("generation", |r| r.generation_ms),
+        ("breed", |r| r.breed_ms),
+        ("admit", |r| r.admit_ms),
+        ("eval", |r| r.eval_ms),
+        ("fit", |r| r.fit_ms),
+        ("rest", |r| r.rest_ms),
+    ];
+    let lines = stages
+        .iter()
+        .map(|(name, f)| {
+            let pts = summary.iter().map(|(p, r)| (*p as f64, f(r))).filter(|&(_, y)| y > 0.0).collect();
+            ((*name).to_owned(), pts)
+        })
+        .collect();
+    lines_panel(area, "a generation, stage by stage", ("population", "ms (median generation)"), lines)
 }

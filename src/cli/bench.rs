@@ -23,7 +23,8 @@ pub struct BenchArgs {
     /// Independently seeded runs per size.
     #[arg(long)]
     runs: Option<usize>,
-    /// First generations sampled from each run.
+    /// First generations sampled from each run; with --scale, generations after the initial
+    /// one (default 5).
     #[arg(long)]
     generations: Option<usize>,
     /// Methods, comma separated: nvcc, inprocess, threads:K, farm:K, farm-jit:K (default: all,
@@ -40,7 +41,8 @@ pub struct BenchArgs {
     /// Extra NVRTC option (repeatable), e.g. --flag=--use_fast_math.
     #[arg(long = "flag", allow_hyphen_values = true)]
     flags: Vec<String>,
-    /// Routes to compare on the same populations: nvrtc, ptx (comma separated; default nvrtc).
+    /// Routes to compare on the same populations: nvrtc, ptx (comma separated; default nvrtc);
+    /// with --throughput also interpreter and cpu (default all four).
     #[arg(long, value_delimiter = ',')]
     routes: Option<Vec<gpfarm_protocol::Route>>,
     /// nvJitLink option for the PTX route (repeatable), e.g. --link-flag=-O0.
@@ -63,8 +65,8 @@ pub struct BenchArgs {
     /// breakeven.csv, breakeven.md and crossover.svg/png to --out.
     #[arg(long)]
     break_even: bool,
-    /// With --break-even: the regressions' case counts.
-    #[arg(long, value_delimiter = ',', requires = "break_even")]
+    /// With --break-even: the regressions' case counts; with --throughput: the workloads'.
+    #[arg(long, value_delimiter = ',')]
     cases: Option<Vec<usize>>,
     /// With --break-even: the initial population's largest derivation depths, one program size
     /// each.
@@ -87,8 +89,9 @@ pub struct BenchArgs {
     /// `interpreter` route, the others extra rows `interpreter-xTUNING` of the CSV.
     #[arg(long, value_delimiter = ',', requires = "break_even")]
     tunings: Option<Vec<gpfarm_kernels::interpreter::Tuning>>,
-    /// With --break-even: timed evaluations per route and workload (the median is kept).
-    #[arg(long, default_value_t = 5, requires = "break_even")]
+    /// With --break-even or --throughput: timed evaluations per route and workload (the median
+    /// is kept).
+    #[arg(long, default_value_t = 5)]
     repeats: usize,
     /// Parameter optimisation's workload instead (the related thesis's comparison): --expressions
     /// expressions with free parameters over --points points, each evaluated for --steps steps
@@ -105,9 +108,35 @@ pub struct BenchArgs {
     /// With --param-steps: parameter steps.
     #[arg(long, default_value_t = 100, requires = "param_steps")]
     steps: usize,
-    /// With --param-steps: the compiled routes only up to this many expressions.
-    #[arg(long, default_value_t = 10_000, requires = "param_steps")]
+    /// With --param-steps: the compiled routes only up to this many expressions; with
+    /// --throughput, programs.
+    #[arg(long, default_value_t = 10_000)]
     compiled_max: usize,
+    /// GPU tree-GP's throughput workload instead: populations (--sizes) of random full trees of
+    /// --nodes nodes over `+ - * pdivf`, Pagie-1 cases (--cases), the fitness included, by
+    /// every route of --routes (default interpreter, ptx, nvrtc, cpu); writes throughput.csv,
+    /// throughput.md, throughput.svg/png and prepare.svg/png to --out.
+    #[arg(long, conflicts_with_all = ["break_even", "param_steps"])]
+    throughput: bool,
+    /// Generations at scale instead: `gpfarm evolve` runs of a keijzer6-style problem over
+    /// --cases cases (first value; default 1024) at populations --sizes (default 10^3 to 10^6)
+    /// for --generations generations, each stage of each generation from the runs' records;
+    /// writes scale.csv, scale.md and scale.svg/png to --out.
+    #[arg(long, conflicts_with_all = ["break_even", "param_steps", "throughput"])]
+    scale: bool,
+    /// With --scale: the runs' evaluator (auto, cpu, gpu).
+    #[arg(long, default_value = "auto", requires = "scale")]
+    eval: String,
+    /// With --scale: the runs' CPU threads (default one per core).
+    #[arg(long, requires = "scale")]
+    threads: Option<usize>,
+    /// With --throughput: nodes per tree (each 2^d - 1).
+    #[arg(long, value_delimiter = ',', requires = "throughput")]
+    nodes: Option<Vec<usize>>,
+    /// With --throughput: only workloads of at most this many node-evaluations (nodes x programs
+    /// x cases).
+    #[arg(long, default_value_t = 2e12, requires = "throughput")]
+    max_work: f64,
     /// Compile daemons for --break-even and --param-steps (default: one per core).
     #[arg(long, short = 'n')]
     daemons: Option<usize>,
@@ -186,6 +215,17 @@ pub fn run(args: BenchArgs, cuda: Option<&Path>) -> Result<()> {
         }
         return Ok(());
     }
+    if let (Some(dir), true) = (&args.replot, args.scale) {
+        let rows = gpfarm_bench::scale::read_csv(&dir.join("scale.csv"))?;
+        let machine = std::fs::read_to_string(dir.join("machine.txt")).unwrap_or_default();
+        return write_scale(&rows, dir, &machine);
+    }
+    if let (Some(dir), true) = (&args.replot, args.throughput) {
+        let rows = gpfarm_bench::throughput::read_csv(&dir.join("throughput.csv"))?;
+        let machine = std::fs::read_to_string(dir.join("machine.txt")).unwrap_or_default();
+        write_throughput(&rows, dir, &machine)?;
+        return Ok(());
+    }
     if let Some(dir) = &args.replot {
         let rows = report::read_csv(&dir.join("bench.csv"))?;
         let machine = std::fs::read_to_string(dir.join("machine.txt")).unwrap_or_default();
@@ -198,6 +238,12 @@ pub fn run(args: BenchArgs, cuda: Option<&Path>) -> Result<()> {
     }
     if args.param_steps {
         return param_steps(&args, cuda, cores);
+    }
+    if args.throughput {
+        return throughput(&args, cuda, cores);
+    }
+    if args.scale {
+        return scale(&args);
     }
     let mut config = if args.quick {
         BenchConfig::quick(args.out.clone())
@@ -317,6 +363,102 @@ fn param_steps(args: &BenchArgs, cuda: Option<&Path>, cores: usize) -> Result<()
     std::fs::write(config.out.join("steps.md"), &md)?;
     println!("{md}");
     for p in plot::draw_steps(&rows, &config.out)? {
+        eprintln!("wrote {p}");
+    }
+    Ok(())
+}
+
+/// `gpfarm bench --throughput`.
+fn throughput(args: &BenchArgs, cuda: Option<&Path>, cores: usize) -> Result<()> {
+    use gpfarm_bench::throughput;
+    use gpfarm_protocol::Route;
+    let config = throughput::ThroughputConfig {
+        nodes: args.nodes.clone().unwrap_or_else(|| vec![127]),
+        populations: args.sizes.clone().unwrap_or_else(|| vec![1_000, 10_000, 100_000, 500_000]),
+        cases: args.cases.clone().unwrap_or_else(|| vec![1_024, 4_096, 65_536, 1_000_000]),
+        max_work: args.max_work,
+        compiled_max: args.compiled_max,
+        cpu_max_work: 2e10,
+        routes: args
+            .routes
+            .clone()
+            .unwrap_or_else(|| vec![Route::Interpreter, Route::Ptx, Route::Nvrtc, Route::Cpu]),
+        repeats: args.repeats.max(1),
+        seed: 1,
+        arch: args.arch,
+        out: args.out.clone(),
+    };
+    let GpuBench { machine, workers, mut farm } = gpu_bench(args, cuda, cores, &config.out)?;
+    let rows = throughput::run(&config, farm.as_mut(), |line| eprintln!("{line}"))?;
+    throughput::write_csv(&rows, &config.out.join("throughput.csv"))?;
+    let machine = format!("{machine}compile daemons: {workers}\n");
+    std::fs::write(config.out.join("machine.txt"), &machine)?;
+    write_throughput(&rows, &config.out, &machine)
+}
+
+/// `gpfarm bench --scale`.
+fn scale(args: &BenchArgs) -> Result<()> {
+    use gpfarm_bench::scale;
+    let config = scale::ScaleConfig {
+        exe: std::env::current_exe().context("finding the gpfarm executable")?,
+        populations: args.sizes.clone().unwrap_or_else(|| vec![1_000, 10_000, 100_000, 500_000, 1_000_000]),
+        generations: args.generations.unwrap_or(5),
+        cases: args.cases.as_ref().and_then(|c| c.first().copied()).unwrap_or(1_024),
+        eval: args.eval.clone(),
+        threads: args.threads,
+        out: args.out.clone(),
+    };
+    std::fs::create_dir_all(&config.out).with_context(|| format!("creating {}", config.out.display()))?;
+    let machine = machine_description(None);
+    let machine =
+        format!("{machine}threads: {}\n", config.threads.map_or("one per core".into(), |t| t.to_string()));
+    std::fs::write(config.out.join("machine.txt"), &machine)?;
+    eprint!("{machine}");
+    let rows = scale::run(&config, |line| eprintln!("{line}"))?;
+    scale::write_csv(&rows, &config.out.join("scale.csv"))?;
+    write_scale(&rows, &config.out, &machine)
+}
+
+/// `scale.md` and the scale figure, from `rows` measured on `machine`.
+fn write_scale(rows: &[gpfarm_bench::scale::ScaleRow], dir: &Path, machine: &str) -> Result<()> {
+    let generations = rows.iter().map(|r| r.generation).max().unwrap_or(0);
+    let heading = format!(
+        "# Generations at scale: keijzer6-style runs, stage by stage\n\n{}\n\
+         `gpfarm evolve --seed 1 --json` runs of {generations} generations after the initial one; a row is the \
+         initial generation's time and the median of the later ones, stage by stage (breed includes parsing every \
+         child for its size; admit is bytecode, keys and reuse lookups; rest is the driver's own work and waiting). \
+         KiB per individual is the run's largest resident memory over the population.",
+        machine.lines().map(|l| format!("- {l}\n")).collect::<String>()
+    );
+    let md = gpfarm_bench::scale::table(rows, &heading);
+    std::fs::write(dir.join("scale.md"), &md)?;
+    println!("{md}");
+    for p in plot::draw_scale(rows, dir)? {
+        eprintln!("wrote {p}");
+    }
+    Ok(())
+}
+
+/// `throughput.md` and the throughput figures, from `rows` measured on `machine`.
+fn write_throughput(
+    rows: &[gpfarm_bench::throughput::ThroughputRow],
+    dir: &Path,
+    machine: &str,
+) -> Result<()> {
+    let repeats = "the median of the timed evaluations (the first, which loads the code, untimed)";
+    let heading = format!(
+        "# Throughput: random full trees over + - * pdivf, Pagie-1 cases, fitness included\n\n{}\n\
+         Node-evaluations per second = nodes x programs x cases / one evaluation ({repeats}), from the programs' \
+         code on the host to their fitness on the host; the interpreter uploads the code every time. Preparation \
+         (bytecode assembly on every core, or compiling on the farm and loading) is apart, in its own columns.",
+        machine.lines().map(|l| format!("- {l}\n")).collect::<String>()
+    );
+    // FP32 operations per second of the GPU, where known, for the share of peak.
+    let peak = if machine.contains("H100") || machine.contains("H200") { 6.7e13 } else { 0.0 };
+    let md = gpfarm_bench::throughput::table(rows, &heading, peak);
+    std::fs::write(dir.join("throughput.md"), &md)?;
+    println!("{md}");
+    for p in plot::draw_throughput(rows, dir)? {
         eprintln!("wrote {p}");
     }
     Ok(())
