@@ -135,10 +135,13 @@ fn merge_front(
     fitness: &[Fitness],
     sizes: &[usize],
 ) -> Vec<FrontPoint> {
-    let new = individuals.iter().zip(fitness).zip(sizes).map(|((individual, &fitness), &size)| FrontPoint {
-        size,
-        fitness,
-        individual: individual.clone(),
+    // The generation's own front first, by index, so only its few points are cloned: the front of
+    // the old front and a generation's is the front of the old front and the whole generation.
+    let own = pareto_front(0..individuals.len(), |&i| (sizes[i], fitness[i]));
+    let new = own.into_iter().map(|i| FrontPoint {
+        size: sizes[i],
+        fitness: fitness[i],
+        individual: individuals[i].clone(),
     });
     pareto_front(front.into_iter().chain(new), |p| (p.size, p.fitness))
 }
@@ -295,8 +298,11 @@ impl Pipeline {
             unbred: Vec::new(),
             elites_pending: false,
         };
+        let limits = (pipeline.direction, pipeline.config.max_size);
         for (slot, individual) in individuals.into_iter().enumerate() {
-            pipeline.place(&mut first, slot, individual, None, (0, None));
+            // Sizes are measured once the problem is known (`starting_from`).
+            let placed = Placed::new((0, slot), individual, None, (0, None), (limits.0, 0));
+            pipeline.place(&mut first, slot, placed);
         }
         pipeline.generations.push_back(first);
         Ok(pipeline)
@@ -333,39 +339,16 @@ impl Pipeline {
         self.generations.get(generation.checked_sub(first)?)
     }
 
-    /// Puts a newly bred individual into its slot: with a known fitness (an elite), with the worst
-    /// (its mapping failed), or handed out to be evaluated.
-    /// `(size, program)` is what [`measure`] gives for it.
-    fn place(
-        &mut self,
-        generation: &mut Generation,
-        slot: usize,
-        individual: Individual,
-        known: Option<Fitness>,
-        (size, program): Measured,
-    ) {
-        generation.sizes[slot] = size;
-        let known = match (known, individual.phenotype()) {
-            (Some(f), _) => Some(f),
-            (None, None) => Some(Fitness::worst(self.direction)),
-            // Over the size limit: not worth evaluating.
-            (None, Some(_)) if self.oversized(size) => Some(Fitness::worst(self.direction)),
-            (None, Some(p)) => {
-                self.born.push(Born {
-                    generation: generation.index,
-                    slot,
-                    phenotype: p.clone(),
-                    params: individual.params.clone(),
-                    program,
-                });
-                None
-            }
-        };
-        if known.is_some() {
+    /// Puts an individual into its slot ([`Placed`]): with a known fitness, or handed out to be
+    /// evaluated.
+    fn place(&mut self, generation: &mut Generation, slot: usize, placed: Placed) {
+        generation.sizes[slot] = placed.size;
+        if placed.known.is_some() {
             generation.known += 1;
         }
-        generation.fitness[slot] = known;
-        generation.individuals[slot] = Some(individual);
+        generation.fitness[slot] = placed.known;
+        generation.individuals[slot] = Some(placed.individual);
+        self.born.extend(placed.born);
     }
 
     /// Whether `size` is over the configured limit.
@@ -454,7 +437,15 @@ impl Pipeline {
                     fitness: vec![None; n],
                     sizes: vec![0; n],
                     known: 0,
-                    unbred: (0..pairs).map(|p| Some(PairPlan::new(&self.config, n, index, p))).collect(),
+                    unbred: {
+                        let config = &self.config;
+                        in_pool(|| {
+                            (0..pairs)
+                                .into_par_iter()
+                                .map(|p| Some(PairPlan::new(config, n, index, p)))
+                                .collect()
+                        })
+                    },
                     elites_pending: self.config.elite > 0,
                 });
                 changed = true;
@@ -495,7 +486,11 @@ impl Pipeline {
             for (slot, i) in elites(&fitness, self.config.elite).into_iter().enumerate() {
                 if let Some(individual) = parent.individuals[i].clone() {
                     // An elite keeps its fitness, so its tree is never needed.
-                    self.place(next, slot, individual, Some(fitness[i]), (parent.sizes[i], None));
+                    let limits = (self.direction, self.config.max_size);
+                    let known = Some(fitness[i]);
+                    let placed =
+                        Placed::new((next.index, slot), individual, known, (parent.sizes[i], None), limits);
+                    self.place(next, slot, placed);
                 }
             }
             next.elites_pending = false;
@@ -518,7 +513,8 @@ impl Pipeline {
             // bred (and their children parsed and measured) on every core, then placed in order.
             let (grammar, config, spec) = (&self.grammar, &self.config, self.spec.as_ref());
             let parsimony = config.parsimony;
-            let bred: Vec<(usize, Vec<(Individual, Measured)>)> = in_pool(|| {
+            let (index, limits) = (next.index, (self.direction, config.max_size));
+            let bred: Vec<(usize, Vec<Placed>)> = in_pool(|| {
                 ready
                     .into_par_iter()
                     .map(|(pair, plan)| {
@@ -528,21 +524,22 @@ impl Pipeline {
                             let f = parent.fitness[i].expect("checked above");
                             (individual, penalised(f, parent.sizes[i], parsimony))
                         });
-                        let measured = children
-                            .into_iter()
-                            .map(|c| {
+                        let first = config.elite + 2 * pair;
+                        let placed = (first..n)
+                            .zip(children)
+                            .map(|(slot, c)| {
                                 let m = measure(spec, Some(&c));
-                                (c, m)
+                                Placed::new((index, slot), c, None, m, limits)
                             })
                             .collect();
-                        (pair, measured)
+                        (pair, placed)
                     })
                     .collect()
             });
             for (pair, children) in bred {
                 let first = self.config.elite + 2 * pair;
-                for (slot, (individual, measured)) in (first..n).zip(children) {
-                    self.place(next, slot, individual, None, measured);
+                for (slot, placed) in (first..n).zip(children) {
+                    self.place(next, slot, placed);
                 }
             }
             changed = true;
@@ -566,6 +563,11 @@ impl Pipeline {
             if better {
                 self.best_ever = Some((individuals[i].clone(), fitness[i]));
             }
+        }
+        // Freeing a generation of 10^5-10^6 individuals takes long: another thread does it (where
+        // none starts, the failed spawn drops them here).
+        if individuals.len() >= PARALLEL_STATS {
+            let _ = std::thread::Builder::new().stack_size(PARSE_STACK).spawn(move || drop(individuals));
         }
         stats
     }
@@ -667,6 +669,39 @@ impl Pipeline {
     /// Best individual of every generation completed so far (the first one, on ties).
     pub fn best_ever(&self) -> Option<(&Individual, Fitness)> {
         self.best_ever.as_ref().map(|(i, f)| (i, *f))
+    }
+}
+
+/// An individual ready for slot `slot` of generation `generation`: with a known fitness (an
+/// elite's, or the worst where its mapping failed or it is over `max_size`), or handed out to be
+/// evaluated (`born`). Depends on nothing else, so it is made on any thread.
+struct Placed {
+    individual: Individual,
+    size: usize,
+    known: Option<Fitness>,
+    born: Option<Born>,
+}
+
+impl Placed {
+    fn new(
+        (generation, slot): (usize, usize),
+        individual: Individual,
+        known: Option<Fitness>,
+        (size, program): Measured,
+        (direction, max_size): (Direction, usize),
+    ) -> Placed {
+        let oversized = max_size > 0 && size > max_size;
+        let (known, born) = match (known, individual.phenotype()) {
+            (Some(f), _) => (Some(f), None),
+            (None, None) => (Some(Fitness::worst(direction)), None),
+            // Over the size limit: not worth evaluating.
+            (None, Some(_)) if oversized => (Some(Fitness::worst(direction)), None),
+            (None, Some(p)) => {
+                let params = individual.params.clone();
+                (None, Some(Born { generation, slot, phenotype: p.clone(), params, program }))
+            }
+        };
+        Placed { individual, size, known, born }
     }
 }
 
@@ -794,22 +829,41 @@ fn generation_stats(
     let finite: Vec<f64> = fitness.iter().filter(|x| x.is_finite()).map(Fitness::value).collect();
     let best = best_index(fitness);
     let n = individuals.len().max(1) as f64;
+    let unique_phenotypes = if individuals.len() < PARALLEL_STATS {
+        individuals.iter().filter_map(Individual::phenotype).collect::<HashSet<_>>().len()
+    } else {
+        count_distinct(individuals.iter().filter_map(|i| i.phenotype().map(Phenotype::as_str)).collect())
+    };
     GenerationStats {
         generation,
         best: best.map_or(Fitness::worst(direction), |i| fitness[i]),
         mean: (!finite.is_empty()).then(|| finite.iter().sum::<f64>() / finite.len() as f64),
         median: median(finite.clone()),
         invalid: fitness.len() - finite.len(),
-        unique_phenotypes: individuals.iter().filter_map(Individual::phenotype).collect::<HashSet<_>>().len(),
+        unique_phenotypes,
         mean_genome_len: individuals.iter().map(|i| i.genome.len() as f64).sum::<f64>() / n,
         best_phenotype: best.and_then(|i| individuals[i].expression()),
         best_size: None,
     }
 }
 
+/// Generations of at least this many individuals have their statistics computed, and are
+/// freed, on several threads.
+const PARALLEL_STATS: usize = 20_000;
+
+/// How many distinct texts `texts` holds: sorted on every core, then counted.
+fn count_distinct(mut texts: Vec<&str>) -> usize {
+    in_pool(|| texts.par_sort_unstable());
+    texts.iter().enumerate().filter(|&(k, t)| k == 0 || texts[k - 1] != *t).count()
+}
+
 /// The median of `values` (the mean of the middle two for an even count); `None` if empty.
 fn median(mut values: Vec<f64>) -> Option<f64> {
-    values.sort_by(f64::total_cmp);
+    if values.len() >= PARALLEL_STATS {
+        in_pool(|| values.par_sort_unstable_by(f64::total_cmp));
+    } else {
+        values.sort_by(f64::total_cmp);
+    }
     let n = values.len();
     match n {
         0 => None,
@@ -933,6 +987,19 @@ mod tests {
         let chosen = pipeline.chosen().unwrap();
         assert!(chosen.fitness.value() <= best * 1.5);
         assert!(front.iter().filter(|p| p.size < chosen.size).all(|p| p.fitness.value() > best * 1.5));
+    }
+
+    #[test]
+    fn big_generations_count_distinct_phenotypes_and_take_medians_as_small_ones_do() {
+        let texts: Vec<String> =
+            (0..3 * PARALLEL_STATS).map(|i| format!("x * {}", (i * 7919) % 10_007)).collect();
+        let set: HashSet<&str> = texts.iter().map(String::as_str).collect();
+        assert_eq!(count_distinct(texts.iter().map(String::as_str).collect()), set.len());
+        assert_eq!(set.len(), 10_007);
+        let values: Vec<f64> = (0..2 * PARALLEL_STATS + 1).map(|i| ((i * 7919) % 10_007) as f64).collect();
+        let mut sorted = values.clone();
+        sorted.sort_by(f64::total_cmp);
+        assert_eq!(median(values), Some(sorted[PARALLEL_STATS]));
     }
 
     #[test]
