@@ -19,8 +19,43 @@ use std::time::SystemTime;
 use gpfarm_protocol::{CompileMode, CompileOptions};
 
 /// The identity of compiled code: equal keys mean the same source, options, target and compiler.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct CacheKey([u8; 32]);
+
+impl std::hash::Hash for CacheKey {
+    /// A key is a BLAKE3 digest: its first 8 bytes are as good a hash as any of all 32.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&self.0[..8]);
+        state.write_u64(u64::from_le_bytes(first));
+    }
+}
+
+/// A hasher for maps keyed by [`CacheKey`] (through [`KeyMap`]): it takes the key's own first 8
+/// bytes as the hash, so a lookup hashes nothing; generations of 10^5-10^6 individuals look up
+/// several maps per individual.
+#[derive(Default, Clone, Copy)]
+pub struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only [`CacheKey`]'s `write_u64` is expected; anything else is folded in.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+/// A map keyed by [`CacheKey`], hashed by [`KeyHasher`].
+pub type KeyMap<V> = std::collections::HashMap<CacheKey, V, std::hash::BuildHasherDefault<KeyHasher>>;
 
 impl std::fmt::Debug for CacheKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

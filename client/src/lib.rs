@@ -26,7 +26,7 @@ mod queue;
 mod spec;
 pub mod supervisor;
 
-pub use cache::{CacheKey, DiskCache};
+pub use cache::{CacheKey, DiskCache, KeyMap};
 pub use compiler::{Batch, BatchStats, Compiler, CompilerError, WorkerStats};
 pub use farm::{
     DAEMON_RSS, DEFAULT_UNIT_DEADLINE, DaemonStatus, Farm, FarmConfig, FarmError, FarmKind, FarmSizeError,

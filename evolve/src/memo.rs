@@ -8,9 +8,7 @@
 //! Bounded: an entry is 32 bytes of key and a few words, and past [`CAPACITY`] entries those
 //! not seen in the last [`KEEP_GENERATIONS`] generations go.
 
-use std::collections::HashMap;
-
-use gpfarm_client::CacheKey;
+use gpfarm_client::{CacheKey, KeyMap};
 use gpfarm_gp::Fitness;
 
 /// Entries kept before the old ones are dropped (about 50 MB).
@@ -21,14 +19,14 @@ pub const KEEP_GENERATIONS: usize = 5;
 /// See the module documentation.
 #[derive(Default)]
 pub struct FitnessMemo {
-    entries: HashMap<CacheKey, (Fitness, usize)>,
+    entries: KeyMap<(Fitness, usize)>,
     capacity: usize,
 }
 
 impl FitnessMemo {
     /// An empty memo holding up to `capacity` entries before it drops old ones.
     pub fn new(capacity: usize) -> FitnessMemo {
-        FitnessMemo { entries: HashMap::new(), capacity }
+        FitnessMemo { entries: KeyMap::default(), capacity }
     }
 
     /// The fitness remembered for `key`, marking it seen in `generation`.

@@ -31,9 +31,20 @@ impl Driver<'_> {
         let mut compiled = Gather::default();
         let now = Instant::now();
         let prepared = self.prepare(&born);
+        // Counted per generation once, not per individual: a generation holds up to 10^6.
+        let mut counted: Vec<(usize, usize)> = Vec::new();
+        for b in &born {
+            match counted.last_mut() {
+                Some((g, n)) if *g == b.generation => *n += 1,
+                _ => counted.push((b.generation, 1)),
+            }
+        }
+        for (g, n) in counted {
+            self.account(g).born += n;
+            self.totals.individuals_evaluated += n;
+        }
+        let no_params: Arc<[f32]> = Arc::from([]);
         for (b, prepared) in born.into_iter().zip(prepared) {
-            self.account(b.generation).born += 1;
-            self.totals.individuals_evaluated += 1;
             let Prepared { program, code, key, code_key } = prepared;
             // The PTX route emits from the typed tree: a phenotype the parser refuses cannot be
             // emitted, and gets the worst fitness, as the CPU evaluator gives it.
@@ -71,7 +82,7 @@ impl Driver<'_> {
                 }
             };
             let params: Arc<[f32]> =
-                if self.settings.route.compiles_individuals() { b.params.into() } else { Arc::from([]) };
+                if self.settings.route.compiles_individuals() { b.params.into() } else { no_params.clone() };
             let member = Member {
                 generation: b.generation,
                 slot: b.slot,

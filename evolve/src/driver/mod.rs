@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::RecvTimeoutError;
-use gpfarm_client::{CacheKey, Compiler, DiskCache, Submitter, shared_job_queue};
+use gpfarm_client::{CacheKey, Compiler, DiskCache, KeyMap, Submitter, shared_job_queue};
 use gpfarm_gp::{Born, Fitness, GenerationStats, Phenotype, Pipeline, Problem, Program};
 use gpfarm_kernels::interpreter::Bytecode;
 use gpfarm_protocol::{CompileOptions, Route, Shape};
@@ -157,7 +157,7 @@ pub(crate) struct Driver<'a> {
     /// The problem on the cases fitting uses ([`gpfarm_gp::FitConfig::cases`]).
     fit_problem: Option<Problem>,
     /// Individuals identical to one being compiled, by key, waiting for its fitness.
-    waiting: HashMap<CacheKey, Vec<Member>>,
+    waiting: KeyMap<Vec<Member>>,
     /// Structures compiled (or being compiled) for individuals with free parameters.
     structures: structures::Structures,
     /// Bred individuals not yet in a unit, by generation.
@@ -256,7 +256,7 @@ impl<'a> Driver<'a> {
             fit_memo: HashMap::new(),
             fit_problem: None,
             gpu_fit: false,
-            waiting: HashMap::new(),
+            waiting: KeyMap::default(),
             structures: structures::Structures::default(),
             pools: BTreeMap::new(),
             jobs: HashMap::new(),

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use gpfarm_client::CacheKey;
+use gpfarm_client::{CacheKey, KeyMap};
 use gpfarm_gp::Fitness;
 
 use super::{Driver, Member, Ready};
@@ -26,13 +26,13 @@ const STORE_BYTES: usize = 256 << 20;
 #[derive(Default)]
 pub(super) struct Structures {
     /// Each structure's unit (by number) and its kernel there.
-    kernels: HashMap<CacheKey, (u64, String)>,
+    kernels: KeyMap<(u64, String)>,
     /// The units' CUBIN, by number.
     cubins: HashMap<u64, Arc<Vec<u8>>>,
     bytes: usize,
     next: u64,
     /// Individuals whose structure is being compiled, by its key.
-    pub(super) compiling: HashMap<CacheKey, Vec<Member>>,
+    pub(super) compiling: KeyMap<Vec<Member>>,
 }
 
 impl Structures {
