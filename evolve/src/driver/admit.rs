@@ -24,13 +24,13 @@ use crate::error::EvolveError;
 impl Driver<'_> {
     /// Takes newly bred individuals: reused, merged, found on disk, or put in a pool to compile.
     /// Returns whether any fitness became known.
-    pub(super) fn admit(&mut self, born: Vec<Born>) -> Result<bool, EvolveError> {
+    pub(super) fn admit(&mut self, mut born: Vec<Born>) -> Result<bool, EvolveError> {
         let mut progress = false;
         // Units found on disk (numbered by their object) and structures compiled before.
         let (mut from_disk, mut disk_units) = (Gather::default(), HashMap::<String, u64>::new());
         let mut compiled = Gather::default();
         let now = Instant::now();
-        let prepared = self.prepare(&born);
+        let prepared = self.prepare(&mut born);
         // Counted per generation once, not per individual: a generation holds up to 10^6.
         let mut counted: Vec<(usize, usize)> = Vec::new();
         for b in &born {
@@ -171,14 +171,14 @@ impl Driver<'_> {
     /// Parses (where breeding did not), assembles into bytecode and keys `born`, in order, on the
     /// run's threads. Each individual's result depends on it alone, so the threads change
     /// nothing but the time.
-    fn prepare(&mut self, born: &[Born]) -> Vec<Prepared> {
+    fn prepare(&mut self, born: &mut [Born]) -> Vec<Prepared> {
         let pool = self.pool();
         let (problem, options, toolchain) = (self.problem, self.options, self.toolchain.as_str());
         let (route, cache) = (self.settings.route, self.settings.cache);
-        let one = |b: &Born| prepare_one(problem, options, toolchain, (route, cache), b);
+        let one = |b: &mut Born| prepare_one(problem, options, toolchain, (route, cache), b);
         match pool {
-            Some(pool) if born.len() > 1 => pool.install(|| born.par_iter().map(one).collect()),
-            _ => born.iter().map(one).collect(),
+            Some(pool) if born.len() > 1 => pool.install(|| born.par_iter_mut().map(one).collect()),
+            _ => born.iter_mut().map(one).collect(),
         }
     }
 }
@@ -189,11 +189,12 @@ fn prepare_one(
     options: &gpfarm_client::CompileOptions,
     toolchain: &str,
     (route, cache): (Route, bool),
-    b: &Born,
+    b: &mut Born,
 ) -> Prepared {
-    // The tree breeding parsed, where it did; else parsed here (for its error).
-    let parsed = match &b.program {
-        Some(p) => Ok(p.clone()),
+    // The tree breeding parsed, where it did (taken, so that it is freed on this thread where
+    // nothing keeps it); else parsed here (for its error).
+    let parsed = match b.program.take() {
+        Some(p) => Ok(p),
         None => Program::parse(problem, &b.phenotype).map(Arc::new),
     };
     let program = match route {
@@ -238,6 +239,12 @@ fn prepare_one(
             Some(CacheKey::new(&bytes, options, toolchain))
         }
         other => other,
+    };
+    // The interpreter runs the bytecode: the tree is not kept (a member that falls back to the
+    // CPU is parsed again there).
+    let program = match (route, &code) {
+        (Route::Interpreter, Ok(Some(_))) => Ok(None),
+        _ => program,
     };
     Prepared { program, code, key, code_key }
 }

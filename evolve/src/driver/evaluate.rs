@@ -192,6 +192,7 @@ impl Driver<'_> {
                         a.readback += out.readback / n;
                         self.resolve(m, f, true, Chain::without_compile(m.born, now))?;
                     }
+                    self.discard(coded);
                 }
                 Err(WorkerError::Fault(why)) => {
                     tracing::warn!(
@@ -218,6 +219,7 @@ impl Driver<'_> {
             self.account(m.generation).eval += took / members.len() as u32;
             self.resolve(m, f, true, Chain::without_compile(m.born, now))?;
         }
+        self.discard(members);
         Ok(())
     }
 }

@@ -158,6 +158,8 @@ pub(crate) struct Driver<'a> {
     fit_problem: Option<Problem>,
     /// Individuals identical to one being compiled, by key, waiting for its fitness.
     waiting: KeyMap<Vec<Member>>,
+    /// Members whose fitness is known, to be freed by [`Driver::discard`].
+    trash: Vec<Vec<Member>>,
     /// Structures compiled (or being compiled) for individuals with free parameters.
     structures: structures::Structures,
     /// Bred individuals not yet in a unit, by generation.
@@ -257,6 +259,7 @@ impl<'a> Driver<'a> {
             fit_problem: None,
             gpu_fit: false,
             waiting: KeyMap::default(),
+            trash: Vec::new(),
             structures: structures::Structures::default(),
             pools: BTreeMap::new(),
             jobs: HashMap::new(),
@@ -488,11 +491,25 @@ impl<'a> Driver<'a> {
         if remember && let Some(memo) = &mut self.memo {
             memo.insert(key, f, m.generation);
         }
-        for w in self.waiting.remove(&key).unwrap_or_default() {
+        let Some(waiting) = self.waiting.remove(&key) else { return Ok(()) };
+        for w in &waiting {
             self.pipeline.set_fitness(w.generation, w.slot, f)?;
             self.account(w.generation).known(Chain { born: w.born.max(chain.born), ..chain });
         }
+        if !waiting.is_empty() {
+            self.trash.push(waiting);
+        }
         Ok(())
+    }
+
+    /// Frees `members` (their trees and code), and the members [`Driver::resolve`] set aside, on
+    /// the run's threads rather than this one: a generation holds up to 10^6.
+    fn discard(&mut self, members: Vec<Member>) {
+        let trash = std::mem::take(&mut self.trash);
+        match self.pool() {
+            Some(pool) => pool.spawn(move || drop((members, trash))),
+            None => drop((members, trash)),
+        }
     }
 
     fn complete(&mut self, stats: &GenerationStats, report: &mut Report<'_>) -> Result<(), EvolveError> {
