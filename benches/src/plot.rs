@@ -236,7 +236,15 @@ where
             (lo_x * 0.8..hi_x * 1.25).log_scale(),
             (lo_y.max(1e-3) * 0.5..hi_y * 2.0).log_scale(),
         )?;
-    chart.configure_mesh().x_desc(x_desc).y_desc(y_desc).draw()?;
+    // Log axes span decades: label them as powers of ten.
+    let decade = |v: &f64| format!("{v:.0e}");
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .x_label_formatter(&decade)
+        .y_label_formatter(&decade)
+        .draw()?;
     for (i, (label, pts)) in lines.iter().enumerate() {
         if pts.is_empty() {
             continue;
