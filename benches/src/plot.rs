@@ -190,6 +190,14 @@ pub fn draw_all(rows: &[Row], dir: &Path) -> Result<Vec<String>> {
     Ok(written)
 }
 
+/// The distinct `items`, in order.
+fn distinct<T: Ord>(items: impl Iterator<Item = T>) -> Vec<T> {
+    let mut v: Vec<T> = items.collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
 /// The routes the GPU benchmarks compare, in the order their lines are drawn.
 const ROUTES: [&str; 4] = ["interpreter", "ptx", "nvrtc", "cpu"];
 
@@ -324,10 +332,7 @@ where
 /// Draws the crossover figure (`crossover.svg`, `crossover.png`) into `dir`, a panel per program
 /// size; nothing without a TrueType font (as [`draw_all`]).
 pub fn draw_crossover(rows: &[crate::breakeven::BreakEvenRow], dir: &Path) -> Result<Vec<String>> {
-    let mut depths: Vec<u32> =
-        rows.iter().filter(|r| r.problem.starts_with("regression")).map(|r| r.depth).collect();
-    depths.sort();
-    depths.dedup();
+    let depths = distinct(rows.iter().filter(|r| r.problem.starts_with("regression")).map(|r| r.depth));
     draw_panels(dir, "crossover", &depths, |a, d| crossover(a, rows, *d), |a, d| crossover(a, rows, *d))
 }
 
@@ -356,9 +361,7 @@ where
 /// Draws the parameter-steps figure (`steps.svg`, `steps.png`) into `dir`, a panel per point
 /// count; nothing without a TrueType font (as [`draw_all`]).
 pub fn draw_steps(rows: &[crate::steps::StepsRow], dir: &Path) -> Result<Vec<String>> {
-    let mut points: Vec<usize> = rows.iter().map(|r| r.points).collect();
-    points.sort();
-    points.dedup();
+    let points = distinct(rows.iter().map(|r| r.points));
     draw_panels(dir, "steps", &points, |a, p| steps_panel(a, rows, *p), |a, p| steps_panel(a, rows, *p))
 }
 
@@ -373,12 +376,10 @@ where
     DB::ErrorType: 'static,
 {
     let rows: Vec<_> = rows.iter().filter(|r| r.nodes == nodes).collect();
-    let mut keys: Vec<(usize, usize)> = rows
-        .iter()
-        .map(|r| (ROUTES.iter().position(|x| *x == r.route).unwrap_or(ROUTES.len()), r.population))
-        .collect();
-    keys.sort();
-    keys.dedup();
+    let keys = distinct(
+        rows.iter()
+            .map(|r| (ROUTES.iter().position(|x| *x == r.route).unwrap_or(ROUTES.len()), r.population)),
+    );
     let lines = keys
         .into_iter()
         .filter_map(|(k, p)| {
@@ -429,9 +430,7 @@ where
 /// `prepare.svg/png`: what preparing the code costs) into `dir`, a panel per tree size; nothing
 /// without a TrueType font (as [`draw_all`]).
 pub fn draw_throughput(rows: &[crate::throughput::ThroughputRow], dir: &Path) -> Result<Vec<String>> {
-    let mut nodes: Vec<usize> = rows.iter().map(|r| r.nodes).collect();
-    nodes.sort();
-    nodes.dedup();
+    let nodes = distinct(rows.iter().map(|r| r.nodes));
     let mut written = draw_panels(
         dir,
         "throughput",

@@ -34,6 +34,32 @@ pub(crate) fn compile_kernel(
         .ok_or_else(|| anyhow!("{what} does not compile: {}", b.results[0].log))
 }
 
+/// The options the GPU benchmarks compile with: CUBIN for `arch`, no contraction (so every
+/// route computes the CPU evaluator's bits).
+pub(crate) fn bench_options(arch: SmArch) -> CompileOptions {
+    CompileOptions { flags: vec![gpfarm_evolve::NO_FMAD.into()], ..CompileOptions::cubin(arch) }
+}
+
+/// A GPU evaluator for `problem` with its fitness kernel and interpreter compiled on `farm`.
+pub(crate) fn interpreting_evaluator(
+    farm: &mut dyn Compiler,
+    problem: &Problem,
+    options: &CompileOptions,
+) -> Result<gpfarm_kernels::gpu::GpuEvaluator> {
+    use gpfarm_kernels::gpu::{self, GpuEvaluator, Kernels};
+    let kernels = Kernels {
+        fitness: Some(compile_kernel(farm, gpu::fitness_source(problem)?, "fitness.cu", options)?),
+        interpreter: Some(compile_kernel(
+            farm,
+            gpfarm_kernels::interpreter::interpreter_source(problem)?,
+            "interp.cu",
+            options,
+        )?),
+        fit: Vec::new(),
+    };
+    Ok(GpuEvaluator::with_kernels(problem, &kernels)?)
+}
+
 /// A population compiled on `route` as the engine does (switch units planned for the farm's
 /// workers, each taken by the next free one).
 pub(crate) struct Compiled {

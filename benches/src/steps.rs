@@ -6,7 +6,7 @@
 //!   ([`Bytecode::with_values`]) and interprets the whole set in one launch;
 //! - `nvrtc`, `ptx`: each structure compiled once on the farm (the engine's units) and loaded
 //!   once (the evaluator keeps modules loaded), values passed as the kernels' argument
-//!   ([`GpuEvaluator::set_values`]) at each step;
+//!   ([`gpfarm_kernels::gpu::GpuEvaluator::set_values`]) at each step;
 //! - `cpu`: the CPU evaluator with the values (`Program::run_params`) on every core.
 //!
 //! Every step includes the fitness (RMSE against the points' target), which the thesis's result
@@ -20,15 +20,14 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Result, anyhow};
-use gpfarm_client::{CompileOptions, Compiler};
+use gpfarm_client::Compiler;
 use gpfarm_gp::problem::ProblemSources;
 use gpfarm_gp::{Evolution, EvolutionConfig, Phenotype, Problem, Program};
-use gpfarm_kernels::gpu::{self, GpuEvaluator, Kernels};
-use gpfarm_kernels::interpreter::{self, Bytecode, PackedPopulation, assemble_structure};
+use gpfarm_kernels::interpreter::{Bytecode, PackedPopulation, assemble_structure};
 use gpfarm_protocol::{Route, SmArch};
 use serde::{Deserialize, Serialize};
 
-use crate::shared::{Compiled, compile_kernel, median};
+use crate::shared::{Compiled, bench_options, interpreting_evaluator, median};
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -182,24 +181,13 @@ pub fn run(
     farm: &mut dyn Compiler,
     mut progress: impl FnMut(&str),
 ) -> Result<Vec<StepsRow>> {
-    let options =
-        CompileOptions { flags: vec![gpfarm_evolve::NO_FMAD.into()], ..CompileOptions::cubin(config.arch) };
+    let options = bench_options(config.arch);
     let threads = std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN);
     let steps = config.steps.max(1);
     let mut rows = Vec::new();
     for &points in &config.points {
         let problem = problem(points)?;
-        let kernels = Kernels {
-            fitness: Some(compile_kernel(farm, gpu::fitness_source(&problem)?, "fitness.cu", &options)?),
-            interpreter: Some(compile_kernel(
-                farm,
-                interpreter::interpreter_source(&problem)?,
-                "interp.cu",
-                &options,
-            )?),
-            fit: Vec::new(),
-        };
-        let mut gpu = GpuEvaluator::with_kernels(&problem, &kernels)?;
+        let mut gpu = interpreting_evaluator(farm, &problem, &options)?;
         for &size in &config.expressions {
             let (phenotypes, programs) = expressions(&problem, size, config.depth)?;
             let n = programs.len();

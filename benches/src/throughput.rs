@@ -22,11 +22,10 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Result, anyhow, bail};
-use gpfarm_client::{CompileOptions, Compiler};
+use gpfarm_client::Compiler;
 use gpfarm_evolve::route::{Costs, Workload, predict};
 use gpfarm_gp::problem::ProblemSources;
 use gpfarm_gp::{Phenotype, Problem, Program, evaluate_all};
-use gpfarm_kernels::gpu::{self, GpuEvaluator, Kernels};
 use gpfarm_kernels::interpreter::{self, Bytecode, PackedPopulation};
 use gpfarm_protocol::{Route, SmArch};
 use rand::{Rng, SeedableRng};
@@ -34,7 +33,7 @@ use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::shared::{Compiled, compile_kernel, median};
+use crate::shared::{Compiled, bench_options, interpreting_evaluator, median};
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -210,8 +209,7 @@ pub fn run(
     farm: &mut dyn Compiler,
     mut progress: impl FnMut(&str),
 ) -> Result<Vec<ThroughputRow>> {
-    let options =
-        CompileOptions { flags: vec![gpfarm_evolve::NO_FMAD.into()], ..CompileOptions::cubin(config.arch) };
+    let options = bench_options(config.arch);
     let threads = std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN);
     let repeats = config.repeats.max(1);
     // One problem and evaluator per case count.
@@ -221,17 +219,7 @@ pub fn run(
     let mut workloads = Vec::new();
     for &c in &cases {
         let problem = problem(c, config.seed)?;
-        let kernels = Kernels {
-            fitness: Some(compile_kernel(farm, gpu::fitness_source(&problem)?, "fitness.cu", &options)?),
-            interpreter: Some(compile_kernel(
-                farm,
-                interpreter::interpreter_source(&problem)?,
-                "interp.cu",
-                &options,
-            )?),
-            fit: Vec::new(),
-        };
-        let gpu = GpuEvaluator::with_kernels(&problem, &kernels)?;
+        let gpu = interpreting_evaluator(farm, &problem, &options)?;
         workloads.push((problem, gpu));
     }
     let fits =
