@@ -41,6 +41,9 @@ pub struct Costs {
     pub interp_fixed_s: f64,
     /// Interpreter: seconds per program and case (setting variables, the fitness term).
     pub interp_case_s: f64,
+    /// Interpreter: seconds per program (its blocks, its reduction, its code's upload), what
+    /// dominates populations of 10^5 and more over few cases.
+    pub interp_program_s: f64,
     /// Interpreter: seconds per op, program and case.
     pub interp_op_s: f64,
     /// PTX route: compiling and loading one program, seconds, on the reference farm.
@@ -70,6 +73,10 @@ impl Costs {
     pub const H100: Costs = Costs {
         interp_fixed_s: 265e-6,
         interp_case_s: 2.4e-12,
+        // Populations of 10^3 to 5·10^5 full trees of 127 nodes over 1,024 cases
+        // (`gpfarm bench --throughput`, `results/2026-11-26-h100/scale/throughput/`): what the
+        // interpreter took beyond the per-case terms, 106-170 ns per program from 10^4 up.
+        interp_program_s: 150e-9,
         interp_op_s: 6.7e-13,
         ptx_program_s: 139e-6,
         ptx_program_op_s: 21.1e-6,
@@ -107,7 +114,7 @@ pub struct Workload {
 pub fn predict(c: &Costs, w: &Workload, cases: usize) -> (f64, f64) {
     let (n, cases_f) = (w.programs as f64, cases as f64);
     let interp_op = if w.loops { c.interp_loop_op_s } else { c.interp_op_s };
-    let interp_flow = n * cases_f * (c.interp_case_s + w.run_ops * interp_op);
+    let interp_flow = n * (c.interp_program_s + cases_f * (c.interp_case_s + w.run_ops * interp_op));
     // Cases one thread (or, for loops over at most a block's cases, one warp) runs in turn.
     let block = gpfarm_kernels::gpu::BLOCK as usize;
     let in_turn = if w.loops && cases <= block {
