@@ -21,7 +21,7 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::num::NonZeroUsize;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -727,13 +727,32 @@ pub const PARSE_STACK: usize = 16 << 20;
 
 /// Runs `work` (which uses rayon) on the caller's rayon pool when called from one, else on a
 /// pool of this crate's, one thread per core with [`PARSE_STACK`] stacks. Results never depend
-/// on the threads.
+/// on the threads. A process forked from one that made the pool (a Python program's
+/// `multiprocessing`, say) has none of its threads: it makes a pool of its own, rather than wait
+/// on threads that are not there.
 pub fn in_pool<T: Send>(work: impl FnOnce() -> T + Send) -> T {
-    static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
+    static POOL: Mutex<Option<(u32, Option<&'static rayon::ThreadPool>)>> = Mutex::new(None);
     if rayon::current_thread_index().is_some() {
         return work();
     }
-    let pool = POOL.get_or_init(|| rayon::ThreadPoolBuilder::new().stack_size(PARSE_STACK).build().ok());
+    let pid = std::process::id();
+    let pool = {
+        let mut held = POOL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match *held {
+            Some((made_by, pool)) if made_by == pid => pool,
+            _ => {
+                // Leaked: one per process that uses it (a forked child's parent pool is not
+                // dropped either, as its threads are not there to stop).
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .stack_size(PARSE_STACK)
+                    .build()
+                    .ok()
+                    .map(|p| &*Box::leak(Box::new(p)));
+                *held = Some((pid, pool));
+                pool
+            }
+        }
+    };
     match pool {
         Some(pool) => pool.install(work),
         None => work(),
