@@ -155,7 +155,12 @@ def test_ctrl_c_raises_keyboard_interrupt_and_leaves_no_daemon_or_segment(daemon
     env = dict(os.environ, GPFARMD=str(RELEASE / "gpfarmd"))
     if daemon.startswith("the package"):
         del env["GPFARMD"]
-    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
+    # Ctrl-C's default action in the child, whatever the caller's (a shell's background job
+    # ignores SIGINT, and Python then raises no KeyboardInterrupt).
+    restore = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)
+    child = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env, preexec_fn=restore
+    )
     # Wait for a few generations, so that the farm is up and compiling.
     for line in child.stdout:
         if line.strip() == "3":
