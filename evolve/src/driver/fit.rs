@@ -193,8 +193,17 @@ fn gpu_fit(
         if b.params.len() > FIT_PARAMS {
             continue;
         }
-        let Ok(program) = Program::parse(problem, &b.phenotype) else { continue };
-        let Ok(code) = assemble_structure(problem, &program) else { continue };
+        // Breeding's tree where it has one (the same parse), else parsed here.
+        let parsed;
+        let program = match &b.program {
+            Some(p) => p.as_ref(),
+            None => {
+                let Ok(p) = Program::parse(problem, &b.phenotype) else { continue };
+                parsed = p;
+                &parsed
+            }
+        };
+        let Ok(code) = assemble_structure(problem, program) else { continue };
         if !fits_on_gpu(&code.words, b.params.len(), code.depth) {
             continue;
         }
