@@ -243,10 +243,24 @@ fn resident_daemons_free_themselves_when_their_client_dies() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(held(), "the client never attached");
+    let stuck = gpfarm_client::farm_status().iter().find(|f| f.name == name.as_str()).unwrap().daemons[0].pid;
     client.kill().unwrap();
     client.wait().unwrap();
     let _ = BufReader::new(client.stderr.take().unwrap()).lines();
-    // The daemon is stuck in the hung unit; stop it the hard way and check nothing is left.
+    // The daemon is stuck in the hung unit of a dead client: the keeper replaces it.
+    let until = Instant::now() + Duration::from_secs(30);
+    let replaced = || {
+        gpfarm_client::farm_status().iter().any(|f| {
+            f.name == name.as_str()
+                && f.daemons[0].pid != 0
+                && f.daemons[0].pid != stuck
+                && f.daemons[0].state == "available"
+        })
+    };
+    while !replaced() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(replaced(), "the keeper did not replace the daemon its dead client left stuck");
     let stopped = stop();
     assert_eq!(stopped, 1);
     assert!(gpfarm_client::farm_status().iter().all(|f| f.name != name.as_str()), "segment left behind");
@@ -283,6 +297,57 @@ fn resident_daemons_free_themselves_when_their_client_dies() {
     drop(seg);
     stop();
     assert!(freed, "the daemon still belongs to a dead client");
+}
+
+#[test]
+fn a_farm_stopped_while_its_keeper_replaces_a_daemon_is_stopped_whole() {
+    if !nvrtc_or_skip("stop_mid_replacement") {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let gpfarm = env!("CARGO_BIN_EXE_gpfarm");
+    let name: FarmName = format!("gap{}", std::process::id()).parse().unwrap();
+    // A daemon executable that, once `slow` exists, takes 3 s before it becomes the daemon: the
+    // keeper's replacement stays that long between two lives, with no daemon and no segment.
+    let dir = tempfile::tempdir().unwrap();
+    let slow = dir.path().join("slow");
+    let wrapper = dir.path().join("slowd");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nif [ -e '{}' ]; then sleep 3; fi\nexec '{}' \"$@\"\n",
+            slow.display(),
+            env!("CARGO_BIN_EXE_gpfarmd")
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let start = Command::new(gpfarm)
+        .args(["daemons", "start", "-n", "1", "--detach", "--name", name.as_str()])
+        .env("GPFARMD", &wrapper)
+        .output()
+        .unwrap();
+    assert!(start.status.success(), "{}", String::from_utf8_lossy(&start.stderr));
+    let keepers = gpfarm_protocol::process::keepers_of(&name);
+    assert_eq!(keepers.len(), 1, "one background keeper");
+    std::fs::write(&slow, "").unwrap();
+    let seg = gpfarm_protocol::SegmentName::new(&name, gpfarm_protocol::DaemonId(0));
+    let first = gpfarm_protocol::process::find_daemon(&seg).expect("the daemon runs");
+    // SAFETY: kill(2) of the farm's own daemon, found above.
+    unsafe { libc::kill(first as i32, libc::SIGKILL) };
+    let until = Instant::now() + Duration::from_secs(2);
+    while gpfarm_protocol::process::process_alive(first) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(gpfarm_protocol::process::find_daemon(&seg), None, "the replacement is still on its way");
+    let t = Instant::now();
+    gpfarm_client::stop_farm(&name, Duration::from_secs(10));
+    eprintln!("stopped mid-replacement in {:?}", t.elapsed());
+    assert!(!gpfarm_protocol::process::process_alive(keepers[0]), "the keeper still runs");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(gpfarm_protocol::process::find_daemon(&seg), None, "a daemon came back");
+    assert!(gpfarm_client::farm_status().iter().all(|f| f.name != name.as_str()), "segment left behind");
 }
 
 #[test]

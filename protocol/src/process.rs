@@ -67,18 +67,58 @@ pub fn daemon_segment(pid: u32) -> Option<SegmentName> {
     (!is_zombie(pid)).then_some(name)
 }
 
+/// The arguments of a NUL-separated command line that are UTF-8.
+fn args_of(cmdline: &[u8]) -> Vec<&str> {
+    cmdline.split(|&b| b == 0).filter_map(|a| std::str::from_utf8(a).ok()).collect()
+}
+
+/// The value of `flag` in `args`, given as `FLAG VALUE` or `FLAG=VALUE`.
+fn flag_value<'a>(args: &[&'a str], flag: &str) -> Option<&'a str> {
+    let eq = format!("{flag}=");
+    args.iter()
+        .enumerate()
+        .find_map(|(i, a)| if *a == flag { args.get(i + 1).copied() } else { a.strip_prefix(eq.as_str()) })
+}
+
 /// The segment named by `--farm F --id I` (or `--farm=F --id=I`) in a NUL-separated command line.
 fn segment_from_args(cmdline: &[u8]) -> Option<SegmentName> {
-    let args: Vec<&str> = cmdline.split(|&b| b == 0).filter_map(|a| std::str::from_utf8(a).ok()).collect();
-    let value = |flag: &str| -> Option<&str> {
-        let eq = format!("{flag}=");
-        args.iter().enumerate().find_map(|(i, a)| {
-            if *a == flag { args.get(i + 1).copied() } else { a.strip_prefix(eq.as_str()) }
-        })
-    };
-    let farm: FarmName = value("--farm")?.parse().ok()?;
-    let id: DaemonId = value("--id")?.parse().ok()?;
+    let args = args_of(cmdline);
+    let farm: FarmName = flag_value(&args, "--farm")?.parse().ok()?;
+    let id: DaemonId = flag_value(&args, "--id")?.parse().ok()?;
     Some(SegmentName::new(&farm, id))
+}
+
+/// The farm named by a background keeper's command line (`gpfarm daemons start --keeper --name
+/// F`, as `gpfarm daemons start --detach` starts it).
+fn kept_farm_from_args(cmdline: &[u8]) -> Option<FarmName> {
+    let args = args_of(cmdline);
+    if !args.contains(&"--keeper") {
+        return None;
+    }
+    flag_value(&args, "--name")?.parse().ok()
+}
+
+/// The farm that live process `pid` keeps in the background, if it is this user's `gpfarm daemons
+/// start --keeper`. Found even while none of its daemons runs (one is between two lives).
+pub fn kept_farm(pid: u32) -> Option<FarmName> {
+    if pid == 0 || pid > i32::MAX as u32 {
+        return None;
+    }
+    let dir = format!("/proc/{pid}");
+    if std::fs::metadata(&dir).ok()?.uid() != effective_uid() || comm_of(pid)? != "gpfarm" {
+        return None;
+    }
+    let farm = kept_farm_from_args(&std::fs::read(format!("{dir}/cmdline")).ok()?)?;
+    (!is_zombie(pid)).then_some(farm)
+}
+
+/// Every live background keeper of farm `name` (see [`kept_farm`]).
+pub fn keepers_of(name: &FarmName) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
+        .filter(|&pid| kept_farm(pid).is_some_and(|f| &f == name))
+        .collect()
 }
 
 /// Whether `pid` is the live daemon of segment `name`.
@@ -167,6 +207,17 @@ pub fn parent_of(pid: u32) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_keeper_is_known_by_its_flag_and_farm_name() {
+        let farm = |s: &str| kept_farm_from_args(s.replace(' ', "\0").as_bytes()).map(|f| f.to_string());
+        assert_eq!(farm("gpfarm daemons start --keeper --name abc --arch sm_90").as_deref(), Some("abc"));
+        assert_eq!(farm("gpfarm daemons start --keeper --name=abc").as_deref(), Some("abc"));
+        // The starter itself and a foreground farm are no background keepers.
+        assert_eq!(farm("gpfarm daemons start --detach --name abc"), None);
+        assert_eq!(farm("gpfarm daemons start --keeper"), None);
+        assert_eq!(farm("gpfarm daemons start --keeper --name ../x"), None);
+    }
 
     #[test]
     fn the_segment_is_read_from_either_flag_form() {

@@ -103,7 +103,7 @@ pub fn run(cmd: DaemonsCommand, cuda: Option<&Path>) -> Result<()> {
                 ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
                     .context("installing the Ctrl-C handler")?;
             }
-            let farm = Farm::spawn_named(name, config)?;
+            let farm = Farm::spawn_named(name, FarmConfig { stop: Some(Arc::clone(&stop)), ..config })?;
             print!("{}", ready_text(&farm));
             println!("Ctrl-C stops them");
             keep(farm, &stop, &mut std::io::stdout());
@@ -277,7 +277,7 @@ const READY: &str = "ready\n";
 /// The background keeper of a `--detach`ed farm: reports to its starter through its stdout, then
 /// lets go of it (daemons and everything else it starts get `/dev/null`), and keeps the farm
 /// until `gpfarm daemons stop` (SIGTERM) or until every daemon is stopped.
-fn run_keeper(name: FarmName, config: FarmConfig, log: Option<&Path>) -> Result<()> {
+fn run_keeper(name: FarmName, mut config: FarmConfig, log: Option<&Path>) -> Result<()> {
     use std::os::fd::FromRawFd;
     // SAFETY: plain descriptor calls: the report pipe is moved to a close-on-exec descriptor
     // (daemons must not hold it open, or the starter would never see its end), and /dev/null
@@ -300,6 +300,7 @@ fn run_keeper(name: FarmName, config: FarmConfig, log: Option<&Path>) -> Result<
         ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
             .context("installing the SIGTERM handler")?;
     }
+    config.stop = Some(Arc::clone(&stop));
     let farm = match Farm::spawn_named(name, config) {
         Ok(farm) => farm,
         Err(e) => {

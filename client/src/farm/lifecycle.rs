@@ -228,7 +228,7 @@ impl Farm {
             tries += 1;
             match respawn(d, &self.name, &self.config) {
                 Ok(()) => return Ok(()),
-                Err(e) if tries >= RESPAWN_TRIES => return Err(e),
+                Err(e) if tries >= RESPAWN_TRIES || self.config.stopping() => return Err(e),
                 Err(_) => {}
             }
         }
@@ -412,7 +412,7 @@ fn start_daemon(
             Err(e) => {
                 // Its process is gone: nobody else serves the name.
                 segment::unlink(&seg_name);
-                if !matches!(e, FarmError::Killed { .. }) || tries >= START_TRIES {
+                if !matches!(e, FarmError::Killed { .. }) || tries >= START_TRIES || config.stopping() {
                     return Err(e);
                 }
                 tracing::info!("daemon {id}: {e}; starting it again");

@@ -31,6 +31,8 @@ mod schedule;
 mod size;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use gpfarm_protocol::{CompileOptions, DaemonInfo, FailureKind, FarmName, SmArch, Unit, UnitResult};
@@ -79,6 +81,9 @@ pub struct FarmConfig {
     /// one; `None`: [`RSS_FACTOR`] times its warm size. A hostile or huge unit can leave NVRTC's
     /// allocator holding gigabytes for good; this gives them back.
     pub max_rss: Option<u64>,
+    /// Set by the farm's owner when it is told to stop (a keeper's SIGTERM): a daemon killed
+    /// while it starts in place of a lost one is then given up, not started again.
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 impl Default for FarmConfig {
@@ -96,7 +101,15 @@ impl Default for FarmConfig {
             tuned_allocator: true,
             env: Vec::new(),
             max_rss: None,
+            stop: None,
         }
+    }
+}
+
+impl FarmConfig {
+    /// Whether the farm's owner was told to stop ([`FarmConfig::stop`]).
+    pub(crate) fn stopping(&self) -> bool {
+        self.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst))
     }
 }
 

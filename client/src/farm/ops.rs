@@ -202,41 +202,67 @@ pub fn farm_status() -> Vec<FarmStatus> {
 }
 
 /// Stops every daemon of a farm (SIGTERM, then SIGKILL after `grace`) and removes its segments;
-/// a resident farm's keeper (`gpfarm daemons start`, the daemons' parent) is asked to stop first,
-/// so that it does not replace them. Returns how many daemons were stopped.
+/// a resident farm's keeper (`gpfarm daemons start`, the daemons' parent, or a background keeper
+/// found by its command line while a daemon is between two lives) is asked to stop first, so
+/// that it does not replace them. The farm is looked at again until `grace` ends or nothing of it
+/// is left, so a daemon that a keeper started just before it was told to stop is stopped too.
+/// Returns how many daemons were stopped.
 pub fn stop_farm(name: &FarmName, grace: Duration) -> usize {
-    let pids: Vec<(SegmentName, u32)> = live_daemons().into_iter().filter(|(n, _)| &n.farm == name).collect();
-    let mut keepers = Vec::new();
-    if FarmKind::of_daemons(pids.iter().map(|(_, p)| *p)) == FarmKind::Resident {
-        let parents: std::collections::BTreeSet<u32> =
-            pids.iter().filter_map(|(_, p)| process::parent_of(*p)).collect();
-        keepers = parents.into_iter().filter(|&k| signal_keeper(k, name)).collect();
-    }
-    for (n, pid) in &pids {
-        signal_daemon(*pid, n, libc::SIGTERM);
-    }
+    let mut stopped = std::collections::BTreeSet::new();
+    let mut keepers = std::collections::BTreeSet::new();
     let deadline = Instant::now() + grace;
-    while Instant::now() < deadline && pids.iter().any(|(n, p)| process::is_daemon_of(*p, n)) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    for (n, pid) in &pids {
-        signal_daemon(*pid, n, libc::SIGKILL);
-    }
-    // A keeper that was replacing a daemon as it was told to stop shuts that one down itself.
-    let deadline = Instant::now() + grace;
-    while Instant::now() < deadline && keepers.iter().any(|&k| process::process_alive(k)) {
+    let mut signal = libc::SIGTERM;
+    loop {
+        let pids: Vec<(SegmentName, u32)> =
+            live_daemons().into_iter().filter(|(n, _)| &n.farm == name).collect();
+        let mut candidates = process::keepers_of(name);
+        if FarmKind::of_daemons(pids.iter().map(|(_, p)| *p)) == FarmKind::Resident {
+            candidates.extend(pids.iter().filter_map(|(_, p)| process::parent_of(*p)));
+        }
+        for k in candidates {
+            if !keepers.contains(&k) && signal_keeper(k, name) {
+                keepers.insert(k);
+            }
+        }
+        for (n, pid) in &pids {
+            if signal_daemon(*pid, n, signal) {
+                stopped.insert(*pid);
+            }
+        }
+        let keeping = keepers.iter().any(|&k| process::process_alive(k));
+        if pids.is_empty() && !keeping {
+            break;
+        }
+        if Instant::now() >= deadline {
+            if signal == libc::SIGKILL {
+                break;
+            }
+            // Past the grace: kill what is left, and give keepers as long again to end (one that
+            // was replacing a daemon as it was told to stop shuts that one down itself).
+            signal = libc::SIGKILL;
+            for (n, pid) in &pids {
+                signal_daemon(*pid, n, signal);
+            }
+            let until = Instant::now() + grace;
+            while Instant::now() < until && keepers.iter().any(|&k| process::process_alive(k)) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            continue;
+        }
         std::thread::sleep(Duration::from_millis(10));
     }
     remove_stale_segments(Some(name));
-    pids.len()
+    stopped.len()
 }
 
 /// Asks the `gpfarm daemons start` that keeps resident farm `farm` to stop (SIGTERM): only if it
-/// is this user's `gpfarm` process and the parent of a daemon of that farm.
+/// is this user's `gpfarm` process and the background keeper of that farm or the parent of a
+/// daemon of it.
 fn signal_keeper(pid: u32, farm: &FarmName) -> bool {
     process::signal_checked(pid, libc::SIGTERM, |pid| {
-        process::comm_of(pid).is_some_and(|c| c == "gpfarm")
-            && live_daemons().iter().any(|(n, &d)| &n.farm == farm && process::parent_of(d) == Some(pid))
+        process::kept_farm(pid).is_some_and(|f| &f == farm)
+            || (process::comm_of(pid).is_some_and(|c| c == "gpfarm")
+                && live_daemons().iter().any(|(n, &d)| &n.farm == farm && process::parent_of(d) == Some(pid)))
     })
 }
 
