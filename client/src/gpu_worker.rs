@@ -34,8 +34,8 @@ use std::process::{ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use gpfarm_protocol::worker::{
-    CompiledUnit, Fitted, FrameError, GpuGeneration, ProblemRef, Reply, Request, WireFit, WirePopulation,
-    WireUnit, read_frame, write_frame,
+    CompiledUnit, Fitted, FrameError, GpuGeneration, KernelJob, ProblemRef, Reply, Request, VariantRun, WireFit,
+    WirePopulation, WireUnit, read_frame, write_frame,
 };
 use thiserror::Error;
 
@@ -275,6 +275,11 @@ impl GpuWorker {
         GpuWorker::spawn(&gpu_worker_executable()?, problem, fitness_cubin)
     }
 
+    /// The GPU's name, as the worker reported it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// Its process id.
     pub fn pid(&self) -> u32 {
         self.child.pid()
@@ -388,7 +393,9 @@ impl GpuWorker {
                     Reply::Ready { .. }
                     | Reply::Started { .. }
                     | Reply::Linearized { .. }
-                    | Reply::Fitted { .. },
+                    | Reply::Fitted { .. }
+                    | Reply::Variant { .. }
+                    | Reply::VariantsDone,
                 ) => {
                     return Err(WorkerError::Unexpected);
                 }
@@ -462,6 +469,73 @@ impl GpuWorker {
             Ok(()) => WorkerError::Fault(format!("{why}, in {place}")),
             Err(e) => e,
         }
+    }
+}
+
+/// What one variant of a user's kernel did in a kernel worker ([`GpuWorker::run_variants`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum VariantOutcome {
+    /// It ran (or the driver refused it, and nothing ran).
+    Run(VariantRun),
+    /// It faulted on the GPU (the driver's error); its worker was replaced.
+    Fault(String),
+    /// It did not end within the deadline; its worker was killed and replaced.
+    Timeout,
+}
+
+impl GpuWorker {
+    /// Starts a kernel worker (`exe --kernels`) for `job`: it uploads the inputs and runs the
+    /// original once. Call it on the thread that owns the worker (see [`GpuWorker::spawn`]).
+    pub fn kernels(exe: &Path, job: KernelJob) -> Result<GpuWorker, WorkerError> {
+        GpuWorker::start(exe, ProblemRef::Kernels, Request::KernelInit(job), None)
+    }
+
+    /// Runs every variant (CUBIN of the job's kernel) in a kernel worker, each within the
+    /// deadline ([`GpuWorker::set_deadline`]) from when the worker says it starts it. One that
+    /// faults or does not end costs that variant alone: the worker is replaced and the rest run.
+    pub fn run_variants(&mut self, cubins: &[Vec<u8>]) -> Result<Vec<VariantOutcome>, WorkerError> {
+        let mut out: Vec<Option<VariantOutcome>> = vec![None; cubins.len()];
+        let mut from = 0;
+        while from < cubins.len() {
+            let request = Request::KernelRun { cubins: cubins[from..].to_vec() };
+            write_frame(&mut self.stdin, &request).map_err(|e| WorkerError::Remote(death(&mut self.child, &e)))?;
+            let mut running = None;
+            let lost = loop {
+                if !readable_within(&self.stdout, self.deadline) {
+                    self.child.kill();
+                    break running.map(|k| (k, VariantOutcome::Timeout));
+                }
+                match read_frame(&mut self.stdout) {
+                    Ok(Reply::Started { individual }) => running = Some(from + individual as usize),
+                    Ok(Reply::Variant { index, run }) => {
+                        if let Some(slot) = out.get_mut(from + index as usize) {
+                            *slot = Some(VariantOutcome::Run(run));
+                        }
+                    }
+                    Ok(Reply::VariantsDone) => {
+                        from = cubins.len();
+                        break None;
+                    }
+                    Ok(Reply::Fault { culprit: Some(k), why }) => break Some((from + k as usize, VariantOutcome::Fault(why))),
+                    Ok(Reply::Error(e)) => return Err(WorkerError::Remote(e)),
+                    Ok(_) => return Err(WorkerError::Unexpected),
+                    Err(e) => {
+                        let why = death(&mut self.child, &e);
+                        break running.map(|k| (k, VariantOutcome::Fault(why)));
+                    }
+                }
+            };
+            if from == cubins.len() {
+                break;
+            }
+            let Some((culprit, outcome)) = lost else {
+                return Err(WorkerError::Fault("the kernel worker was lost between variants".into()));
+            };
+            out[culprit] = Some(outcome);
+            from = culprit + 1;
+            self.restart()?;
+        }
+        Ok(out.into_iter().map(|o| o.unwrap_or(VariantOutcome::Timeout)).collect())
     }
 }
 

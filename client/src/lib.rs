@@ -39,7 +39,8 @@ pub use gpfarm_protocol::{
     UnitTimings,
 };
 pub use gpu_worker::{
-    DEFAULT_GPU_DEADLINE, GpuWorker, IDLE_WORKER_TIMEOUT, WorkerError, gpu_worker_executable, init_request,
+    DEFAULT_GPU_DEADLINE, GpuWorker, IDLE_WORKER_TIMEOUT, VariantOutcome, WorkerError, gpu_worker_executable,
+    init_request,
 };
 pub use inprocess::{InProcess, InProcessError, Threads};
 pub use nvcc::{Nvcc, NvccError};

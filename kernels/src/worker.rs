@@ -16,6 +16,7 @@ use std::io::{BufReader, BufWriter};
 use gpfarm_gp::{Problem, ProblemError};
 use gpfarm_protocol::worker::{FrameError, ProblemRef, Reply, Request, read_frame, write_frame};
 
+use crate::gpu::variants::KernelBench;
 use crate::gpu::{CompiledUnit, GpuError, GpuEvaluator, GpuGeneration, Kernels};
 
 /// Loading the problem a [`ProblemRef`] names (the reference itself lives in `protocol`, which
@@ -30,6 +31,10 @@ impl LoadProblem for ProblemRef {
         match self {
             ProblemRef::Builtin(name) => Problem::builtin(name),
             ProblemRef::Dir(dir) => Problem::load(dir),
+            ProblemRef::Kernels => Err(ProblemError::Cases {
+                file: "--kernels".into(),
+                message: "a kernel worker serves no problem".into(),
+            }),
         }
     }
 }
@@ -113,6 +118,9 @@ pub fn serve(problem: &Problem) -> Result<(), GpuError> {
                     Err(e) => Reply::Error(gpfarm_protocol::error_chain(&e)),
                 },
             },
+            Request::KernelInit(_) | Request::KernelRun { .. } => {
+                Reply::Error("this worker evaluates a problem; kernels need one started with --kernels".into())
+            }
             Request::Linearize(fit) => match &mut evaluator {
                 None => Reply::Error("linearize before init".into()),
                 Some(g) => match g.linearize(&fit) {
@@ -121,6 +129,67 @@ pub fn serve(problem: &Problem) -> Result<(), GpuError> {
                     Err(e) => Reply::Error(gpfarm_protocol::error_chain(&e)),
                 },
             },
+        };
+        write_frame(&mut output, &reply)?;
+    }
+}
+
+/// Serves [`Request::KernelInit`] and [`Request::KernelRun`] on stdin/stdout until stdin
+/// closes: a worker started with [`ProblemRef::Kernels`]. Exits with its parent; after a variant
+/// faults it answers [`Reply::Fault`] and ends, its context being unusable.
+pub fn serve_kernels() -> Result<(), GpuError> {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) only registers a signal for this process.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+    let mut input = BufReader::new(std::io::stdin().lock());
+    let mut output = BufWriter::new(std::io::stdout().lock());
+    let mut bench: Option<KernelBench> = None;
+    loop {
+        let request = match read_frame::<Request>(&mut input) {
+            Ok(r) => r,
+            Err(FrameError::Closed) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        let reply = match request {
+            Request::KernelInit(job) => {
+                bench = None;
+                match KernelBench::new(job) {
+                    Ok(b) => {
+                        let name = b.device_name();
+                        bench = Some(b);
+                        Reply::Ready { name }
+                    }
+                    Err(e) => Reply::Error(gpfarm_protocol::error_chain(&e)),
+                }
+            }
+            Request::KernelRun { cubins } => match &mut bench {
+                None => Reply::Error("kernel run before init".into()),
+                Some(b) => {
+                    let mut fault = None;
+                    for (k, cubin) in cubins.iter().enumerate() {
+                        write_frame(&mut output, &Reply::Started { individual: k as u64 })?;
+                        match b.run(cubin) {
+                            Ok(run) => write_frame(&mut output, &Reply::Variant { index: k as u64, run })?,
+                            Err(GpuError::Fault(why)) => {
+                                fault = Some(Reply::Fault { culprit: Some(k as u64), why });
+                                break;
+                            }
+                            Err(e) => {
+                                fault = Some(Reply::Error(gpfarm_protocol::error_chain(&e)));
+                                break;
+                            }
+                        }
+                    }
+                    match fault {
+                        Some(f @ Reply::Fault { .. }) => {
+                            write_frame(&mut output, &f)?;
+                            return Ok(());
+                        }
+                        Some(f) => f,
+                        None => Reply::VariantsDone,
+                    }
+                }
+            },
+            _ => Reply::Error("a kernel worker runs kernels only".into()),
         };
         write_frame(&mut output, &reply)?;
     }

@@ -34,6 +34,8 @@ pub enum ProblemRef {
     Builtin(String),
     /// A problem directory.
     Dir(PathBuf),
+    /// No problem: the worker runs a user's kernel and its variants ([`Request::KernelInit`]).
+    Kernels,
 }
 
 impl ProblemRef {
@@ -43,6 +45,7 @@ impl ProblemRef {
         match self {
             ProblemRef::Builtin(name) => vec!["--problem".into(), name.into()],
             ProblemRef::Dir(dir) => vec!["--problem-dir".into(), dir.into()],
+            ProblemRef::Kernels => vec!["--kernels".into()],
         }
     }
 }
@@ -96,6 +99,119 @@ pub enum Request {
         /// Iterations per start.
         iterations: u32,
     },
+    /// Readies a worker started with [`ProblemRef::Kernels`]: uploads the job's inputs, loads
+    /// and runs the original once for its reference outputs. Answered by [`Reply::Ready`].
+    KernelInit(KernelJob),
+    /// Runs, checks and times each variant (CUBIN of the same kernel): one [`Reply::Started`]
+    /// before each, one [`Reply::Variant`] after it, then [`Reply::VariantsDone`]. A variant that
+    /// faults gets [`Reply::Fault`] naming it, and the worker can do no more.
+    KernelRun {
+        /// The variants' CUBINs.
+        cubins: Vec<Vec<u8>>,
+    },
+}
+
+/// The element type of a kernel's buffer or scalar argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Encode, Decode, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ElemType {
+    /// `float`.
+    F32,
+    /// `double`.
+    F64,
+    /// `int`.
+    I32,
+    /// `unsigned int`.
+    U32,
+    /// `long long`.
+    I64,
+    /// `unsigned char`.
+    U8,
+}
+
+impl ElemType {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            ElemType::F32 | ElemType::I32 | ElemType::U32 => 4,
+            ElemType::F64 | ElemType::I64 => 8,
+            ElemType::U8 => 1,
+        }
+    }
+}
+
+/// One argument of a kernel, in the kernel's order.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub enum WireArg {
+    /// A device buffer (the kernel gets its address), filled with `data` before every launch.
+    Buffer {
+        /// Its elements' type.
+        elem: ElemType,
+        /// Its contents, little-endian.
+        data: Vec<u8>,
+        /// Whether it is compared with the original's after a variant ran.
+        output: bool,
+    },
+    /// A value passed as it is.
+    Scalar {
+        /// Its type.
+        elem: ElemType,
+        /// Its bits, little-endian, in the low bytes.
+        bits: u64,
+    },
+}
+
+/// How a variant's outputs are compared with the original's: the error it is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Encode, Decode, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorMeasure {
+    /// The share of output elements whose bits differ (0 when every bit is the original's).
+    Exact,
+    /// The largest absolute difference (integers compared as numbers).
+    MaxAbs,
+    /// The largest difference relative to the original's value (`|v - o| / max(|o|, 1e-30)`).
+    MaxRel,
+}
+
+/// A kernel to run with its variants: the original's CUBIN, the kernel's name, its arguments and
+/// launch, for [`Request::KernelInit`].
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct KernelJob {
+    /// The original's CUBIN; its outputs are the reference.
+    pub original: Vec<u8>,
+    /// The kernel's name (the same in every variant).
+    pub entry: String,
+    /// Its arguments.
+    pub args: Vec<WireArg>,
+    /// Blocks in the grid.
+    pub grid: [u32; 3],
+    /// Threads per block.
+    pub block: [u32; 3],
+    /// Dynamic shared memory per block, bytes.
+    pub shared_bytes: u32,
+    /// How outputs are compared.
+    pub measure: ErrorMeasure,
+    /// Timed launches of each variant, each beside one of the original.
+    pub repeats: u32,
+}
+
+/// What became of one variant on the GPU.
+#[derive(Debug, Clone, PartialEq, Encode, Decode)]
+pub enum VariantRun {
+    /// It ran.
+    Ran {
+        /// Its error against the original's outputs (the job's measure); infinite where an
+        /// output is NaN in one and not the other.
+        error: f64,
+        /// Whether it wrote into the guard bytes after one of its buffers.
+        out_of_bounds: bool,
+        /// Its timed launches, milliseconds.
+        variant_ms: Vec<f32>,
+        /// The original's, each launched just before the variant's of the same index.
+        original_ms: Vec<f32>,
+    },
+    /// The driver refused its module or its launch (nothing ran; the context is fine).
+    Refused(String),
 }
 
 /// Programs with free parameters and their values, for the fitting kernel: each program's
@@ -241,6 +357,15 @@ pub enum Reply {
     },
     /// The outcome of a [`Request::Fit`].
     Fitted(Fitted),
+    /// What variant `index` of a [`Request::KernelRun`] did.
+    Variant {
+        /// Its index in the request.
+        index: u64,
+        /// What it did.
+        run: VariantRun,
+    },
+    /// Every variant of a [`Request::KernelRun`] was run.
+    VariantsDone,
     /// The request could not be served (no GPU, evaluate before init, ...).
     Error(String),
 }

@@ -15,14 +15,20 @@ use gpfarm_protocol::worker::ProblemRef;
 #[command(name = "gpfarm-gpu-worker", version, about = "gpfarm's GPU evaluation worker (started by gpfarm)")]
 pub struct Args {
     /// A built-in problem.
-    #[arg(long, conflicts_with = "problem_dir", required_unless_present = "problem_dir")]
+    #[arg(long, conflicts_with_all = ["problem_dir", "kernels"], required_unless_present_any = ["problem_dir", "kernels"])]
     problem: Option<String>,
     /// A problem directory.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "kernels")]
     problem_dir: Option<PathBuf>,
+    /// Run a user's kernel and its variants (`gpfarm improve`) instead of a problem.
+    #[arg(long)]
+    kernels: bool,
 }
 
 fn run(args: Args) -> Result<()> {
+    if args.kernels {
+        return Ok(gpfarm_kernels::worker::serve_kernels()?);
+    }
     let problem = match (args.problem, args.problem_dir) {
         (_, Some(dir)) => ProblemRef::Dir(dir),
         (Some(name), None) => ProblemRef::Builtin(name),

@@ -37,6 +37,7 @@ mod interpreter;
 mod launch;
 mod modules;
 mod probe;
+pub mod variants;
 
 use std::time::Instant;
 
