@@ -34,8 +34,8 @@ use std::process::{ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use gpfarm_protocol::worker::{
-    CompiledUnit, Fitted, FrameError, GpuGeneration, KernelJob, ProblemRef, Reply, Request, VariantRun, WireFit,
-    WirePopulation, WireUnit, read_frame, write_frame,
+    CompiledUnit, Fitted, FrameError, GpuGeneration, KernelJob, ProblemRef, Reply, Request, VariantRun,
+    WireFit, WirePopulation, WireUnit, read_frame, write_frame,
 };
 use thiserror::Error;
 
@@ -498,7 +498,8 @@ impl GpuWorker {
         let mut from = 0;
         while from < cubins.len() {
             let request = Request::KernelRun { cubins: cubins[from..].to_vec() };
-            write_frame(&mut self.stdin, &request).map_err(|e| WorkerError::Remote(death(&mut self.child, &e)))?;
+            write_frame(&mut self.stdin, &request)
+                .map_err(|e| WorkerError::Remote(death(&mut self.child, &e)))?;
             let mut running = None;
             let lost = loop {
                 if !readable_within(&self.stdout, self.deadline) {
@@ -516,7 +517,9 @@ impl GpuWorker {
                         from = cubins.len();
                         break None;
                     }
-                    Ok(Reply::Fault { culprit: Some(k), why }) => break Some((from + k as usize, VariantOutcome::Fault(why))),
+                    Ok(Reply::Fault { culprit: Some(k), why }) => {
+                        break Some((from + k as usize, VariantOutcome::Fault(why)));
+                    }
                     Ok(Reply::Error(e)) => return Err(WorkerError::Remote(e)),
                     Ok(_) => return Err(WorkerError::Unexpected),
                     Err(e) => {

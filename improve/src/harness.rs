@@ -215,6 +215,9 @@ pub enum Arg {
     },
 }
 
+/// Grid, block, dynamic shared bytes and each buffer's length, at one size.
+type Shape = ([u32; 3], [u32; 3], u32, Vec<u64>);
+
 /// A loaded, checked kernel directory.
 #[derive(Debug, Clone)]
 pub struct KernelDir {
@@ -250,12 +253,17 @@ impl KernelDir {
     pub fn load(dir: &Path) -> Result<KernelDir, HarnessError> {
         let path = dir.join(HARNESS);
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(&path).map_err(|source| HarnessError::Read { file: file.clone(), source })?;
+        let text = std::fs::read_to_string(&path)
+            .map_err(|source| HarnessError::Read { file: file.clone(), source })?;
         let raw: Raw = toml::from_str(&text).map_err(|e| HarnessError::Toml {
             file: file.clone(),
             message: e.to_string().lines().filter(|l| !l.trim().is_empty()).collect::<Vec<_>>().join(" "),
         })?;
-        let field = |field: &str, message: String| HarnessError::Field { file: file.clone(), field: field.into(), message };
+        let field = |field: &str, message: String| HarnessError::Field {
+            file: file.clone(),
+            field: field.into(),
+            message,
+        };
         let source_path = dir.join(&raw.source);
         let source = std::fs::read_to_string(&source_path)
             .map_err(|source| HarnessError::Read { file: source_path.display().to_string(), source })?;
@@ -263,7 +271,10 @@ impl KernelDir {
             return Err(field("kernel", format!("{:?} is not a C identifier", raw.kernel)));
         }
         if !source.contains(&raw.kernel) {
-            return Err(field("kernel", format!("{} does not mention {:?}", raw.source.display(), raw.kernel)));
+            return Err(field(
+                "kernel",
+                format!("{} does not mention {:?}", raw.source.display(), raw.kernel),
+            ));
         }
         if raw.sizes.search == 0 || raw.sizes.validate.contains(&0) {
             return Err(field("sizes", "sizes are at least 1".into()));
@@ -273,7 +284,8 @@ impl KernelDir {
                 Expr::Int(v) => v.to_string(),
                 Expr::Text(t) => t.clone(),
             };
-            evalexpr::build_operator_tree::<evalexpr::DefaultNumericTypes>(&text).map_err(|err| field(name, format!("{text:?}: {err}")))
+            evalexpr::build_operator_tree::<evalexpr::DefaultNumericTypes>(&text)
+                .map_err(|err| field(name, format!("{text:?}: {err}")))
         };
         let dims = |name: &str, v: &[Expr]| -> Result<Vec<Node>, HarnessError> {
             if v.is_empty() || v.len() > 3 {
@@ -283,7 +295,8 @@ impl KernelDir {
         };
         let grid = dims("launch.grid", &raw.launch.grid)?;
         let block = dims("launch.block", &raw.launch.block)?;
-        let shared_bytes = raw.launch.shared_bytes.as_ref().map(|e| compile("launch.shared_bytes", e)).transpose()?;
+        let shared_bytes =
+            raw.launch.shared_bytes.as_ref().map(|e| compile("launch.shared_bytes", e)).transpose()?;
         if raw.args.is_empty() {
             return Err(field("arg", "the kernel has no arguments: nothing to compare".into()));
         }
@@ -301,7 +314,8 @@ impl KernelDir {
                         return Err(field(&at, format!("fill file {} is not there", f.display())));
                     }
                     if let Fill::Expr(e) = &a.fill {
-                        evalexpr::build_operator_tree::<evalexpr::DefaultNumericTypes>(e).map_err(|err| field(&at, format!("fill {e:?}: {err}")))?;
+                        evalexpr::build_operator_tree::<evalexpr::DefaultNumericTypes>(e)
+                            .map_err(|err| field(&at, format!("fill {e:?}: {err}")))?;
                     }
                     Arg::Buffer {
                         name: a.name.clone(),
@@ -323,7 +337,7 @@ impl KernelDir {
         if !raw.args.iter().any(|a| a.output) {
             return Err(field("arg", "no argument is an `output`: nothing to compare".into()));
         }
-        if !(raw.error.tolerance >= 0.0) {
+        if raw.error.tolerance.is_nan() || raw.error.tolerance < 0.0 {
             return Err(field("error.tolerance", "at least 0".into()));
         }
         if raw.timing.repeats == 0 || raw.timing.repeats > 10_000 {
@@ -353,7 +367,7 @@ impl KernelDir {
     }
 
     /// Grid, block, shared bytes and each buffer's length at size `n`.
-    fn shape(&self, n: u64) -> Result<([u32; 3], [u32; 3], u32, Vec<u64>), String> {
+    fn shape(&self, n: u64) -> Result<Shape, String> {
         let dim = |nodes: &[Node], what: &str| -> Result<[u32; 3], String> {
             let mut out = [1u32; 3];
             for (k, node) in nodes.iter().enumerate() {
@@ -368,7 +382,9 @@ impl KernelDir {
             return Err(format!("a block of {block:?} threads is over 1024"));
         }
         let shared = match &self.shared_bytes {
-            Some(node) => u32::try_from(eval(node, n, None)?).map_err(|_| "shared_bytes is out of range".to_string())?,
+            Some(node) => {
+                u32::try_from(eval(node, n, None)?).map_err(|_| "shared_bytes is out of range".to_string())?
+            }
             None => 0,
         };
         let mut lens = Vec::new();
@@ -394,8 +410,12 @@ impl KernelDir {
             args.push(match a {
                 Arg::Buffer { elem, fill, output, name, .. } => {
                     let len = lens.next().expect("one per buffer") as usize;
-                    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ (k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-                    let data = self.fill(*elem, fill, len, n, &mut rng).map_err(|e| format!("buffer {name}: {e}"))?;
+                    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(
+                        seed ^ (k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+                    );
+                    let data = self
+                        .fill(*elem, fill, len, n, &mut rng)
+                        .map_err(|e| format!("buffer {name}: {e}"))?;
                     WireArg::Buffer { elem: *elem, data, output: *output }
                 }
                 Arg::Scalar { elem, value, .. } => {
@@ -416,7 +436,14 @@ impl KernelDir {
         })
     }
 
-    fn fill(&self, elem: ElemType, fill: &Fill, len: usize, n: u64, rng: &mut impl Rng) -> Result<Vec<u8>, String> {
+    fn fill(
+        &self,
+        elem: ElemType,
+        fill: &Fill,
+        len: usize,
+        n: u64,
+        rng: &mut impl Rng,
+    ) -> Result<Vec<u8>, String> {
         let size = elem.size();
         let mut out = Vec::with_capacity(len * size);
         match fill {
@@ -432,7 +459,8 @@ impl KernelDir {
                 }
             }
             Fill::Expr(e) => {
-                let node = evalexpr::build_operator_tree::<evalexpr::DefaultNumericTypes>(e).map_err(|err| err.to_string())?;
+                let node = evalexpr::build_operator_tree::<evalexpr::DefaultNumericTypes>(e)
+                    .map_err(|err| err.to_string())?;
                 let mut ctx = context(n, Some(0));
                 for i in 0..len {
                     ctx.set_value("i".into(), Value::Int(i as i64)).map_err(|e| e.to_string())?;
@@ -444,7 +472,12 @@ impl KernelDir {
                 let path = self.dir.join(f);
                 let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
                 if bytes.len() < len * size {
-                    return Err(format!("{} has {} bytes, {} needed", path.display(), bytes.len(), len * size));
+                    return Err(format!(
+                        "{} has {} bytes, {} needed",
+                        path.display(),
+                        bytes.len(),
+                        len * size
+                    ));
                 }
                 out.extend_from_slice(&bytes[..len * size]);
             }
@@ -500,7 +533,8 @@ mod tests {
 
     fn dir(toml: &str) -> (tempfile::TempDir, Result<KernelDir, HarnessError>) {
         let d = tempfile::tempdir().unwrap();
-        std::fs::write(d.path().join("kernel.cu"), "extern \"C\" __global__ void k(float* a, int n) {}").unwrap();
+        std::fs::write(d.path().join("kernel.cu"), "extern \"C\" __global__ void k(float* a, int n) {}")
+            .unwrap();
         std::fs::write(d.path().join(HARNESS), toml).unwrap();
         let r = KernelDir::load(d.path());
         (d, r)

@@ -19,4 +19,6 @@ pub mod search;
 
 pub use harness::{HarnessError, KernelDir};
 pub use ptx::{Edit, Kernel, PtxError};
-pub use search::{Check, ImproveConfig, ImproveError, Individual, Outcome, Record, Score, improve, link, original_ptx};
+pub use search::{
+    Check, ImproveConfig, ImproveError, Individual, Outcome, Record, Score, improve, link, original_ptx,
+};

@@ -53,7 +53,7 @@ pub fn crowding(points: &[[f64; 2]], front: &[usize]) -> Vec<f64> {
     if front.len() <= 2 {
         return vec![f64::INFINITY; front.len()];
     }
-    for m in 0..2 {
+    for m in [0, 1] {
         let value = |k: usize| worst_if_nan(points[front[k]][m]);
         let mut order: Vec<usize> = (0..front.len()).collect();
         order.sort_by(|&a, &b| value(a).total_cmp(&value(b)));
@@ -112,7 +112,8 @@ mod tests {
 
     #[test]
     fn fronts_follow_dominance_and_survivors_keep_the_spread() {
-        let points = [[1.0, 5.0], [2.0, 2.0], [5.0, 1.0], [3.0, 3.0], [4.0, 4.0], [2.0, 6.0], [f64::NAN, 0.0]];
+        let points =
+            [[1.0, 5.0], [2.0, 2.0], [5.0, 1.0], [3.0, 3.0], [4.0, 4.0], [2.0, 6.0], [f64::NAN, 0.0]];
         let f = fronts(&points);
         assert_eq!(f[0], vec![0, 1, 2, 6], "NaN time is worst, but its error of 0 is best");
         assert_eq!(f[1], vec![3, 5]);

@@ -136,8 +136,11 @@ impl Kernel {
             (t.starts_with(".entry ") || t.contains(" .entry ")) && entry_name(t) == Some(entry)
         };
         let Some(start) = lines.iter().position(|l| is_entry(l)) else {
-            let names: Vec<&str> =
-                lines.iter().filter(|l| l.contains(".entry ")).filter_map(|l| entry_name(l.trim_start())).collect();
+            let names: Vec<&str> = lines
+                .iter()
+                .filter(|l| l.contains(".entry "))
+                .filter_map(|l| entry_name(l.trim_start()))
+                .collect();
             return Err(PtxError::NoEntry(entry.to_string(), names.join(", ")));
         };
         let open = (start..lines.len())
@@ -258,15 +261,15 @@ impl Kernel {
                     _ => false,
                 },
                 Edit::Swap { .. } => false,
-                Edit::Operand { at, operand, ref with } => {
-                    find(&body, at).is_some_and(|k| match self.replace_operand(&body[k].text, operand, with) {
+                Edit::Operand { at, operand, ref with } => find(&body, at).is_some_and(|k| {
+                    match self.replace_operand(&body[k].text, operand, with) {
                         Some(text) => {
                             body[k].text = text;
                             true
                         }
                         None => false,
-                    })
-                }
+                    }
+                }),
             };
             applied += done as usize;
         }

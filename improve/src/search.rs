@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use gpfarm_client::{
-    BuildConfig, CompileOptions, Compiler, CompilerSpec, GpuWorker, SmArch, Unit, UnitOutcome, VariantOutcome,
-    gpu_worker_executable,
+    BuildConfig, CompileOptions, Compiler, CompilerSpec, GpuWorker, SmArch, Unit, UnitOutcome,
+    VariantOutcome, gpu_worker_executable,
 };
 use gpfarm_protocol::worker::VariantRun;
 use gpfarm_toolchain::Toolchain;
@@ -222,9 +222,10 @@ pub fn original_ptx(dir: &KernelDir, build: &BuildConfig, arch: SmArch) -> Resul
         Toolchain::discover(build.cuda.as_deref()).map_err(|e| ImproveError::Toolchain(e.to_string()))?;
     let nvrtc = Nvrtc::load(&toolchain).map_err(|e| ImproveError::Toolchain(e.to_string()))?;
     let options: Vec<String> = std::iter::once(arch.ptx_option()).chain(dir.flags.iter().cloned()).collect();
-    let compiled = nvrtc
-        .compile(&dir.source_name, dir.source.as_bytes(), &options, Output::Ptx)
-        .map_err(|e| ImproveError::Source { file: dir.source_name.clone(), message: format!("{e}: {}", e.log.trim()) })?;
+    let compiled =
+        nvrtc.compile(&dir.source_name, dir.source.as_bytes(), &options, Output::Ptx).map_err(|e| {
+            ImproveError::Source { file: dir.source_name.clone(), message: format!("{e}: {}", e.log.trim()) }
+        })?;
     String::from_utf8(compiled.code).map_err(|_| ImproveError::Source {
         file: dir.source_name.clone(),
         message: "NVRTC's PTX is not UTF-8".into(),
@@ -238,8 +239,11 @@ pub fn link(
     texts: &[String],
     arch: SmArch,
 ) -> Result<Vec<Result<Vec<u8>, String>>, ImproveError> {
-    let units: Vec<Unit> = texts.iter().enumerate().map(|(k, t)| Unit::ptx(format!("variant{k}.ptx"), t.clone())).collect();
-    let batch = compiler.compile(&units, &CompileOptions::cubin(arch)).map_err(|e| ImproveError::Compiler(e.to_string()))?;
+    let units: Vec<Unit> =
+        texts.iter().enumerate().map(|(k, t)| Unit::ptx(format!("variant{k}.ptx"), t.clone())).collect();
+    let batch = compiler
+        .compile(&units, &CompileOptions::cubin(arch))
+        .map_err(|e| ImproveError::Compiler(e.to_string()))?;
     Ok(batch
         .results
         .into_iter()
@@ -306,7 +310,11 @@ impl Search<'_> {
         }
         record.apply_ms += t.elapsed().as_secs_f64() * 1e3;
         let t = Instant::now();
-        let linked = link(self.compiler.as_mut(), &fresh.iter().map(|&k| texts[k].0.clone()).collect::<Vec<_>>(), self.config.arch)?;
+        let linked = link(
+            self.compiler.as_mut(),
+            &fresh.iter().map(|&k| texts[k].0.clone()).collect::<Vec<_>>(),
+            self.config.arch,
+        )?;
         record.link_ms += t.elapsed().as_secs_f64() * 1e3;
         let t = Instant::now();
         let (mut cubins, mut at) = (Vec::new(), Vec::new());
@@ -352,7 +360,11 @@ fn cross(a: &[Edit], b: &[Edit], rng: &mut impl Rng) -> (Vec<Edit>, Vec<Edit>) {
 
 /// Improves the kernel of `dir`: see the module documentation. `progress` sees each
 /// generation's record as it is made.
-pub fn improve(dir: &KernelDir, config: &ImproveConfig, mut progress: impl FnMut(&Record)) -> Result<Outcome, ImproveError> {
+pub fn improve(
+    dir: &KernelDir,
+    config: &ImproveConfig,
+    mut progress: impl FnMut(&Record),
+) -> Result<Outcome, ImproveError> {
     let started = Instant::now();
     let ptx = original_ptx(dir, &config.build, config.arch)?;
     let kernel = Kernel::parse(&ptx, &dir.kernel)?;
@@ -370,7 +382,8 @@ pub fn improve(dir: &KernelDir, config: &ImproveConfig, mut progress: impl FnMut
     let mut worker = GpuWorker::kernels(&exe, job).map_err(|e| ImproveError::Gpu(e.to_string()))?;
     worker.set_deadline(config.deadline);
     let device = worker_device(&worker);
-    let mut search = Search { kernel, dir, config, compiler, worker, seen: HashMap::new(), cubins: HashMap::new() };
+    let mut search =
+        Search { kernel, dir, config, compiler, worker, seen: HashMap::new(), cubins: HashMap::new() };
     let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
 
     // Generation 0: the original itself (its time beside its own: the noise) and single edits.
@@ -444,7 +457,9 @@ pub fn improve(dir: &KernelDir, config: &ImproveConfig, mut progress: impl FnMut
     let best = population
         .iter()
         .filter(|i| i.score.status == "ok" && i.score.error <= dir.tolerance && !i.edits.is_empty())
-        .min_by(|a, b| a.score.time_ratio.total_cmp(&b.score.time_ratio).then(a.edits.len().cmp(&b.edits.len())))
+        .min_by(|a, b| {
+            a.score.time_ratio.total_cmp(&b.score.time_ratio).then(a.edits.len().cmp(&b.edits.len()))
+        })
         .filter(|i| i.score.time_ratio < 1.0)
         .cloned();
     let checks = match &best {
@@ -486,7 +501,12 @@ fn finish(record: &mut Record, population: &[Individual], t: Instant, tolerance:
 
 /// Runs the best variant beside the original at the search size and each held-out size, with
 /// inputs from another seed, in a fresh worker each.
-fn check(search: &Search<'_>, best: &Individual, original: &[u8], config: &ImproveConfig) -> Result<Vec<Check>, ImproveError> {
+fn check(
+    search: &Search<'_>,
+    best: &Individual,
+    original: &[u8],
+    config: &ImproveConfig,
+) -> Result<Vec<Check>, ImproveError> {
     let text = search.kernel.apply(&best.edits).0;
     let Some(cubin) = search.cubins.get(&blake3::hash(text.as_bytes())) else { return Ok(Vec::new()) };
     let exe = gpu_worker_executable().map_err(|e| ImproveError::Gpu(e.to_string()))?;
@@ -497,7 +517,8 @@ fn check(search: &Search<'_>, best: &Individual, original: &[u8], config: &Impro
         let job = dir.job(n, seed, original.to_vec()).map_err(ImproveError::Harness)?;
         let mut worker = GpuWorker::kernels(&exe, job).map_err(|e| ImproveError::Gpu(e.to_string()))?;
         worker.set_deadline(config.deadline.max(Duration::from_secs(30)));
-        let outcome = worker.run_variants(std::slice::from_ref(cubin)).map_err(|e| ImproveError::Gpu(e.to_string()))?;
+        let outcome =
+            worker.run_variants(std::slice::from_ref(cubin)).map_err(|e| ImproveError::Gpu(e.to_string()))?;
         let check = match &outcome[0] {
             VariantOutcome::Run(VariantRun::Ran { error, variant_ms, original_ms, out_of_bounds }) => {
                 let ratios: Vec<f64> =
@@ -532,9 +553,11 @@ fn mean_interval(v: &[f64]) -> (f64, f64) {
 fn write(out: &Path, search: &Search<'_>, outcome: &Outcome, original: &str) -> Result<(), ImproveError> {
     let put = |name: &str, bytes: &[u8]| {
         let path = out.join(name);
-        std::fs::write(&path, bytes).map_err(|source| ImproveError::Write { path: path.display().to_string(), source })
+        std::fs::write(&path, bytes)
+            .map_err(|source| ImproveError::Write { path: path.display().to_string(), source })
     };
-    std::fs::create_dir_all(out).map_err(|source| ImproveError::Write { path: out.display().to_string(), source })?;
+    std::fs::create_dir_all(out)
+        .map_err(|source| ImproveError::Write { path: out.display().to_string(), source })?;
     let json = |v: &dyn erased::Json| v.to_json();
     let mut lines = String::new();
     for r in &outcome.records {

@@ -118,9 +118,9 @@ pub fn serve(problem: &Problem) -> Result<(), GpuError> {
                     Err(e) => Reply::Error(gpfarm_protocol::error_chain(&e)),
                 },
             },
-            Request::KernelInit(_) | Request::KernelRun { .. } => {
-                Reply::Error("this worker evaluates a problem; kernels need one started with --kernels".into())
-            }
+            Request::KernelInit(_) | Request::KernelRun { .. } => Reply::Error(
+                "this worker evaluates a problem; kernels need one started with --kernels".into(),
+            ),
             Request::Linearize(fit) => match &mut evaluator {
                 None => Reply::Error("linearize before init".into()),
                 Some(g) => match g.linearize(&fit) {

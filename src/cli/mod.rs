@@ -7,6 +7,7 @@ pub mod daemon;
 mod daemons;
 pub mod evolve;
 pub mod gpu_worker;
+mod improve;
 #[cfg(feature = "mpi")]
 mod mpi;
 mod random;
@@ -49,6 +50,9 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Evolve programs for a problem: every generation compiled by the farm and evaluated.
     Evolve(evolve::EvolveArgs),
+    /// Improve an existing CUDA kernel: evolve edits to its PTX, keep faster variants with the
+    /// same output (GEVO's method, variants linked by the farm and timed on the GPU).
+    Improve(improve::ImproveArgs),
     /// Start, inspect and stop resident daemons shared by later runs.
     #[command(subcommand)]
     Daemons(daemons::DaemonsCommand),
@@ -88,6 +92,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Daemons(cmd) => daemons::run(cmd, cli.cuda.as_deref()),
         Command::Evolve(args) => run_evolve(args, cli.cuda.as_deref()),
         Command::Bench(args) => bench::run(args, cli.cuda.as_deref()),
+        Command::Improve(args) => improve::run(args, cli.cuda.as_deref()),
     }
 }
 

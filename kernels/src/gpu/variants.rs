@@ -15,7 +15,9 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
+};
 use cudarc::nvrtc::Ptx;
 use gpfarm_protocol::worker::{ElemType, ErrorMeasure, KernelJob, VariantRun, WireArg};
 
@@ -39,8 +41,11 @@ pub struct KernelBench {
     /// Device addresses of the working buffers, by argument.
     addresses: Vec<u64>,
     /// The original's outputs, by argument.
-    reference: Vec<Option<Vec<u8>>>,
+    reference: Outputs,
 }
+
+/// A run's output buffers' contents, by argument (`None` for the others).
+type Outputs = Vec<Option<Vec<u8>>>;
 
 impl KernelBench {
     /// Makes a context, uploads the job's buffers, loads the original and runs it once for its
@@ -150,7 +155,7 @@ impl KernelBench {
     }
 
     /// The outputs (guards cut off) and whether any guard was written.
-    fn read_outputs(&self) -> Result<(Vec<Option<Vec<u8>>>, bool), GpuError> {
+    fn read_outputs(&self) -> Result<(Outputs, bool), GpuError> {
         let mut out = Vec::with_capacity(self.job.args.len());
         let mut oob = false;
         for (a, b) in self.job.args.iter().zip(&self.buffers) {
@@ -189,7 +194,10 @@ impl KernelBench {
         let timed = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
         let mut marks = Vec::with_capacity(repeats * 2);
         for _ in 0..repeats * 2 {
-            marks.push((self.ctx.new_event(timed).map_err(driver)?, self.ctx.new_event(timed).map_err(driver)?));
+            marks.push((
+                self.ctx.new_event(timed).map_err(driver)?,
+                self.ctx.new_event(timed).map_err(driver)?,
+            ));
         }
         let original = self.original.clone();
         for (k, (start, end)) in marks.iter().enumerate() {
@@ -209,7 +217,7 @@ impl KernelBench {
     }
 
     /// The error of `outputs` against the original's, by the job's measure.
-    fn error(&self, outputs: &[Option<Vec<u8>>]) -> f64 {
+    fn error(&self, outputs: &Outputs) -> f64 {
         let mut worst = 0.0f64;
         let (mut differ, mut total) = (0usize, 0usize);
         for ((a, got), want) in self.job.args.iter().zip(outputs).zip(&self.reference) {
