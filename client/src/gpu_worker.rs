@@ -140,6 +140,11 @@ pub struct GpuWorker {
     device: Option<usize>,
     /// How long an answer, or a careful-mode kernel, may take.
     deadline: Duration,
+    /// Fresh workers being readied in the background, taken by the next restarts
+    /// ([`GpuWorker::keep_spares`]).
+    spares: Vec<std::thread::JoinHandle<Result<(Supervised, Pipes), WorkerError>>>,
+    /// How many spares to keep.
+    spare_count: usize,
 }
 
 /// Why a request got no reply.
@@ -207,6 +212,8 @@ impl GpuWorker {
             reused: false,
             device,
             deadline: DEFAULT_GPU_DEADLINE,
+            spares: Vec::new(),
+            spare_count: 0,
         })
     }
 
@@ -275,23 +282,47 @@ impl GpuWorker {
         GpuWorker::spawn(&gpu_worker_executable()?, problem, fitness_cubin)
     }
 
-    /// The GPU's name, as the worker reported it.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
     /// Its process id.
     pub fn pid(&self) -> u32 {
         self.child.pid()
     }
 
-    /// Replaces the worker with a fresh one.
+    /// Replaces the worker with a fresh one: a spare readied before, if one is kept.
     fn restart(&mut self) -> Result<(), WorkerError> {
-        self.child.restart(worker_command(&self.exe, &self.problem, self.device))?;
-        let (stdin, stdout, _) = handshake(&mut self.child, &self.init)?;
-        (self.stdin, self.stdout) = (stdin, stdout);
+        if self.spares.is_empty() {
+            self.child.restart(worker_command(&self.exe, &self.problem, self.device))?;
+            let (stdin, stdout, _) = handshake(&mut self.child, &self.init)?;
+            (self.stdin, self.stdout) = (stdin, stdout);
+        } else {
+            // The oldest first: it has had the longest to get ready.
+            let spare = self.spares.remove(0).join().map_err(|_| WorkerError::Unexpected)?;
+            let (child, (stdin, stdout, _)) = spare?;
+            self.child.kill();
+            (self.child, self.stdin, self.stdout) = (child, stdin, stdout);
+            self.fill_spares();
+        }
         self.restarts += 1;
         Ok(())
+    }
+
+    /// Keeps `n` fresh workers readied in the background (each started and sent the same
+    /// readying request), so that replacing one after a fault or a timeout costs no start-up:
+    /// for runs where faults are common (variants of a user's kernel). Each spare holds a CUDA
+    /// context of its own.
+    pub fn keep_spares(&mut self, n: usize) {
+        self.spare_count = n;
+        self.fill_spares();
+    }
+
+    fn fill_spares(&mut self) {
+        while self.spares.len() < self.spare_count {
+            let (command, init) = (worker_command(&self.exe, &self.problem, self.device), self.init.clone());
+            self.spares.push(std::thread::spawn(move || {
+                let mut child = Supervised::spawn(command, ParentDeath::ProcessSignal(libc::SIGKILL))?;
+                let pipes = handshake(&mut child, &init)?;
+                Ok((child, pipes))
+            }));
+        }
     }
 
     /// How long an answer, or in careful mode one kernel, may take before the worker is killed
@@ -468,6 +499,15 @@ impl GpuWorker {
         match self.restart() {
             Ok(()) => WorkerError::Fault(format!("{why}, in {place}")),
             Err(e) => e,
+        }
+    }
+}
+
+impl Drop for GpuWorker {
+    /// Ends the spares with the worker (each once its start-up is over).
+    fn drop(&mut self) {
+        for spare in self.spares.drain(..) {
+            drop(spare.join());
         }
     }
 }

@@ -23,6 +23,14 @@ use crate::harness::KernelDir;
 use crate::nsga;
 use crate::ptx::{Edit, Kernel, diff};
 
+/// Workers readied in the background to replace one lost to a faulting or hanging variant.
+const SPARE_WORKERS: usize = 2;
+/// A variant may take this long beyond [`DEADLINE_FACTOR`] times the original's time for the
+/// same launches (and never more than [`ImproveConfig::deadline`]).
+const MIN_DEADLINE: Duration = Duration::from_millis(200);
+/// How many times the original's time a variant may take before it is a timeout.
+const DEADLINE_FACTOR: f64 = 20.0;
+
 /// How a search runs.
 #[derive(Debug, Clone)]
 pub struct ImproveConfig {
@@ -162,6 +170,14 @@ pub struct Record {
     pub correct: usize,
     /// New ones that faulted, timed out, wrote out of bounds or were refused.
     pub failed: usize,
+    /// Of those: faulted on the GPU.
+    pub faults: usize,
+    /// Of those: did not end within the deadline.
+    pub timeouts: usize,
+    /// Of those: wrote past the end of a buffer.
+    pub out_of_bounds: usize,
+    /// Workers replaced (after faults and timeouts).
+    pub restarts: usize,
     /// The best speed-up of a correct individual so far.
     pub best_speedup: f64,
     /// Individuals on the first front.
@@ -193,6 +209,19 @@ pub struct Check {
     pub correct: bool,
 }
 
+/// A candidate the held-out checks rejected, and what they found.
+#[derive(Debug, Clone, Serialize)]
+pub struct Rejected {
+    /// The candidate.
+    pub individual: Individual,
+    /// Its checks.
+    pub checks: Vec<Check>,
+}
+
+/// Candidates checked on held-out sizes, fastest first, before the search gives up on finding a
+/// correct one.
+const CANDIDATES: usize = 5;
+
 /// What a search found.
 #[derive(Debug, Clone, Serialize)]
 pub struct Outcome {
@@ -208,6 +237,8 @@ pub struct Outcome {
     pub best: Option<Individual>,
     /// The best one re-checked at each held-out size (and the search size) with fresh inputs.
     pub checks: Vec<Check>,
+    /// Faster candidates that a held-out check found wrong, fastest first.
+    pub rejected: Vec<Rejected>,
     /// Per generation.
     pub records: Vec<Record>,
     /// Variants evaluated (distinct PTX).
@@ -330,7 +361,9 @@ impl Search<'_> {
                 }
             }
         }
+        let restarts = self.worker.restarts;
         let outcomes = self.worker.run_variants(&cubins).map_err(|e| ImproveError::Gpu(e.to_string()))?;
+        record.restarts += self.worker.restarts - restarts;
         for ((k, o), c) in at.iter().zip(&outcomes).zip(cubins) {
             let s = score(o);
             if s.status == "ok" && s.error <= self.dir.tolerance {
@@ -338,6 +371,9 @@ impl Search<'_> {
                 self.cubins.insert(texts[*k].1, c);
             } else if s.status != "ok" {
                 record.failed += 1;
+                record.faults += (s.status == "fault") as usize;
+                record.timeouts += (s.status == "timeout") as usize;
+                record.out_of_bounds += (s.status == "out_of_bounds") as usize;
             }
             self.seen.insert(texts[*k].1, s);
         }
@@ -381,6 +417,8 @@ pub fn improve(
     let job = dir.job(dir.search, config.seed, cubin.clone()).map_err(ImproveError::Harness)?;
     let mut worker = GpuWorker::kernels(&exe, job).map_err(|e| ImproveError::Gpu(e.to_string()))?;
     worker.set_deadline(config.deadline);
+    // Faults and hangs are common among variants: a replacement is readied before it is needed.
+    worker.keep_spares(SPARE_WORKERS);
     let device = worker_device(&worker);
     let mut search =
         Search { kernel, dir, config, compiler, worker, seen: HashMap::new(), cubins: HashMap::new() };
@@ -393,8 +431,15 @@ pub fn improve(
         patches.push(vec![search.kernel.random_edit(&mut rng)]);
     }
     let mut record = Record::default();
+    // The original first, alone: its time sets how long a variant may take.
+    let original_ms = search.evaluate(&patches[..1], &mut record)?[0].median_ms.1;
+    let per_variant = original_ms * 1e-3 * (2 * dir.repeats as usize + 1) as f64;
+    search.worker.set_deadline(
+        Duration::from_secs_f64(MIN_DEADLINE.as_secs_f64() + DEADLINE_FACTOR * per_variant)
+            .min(config.deadline),
+    );
     let scores = search.evaluate(&patches, &mut record)?;
-    let original_ms = scores[0].median_ms.1;
+    record.variants -= 1;
     let mut population: Vec<Individual> =
         patches.into_iter().zip(scores).map(|(edits, score)| Individual { edits, score }).collect();
     finish(&mut record, &population, t0, dir.tolerance);
@@ -454,18 +499,26 @@ pub fn improve(
         .unwrap_or_default();
     front.sort_by(|a, b| a.score.time_ratio.total_cmp(&b.score.time_ratio));
     front.dedup_by(|a, b| a.score == b.score);
-    let best = population
+    // The fastest correct individuals, each checked on held-out sizes and fresh inputs until one
+    // is correct on all of them; those that are not are reported as rejected.
+    let mut candidates: Vec<&Individual> = population
         .iter()
-        .filter(|i| i.score.status == "ok" && i.score.error <= dir.tolerance && !i.edits.is_empty())
-        .min_by(|a, b| {
-            a.score.time_ratio.total_cmp(&b.score.time_ratio).then(a.edits.len().cmp(&b.edits.len()))
-        })
-        .filter(|i| i.score.time_ratio < 1.0)
-        .cloned();
-    let checks = match &best {
-        Some(b) => check(&search, b, &cubin, config)?,
-        None => Vec::new(),
-    };
+        .filter(|i| i.score.status == "ok" && i.score.error <= dir.tolerance && i.score.time_ratio < 1.0)
+        .filter(|i| !i.edits.is_empty())
+        .collect();
+    candidates.sort_by(|a, b| {
+        a.score.time_ratio.total_cmp(&b.score.time_ratio).then(a.edits.len().cmp(&b.edits.len()))
+    });
+    candidates.dedup_by(|a, b| a.score == b.score);
+    let (mut best, mut checks, mut rejected) = (None, Vec::new(), Vec::new());
+    for c in candidates.into_iter().take(CANDIDATES) {
+        let found = check(&search, c, &cubin, config)?;
+        if found.iter().all(|k| k.correct) {
+            (best, checks) = (Some(c.clone()), found);
+            break;
+        }
+        rejected.push(Rejected { individual: c.clone(), checks: found });
+    }
     let outcome = Outcome {
         kernel: dir.kernel.clone(),
         device,
@@ -473,6 +526,7 @@ pub fn improve(
         front,
         best,
         checks,
+        rejected,
         records,
         evaluated: search.seen.len(),
         search_s,
@@ -484,7 +538,7 @@ pub fn improve(
 }
 
 fn worker_device(worker: &GpuWorker) -> String {
-    worker.name().to_string()
+    worker.name.clone()
 }
 
 fn finish(record: &mut Record, population: &[Individual], t: Instant, tolerance: f64) {

@@ -100,12 +100,14 @@ pub fn run(args: ImproveArgs, cuda: Option<&Path>) -> Result<()> {
 
 fn line(r: &Record) -> String {
     format!(
-        "gen {:>3}: {:>4} new of {:>4} ({} invalid, {} failed, {} correct), best speed-up {:.3}x, front {}, {:.0} variants/s (apply {:.0} ms, link {:.0} ms, GPU {:.0} ms)",
+        "gen {:>3}: {:>4} new of {:>4} ({} invalid, {} faulted, {} timed out, {} out of bounds, {} correct), best speed-up {:.3}x, front {}, {:.0} variants/s (apply {:.0} ms, link {:.0} ms, GPU {:.0} ms)",
         r.generation,
         r.new,
         r.variants,
         r.invalid,
-        r.failed,
+        r.faults,
+        r.timeouts,
+        r.out_of_bounds,
         r.correct,
         r.best_speedup,
         r.front,
@@ -126,8 +128,19 @@ fn summary(o: &Outcome, tolerance: f64) -> String {
         s.push_str(&format!(" ({:.3}x, {:.2e})", i.score.speedup(), i.score.error));
     }
     s.push('\n');
+    for r in &o.rejected {
+        let wrong: Vec<String> =
+            r.checks.iter().filter(|c| !c.correct).map(|c| format!("n = {}", c.n)).collect();
+        s.push_str(&format!(
+            "rejected: {:.3}x at search size, wrong on held-out {}\n",
+            r.individual.score.speedup(),
+            wrong.join(", ")
+        ));
+    }
     match &o.best {
-        None => s.push_str(&format!("no variant with error <= {tolerance:e} was faster than the original\n")),
+        None => s.push_str(&format!(
+            "no variant with error <= {tolerance:e} was faster than the original and correct on every held-out size\n"
+        )),
         Some(b) => {
             let edits: Vec<String> = b.edits.iter().map(ToString::to_string).collect();
             s.push_str(&format!(
