@@ -41,6 +41,12 @@ fn every_example_compiles_to_ptx_and_its_patched_variants_link_or_fail_alone() {
             let edits: Vec<_> = (0..1 + k % 3).map(|_| kernel.random_edit(&mut rng)).collect();
             texts.push(kernel.apply(&edits).0);
         }
+        // Bounded as the search runs it: it still links.
+        let bounded = gpfarm_improve::ptx::bound_loops(&kernel.original(), &dir.kernel, 1000);
+        let loops = ["matmul", "bfs", "reduction"].contains(&name);
+        assert_eq!(bounded.contains("trap;"), loops, "{name}: matmul, bfs and reduction loop");
+        let linked = link(&mut compiler, &[bounded], SmArch::SM_90).unwrap();
+        assert!(linked[0].is_ok(), "{name}: bounded: {:?}", linked[0]);
         // One that no assembler takes: it fails alone, with the assembler's reason.
         texts.push(kernel.original().replacen("ret;", "ret.bogus;", 1));
         let linked = link(&mut compiler, &texts, SmArch::SM_90).unwrap();

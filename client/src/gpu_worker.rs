@@ -134,6 +134,8 @@ pub struct GpuWorker {
     pub name: String,
     /// Workers started after the first, over the whole run.
     pub restarts: usize,
+    /// Time spent replacing workers (waiting for a spare, or starting one), over the whole run.
+    pub restart_time: Duration,
     /// Whether it served an earlier run ([`GpuWorker::reuse`]).
     pub reused: bool,
     /// The GPU it runs on, by ordinal among those this process sees (`None`: the first).
@@ -209,6 +211,7 @@ impl GpuWorker {
             stdout,
             name,
             restarts: 0,
+            restart_time: Duration::ZERO,
             reused: false,
             device,
             deadline: DEFAULT_GPU_DEADLINE,
@@ -289,6 +292,7 @@ impl GpuWorker {
 
     /// Replaces the worker with a fresh one: a spare readied before, if one is kept.
     fn restart(&mut self) -> Result<(), WorkerError> {
+        let started = Instant::now();
         if self.spares.is_empty() {
             self.child.restart(worker_command(&self.exe, &self.problem, self.device))?;
             let (stdin, stdout, _) = handshake(&mut self.child, &self.init)?;
@@ -297,11 +301,16 @@ impl GpuWorker {
             // The oldest first: it has had the longest to get ready.
             let spare = self.spares.remove(0).join().map_err(|_| WorkerError::Unexpected)?;
             let (child, (stdin, stdout, _)) = spare?;
-            self.child.kill();
-            (self.child, self.stdin, self.stdout) = (child, stdin, stdout);
+            let mut old = std::mem::replace(&mut self.child, child);
+            (self.stdin, self.stdout) = (stdin, stdout);
+            // Reaped on a thread of its own: tearing down a context whose kernel never ends
+            // takes the driver a while, and the spare can go on meanwhile.
+            old.signal_kill();
+            std::thread::spawn(move || drop(old));
             self.fill_spares();
         }
         self.restarts += 1;
+        self.restart_time += started.elapsed();
         Ok(())
     }
 
@@ -543,7 +552,7 @@ impl GpuWorker {
             let mut running = None;
             let lost = loop {
                 if !readable_within(&self.stdout, self.deadline) {
-                    self.child.kill();
+                    self.child.signal_kill();
                     break running.map(|k| (k, VariantOutcome::Timeout));
                 }
                 match read_frame(&mut self.stdout) {

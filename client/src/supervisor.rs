@@ -241,6 +241,14 @@ impl Supervised {
         }
     }
 
+    /// Sends it SIGKILL without waiting for it to end (a process with a CUDA context can take a
+    /// while to be torn down); [`Supervised::kill`], or dropping it, reaps it later.
+    pub fn signal_kill(&mut self) {
+        if self.ended.is_none() {
+            let _ = self.child.kill();
+        }
+    }
+
     /// Gives it `grace` to exit by itself (after being asked to), then kills and reaps it.
     pub fn stop(&mut self, grace: Duration) {
         if !self.wait_exit(grace) {

@@ -37,6 +37,7 @@
 //!
 //! [timing]
 //! repeats = 20                    # timed launches of each variant, each beside the original's
+//! loop_limit = 4194304            # loop iterations a thread may run in the search (default 2^22)
 //! ```
 //!
 //! Expressions are integer arithmetic (`+ - * / %`, parentheses) over `n` (and `i`, the element's
@@ -176,12 +177,18 @@ struct RawError {
 struct RawTiming {
     #[serde(default = "default_repeats")]
     repeats: u32,
+    #[serde(default = "default_loop_limit")]
+    loop_limit: u32,
 }
 
 impl Default for RawTiming {
     fn default() -> Self {
-        RawTiming { repeats: default_repeats() }
+        RawTiming { repeats: default_repeats(), loop_limit: default_loop_limit() }
     }
+}
+
+fn default_loop_limit() -> u32 {
+    1 << 22
 }
 
 fn default_repeats() -> u32 {
@@ -246,6 +253,9 @@ pub struct KernelDir {
     pub tolerance: f64,
     /// Timed launches per variant.
     pub repeats: u32,
+    /// Loop iterations (back edges taken) one thread of a variant may run during the search
+    /// before it traps ([`crate::ptx::bound_loops`]).
+    pub loop_limit: u32,
 }
 
 impl KernelDir {
@@ -358,6 +368,7 @@ impl KernelDir {
             measure: raw.error.measure,
             tolerance: raw.error.tolerance,
             repeats: raw.timing.repeats,
+            loop_limit: raw.timing.loop_limit,
         };
         // Every size must give a launch and buffers that make sense.
         for &n in std::iter::once(&kernel_dir.search).chain(&kernel_dir.validate) {

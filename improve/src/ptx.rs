@@ -412,6 +412,45 @@ fn operands(line: &str) -> (String, Vec<String>, String) {
     (prefix, ops, suffix.to_string())
 }
 
+/// `ptx` with every loop of kernel `entry` bounded: before each branch to a label above it (a
+/// back edge) a per-thread counter is stepped, and a thread that takes more than `limit` of them
+/// traps. A variant whose loop never ends then faults within milliseconds instead of holding the
+/// GPU until its worker is killed (a context whose kernel spins takes the driver long to tear
+/// down, and slows every other context meanwhile). The search runs the original and every
+/// variant bounded alike; what it writes out and checks on held-out sizes is not bounded. PTX
+/// without that kernel is returned as it is.
+pub fn bound_loops(ptx: &str, entry: &str, limit: u32) -> String {
+    let Ok(kernel) = Kernel::parse(ptx, entry) else { return ptx.to_string() };
+    let labels: Vec<(usize, &str)> = kernel
+        .body
+        .iter()
+        .enumerate()
+        .filter_map(|(k, l)| l.text.trim().strip_suffix(':').map(|name| (k, name)))
+        .collect();
+    let mut out = String::with_capacity(ptx.len() + 1024);
+    out.push_str(&kernel.head);
+    out.push_str(
+        "\t.reg .b32 \t%gpfarm_steps;\n\t.reg .pred \t%gpfarm_over;\n\tmov.u32 \t%gpfarm_steps, 0;\n",
+    );
+    for (k, l) in kernel.body.iter().enumerate() {
+        let t = l.text.trim();
+        let target = t
+            .split_whitespace()
+            .skip_while(|w| !w.starts_with("bra"))
+            .nth(1)
+            .map(|w| w.trim_end_matches(';'));
+        let back = target.is_some_and(|name| labels.iter().any(|&(at, label)| label == name && at < k));
+        if back {
+            out.push_str(&format!(
+                "\tadd.u32 \t%gpfarm_steps, %gpfarm_steps, 1;\n\tsetp.gt.u32 \t%gpfarm_over, %gpfarm_steps, {limit};\n\t@%gpfarm_over trap;\n"
+            ));
+        }
+        out.push_str(&l.text);
+    }
+    out.push_str(&kernel.tail);
+    out
+}
+
 /// A unified diff of two PTX texts (`original` and `variant`), three lines of context.
 pub fn diff(original: &str, variant: &str) -> String {
     similar::TextDiff::from_lines(original, variant)
@@ -539,6 +578,18 @@ $L__BB0_2:
         // An operand edit misses only when it draws the operand it replaces.
         assert!(applied * 10 >= operand_edits * 6, "{applied} of {operand_edits} operand edits applied");
         assert_eq!(kinds.len(), 5);
+    }
+
+    #[test]
+    fn only_back_edges_are_bounded() {
+        let looped = PTX.replace("$L__BB0_2:\n\tret;", "$L__BB0_2:\n\t@%p1 bra \t$L__BB0_2;\n\tret;");
+        let bounded = bound_loops(&looped, "scale", 1000);
+        assert_eq!(bounded.matches("trap;").count(), 1, "the forward branch is left alone");
+        let at = bounded.find("@%gpfarm_over trap;").unwrap();
+        assert!(at < bounded.rfind("bra \t$L__BB0_2").unwrap() && at > bounded.find("$L__BB0_2:").unwrap());
+        assert!(bounded.contains("setp.gt.u32 \t%gpfarm_over, %gpfarm_steps, 1000;"));
+        assert_eq!(bound_loops(PTX, "scale", 10).matches("trap;").count(), 0);
+        assert_eq!(bound_loops(PTX, "nope", 10), PTX);
     }
 
     #[test]

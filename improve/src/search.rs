@@ -21,13 +21,13 @@ use thiserror::Error;
 
 use crate::harness::KernelDir;
 use crate::nsga;
-use crate::ptx::{Edit, Kernel, diff};
+use crate::ptx::{Edit, Kernel, bound_loops, diff};
 
 /// Workers readied in the background to replace one lost to a faulting or hanging variant.
-const SPARE_WORKERS: usize = 2;
+const SPARE_WORKERS: usize = 6;
 /// A variant may take this long beyond [`DEADLINE_FACTOR`] times the original's time for the
 /// same launches (and never more than [`ImproveConfig::deadline`]).
-const MIN_DEADLINE: Duration = Duration::from_millis(200);
+const MIN_DEADLINE: Duration = Duration::from_millis(100);
 /// How many times the original's time a variant may take before it is a timeout.
 const DEADLINE_FACTOR: f64 = 20.0;
 
@@ -178,6 +178,8 @@ pub struct Record {
     pub out_of_bounds: usize,
     /// Workers replaced (after faults and timeouts).
     pub restarts: usize,
+    /// Time spent replacing them (waiting for a spare to be ready), milliseconds.
+    pub restart_ms: f64,
     /// The best speed-up of a correct individual so far.
     pub best_speedup: f64,
     /// Individuals on the first front.
@@ -317,8 +319,6 @@ struct Search<'a> {
     worker: GpuWorker,
     /// Scores by the variant's PTX hash.
     seen: HashMap<blake3::Hash, Score>,
-    /// CUBINs of correct variants, by PTX hash (for writing out and checking).
-    cubins: HashMap<blake3::Hash, Vec<u8>>,
 }
 
 impl Search<'_> {
@@ -341,11 +341,9 @@ impl Search<'_> {
         }
         record.apply_ms += t.elapsed().as_secs_f64() * 1e3;
         let t = Instant::now();
-        let linked = link(
-            self.compiler.as_mut(),
-            &fresh.iter().map(|&k| texts[k].0.clone()).collect::<Vec<_>>(),
-            self.config.arch,
-        )?;
+        let bounded: Vec<String> =
+            fresh.iter().map(|&k| bound_loops(&texts[k].0, &self.dir.kernel, self.dir.loop_limit)).collect();
+        let linked = link(self.compiler.as_mut(), &bounded, self.config.arch)?;
         record.link_ms += t.elapsed().as_secs_f64() * 1e3;
         let t = Instant::now();
         let (mut cubins, mut at) = (Vec::new(), Vec::new());
@@ -361,14 +359,14 @@ impl Search<'_> {
                 }
             }
         }
-        let restarts = self.worker.restarts;
+        let (restarts, restart_time) = (self.worker.restarts, self.worker.restart_time);
         let outcomes = self.worker.run_variants(&cubins).map_err(|e| ImproveError::Gpu(e.to_string()))?;
         record.restarts += self.worker.restarts - restarts;
-        for ((k, o), c) in at.iter().zip(&outcomes).zip(cubins) {
+        record.restart_ms += (self.worker.restart_time - restart_time).as_secs_f64() * 1e3;
+        for (k, o) in at.iter().zip(&outcomes) {
             let s = score(o);
             if s.status == "ok" && s.error <= self.dir.tolerance {
                 record.correct += 1;
-                self.cubins.insert(texts[*k].1, c);
             } else if s.status != "ok" {
                 record.failed += 1;
                 record.faults += (s.status == "fault") as usize;
@@ -409,19 +407,20 @@ pub fn improve(
         .build(&CompileOptions::cubin(config.arch), &config.build)
         .map_err(|e| ImproveError::Compiler(e.to_string()))?;
     let original = kernel.original();
-    let cubin = link(compiler.as_mut(), std::slice::from_ref(&original), config.arch)?
-        .pop()
-        .expect("one unit")
-        .map_err(ImproveError::Original)?;
+    // The original as it is (for the held-out checks) and bounded as every variant is (the
+    // search's reference).
+    let bounded = bound_loops(&original, &dir.kernel, dir.loop_limit);
+    let mut both = link(compiler.as_mut(), &[original.clone(), bounded], config.arch)?.into_iter();
+    let cubin = both.next().expect("two units").map_err(ImproveError::Original)?;
+    let bounded_cubin = both.next().expect("two units").map_err(ImproveError::Original)?;
     let exe = gpu_worker_executable().map_err(|e| ImproveError::Gpu(e.to_string()))?;
-    let job = dir.job(dir.search, config.seed, cubin.clone()).map_err(ImproveError::Harness)?;
+    let job = dir.job(dir.search, config.seed, bounded_cubin).map_err(ImproveError::Harness)?;
     let mut worker = GpuWorker::kernels(&exe, job).map_err(|e| ImproveError::Gpu(e.to_string()))?;
     worker.set_deadline(config.deadline);
     // Faults and hangs are common among variants: a replacement is readied before it is needed.
     worker.keep_spares(SPARE_WORKERS);
     let device = worker_device(&worker);
-    let mut search =
-        Search { kernel, dir, config, compiler, worker, seen: HashMap::new(), cubins: HashMap::new() };
+    let mut search = Search { kernel, dir, config, compiler, worker, seen: HashMap::new() };
     let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
 
     // Generation 0: the original itself (its time beside its own: the noise) and single edits.
@@ -510,11 +509,11 @@ pub fn improve(
         a.score.time_ratio.total_cmp(&b.score.time_ratio).then(a.edits.len().cmp(&b.edits.len()))
     });
     candidates.dedup_by(|a, b| a.score == b.score);
-    let (mut best, mut checks, mut rejected) = (None, Vec::new(), Vec::new());
+    let (mut best, mut checks, mut rejected, mut best_cubin) = (None, Vec::new(), Vec::new(), None);
     for c in candidates.into_iter().take(CANDIDATES) {
-        let found = check(&search, c, &cubin, config)?;
-        if found.iter().all(|k| k.correct) {
-            (best, checks) = (Some(c.clone()), found);
+        let (found, linked) = check(&mut search, c, &cubin, config)?;
+        if !found.is_empty() && found.iter().all(|k| k.correct) {
+            (best, checks, best_cubin) = (Some(c.clone()), found, linked);
             break;
         }
         rejected.push(Rejected { individual: c.clone(), checks: found });
@@ -532,7 +531,7 @@ pub fn improve(
         search_s,
     };
     if let Some(out) = &config.out {
-        write(out, &search, &outcome, &original)?;
+        write(out, &search, &outcome, &original, best_cubin.as_deref())?;
     }
     Ok(outcome)
 }
@@ -556,13 +555,14 @@ fn finish(record: &mut Record, population: &[Individual], t: Instant, tolerance:
 /// Runs the best variant beside the original at the search size and each held-out size, with
 /// inputs from another seed, in a fresh worker each.
 fn check(
-    search: &Search<'_>,
+    search: &mut Search<'_>,
     best: &Individual,
     original: &[u8],
     config: &ImproveConfig,
-) -> Result<Vec<Check>, ImproveError> {
+) -> Result<(Vec<Check>, Option<Vec<u8>>), ImproveError> {
     let text = search.kernel.apply(&best.edits).0;
-    let Some(cubin) = search.cubins.get(&blake3::hash(text.as_bytes())) else { return Ok(Vec::new()) };
+    let cubin = link(search.compiler.as_mut(), &[text], config.arch)?.pop().expect("one unit");
+    let Ok(cubin) = cubin else { return Ok((Vec::new(), None)) };
     let exe = gpu_worker_executable().map_err(|e| ImproveError::Gpu(e.to_string()))?;
     let dir = search.dir;
     let mut checks = Vec::new();
@@ -571,8 +571,9 @@ fn check(
         let job = dir.job(n, seed, original.to_vec()).map_err(ImproveError::Harness)?;
         let mut worker = GpuWorker::kernels(&exe, job).map_err(|e| ImproveError::Gpu(e.to_string()))?;
         worker.set_deadline(config.deadline.max(Duration::from_secs(30)));
-        let outcome =
-            worker.run_variants(std::slice::from_ref(cubin)).map_err(|e| ImproveError::Gpu(e.to_string()))?;
+        let outcome = worker
+            .run_variants(std::slice::from_ref(&cubin))
+            .map_err(|e| ImproveError::Gpu(e.to_string()))?;
         let check = match &outcome[0] {
             VariantOutcome::Run(VariantRun::Ran { error, variant_ms, original_ms, out_of_bounds }) => {
                 let ratios: Vec<f64> =
@@ -590,7 +591,7 @@ fn check(
         };
         checks.push(check);
     }
-    Ok(checks)
+    Ok((checks, Some(cubin)))
 }
 
 /// The mean of `v` and the half-width of its 95% confidence interval (normal approximation).
@@ -604,7 +605,13 @@ fn mean_interval(v: &[f64]) -> (f64, f64) {
     (mean, 1.96 * (var / n).sqrt())
 }
 
-fn write(out: &Path, search: &Search<'_>, outcome: &Outcome, original: &str) -> Result<(), ImproveError> {
+fn write(
+    out: &Path,
+    search: &Search<'_>,
+    outcome: &Outcome,
+    original: &str,
+    best_cubin: Option<&[u8]>,
+) -> Result<(), ImproveError> {
     let put = |name: &str, bytes: &[u8]| {
         let path = out.join(name);
         std::fs::write(&path, bytes)
@@ -626,7 +633,7 @@ fn write(out: &Path, search: &Search<'_>, outcome: &Outcome, original: &str) -> 
         put("best.ptx", text.as_bytes())?;
         put("best.diff", diff(original, &text).as_bytes())?;
         put("best.patch.json", json(&best.edits).as_bytes())?;
-        if let Some(c) = search.cubins.get(&blake3::hash(text.as_bytes())) {
+        if let Some(c) = best_cubin {
             put("best.cubin", c)?;
         }
     }

@@ -100,7 +100,7 @@ pub fn run(args: ImproveArgs, cuda: Option<&Path>) -> Result<()> {
 
 fn line(r: &Record) -> String {
     format!(
-        "gen {:>3}: {:>4} new of {:>4} ({} invalid, {} faulted, {} timed out, {} out of bounds, {} correct), best speed-up {:.3}x, front {}, {:.0} variants/s (apply {:.0} ms, link {:.0} ms, GPU {:.0} ms)",
+        "gen {:>3}: {:>4} new of {:>4} ({} invalid, {} faulted, {} timed out, {} out of bounds, {} correct), best speed-up {:.3}x, front {}, {:.0} variants/s (apply {:.0} ms, link {:.0} ms, GPU {:.0} ms of which {} restarts {:.0} ms)",
         r.generation,
         r.new,
         r.variants,
@@ -114,7 +114,9 @@ fn line(r: &Record) -> String {
         r.variants_per_s,
         r.apply_ms,
         r.link_ms,
-        r.gpu_ms
+        r.gpu_ms,
+        r.restarts,
+        r.restart_ms
     )
 }
 
