@@ -301,12 +301,11 @@ impl GpuWorker {
             // The oldest first: it has had the longest to get ready.
             let spare = self.spares.remove(0).join().map_err(|_| WorkerError::Unexpected)?;
             let (child, (stdin, stdout, _)) = spare?;
-            let mut old = std::mem::replace(&mut self.child, child);
-            (self.stdin, self.stdout) = (stdin, stdout);
-            // Reaped on a thread of its own: tearing down a context whose kernel never ends
-            // takes the driver a while, and the spare can go on meanwhile.
-            old.signal_kill();
-            std::thread::spawn(move || drop(old));
+            // The old one is ended before the spare goes on: a context whose kernel never ends
+            // keeps the GPU busy until it is torn down, and would slow (and time out) the
+            // spare's next kernels.
+            self.child.kill();
+            (self.child, self.stdin, self.stdout) = (child, stdin, stdout);
             self.fill_spares();
         }
         self.restarts += 1;

@@ -37,7 +37,7 @@
 //!
 //! [timing]
 //! repeats = 20                    # timed launches of each variant, each beside the original's
-//! loop_limit = 4194304            # loop iterations a thread may run in the search (default 2^22)
+//! loop_limit = 65536              # loop iterations a thread may run in the search (the default)
 //! ```
 //!
 //! Expressions are integer arithmetic (`+ - * / %`, parentheses) over `n` (and `i`, the element's
@@ -188,7 +188,7 @@ impl Default for RawTiming {
 }
 
 fn default_loop_limit() -> u32 {
-    1 << 22
+    1 << 16
 }
 
 fn default_repeats() -> u32 {
