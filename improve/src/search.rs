@@ -24,10 +24,10 @@ use crate::nsga;
 use crate::ptx::{Edit, Kernel, bound_loops, diff};
 
 /// Workers readied in the background to replace one lost to a faulting or hanging variant.
-const SPARE_WORKERS: usize = 6;
+const SPARE_WORKERS: usize = 12;
 /// A variant may take this long beyond [`DEADLINE_FACTOR`] times the original's time for the
 /// same launches (and never more than [`ImproveConfig::deadline`]).
-const MIN_DEADLINE: Duration = Duration::from_millis(100);
+const MIN_DEADLINE: Duration = Duration::from_millis(250);
 /// How many times the original's time a variant may take before it is a timeout.
 const DEADLINE_FACTOR: f64 = 20.0;
 
@@ -503,7 +503,7 @@ pub fn improve(
     let mut candidates: Vec<&Individual> = population
         .iter()
         .filter(|i| i.score.status == "ok" && i.score.error <= dir.tolerance && i.score.time_ratio < 1.0)
-        .filter(|i| !i.edits.is_empty())
+        .filter(|i| search.kernel.apply(&i.edits).1 > 0 && search.kernel.apply(&i.edits).0 != original)
         .collect();
     candidates.sort_by(|a, b| {
         a.score.time_ratio.total_cmp(&b.score.time_ratio).then(a.edits.len().cmp(&b.edits.len()))

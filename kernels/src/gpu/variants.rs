@@ -5,7 +5,8 @@
 //! every launch, so a kernel that writes its inputs cannot change what the next launch sees. Each
 //! working buffer is followed by [`GUARD_BYTES`] of a known pattern: a variant that writes there
 //! (past the end of its buffer, but not so far that the driver faults) is reported
-//! `out_of_bounds`. Timing: `repeats` pairs of launches, the original then the variant, each
+//! `out_of_bounds`. Timing: `repeats` pairs of launches, the original and the variant (which goes
+//! first alternates from pair to pair), each
 //! between two CUDA events on the one stream, the copies in between outside the events; so noise
 //! (clocks, other work on the GPU) falls on both alike and their ratio is fair.
 //!
@@ -200,10 +201,15 @@ impl KernelBench {
             ));
         }
         let original = self.original.clone();
-        for (k, (start, end)) in marks.iter().enumerate() {
+        // Marks 2r and 2r+1 time repeat r's original and variant; which of the two runs first
+        // alternates, so that neither gains from going first.
+        for k in 0..marks.len() {
+            let (r, second) = (k / 2, k % 2 == 1);
+            let variant_now = second != (r % 2 == 1);
+            let (start, end) = &marks[if variant_now { 2 * r + 1 } else { 2 * r }];
             self.reset()?;
             start.record(&self.stream).map_err(driver)?;
-            self.launch(if k % 2 == 0 { &original } else { &f }).map_err(GpuError::Fault)?;
+            self.launch(if variant_now { &f } else { &original }).map_err(GpuError::Fault)?;
             end.record(&self.stream).map_err(driver)?;
         }
         self.stream.synchronize().map_err(|e| GpuError::Fault(format!("{e:?}")))?;
