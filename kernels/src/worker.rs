@@ -43,26 +43,16 @@ impl LoadProblem for ProblemRef {
 /// [`Request::Init`] names another. Exits with its parent.
 pub fn serve(problem: &Problem) -> Result<(), GpuError> {
     let mut problem = problem.clone();
-    // SAFETY: prctl(PR_SET_PDEATHSIG) only registers a signal for this process.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
-    let mut input = BufReader::new(std::io::stdin().lock());
-    let mut output = BufWriter::new(std::io::stdout().lock());
     let mut evaluator: Option<GpuEvaluator> = None;
-    loop {
-        let request = match read_frame::<Request>(&mut input) {
-            Ok(r) => r,
-            Err(FrameError::Closed) => return Ok(()),
-            Err(e) => return Err(e.into()),
-        };
-        let reply = match request {
+    serve_frames(|request, output| {
+        Ok(Some(match request {
             Request::Init { fitness_cubin, interpreter_cubin, fit_cubins, fit_cases, problem: other } => {
                 if let Some(other) = other {
                     match other.load() {
                         Ok(p) => problem = p,
                         Err(e) => {
                             evaluator = None;
-                            write_frame(&mut output, &Reply::Error(gpfarm_protocol::error_chain(&e)))?;
-                            continue;
+                            return Ok(Some(Reply::Error(gpfarm_protocol::error_chain(&e))));
                         }
                     }
                 }
@@ -96,12 +86,11 @@ pub fn serve(problem: &Problem) -> Result<(), GpuError> {
                         .collect();
                     let skip: Vec<usize> = skip.iter().map(|&i| i as usize).collect();
                     if let Err(e) = g.set_values(&values, value_stride as usize) {
-                        write_frame(&mut output, &Reply::Error(gpfarm_protocol::error_chain(&e)))?;
-                        continue;
+                        return Ok(Some(Reply::Error(gpfarm_protocol::error_chain(&e))));
                     }
                     // A frame that cannot be written here fails again, and ends the worker, below.
                     let mut started = |i: usize| {
-                        let _ = write_frame(&mut output, &Reply::Started { individual: i as u64 });
+                        let _ = write_frame(output, &Reply::Started { individual: i as u64 });
                     };
                     reply(g.evaluate_watched(&refs, n as usize, careful, &skip, &mut started))
                 }
@@ -129,8 +118,30 @@ pub fn serve(problem: &Problem) -> Result<(), GpuError> {
                     Err(e) => Reply::Error(gpfarm_protocol::error_chain(&e)),
                 },
             },
+        }))
+    })
+}
+
+/// The worker's loop: asks the parent-death signal, then reads requests from stdin until it
+/// closes and writes each one's reply to stdout; `answer` may write frames of its own before it,
+/// and returns `None` to end the worker (having written its last frame itself).
+fn serve_frames(
+    mut answer: impl FnMut(Request, &mut dyn std::io::Write) -> Result<Option<Reply>, GpuError>,
+) -> Result<(), GpuError> {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) only registers a signal for this process.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+    let mut input = BufReader::new(std::io::stdin().lock());
+    let mut output = BufWriter::new(std::io::stdout().lock());
+    loop {
+        let request = match read_frame::<Request>(&mut input) {
+            Ok(r) => r,
+            Err(FrameError::Closed) => return Ok(()),
+            Err(e) => return Err(e.into()),
         };
-        write_frame(&mut output, &reply)?;
+        match answer(request, &mut output)? {
+            Some(reply) => write_frame(&mut output, &reply)?,
+            None => return Ok(()),
+        }
     }
 }
 
@@ -138,18 +149,9 @@ pub fn serve(problem: &Problem) -> Result<(), GpuError> {
 /// closes: a worker started with [`ProblemRef::Kernels`]. Exits with its parent; after a variant
 /// faults it answers [`Reply::Fault`] and ends, its context being unusable.
 pub fn serve_kernels() -> Result<(), GpuError> {
-    // SAFETY: prctl(PR_SET_PDEATHSIG) only registers a signal for this process.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
-    let mut input = BufReader::new(std::io::stdin().lock());
-    let mut output = BufWriter::new(std::io::stdout().lock());
     let mut bench: Option<KernelBench> = None;
-    loop {
-        let request = match read_frame::<Request>(&mut input) {
-            Ok(r) => r,
-            Err(FrameError::Closed) => return Ok(()),
-            Err(e) => return Err(e.into()),
-        };
-        let reply = match request {
+    serve_frames(|request, output| {
+        Ok(Some(match request {
             Request::KernelInit(job) => {
                 bench = None;
                 match KernelBench::new(job) {
@@ -164,35 +166,24 @@ pub fn serve_kernels() -> Result<(), GpuError> {
             Request::KernelRun { cubins } => match &mut bench {
                 None => Reply::Error("kernel run before init".into()),
                 Some(b) => {
-                    let mut fault = None;
                     for (k, cubin) in cubins.iter().enumerate() {
-                        write_frame(&mut output, &Reply::Started { individual: k as u64 })?;
+                        write_frame(output, &Reply::Started { individual: k as u64 })?;
                         match b.run(cubin) {
-                            Ok(run) => write_frame(&mut output, &Reply::Variant { index: k as u64, run })?,
+                            Ok(run) => write_frame(output, &Reply::Variant { index: k as u64, run })?,
                             Err(GpuError::Fault(why)) => {
-                                fault = Some(Reply::Fault { culprit: Some(k as u64), why });
-                                break;
+                                // The context is unusable: the worker says who and ends.
+                                write_frame(output, &Reply::Fault { culprit: Some(k as u64), why })?;
+                                return Ok(None);
                             }
-                            Err(e) => {
-                                fault = Some(Reply::Error(gpfarm_protocol::error_chain(&e)));
-                                break;
-                            }
+                            Err(e) => return Ok(Some(Reply::Error(gpfarm_protocol::error_chain(&e)))),
                         }
                     }
-                    match fault {
-                        Some(f @ Reply::Fault { .. }) => {
-                            write_frame(&mut output, &f)?;
-                            return Ok(());
-                        }
-                        Some(f) => f,
-                        None => Reply::VariantsDone,
-                    }
+                    Reply::VariantsDone
                 }
             },
             _ => Reply::Error("a kernel worker runs kernels only".into()),
-        };
-        write_frame(&mut output, &reply)?;
-    }
+        }))
+    })
 }
 
 /// The reply to an evaluation.

@@ -443,7 +443,7 @@ pub enum FrameError {
 }
 
 /// Writes one frame and flushes it.
-pub fn write_frame<T: Encode>(w: &mut impl Write, msg: &T) -> Result<(), FrameError> {
+pub fn write_frame<T: Encode>(w: &mut (impl Write + ?Sized), msg: &T) -> Result<(), FrameError> {
     let bytes = bincode::encode_to_vec(msg, config()).map_err(MessageError::from)?;
     w.write_all(&(bytes.len() as u64).to_le_bytes())?;
     w.write_all(&bytes)?;

@@ -39,7 +39,7 @@ if _WHEELS is not None:
 # virtual environment that is its bin/, not where the interpreter's links lead.
 os.environ.setdefault("GPFARM_PYTHON_BIN", os.path.dirname(os.path.abspath(sys.executable)))
 
-from ._gpfarm import EvolveConfig, Farm, __version__, builtin_problems  # noqa: E402
+from ._gpfarm import EvolveConfig, Farm, __version__, builtin_problems, improve  # noqa: E402
 from ._gpfarm import evolve as _evolve  # noqa: E402
 
 __all__ = [
@@ -53,6 +53,7 @@ __all__ = [
     "builtin_problems",
     "default_grammar",
     "evolve",
+    "improve",
     "operators",
     "regression_problem",
 ]

@@ -747,6 +747,46 @@ fn gpu_worker_main(py: Python<'_>, argv: Vec<String>) -> u8 {
     py.detach(|| gpfarm::cli::gpu_worker::main(args))
 }
 
+/// Improves the kernel of the kernel directory `directory` (as `gpfarm improve` does) and returns
+/// what it found as a dict: the front, the best variant and its held-out checks, one record per
+/// generation. `ValueError` for a directory that breaks a rule; `RuntimeError` when the search
+/// cannot run (no GPU, no CUDA toolchain, a source that does not compile).
+#[pyfunction]
+#[pyo3(signature = (directory, population = 64, generations = 20, time_limit = None, seed = 1, out = None, daemons = None))]
+#[allow(clippy::too_many_arguments)]
+fn improve(
+    py: Python<'_>,
+    directory: std::path::PathBuf,
+    population: usize,
+    generations: usize,
+    time_limit: Option<f64>,
+    seed: u64,
+    out: Option<std::path::PathBuf>,
+    daemons: Option<usize>,
+) -> PyResult<Py<PyAny>> {
+    let dir = gpfarm_improve::KernelDir::load(&directory)
+        .map_err(|e| PyValueError::new_err(stderr_line(&anyhow::Error::new(e))))?;
+    if population < 2 {
+        return Err(PyValueError::new_err("population is at least 2"));
+    }
+    let mut config = gpfarm_improve::ImproveConfig {
+        population,
+        generations,
+        time_limit: time_limit.map(std::time::Duration::from_secs_f64),
+        seed,
+        out,
+        ..gpfarm_improve::ImproveConfig::default()
+    };
+    if let Some(n) = daemons {
+        let n = gpfarm_client::Workers::exactly(n).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        config.compiler = config.compiler.or_workers(n.count());
+    }
+    let outcome = py
+        .detach(|| gpfarm_improve::improve(&dir, &config, |_| {}))
+        .map_err(|e| PyRuntimeError::new_err(stderr_line(&anyhow::Error::new(e))))?;
+    to_python(py, &outcome)
+}
+
 /// The names of the built-in problems.
 #[pyfunction]
 fn builtin_problems() -> Vec<String> {
@@ -757,6 +797,7 @@ fn builtin_problems() -> Vec<String> {
 fn _gpfarm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(evolve, m)?)?;
     m.add_function(wrap_pyfunction!(builtin_problems, m)?)?;
+    m.add_function(wrap_pyfunction!(improve, m)?)?;
     m.add_function(wrap_pyfunction!(standard_template, m)?)?;
     m.add_function(wrap_pyfunction!(check_problem, m)?)?;
     m.add_function(wrap_pyfunction!(outputs, m)?)?;
