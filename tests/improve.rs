@@ -138,3 +138,29 @@ fn a_short_search_on_each_example_keeps_the_original_s_output() {
         }
     }
 }
+
+#[test]
+fn without_a_gpu_both_kinds_of_worker_refuse_in_one_line() {
+    if gpfarm_kernels::gpu::probe().is_ok() {
+        eprintln!("SKIPPED without_a_gpu: this machine has a GPU (the tests above run there)");
+        return;
+    }
+    let exe = gpu_worker_executable().unwrap();
+    let job = gpfarm_protocol::worker::KernelJob {
+        original: vec![0; 16],
+        entry: "k".into(),
+        args: Vec::new(),
+        grid: [1; 3],
+        block: [1; 3],
+        shared_bytes: 0,
+        measure: gpfarm_protocol::worker::ErrorMeasure::Exact,
+        repeats: 1,
+    };
+    let kernels = GpuWorker::kernels(&exe, job).err().expect("no GPU, no kernel worker").to_string();
+    let problem = gpfarm_protocol::worker::ProblemRef::Builtin("keijzer6".into());
+    let evaluator =
+        GpuWorker::spawn(&exe, problem, vec![1, 2, 3]).err().expect("no GPU, no worker").to_string();
+    for err in [kernels, evaluator] {
+        assert!(err.contains("could not start: no GPU") && !err.contains('\n'), "{err}");
+    }
+}

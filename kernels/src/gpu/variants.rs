@@ -52,6 +52,8 @@ impl KernelBench {
     /// Makes a context, uploads the job's buffers, loads the original and runs it once for its
     /// reference outputs. An original that faults, or writes past its buffers, is an error.
     pub fn new(mut job: KernelJob) -> Result<KernelBench, GpuError> {
+        // No driver or no device: a clear error rather than the driver loader's panic.
+        super::probe()?;
         let ctx = CudaContext::new_non_primary(0, 0).map_err(driver)?;
         let stream = ctx.default_stream();
         let cubin = std::mem::take(&mut job.original);
