@@ -18,6 +18,10 @@ use super::daemon::{Daemon, POLL};
 use super::{FarmConfig, FarmError};
 use crate::supervisor::{CRASH_SIGNALS, Liveness, Supervised};
 
+/// How long a segment's header may stay invalid while its daemon starts before it counts as
+/// damaged.
+const DAMAGED_AFTER: Duration = Duration::from_millis(500);
+
 /// Waits for a daemon's segment to appear and its state to leave `Starting`.
 pub(super) fn await_available(
     name: &SegmentName,
@@ -56,11 +60,28 @@ pub(super) fn await_available(
         }
         Ok(())
     };
+    // A header is invalid for microseconds while its daemon makes it; one that stays invalid was
+    // damaged (written over while the daemon started) and will never become valid.
+    let mut invalid_since: Option<Instant> = None;
     'open: loop {
         let mut seg = loop {
             match Segment::open(name) {
                 Ok(seg) => break seg,
-                Err(SegmentError::Missing(_)) | Err(SegmentError::Invalid { .. }) => {
+                Err(SegmentError::Missing(_)) => {
+                    invalid_since = None;
+                    check_child(&mut child, &mut watched)?;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e @ SegmentError::Invalid { .. }) => {
+                    if invalid_since.get_or_insert_with(Instant::now).elapsed() >= DAMAGED_AFTER {
+                        // Lost like a daemon killed as it started: its starter tries another.
+                        return Err(FarmError::Killed {
+                            id,
+                            message: format!(
+                                "its segment stayed invalid for {DAMAGED_AFTER:?} as it started: {e}"
+                            ),
+                        });
+                    }
                     check_child(&mut child, &mut watched)?;
                     std::thread::sleep(Duration::from_millis(5));
                 }
