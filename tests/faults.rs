@@ -206,6 +206,18 @@ fn hostile_units_each_get_a_clear_error_and_the_farm_keeps_working() {
     assert!(again.results.iter().all(|r| r.cubin().is_some()), "the farm still works");
 }
 
+/// Starts resident farm `name` of one daemon, the executable `gpfarmd`, kept in the background;
+/// with `faults`, its daemons act on the test-fault markers.
+fn start_detached(name: &FarmName, gpfarmd: &std::path::Path, faults: bool) {
+    let mut start = Command::new(env!("CARGO_BIN_EXE_gpfarm"));
+    start.args(["daemons", "start", "-n", "1", "--detach", "--name", name.as_str()]).env("GPFARMD", gpfarmd);
+    if faults {
+        start.env("GPFARM_TEST_FAULTS", "1");
+    }
+    let out = start.output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 #[test]
 fn resident_daemons_free_themselves_when_their_client_dies() {
     if !nvrtc_or_skip("client_death") {
@@ -213,13 +225,7 @@ fn resident_daemons_free_themselves_when_their_client_dies() {
     }
     let gpfarm = env!("CARGO_BIN_EXE_gpfarm");
     let name: FarmName = format!("cd{}", std::process::id()).parse().unwrap();
-    let start = Command::new(gpfarm)
-        .args(["daemons", "start", "-n", "1", "--detach", "--name", name.as_str()])
-        .env("GPFARMD", env!("CARGO_BIN_EXE_gpfarmd"))
-        .env("GPFARM_TEST_FAULTS", "1")
-        .output()
-        .unwrap();
-    assert!(start.status.success(), "{}", String::from_utf8_lossy(&start.stderr));
+    start_detached(&name, env!("CARGO_BIN_EXE_gpfarmd").as_ref(), true);
     let stop = || gpfarm_client::stop_farm(&name, Duration::from_secs(5));
     // A client that attaches and then hangs in a request, so it is surely holding the daemon.
     let dir = tempfile::tempdir().unwrap();
@@ -266,12 +272,7 @@ fn resident_daemons_free_themselves_when_their_client_dies() {
     assert!(gpfarm_client::farm_status().iter().all(|f| f.name != name.as_str()), "segment left behind");
 
     // Again with a client that dies between requests: the daemon frees itself.
-    let start = Command::new(gpfarm)
-        .args(["daemons", "start", "-n", "1", "--detach", "--name", name.as_str()])
-        .env("GPFARMD", env!("CARGO_BIN_EXE_gpfarmd"))
-        .output()
-        .unwrap();
-    assert!(start.status.success(), "{}", String::from_utf8_lossy(&start.stderr));
+    start_detached(&name, env!("CARGO_BIN_EXE_gpfarmd").as_ref(), false);
     let mut farm = Farm::attach(Some(&name), config(1)).unwrap();
     farm.compile(&units(1), &options()).unwrap();
     // Simulate this client dying: a dead pid holds the lock.
@@ -305,7 +306,6 @@ fn a_farm_stopped_while_its_keeper_replaces_a_daemon_is_stopped_whole() {
         return;
     }
     use std::os::unix::fs::PermissionsExt;
-    let gpfarm = env!("CARGO_BIN_EXE_gpfarm");
     let name: FarmName = format!("gap{}", std::process::id()).parse().unwrap();
     // A daemon executable that, once `slow` exists, takes 3 s before it becomes the daemon: the
     // keeper's replacement stays that long between two lives, with no daemon and no segment.
@@ -322,12 +322,7 @@ fn a_farm_stopped_while_its_keeper_replaces_a_daemon_is_stopped_whole() {
     )
     .unwrap();
     std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let start = Command::new(gpfarm)
-        .args(["daemons", "start", "-n", "1", "--detach", "--name", name.as_str()])
-        .env("GPFARMD", &wrapper)
-        .output()
-        .unwrap();
-    assert!(start.status.success(), "{}", String::from_utf8_lossy(&start.stderr));
+    start_detached(&name, &wrapper, false);
     let keepers = gpfarm_protocol::process::keepers_of(&name);
     assert_eq!(keepers.len(), 1, "one background keeper");
     std::fs::write(&slow, "").unwrap();

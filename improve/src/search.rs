@@ -419,7 +419,7 @@ pub fn improve(
     worker.set_deadline(config.deadline);
     // Faults and hangs are common among variants: a replacement is readied before it is needed.
     worker.keep_spares(SPARE_WORKERS);
-    let device = worker_device(&worker);
+    let device = worker.name.clone();
     let mut search = Search { kernel, dir, config, compiler, worker, seen: HashMap::new() };
     let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
 
@@ -503,7 +503,7 @@ pub fn improve(
     let mut candidates: Vec<&Individual> = population
         .iter()
         .filter(|i| i.score.status == "ok" && i.score.error <= dir.tolerance && i.score.time_ratio < 1.0)
-        .filter(|i| search.kernel.apply(&i.edits).1 > 0 && search.kernel.apply(&i.edits).0 != original)
+        .filter(|i| search.kernel.apply(&i.edits).0 != original)
         .collect();
     candidates.sort_by(|a, b| {
         a.score.time_ratio.total_cmp(&b.score.time_ratio).then(a.edits.len().cmp(&b.edits.len()))
@@ -534,10 +534,6 @@ pub fn improve(
         write(out, &search, &outcome, &original, best_cubin.as_deref())?;
     }
     Ok(outcome)
-}
-
-fn worker_device(worker: &GpuWorker) -> String {
-    worker.name.clone()
 }
 
 fn finish(record: &mut Record, population: &[Individual], t: Instant, tolerance: f64) {
@@ -619,20 +615,19 @@ fn write(
     };
     std::fs::create_dir_all(out)
         .map_err(|source| ImproveError::Write { path: out.display().to_string(), source })?;
-    let json = |v: &dyn erased::Json| v.to_json();
     let mut lines = String::new();
     for r in &outcome.records {
         lines.push_str(&serde_json::to_string(r).expect("records serialize"));
         lines.push('\n');
     }
     put("records.jsonl", lines.as_bytes())?;
-    put("outcome.json", json(outcome).as_bytes())?;
+    put("outcome.json", pretty_json(outcome).as_bytes())?;
     put("original.ptx", original.as_bytes())?;
     if let Some(best) = &outcome.best {
         let text = search.kernel.apply(&best.edits).0;
         put("best.ptx", text.as_bytes())?;
         put("best.diff", diff(original, &text).as_bytes())?;
-        put("best.patch.json", json(&best.edits).as_bytes())?;
+        put("best.patch.json", pretty_json(&best.edits).as_bytes())?;
         if let Some(c) = best_cubin {
             put("best.cubin", c)?;
         }
@@ -640,16 +635,9 @@ fn write(
     Ok(())
 }
 
-mod erased {
-    /// Pretty JSON of anything serializable, behind a trait object.
-    pub trait Json {
-        fn to_json(&self) -> String;
-    }
-    impl<T: serde::Serialize> Json for T {
-        fn to_json(&self) -> String {
-            serde_json::to_string_pretty(self).expect("results serialize") + "\n"
-        }
-    }
+/// Pretty JSON of results, with a final newline.
+fn pretty_json(v: &impl Serialize) -> String {
+    serde_json::to_string_pretty(v).expect("results serialize") + "\n"
 }
 
 #[cfg(test)]

@@ -51,20 +51,32 @@ pub fn is_zombie(pid: u32) -> bool {
 /// The segment that live process `pid` serves, if it is a `gpfarmd` of this user; `None` for
 /// any other process, a dead one, or one of another user.
 pub fn daemon_segment(pid: u32) -> Option<SegmentName> {
+    segment_from_args(&own_command_line(pid, |comm| comm.starts_with("gpfarmd"))?)
+}
+
+/// The command line of `pid` if it is a live process of this user whose command name passes
+/// `comm`; `None` for any other process, a dead one, or one of another user.
+fn own_command_line(pid: u32, comm: impl Fn(&str) -> bool) -> Option<Vec<u8>> {
     if pid == 0 || pid > i32::MAX as u32 {
         return None;
     }
     let dir = format!("/proc/{pid}");
-    if std::fs::metadata(&dir).ok()?.uid() != effective_uid() {
-        return None;
-    }
-    let comm = std::fs::read_to_string(format!("{dir}/comm")).ok()?;
-    if !comm.trim_end().starts_with("gpfarmd") {
+    if std::fs::metadata(&dir).ok()?.uid() != effective_uid() || !comm(&comm_of(pid)?) {
         return None;
     }
     let cmdline = std::fs::read(format!("{dir}/cmdline")).ok()?;
-    let name = segment_from_args(&cmdline)?;
-    (!is_zombie(pid)).then_some(name)
+    (!is_zombie(pid)).then_some(cmdline)
+}
+
+/// The pids in `/proc`, but this process's own.
+fn other_pids() -> impl Iterator<Item = u32> {
+    let me = std::process::id();
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
+        .filter(move |&pid| pid != me)
 }
 
 /// The arguments of a NUL-separated command line that are UTF-8.
@@ -101,24 +113,12 @@ fn kept_farm_from_args(cmdline: &[u8]) -> Option<FarmName> {
 /// The farm that live process `pid` keeps in the background, if it is this user's `gpfarm daemons
 /// start --keeper`. Found even while none of its daemons runs (one is between two lives).
 pub fn kept_farm(pid: u32) -> Option<FarmName> {
-    if pid == 0 || pid > i32::MAX as u32 {
-        return None;
-    }
-    let dir = format!("/proc/{pid}");
-    if std::fs::metadata(&dir).ok()?.uid() != effective_uid() || comm_of(pid)? != "gpfarm" {
-        return None;
-    }
-    let farm = kept_farm_from_args(&std::fs::read(format!("{dir}/cmdline")).ok()?)?;
-    (!is_zombie(pid)).then_some(farm)
+    kept_farm_from_args(&own_command_line(pid, |comm| comm == "gpfarm")?)
 }
 
 /// Every live background keeper of farm `name` (see [`kept_farm`]).
 pub fn keepers_of(name: &FarmName) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
-        .filter(|&pid| kept_farm(pid).is_some_and(|f| &f == name))
-        .collect()
+    other_pids().filter(|&pid| kept_farm(pid).is_some_and(|f| &f == name)).collect()
 }
 
 /// Whether `pid` is the live daemon of segment `name`.
@@ -130,14 +130,8 @@ pub fn is_daemon_of(pid: u32, name: &SegmentName) -> bool {
 /// asking whether its own name is taken means by another). Where two claim one segment, the
 /// lower pid is given.
 pub fn live_daemons() -> HashMap<SegmentName, u32> {
-    let me = std::process::id();
     let mut found = HashMap::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else { return found };
-    for entry in dir.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-        if pid == me {
-            continue;
-        }
+    for pid in other_pids() {
         if let Some(name) = daemon_segment(pid) {
             found.entry(name).and_modify(|p: &mut u32| *p = (*p).min(pid)).or_insert(pid);
         }

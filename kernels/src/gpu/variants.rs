@@ -41,6 +41,9 @@ pub struct KernelBench {
     buffers: Vec<Option<(CudaSlice<u8>, CudaSlice<u8>)>>,
     /// Device addresses of the working buffers, by argument.
     addresses: Vec<u64>,
+    /// The scalar arguments as their types, in order (made once: launches sit between timing
+    /// events).
+    scalars: Vec<Scalar>,
     /// The original's outputs, by argument.
     reference: Outputs,
 }
@@ -81,6 +84,14 @@ impl KernelBench {
                 }
             }
         }
+        let scalars = job
+            .args
+            .iter()
+            .filter_map(|a| match *a {
+                WireArg::Scalar { elem, bits } => Some(Scalar::of(elem, bits)),
+                WireArg::Buffer { .. } => None,
+            })
+            .collect();
         let mut bench = KernelBench {
             ctx,
             stream,
@@ -89,6 +100,7 @@ impl KernelBench {
             job,
             buffers,
             addresses,
+            scalars,
             reference: Vec::new(),
         };
         bench.reset()?;
@@ -117,16 +129,7 @@ impl KernelBench {
 
     /// Launches `f` with the job's arguments and launch (asynchronously).
     fn launch(&self, f: &CudaFunction) -> Result<(), String> {
-        let scalars: Vec<Scalar> = self
-            .job
-            .args
-            .iter()
-            .filter_map(|a| match *a {
-                WireArg::Scalar { elem, bits } => Some(Scalar::of(elem, bits)),
-                WireArg::Buffer { .. } => None,
-            })
-            .collect();
-        let mut s = scalars.iter();
+        let mut s = self.scalars.iter();
         let mut b = self.stream.launch_builder(f);
         for (k, a) in self.job.args.iter().enumerate() {
             match a {
