@@ -12,7 +12,8 @@ use gpfarm_client::{CompileOptions, Compiler, InProcess, SmArch, Unit};
 use gpfarm_gp::{Phenotype, Problem, Program};
 use gpfarm_kernels::gpu::{GpuEvaluator, Kernels, WireFit};
 use gpfarm_kernels::interpreter::{
-    FIT_PARAMS, assemble_structure, fit_source, fit_supported, fits_on_gpu, fitted_in_reverse, sums_of,
+    FIT_PARAMS, FIT_WIDTHS, assemble_structure, fit_code_source, fit_compiles, fit_source, fit_supported,
+    fit_width, fits_on_gpu, fitted_in_reverse, sums_of,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -359,4 +360,177 @@ fn a_run_on_the_gpu_fits_its_parameters_there() {
     let (g, c) = (summary["best_fitness"].as_f64().unwrap(), cpu["best_fitness"].as_f64().unwrap());
     eprintln!("best: GPU-fitted {g}, CPU-fitted {c}");
     assert!(g < 2.0 * c, "GPU-fitted {g} against CPU-fitted {c}");
+}
+
+/// Programs the compiled fitting kernels take: straight-line float code of 5 or more parameters.
+fn compiled_programs() -> Vec<String> {
+    programs()
+        .into_iter()
+        .filter(|text| {
+            let problem = friedman1();
+            let program = Program::parse(&problem, &Phenotype::new(text.as_str())).unwrap();
+            let code = assemble_structure(&problem, &program).unwrap();
+            fit_compiles(&code.words, program.params())
+        })
+        .collect()
+}
+
+/// The compiled fitting units of `texts` (one per width, in `FIT_WIDTHS` order), and each
+/// program's unit and member.
+fn fit_code_units(problem: &Problem, texts: &[String], arch: SmArch) -> (Vec<Vec<u8>>, Vec<(u32, u32)>) {
+    let toolchain = gpfarm_toolchain::Toolchain::discover(None).unwrap();
+    let options =
+        CompileOptions { flags: vec![gpfarm_evolve::NO_FMAD.into()], ..CompileOptions::cubin(arch) };
+    let mut nvrtc = InProcess::new(&toolchain, &options).unwrap();
+    let codes: Vec<(Vec<u32>, usize)> = texts
+        .iter()
+        .map(|t| {
+            let program = Program::parse(problem, &Phenotype::new(t.as_str())).unwrap();
+            (assemble_structure(problem, &program).unwrap().words, program.params())
+        })
+        .collect();
+    let mut units = Vec::new();
+    let mut at = vec![(0, 0); texts.len()];
+    for w in FIT_WIDTHS {
+        let members: Vec<usize> = (0..codes.len()).filter(|&k| fit_width(codes[k].1) == Some(w)).collect();
+        if members.is_empty() {
+            continue;
+        }
+        let words: Vec<&[u32]> = members.iter().map(|&k| codes[k].0.as_slice()).collect();
+        let source = fit_code_source(problem, w, &words).unwrap();
+        let batch = nvrtc.compile(&[Unit::new(format!("fit_code_{w}.cu"), source)], &options).unwrap();
+        let r = &batch.results[0];
+        let cubin =
+            r.cubin().unwrap_or_else(|| panic!("width {w} does not compile: {:?}\n{}", r.outcome, r.log));
+        for (m, &k) in members.iter().enumerate() {
+            at[k] = (units.len() as u32, m as u32);
+        }
+        units.push(cubin.to_vec());
+    }
+    (units, at)
+}
+
+#[test]
+fn compiled_fitting_kernels_compile_for_straight_line_programs_of_five_or_more_parameters() {
+    if !common::nvrtc_or_skip("fit_code_compiles") {
+        return;
+    }
+    let problem = friedman1();
+    let texts = compiled_programs();
+    // The straight-line programs of 5 or more parameters: reverse mode and protected division,
+    // 12, 13, 42 and 82 parameters; a branch, a double or 4 parameters are not taken.
+    assert_eq!(texts.len(), 6, "{texts:#?}");
+    let code = |text: &str| {
+        let program = Program::parse(&problem, &Phenotype::new(text)).unwrap();
+        (assemble_structure(&problem, &program).unwrap().words, program.params())
+    };
+    for text in [
+        "x1 > p[0] ? p[1] * x2 + p[2] * x3 + p[3] * x4 + p[4] : p[5] * x5",
+        "p[0] * x1 + p[1] * x2 * 1.0 + p[2] + p[3] + p[4]",
+        "p[0] * x1 + p[1] * x2 + p[2] + p[3]",
+    ] {
+        let (words, np) = code(text);
+        assert!(!fit_compiles(&words, np), "{text}");
+    }
+    let (units, at) = fit_code_units(&problem, &texts, SmArch::SM_90);
+    assert!(units.len() >= 3, "{} units", units.len());
+    for cubin in &units {
+        assert!(String::from_utf8_lossy(cubin).contains(gpfarm_kernels::interpreter::FIT_CODE_KERNEL));
+    }
+    assert_eq!(at.len(), texts.len());
+    // A member that is not straight-line code, or wider than its unit, is refused in one line.
+    let (branch, _) = code("x1 > p[0] ? p[1] * x2 + p[2] * x3 + p[3] * x4 + p[4] : p[5] * x5");
+    let why = fit_code_source(&problem, 8, &[&branch]).unwrap_err().to_string();
+    assert!(why.contains("member 0 is not straight-line float code"), "{why}");
+    let (wide, _) = code(&texts[texts.len() - 1]);
+    assert!(fit_code_source(&problem, 16, &[&wide]).is_err());
+    assert!(fit_code_source(&problem, 7, &[]).is_err());
+}
+
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
+fn compiled_fitting_kernels_give_the_interpreter_s_sums_and_fits_bit_for_bit() {
+    let arch = require_gpu("gpu_fit_code");
+    let problem = friedman1();
+    let kernels = Kernels { fit: vec![fit_cubin(&problem, arch)], ..Kernels::default() };
+    let mut gpu = GpuEvaluator::with_kernels(&problem, &kernels).unwrap();
+    let texts = compiled_programs();
+    let (units, at) = fit_code_units(&problem, &texts, arch);
+    gpu.load_fit_code(&units).unwrap();
+    let (interpreted, want) = request(&problem, &texts, 5);
+    // The same starts, each by its compiled kernel.
+    let mut compiled = WireFit::new(problem.max_steps());
+    for k in 0..interpreted.offsets.len() {
+        compiled.push_compiled(interpreted.words_of(k), interpreted.values_of(k), Some(at[k / 3]));
+    }
+    let (a, _) = gpu.linearize(&interpreted).unwrap();
+    let (b, took) = gpu.linearize(&compiled).unwrap();
+    eprintln!("{} starts by compiled kernels in {took:?}", want.len());
+    assert_eq!(a.len(), b.len());
+    let differ = a.iter().zip(&b).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+    assert_eq!(differ, 0, "{differ} of {} sums differ", a.len());
+    agree(&b, &want);
+    // Both kinds in one request: each start's sums are still its own.
+    let mut mixed = WireFit::new(problem.max_steps());
+    for k in 0..interpreted.offsets.len() {
+        let code = (k % 2 == 0).then_some(at[k / 3]);
+        mixed.push_compiled(interpreted.words_of(k), interpreted.values_of(k), code);
+    }
+    let (c, _) = gpu.linearize(&mixed).unwrap();
+    assert!(c.iter().zip(&a).all(|(x, y)| x.to_bits() == y.to_bits()));
+    // Whole fits: the same values, sums and starting sums.
+    let one = gpu.fit(&interpreted, 10).unwrap();
+    let two = gpu.fit(&compiled, 10).unwrap();
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&one.params), bits(&two.params));
+    assert_eq!(
+        one.sse.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+        two.sse.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+    );
+    // A start naming a unit that is not loaded is refused.
+    let mut wrong = WireFit::new(problem.max_steps());
+    wrong.push_compiled(interpreted.words_of(0), interpreted.values_of(0), Some((units.len() as u32, 0)));
+    let why = gpu.linearize(&wrong).unwrap_err().to_string();
+    assert!(why.contains("names compiled fitting unit"), "{why}");
+}
+
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
+fn a_run_fitted_by_compiled_kernels_is_the_interpreter_fitted_run() {
+    require_gpu("gpu_fit_code_run");
+    let run = |kernels: &str| {
+        common::evolve_example(
+            "friedman1",
+            &[
+                "--route",
+                "interpreter",
+                "--population",
+                "200",
+                "--generations",
+                "4",
+                "--seed",
+                "3",
+                "--fit-kernels",
+                kernels,
+            ],
+        )
+    };
+    let (interpreted, a) = run("interpreter");
+    let (compiled, b) = run("compiled");
+    let sum = |r: &[Value], key: &str| r.iter().map(|g| g[key].as_u64().unwrap()).sum::<u64>();
+    eprintln!(
+        "fitted on the GPU {} and {}, by compiled kernels {} and {}; fit {} ms and {} ms, compiling {} ms",
+        sum(&interpreted, "fitted_on_gpu"),
+        sum(&compiled, "fitted_on_gpu"),
+        sum(&interpreted, "fitted_compiled"),
+        sum(&compiled, "fitted_compiled"),
+        interpreted.iter().map(|g| g["fit_ms"].as_f64().unwrap()).sum::<f64>(),
+        compiled.iter().map(|g| g["fit_ms"].as_f64().unwrap()).sum::<f64>(),
+        compiled.iter().map(|g| g["fit_compile_ms"].as_f64().unwrap()).sum::<f64>(),
+    );
+    assert_eq!(sum(&interpreted, "fitted_compiled"), 0);
+    assert!(sum(&compiled, "fitted_compiled") > 0);
+    let best = |r: &[Value]| r.iter().map(|g| g["best"].as_f64().unwrap().to_bits()).collect::<Vec<_>>();
+    assert_eq!(best(&interpreted), best(&compiled));
+    assert_eq!(a["best_phenotype"], b["best_phenotype"]);
 }

@@ -482,8 +482,12 @@ impl GpuWorker {
     /// iteration): per start, its best values (one after the other), their sums of squares and
     /// the sum of squares where it began ([`Fitted`]). A fault replaces the worker and
     /// returns the error, as [`GpuWorker::linearize`].
-    pub fn fit(&mut self, fit: &WireFit, iterations: usize) -> Result<Fitted, WorkerError> {
-        let request = Request::Fit { fit: fit.clone(), iterations: iterations.min(u32::MAX as usize) as u32 };
+    pub fn fit(&mut self, fit: &WireFit, iterations: usize, code: &[Vec<u8>]) -> Result<Fitted, WorkerError> {
+        let request = Request::Fit {
+            fit: fit.clone(),
+            iterations: iterations.min(u32::MAX as usize) as u32,
+            code: code.to_vec(),
+        };
         // The deadline bounds one launch; a fit makes one per iteration and one to begin.
         let deadline = self.deadline;
         self.deadline = deadline.saturating_mul(u32::try_from(iterations + 1).unwrap_or(u32::MAX));

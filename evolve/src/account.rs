@@ -76,6 +76,10 @@ pub(crate) struct Account {
     pub fitted: usize,
     /// Individuals fitted on the GPU (moved or not).
     pub fitted_on_gpu: usize,
+    /// Of `fitted_on_gpu`, those fitted by compiled fitting kernels.
+    pub fitted_compiled: usize,
+    /// Of `fit`, compiling fitting kernels.
+    pub fit_compile: Duration,
     /// Of `fit`, the GPU's fitting (launches, copies and the host's solves between them).
     pub fit_gpu: Duration,
     /// Of `fit_gpu`, the GPU worker's own time (uploads, launches, copies back).

@@ -434,6 +434,7 @@ impl Engine {
             workers,
             route: self.route,
             shape: self.shape,
+            fit_kernels: o.fit_kernels,
             crash: CrashSettings {
                 retry_flags: o.crash_retry_flags.clone(),
                 retry_on_gpu: o.crash_retry_on_gpu,

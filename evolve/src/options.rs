@@ -8,6 +8,8 @@ use std::path::PathBuf;
 use gpfarm_gp::EvolutionConfig;
 use gpfarm_protocol::{Route, Shape, SmArch};
 
+use crate::route::FitKernels;
+
 /// Where fitness is computed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
@@ -45,6 +47,9 @@ pub struct Options {
     /// ([`crate::route`]); [`crate::Engine::route`] says which and why. The interpreter without
     /// a GPU becomes the CPU route.
     pub route: Option<Route>,
+    /// Which kernels fit free parameters on the GPU: the interpreter's, kernels compiled for each
+    /// program's structure, or (the default) compiled where that pays ([`crate::route::FitKernels`]).
+    pub fit_kernels: FitKernels,
     /// nvJitLink options for the PTX route; empty (the default): [`default_link_flags`] of the
     /// problem.
     pub link_flags: Vec<String>,
@@ -184,6 +189,7 @@ impl Default for Options {
             flags: Vec::new(),
             fmad: false,
             route: None,
+            fit_kernels: FitKernels::Auto,
             link_flags: Vec::new(),
             shape: None,
             cache: true,

@@ -173,6 +173,12 @@ pub struct GenerationRecord {
     /// Individuals fitted on the GPU (moved or not); the rest were fitted on the CPU.
     #[serde(default)]
     pub fitted_on_gpu: usize,
+    /// Of `fitted_on_gpu`, those fitted by kernels compiled for their structure.
+    #[serde(default)]
+    pub fitted_compiled: usize,
+    /// Of `fit_ms`, compiling fitting kernels.
+    #[serde(default)]
+    pub fit_compile_ms: f64,
     /// Of `fit_ms`, fitting on the GPU (its launches and the host's solves between them).
     #[serde(default)]
     pub fit_gpu_ms: f64,
@@ -248,6 +254,8 @@ impl GenerationRecord {
             fit_ms: ms(a.fit),
             fitted: a.fitted,
             fitted_on_gpu: a.fitted_on_gpu,
+            fitted_compiled: a.fitted_compiled,
+            fit_compile_ms: a.fit_compile.as_secs_f64() * 1e3,
             fit_gpu_ms: ms(a.fit_gpu),
             fit_worker_ms: ms(a.fit_worker),
             generation_ms: ms(done.saturating_duration_since(previous_done)),

@@ -307,3 +307,82 @@ mod tests {
         assert_eq!(route, Route::Interpreter, "{why}");
     }
 }
+
+/// Which kernels fit a program's free parameters on the GPU ([`crate::Options::fit_kernels`]).
+/// Only straight-line float programs have compiled fitting kernels; every other program is fitted
+/// by the interpreter's whatever this says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FitKernels {
+    /// The interpreter's fitting kernels: nothing is compiled.
+    Interpreter,
+    /// A kernel compiled for each program's structure (once per run), whatever it costs.
+    Compiled,
+    /// Compiled where [`fit_compiled_pays`] says so, else the interpreter's.
+    #[default]
+    Auto,
+}
+
+impl FitKernels {
+    /// The name on the command line and in Python.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FitKernels::Interpreter => "interpreter",
+            FitKernels::Compiled => "compiled",
+            FitKernels::Auto => "auto",
+        }
+    }
+}
+
+impl std::str::FromStr for FitKernels {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "interpreter" => Ok(FitKernels::Interpreter),
+            "compiled" => Ok(FitKernels::Compiled),
+            "auto" => Ok(FitKernels::Auto),
+            other => Err(format!("unknown fitting kernels {other:?}: use interpreter, compiled or auto")),
+        }
+    }
+}
+
+/// Calibrated costs of fitting a program on the GPU by the interpreter's fitting kernels and by
+/// one compiled for it: seconds per op, case and launch (a launch is one Levenberg–Marquardt
+/// iteration's residuals and Jacobian), and compiling, per op of the program on one reference
+/// core.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FitCosts {
+    /// The interpreter's fitting kernels, seconds per op, case and launch.
+    pub interp_op_s: f64,
+    /// A compiled fitting kernel, seconds per op, case and launch.
+    pub compiled_op_s: f64,
+    /// Compiling a program's fitting kernel: seconds per op on one core.
+    pub compile_op_s: f64,
+    /// Compiling: seconds per program on one core.
+    pub compile_program_s: f64,
+    /// Cores compiling side by side on the reference host.
+    pub cores: f64,
+}
+
+impl FitCosts {
+    /// Measured on the H100 host (16 cores) by `gpfarm bench --fit-kernels`.
+    pub const H100: FitCosts = FitCosts {
+        interp_op_s: 4.0e-12,
+        compiled_op_s: 1.0e-12,
+        compile_op_s: 1.0e-3,
+        compile_program_s: 20e-3,
+        cores: 16.0,
+    };
+}
+
+/// Whether compiling a fitting kernel for a program of `ops` ops pays for itself over `launches`
+/// launches of its fit over `cases` cases: the time it saves against the interpreter's kernels
+/// beats compiling it on one of the reference host's cores, shared among them. From the program
+/// and the run's settings alone, never from this machine, so a seeded run fits the same way
+/// everywhere.
+pub fn fit_compiled_pays(c: &FitCosts, ops: usize, cases: usize, launches: usize) -> bool {
+    let (ops, cases, launches) = (ops as f64, cases as f64, launches as f64);
+    let saved = launches * cases * ops * (c.interp_op_s - c.compiled_op_s);
+    let compile = (c.compile_program_s + ops * c.compile_op_s) / c.cores;
+    saved > compile
+}

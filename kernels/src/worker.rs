@@ -99,9 +99,9 @@ pub fn serve(problem: &Problem) -> Result<(), GpuError> {
                 None => Reply::Error("interpret before init".into()),
                 Some(g) => reply(g.interpret(&population)),
             },
-            Request::Fit { fit, iterations } => match &mut evaluator {
+            Request::Fit { fit, iterations, code } => match &mut evaluator {
                 None => Reply::Error("fit before init".into()),
-                Some(g) => match g.fit(&fit, iterations as usize) {
+                Some(g) => match g.load_fit_code(&code).and_then(|()| g.fit(&fit, iterations as usize)) {
                     Ok(fitted) => Reply::Fitted(fitted),
                     Err(GpuError::Fault(why)) => Reply::Fault { culprit: None, why },
                     Err(e) => Reply::Error(gpfarm_protocol::error_chain(&e)),

@@ -98,6 +98,8 @@ pub enum Request {
         fit: WireFit,
         /// Iterations per start.
         iterations: u32,
+        /// CUBIN of the compiled fitting units the starts name ([`WireFit::unit`]), in order.
+        code: Vec<Vec<u8>>,
     },
     /// Readies a worker started with [`ProblemRef::Kernels`]: uploads the job's inputs, loads
     /// and runs the original once for its reference outputs. Answered by [`Reply::Ready`].
@@ -230,6 +232,11 @@ pub struct WireFit {
     pub nparams: Vec<i32>,
     /// Loop iterations allowed per case before a program fails.
     pub max_steps: u64,
+    /// Each program's compiled fitting kernel: the index of its unit among the compiled fitting
+    /// units loaded for this fit, or -1 where the interpreter's fitting kernels run its words.
+    pub unit: Vec<i32>,
+    /// Each program's member of its compiled unit (0 where it has none).
+    pub member: Vec<u32>,
 }
 
 impl WireFit {
@@ -242,16 +249,33 @@ impl WireFit {
             param_offsets: Vec::new(),
             nparams: Vec::new(),
             max_steps,
+            unit: Vec::new(),
+            member: Vec::new(),
         }
     }
 
-    /// Adds a program: its `words` and its parameters' `values`.
+    /// Adds a program the interpreter's fitting kernels run: its `words` and its parameters'
+    /// `values`.
     pub fn push(&mut self, words: &[u32], values: &[f32]) {
+        self.push_compiled(words, values, None);
+    }
+
+    /// Adds a program: its `words`, its parameters' `values`, and its compiled fitting kernel
+    /// where it has one (its unit's index and its member there; `None`: the interpreter's).
+    pub fn push_compiled(&mut self, words: &[u32], values: &[f32], code: Option<(u32, u32)>) {
         self.offsets.push(self.words.len() as u32);
         self.words.extend_from_slice(words);
         self.param_offsets.push(self.params.len() as u32);
         self.params.extend_from_slice(values);
         self.nparams.push(values.len() as i32);
+        self.unit.push(code.map_or(-1, |(u, _)| u as i32));
+        self.member.push(code.map_or(0, |(_, m)| m));
+    }
+
+    /// Program `k`'s compiled fitting kernel: its unit and member (`None`: the interpreter's).
+    pub fn code_of(&self, k: usize) -> Option<(u32, u32)> {
+        let unit = *self.unit.get(k)?;
+        (unit >= 0).then(|| (unit as u32, self.member[k]))
     }
 
     /// Program `k`'s words.

@@ -164,6 +164,11 @@ pub struct EvolveArgs {
     /// on the GPU and the CPU; the fitness still uses all.
     #[arg(long, value_name = "N", default_value_t = 0)]
     fit_cases: usize,
+    /// Which kernels fit free parameters on the GPU: the interpreter's, kernels compiled for
+    /// each straight-line program's structure (once per run), or compiled where that pays for
+    /// itself over the fit's iterations and cases (auto).
+    #[arg(long, value_name = "KERNELS", default_value = "auto")]
+    fit_kernels: gpfarm_evolve::route::FitKernels,
     /// Keep fitted values for the individual's own fitness only (Baldwinian); by default
     /// offspring inherit them (Lamarckian).
     #[arg(long)]
@@ -281,6 +286,7 @@ impl EvolveArgs {
             flags: self.flags.clone(),
             fmad: self.fmad,
             route: if self.no_compile { Some(Route::Cpu) } else { self.route },
+            fit_kernels: self.fit_kernels,
             link_flags: self.link_flags.clone(),
             shape: self.shape,
             cache: !self.no_cache,

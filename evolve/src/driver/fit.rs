@@ -13,17 +13,20 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use gpfarm_client::CompileOptions;
 use gpfarm_gp::program::instantiate;
 use gpfarm_gp::{Born, FitConfig, FitSettings, Problem, Program, fit, moved_start};
 use gpfarm_kernels::gpu::WireFit;
-use gpfarm_kernels::interpreter::{FIT_PARAMS, assemble_structure, fits_on_gpu};
+use gpfarm_kernels::interpreter::{FIT_PARAMS, assemble_structure, fit_compiles, fits_on_gpu};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 
 use super::Driver;
 use super::evaluate::Evaluator;
+use super::fit_code::{FitCode, structure_key};
 use crate::error::EvolveError;
+use crate::route::{FitCosts, FitKernels, fit_compiled_pays};
 
 /// The most cases the CPU fits a program on while the GPU fits the others (the programs its
 /// fitting kernel cannot take), unless the run sets its own (`--fit-cases`).
@@ -107,12 +110,23 @@ impl Driver<'_> {
         let mut fitted: Vec<Option<Option<Vec<f32>>>> = vec![None; todo.len()];
         let mut gpu_took = Duration::ZERO;
         let mut worker_took = Duration::ZERO;
+        let mut compiled_took = (0, Duration::ZERO);
         if self.gpu_fit {
             let t = Instant::now();
-            let outcome = gpu_fit(self.problem, &mut self.evaluator, &born, &todo, &config, &mut worker_took);
+            let compiled = Compiled {
+                kernels: self.settings.fit_kernels,
+                store: &mut self.fit_code,
+                options: self.options,
+                toolchain: &self.toolchain,
+            };
+            let outcome =
+                gpu_fit(self.problem, &mut self.evaluator, &born, &todo, &config, compiled, &mut worker_took);
             gpu_took = t.elapsed();
             match outcome {
-                Ok(done) => fitted = done,
+                Ok((done, by_code, compile)) => {
+                    fitted = done;
+                    compiled_took = (by_code, compile);
+                }
                 Err(e) => {
                     tracing::warn!("fitting on the GPU failed ({e}); the CPU fits from now on");
                     self.gpu_fit = false;
@@ -157,6 +171,8 @@ impl Driver<'_> {
             let a = self.account(b.generation);
             a.fit_gpu += gpu_took;
             a.fit_worker += worker_took;
+            a.fitted_compiled += compiled_took.0;
+            a.fit_compile += compiled_took.1;
         }
         let took = started.elapsed();
         let share = took / born.len().max(1) as u32;
@@ -168,26 +184,48 @@ impl Driver<'_> {
     }
 }
 
+/// Per individual, `None` where the CPU must fit it, else `Some` of its new values (`None` when
+/// the fit moved nothing); how many individuals compiled kernels fitted; the time compiling took.
+type GpuFitted = (Vec<Option<Option<Vec<f32>>>>, usize, Duration);
+
+/// What the GPU's fit needs to fit programs by compiled kernels: the run's choice, the store of
+/// compiled units, and how the run compiles.
+struct Compiled<'a> {
+    kernels: FitKernels,
+    store: &'a mut FitCode,
+    options: &'a CompileOptions,
+    toolchain: &'a str,
+}
+
 /// Levenberg–Marquardt on the GPU for the individuals `todo` (indices into `born`, with their fit
-/// keys) whose programs the fitting kernel takes: each start is a [`gpfarm_gp::LmStart`], as on
+/// keys) whose programs a fitting kernel takes: each start is a [`gpfarm_gp::LmStart`], as on
 /// the CPU, run in the GPU worker (one request for all iterations,
-/// `gpfarm_kernels::gpu::GpuEvaluator::fit`), every start of every program in one launch per
-/// iteration. Returns, per individual, `None`
-/// where the CPU must fit it, else `Some` of its new values (`None` when the fit moved nothing).
-/// The sums are the GPU's (outputs the interpreter's, derivatives floats), on all cases.
+/// `gpfarm_kernels::gpu::GpuEvaluator::fit`), every start of every program in one round of
+/// launches per iteration, by the interpreter's fitting kernels or, where `compiled` says so
+/// ([`fit_compiled_pays`]), by kernels compiled for the programs' structures. Returns, per
+/// individual, `None` where the CPU must fit it, else `Some` of its new values (`None` when the
+/// fit moved nothing); how many individuals compiled kernels fitted, and the time compiling
+/// took. The sums are the GPU's (outputs the interpreter's, derivatives floats), on all cases.
 fn gpu_fit(
     problem: &Problem,
     evaluator: &mut Evaluator,
     born: &[Born],
     todo: &[(usize, blake3::Hash)],
     config: &FitConfig,
+    compiled: Compiled<'_>,
     kernel_time: &mut Duration,
-) -> Result<Vec<Option<Option<Vec<f32>>>>, EvolveError> {
+) -> Result<GpuFitted, EvolveError> {
     let mut out: Vec<Option<Option<Vec<f32>>>> = vec![None; todo.len()];
-    let Some(worker) = evaluator.worker() else { return Ok(out) };
+    let Some(worker) = evaluator.worker() else { return Ok((out, 0, Duration::ZERO)) };
     let max_steps = problem.max_steps();
+    let cases =
+        if config.cases == 0 { problem.cases().len() } else { config.cases.min(problem.cases().len()) };
+    let launches = (config.iterations + 1) * (config.restarts + 1);
     // Every start's program and values, then their sums there.
     let mut begin: Vec<(usize, Arc<Vec<u32>>, Vec<f32>)> = Vec::new();
+    // Programs to fit by compiled kernels: their structure's key, words and parameter count.
+    let mut to_compile: Vec<(blake3::Hash, Arc<Vec<u32>>, usize)> = Vec::new();
+    let mut wants_code: Vec<Option<usize>> = Vec::new();
     for (i, &(k, key)) in todo.iter().enumerate() {
         let b = &born[k];
         if b.params.len() > FIT_PARAMS {
@@ -208,23 +246,60 @@ fn gpu_fit(
             continue;
         }
         let code = Arc::new(code.words);
+        let structure = structure_key(&code, b.params.len());
+        let compile = match compiled.kernels {
+            FitKernels::Interpreter => false,
+            FitKernels::Compiled => fit_compiles(&code, b.params.len()),
+            FitKernels::Auto => {
+                fit_compiles(&code, b.params.len())
+                    && (compiled.store.known(&structure)
+                        || fit_compiled_pays(&FitCosts::H100, code.len(), cases, launches))
+            }
+        };
         let mut rng =
             ChaCha8Rng::seed_from_u64(u64::from_le_bytes(key.as_bytes()[..8].try_into().expect("8 bytes")));
         for restart in 0..=config.restarts {
             let values = if restart == 0 { b.params.clone() } else { moved_start(&b.params, &mut rng) };
             begin.push((i, code.clone(), values));
+            wants_code.push(compile.then_some(to_compile.len()));
+        }
+        if compile {
+            to_compile.push((structure, code.clone(), b.params.len()));
         }
         out[i] = Some(None);
     }
     if begin.is_empty() {
-        return Ok(out);
+        return Ok((out, 0, Duration::ZERO));
     }
+    // The compiled units this fit uses, each once, by their index in the request.
+    let programs: Vec<(blake3::Hash, &[u32], usize)> =
+        to_compile.iter().map(|(key, words, np)| (*key, words.as_slice(), *np)).collect();
+    let (code, compile_took) = if programs.is_empty() {
+        (Vec::new(), Duration::ZERO)
+    } else {
+        compiled.store.code_for(problem, compiled.options, compiled.toolchain, &programs)
+    };
+    let mut units: Vec<u64> = Vec::new();
+    let mut cubins: Vec<Vec<u8>> = Vec::new();
     let mut fit = WireFit::new(max_steps);
-    for (_, code, values) in &begin {
-        fit.push(code, values);
+    let mut by_code = vec![false; todo.len()];
+    for ((item, words, values), wants) in begin.iter().zip(&wants_code) {
+        let at = wants.and_then(|j| code[j]).and_then(|(unit, member)| {
+            let index = match units.iter().position(|&u| u == unit) {
+                Some(index) => index,
+                None => {
+                    cubins.push(compiled.store.cubin(unit)?.as_ref().clone());
+                    units.push(unit);
+                    units.len() - 1
+                }
+            };
+            Some((index as u32, member))
+        });
+        by_code[*item] |= at.is_some();
+        fit.push_compiled(words, values, at);
     }
     let gpfarm_kernels::gpu::Fitted { params, sse, first_sse, took_us } =
-        worker.fit(&fit, config.iterations)?;
+        worker.fit(&fit, config.iterations, &cubins)?;
     *kernel_time += Duration::from_micros(took_us);
     if sse.len() != begin.len() || first_sse.len() != begin.len() || params.len() != fit.params.len() {
         return Err(EvolveError::Gpu(gpfarm_kernels::gpu::GpuError::Problem(format!(
@@ -251,5 +326,5 @@ fn gpu_fit(
             out[i] = Some(Some(params[at..at + begin[j].2.len()].to_vec()));
         }
     }
-    Ok(out)
+    Ok((out, by_code.iter().filter(|&&c| c).count(), compile_took))
 }

@@ -17,6 +17,7 @@
 mod admit;
 mod evaluate;
 mod fit;
+mod fit_code;
 mod structures;
 mod units;
 
@@ -61,6 +62,8 @@ pub(crate) struct Settings {
     pub route: Route,
     /// A kernel per individual, or one switch kernel per unit.
     pub shape: Shape,
+    /// Which kernels fit free parameters on the GPU.
+    pub fit_kernels: crate::route::FitKernels,
 }
 
 /// What happens to an individual that crashes NVRTC or does not compile (see
@@ -156,6 +159,8 @@ pub(crate) struct Driver<'a> {
     gpu_fit: bool,
     /// The problem on the cases fitting uses ([`gpfarm_gp::FitConfig::cases`]).
     fit_problem: Option<Problem>,
+    /// Compiled fitting kernels by structure.
+    fit_code: fit_code::FitCode,
     /// Individuals identical to one being compiled, by key, waiting for its fitness.
     waiting: KeyMap<Vec<Member>>,
     /// Members whose fitness is known, to be freed by [`Driver::discard`].
@@ -257,6 +262,7 @@ impl<'a> Driver<'a> {
             pool: None,
             fit_memo: HashMap::new(),
             fit_problem: None,
+            fit_code: fit_code::FitCode::default(),
             gpu_fit: false,
             waiting: KeyMap::default(),
             trash: Vec::new(),

@@ -153,6 +153,8 @@ pub(super) struct Device {
     pub(super) values_len: usize,
     /// Units' modules, kept loaded while their CUBIN comes again.
     pub(super) modules: super::modules::ModuleCache,
+    /// The compiled fitting units the next fits name, each its module and kernel.
+    pub(super) fit_code: Vec<(Arc<cudarc::driver::CudaModule>, CudaFunction)>,
 }
 
 /// The fitting kernel's buffers: parameter values, each program's first value and count, the
@@ -161,7 +163,7 @@ pub(super) struct FitBuffers {
     pub(super) params: CudaSlice<f32>,
     pub(super) poffsets: CudaSlice<u32>,
     pub(super) nparams: CudaSlice<i32>,
-    /// Each width's tile sums (by the index of the width in the fitting modules).
+    /// The tile sums of the programs launched on each side stream (by the stream's index).
     pub(super) partial: Vec<CudaSlice<f64>>,
     /// Where each program's packed sums start in `sums`.
     pub(super) at: CudaSlice<i64>,
@@ -216,6 +218,7 @@ impl Device {
             value_stride: 0,
             values_len: 0,
             modules: Default::default(),
+            fit_code: Vec::new(),
         })
     }
 

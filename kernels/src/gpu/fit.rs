@@ -1,6 +1,7 @@
-//! Launching the interpreter's fitting kernels over programs with free parameters, and reading
-//! back their least-squares sums, each program's as many as its parameters need ([`sums_of`]:
-//! 45 for 8 parameters). Each width's launch runs on a side stream of its own, beside the others.
+//! Launching the fitting kernels over programs with free parameters (the interpreter's, one per
+//! width, and compiled units of straight-line programs), and reading back their least-squares
+//! sums, each program's as many as its parameters need ([`sums_of`]: 45 for 8 parameters). The
+//! launches are spread over side streams that run side by side.
 //!
 //! This file knows nothing of bytecode beyond where each program starts ([`WireFit`]). Must never
 //! allocate when the buffers of an earlier, larger request will do.
@@ -8,8 +9,10 @@
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 use gpfarm_gp::Problem;
 
-use super::buffers::{Device, FitBuffers, grow_copy};
-use super::contract::{fit_rows, fit_tiles, fit_width, program_range, sums_of};
+use std::collections::HashSet;
+
+use super::buffers::{Device, FitBuffers, SIDE_STREAMS, grow_copy};
+use super::contract::{FIT_CODE_KERNEL, fit_rows, fit_tiles, fit_width, program_range, sums_of};
 use super::{BLOCK, GpuError, WireFit, driver, no_kernel};
 
 /// Whether `GPFARM_FIT_PROFILE` is set: each width's launch is then waited for and timed, and the
@@ -23,9 +26,28 @@ pub(super) fn profiling() -> bool {
 const MAX_GRID_Y: usize = 65_535;
 
 impl Device {
-    /// Launches the fitting kernel over `fit`'s programs (asynchronously) and the sum of their
+    /// Loads the compiled fitting units `cubins` (each with [`FIT_CODE_KERNEL`]) in place of those
+    /// loaded before, from the module cache where their CUBIN was loaded before.
+    pub(super) fn load_fit_code(&mut self, cubins: &[Vec<u8>]) -> Result<(), GpuError> {
+        let mut taken = HashSet::new();
+        let mut code = Vec::with_capacity(cubins.len());
+        for cubin in cubins {
+            let module = self.modules.load(&self.ctx, cubin, &mut taken)?;
+            let function = module.load_function(FIT_CODE_KERNEL).map_err(driver)?;
+            code.push((module, function));
+        }
+        self.fit_code = code;
+        Ok(())
+    }
+
+    /// Launches the fitting kernels over `fit`'s programs (asynchronously) and the sum of their
     /// tiles, leaving each program's sums packed ([`sums_of`] its parameters) in the fitting
     /// buffers; returns the order the programs ran in and where each one's sums start there.
+    ///
+    /// Programs run in groups, one launch per group (or per [`MAX_GRID_Y`] programs of it): the
+    /// interpreter's kernel of each width, and each compiled unit ([`Device::load_fit_code`]).
+    /// Each group goes to a side stream (group `g` to stream `g` modulo their number), whose
+    /// launches write tile sums of their own, so that the streams run side by side.
     pub(super) fn launch_fit(
         &mut self,
         problem: &Problem,
@@ -37,7 +59,6 @@ impl Device {
         let modules = self.fit.clone().ok_or_else(|| no_kernel("the fitting kernel"))?;
         let n = fit.offsets.len();
         let nt = fit_tiles(ncases);
-        // Programs by width (narrowest first), each width one launch.
         let width = |k: usize| fit_width(fit.nparams[k].max(0) as usize);
         if let Some(k) = (0..n).find(|&k| width(k).is_none()) {
             return Err(GpuError::Problem(format!(
@@ -45,10 +66,30 @@ impl Device {
                 fit.nparams[k]
             )));
         }
+        if let Some(k) =
+            (0..n).find(|&k| fit.code_of(k).is_some_and(|(u, _)| u as usize >= self.fit_code.len()))
+        {
+            return Err(GpuError::Problem(format!(
+                "program {k} names compiled fitting unit {} of {}",
+                fit.unit[k],
+                self.fit_code.len()
+            )));
+        }
+        // Each program's group: the index of its width among the interpreter's kernels, or
+        // after them, its compiled unit.
+        let nw = modules.kernels.len();
+        let group = |k: usize| match fit.code_of(k) {
+            Some((u, _)) => nw + u as usize,
+            None => modules.kernels.iter().position(|(w, _)| Some(*w) == width(k)).unwrap_or(0),
+        };
+        let stream_of = |g: usize| g % SIDE_STREAMS;
         let mut order: Vec<usize> = (0..n).collect();
-        order.sort_by_key(|&k| width(k));
+        order.sort_by_key(|&k| (stream_of(group(k)), group(k)));
+        // Where each program's code is: its first word, or its member of its compiled unit.
+        let offsets: Vec<u32> =
+            order.iter().map(|&k| fit.code_of(k).map_or(fit.offsets[k], |(_, m)| m)).collect();
         let sorted = |v: &[u32]| order.iter().map(|&k| v[k]).collect::<Vec<u32>>();
-        let (offsets, poffsets) = (sorted(&fit.offsets), sorted(&fit.param_offsets));
+        let poffsets = sorted(&fit.param_offsets);
         let nparams: Vec<i32> = order.iter().map(|&k| fit.nparams[k]).collect();
         let mut at: Vec<i64> = Vec::with_capacity(n + 1);
         at.push(0);
@@ -76,91 +117,95 @@ impl Device {
         if b.sums.len() < packed.max(1) {
             b.sums = self.stream.alloc_zeros(packed.max(1).next_power_of_two()).map_err(driver)?;
         }
-        // Each width's tile sums in a buffer of its own, so that the widths' launches, each on a
-        // side stream of its own, run side by side (a kernel writing into a buffer waits for the
-        // last kernel that wrote into it).
-        while b.partial.len() < modules.kernels.len() {
+        // Each stream's tile sums in a buffer of its own, so that the streams run side by side (a
+        // kernel writing into a buffer waits for the last kernel that wrote into it).
+        while b.partial.len() < SIDE_STREAMS {
             b.partial.push(self.stream.alloc_zeros(1).map_err(driver)?);
         }
-        if self.side.len() < modules.kernels.len() {
-            self.side_streams().map_err(driver)?;
-        }
-        let streams = self.side[..modules.kernels.len()].to_vec();
-        for s in &streams {
-            s.join(&self.stream).map_err(driver)?;
-        }
+        let streams = self.side_streams().map_err(driver)?.to_vec();
         let b = self.fit_buffers.as_mut().expect("made above");
         let (nc, ntiles, rows_per_thread) = (ncases as i32, nt as i32, fit_rows(ncases) as i32);
         let profile = profiling();
         let mut first = 0;
-        for (i, (w, kernel)) in modules.kernels.iter().enumerate() {
-            let w = *w;
-            let end = first + order[first..].iter().take_while(|&&k| width(k) == Some(w)).count();
-            if end == first {
-                continue;
-            }
-            let stream = &streams[i];
+        while first < n {
+            let s = stream_of(group(order[first]));
+            let end = first + order[first..].iter().take_while(|&&k| stream_of(group(k)) == s).count();
+            let stream = &streams[s];
             let need = (at[end] - at[first]) as usize * nt;
-            if b.partial[i].len() < need {
-                b.partial[i] = stream.alloc_zeros(need.next_power_of_two()).map_err(driver)?;
+            if b.partial[s].len() < need {
+                b.partial[s] = stream.alloc_zeros(need.next_power_of_two()).map_err(driver)?;
             }
-            for start in (first..end).step_by(MAX_GRID_Y) {
-                let rows = (end - start).min(MAX_GRID_Y);
-                let offsets = self.offsets.slice(start..start + rows);
-                let poffsets = b.poffsets.slice(start..start + rows);
-                let nparams = b.nparams.slice(start..start + rows);
-                let at_view = b.at.slice(start..start + rows);
-                let from = (at[start] - at[first]) as usize * nt;
-                let to = (at[start + rows] - at[first]) as usize * nt;
-                let mut partial = b.partial[i].slice_mut(from..to.max(from + 1));
-                let words = self.words.slice(..fit.words.len().max(1));
-                let params = b.params.slice(..fit.params.len().max(1));
-                let mut launch = stream.launch_builder(kernel);
-                self.fit_cases.as_ref().map_or(&self.cases, |(c, _)| c).pass(problem, &mut launch);
-                launch.arg(&nc);
-                launch.arg(&words);
-                launch.arg(&offsets);
-                launch.arg(&params);
-                launch.arg(&poffsets);
-                launch.arg(&nparams);
-                launch.arg(&fit.max_steps);
-                launch.arg(&ntiles);
-                launch.arg(&rows_per_thread);
-                launch.arg(&at_view);
-                launch.arg(&mut partial);
-                let cfg = LaunchConfig {
-                    grid_dim: (nt as u32, rows as u32, 1),
-                    block_dim: (BLOCK, 1, 1),
-                    shared_mem_bytes: 0,
-                };
-                let t = profile.then(std::time::Instant::now);
-                // SAFETY: `fit_source` declares the problem's input and length pointers in kernel-parameter
-                // order, the targets, the case count, the words, one offset per program of the
-                // launch (each the start of a program `assemble_structure` wrote, ending in
-                // `End`), the parameter values, each program's first value and count (at most
-                // this kernel's width), the step limit, the tile count, the rows per thread
-                // (`nt` tiles of them hold every case), where each program's sums start (`at`,
-                // one per program of the launch) and the tile sums: `nt` blocks of `sums_of`
-                // each program's parameters, from `(at[p] - at[0]) * nt` (sized above).
-                unsafe { launch.launch(cfg) }.map_err(driver)?;
-                if let Some(t) = t {
-                    stream.synchronize().map_err(driver)?;
-                    let len: usize = order[start..start + rows]
-                        .iter()
-                        .map(|&k| program_range(&fit.offsets, fit.words.len(), k).len())
-                        .sum();
-                    eprintln!(
-                        "gpfarm fit profile: width {w}: {rows} programs ({} words on average), {ncases} cases, {:.3} ms",
-                        len / rows,
-                        t.elapsed().as_secs_f64() * 1e3
-                    );
+            let mut g_first = first;
+            while g_first < end {
+                let g = group(order[g_first]);
+                let g_end = g_first + order[g_first..end].iter().take_while(|&&k| group(k) == g).count();
+                let kernel = if g < nw { &modules.kernels[g].1 } else { &self.fit_code[g - nw].1 };
+                for start in (g_first..g_end).step_by(MAX_GRID_Y) {
+                    let rows = (g_end - start).min(MAX_GRID_Y);
+                    let offsets = self.offsets.slice(start..start + rows);
+                    let poffsets = b.poffsets.slice(start..start + rows);
+                    let nparams = b.nparams.slice(start..start + rows);
+                    let at_view = b.at.slice(start..start + rows);
+                    let from = (at[start] - at[first]) as usize * nt;
+                    let to = (at[start + rows] - at[first]) as usize * nt;
+                    let mut partial = b.partial[s].slice_mut(from..to.max(from + 1));
+                    let words = self.words.slice(..fit.words.len().max(1));
+                    let params = b.params.slice(..fit.params.len().max(1));
+                    let mut launch = stream.launch_builder(kernel);
+                    self.fit_cases.as_ref().map_or(&self.cases, |(c, _)| c).pass(problem, &mut launch);
+                    launch.arg(&nc);
+                    launch.arg(&words);
+                    launch.arg(&offsets);
+                    launch.arg(&params);
+                    launch.arg(&poffsets);
+                    launch.arg(&nparams);
+                    launch.arg(&fit.max_steps);
+                    launch.arg(&ntiles);
+                    launch.arg(&rows_per_thread);
+                    launch.arg(&at_view);
+                    launch.arg(&mut partial);
+                    let cfg = LaunchConfig {
+                        grid_dim: (nt as u32, rows as u32, 1),
+                        block_dim: (BLOCK, 1, 1),
+                        shared_mem_bytes: 0,
+                    };
+                    let t = profile.then(std::time::Instant::now);
+                    // SAFETY: `fit_source` and `fit_code_source` declare the problem's input and
+                    // length pointers in kernel-parameter order, the targets, the case count, the
+                    // words, one offset per program of the launch (for the interpreter's kernels
+                    // the start of a program `assemble_structure` wrote, ending in `End`; for a
+                    // compiled unit's, the program's member there, checked above to be loaded),
+                    // the parameter values, each program's first value and count (at most this
+                    // kernel's width), the step limit, the tile count, the rows per thread (`nt`
+                    // tiles of them hold every case), where each program's sums start (`at`, one
+                    // per program of the launch) and the tile sums: `nt` blocks of `sums_of` each
+                    // program's parameters, from `(at[p] - at[0]) * nt` (sized above).
+                    unsafe { launch.launch(cfg) }.map_err(driver)?;
+                    if let Some(t) = t {
+                        stream.synchronize().map_err(driver)?;
+                        let len: usize = order[start..start + rows]
+                            .iter()
+                            .map(|&k| program_range(&fit.offsets, fit.words.len(), k).len())
+                            .sum();
+                        let what = if g < nw {
+                            format!("width {}", modules.kernels[g].0)
+                        } else {
+                            format!("compiled unit {}", g - nw)
+                        };
+                        eprintln!(
+                            "gpfarm fit profile: {what}: {rows} programs ({} words on average), {ncases} cases, {:.3} ms",
+                            len / rows,
+                            t.elapsed().as_secs_f64() * 1e3
+                        );
+                    }
                 }
+                g_first = g_end;
             }
             let count = (end - first) as i32;
             let mut launch = stream.launch_builder(&modules.tiles);
             let nparams = b.nparams.slice(first..end);
             let at_view = b.at.slice(first..end);
-            launch.arg(&b.partial[i]);
+            launch.arg(&b.partial[s]);
             launch.arg(&ntiles);
             launch.arg(&count);
             launch.arg(&nparams);
@@ -172,9 +217,9 @@ impl Device {
                 shared_mem_bytes: 0,
             };
             // SAFETY: the tiles kernel reads `nt` blocks of `sums_of(np)` tile sums per program
-            // of this width from `(at[p] - at[first]) * nt` in its tile sums (written above),
+            // of this stream from `(at[p] - at[first]) * nt` in its tile sums (written above),
             // the program's parameter count (`nparams`, at most FIT_PARAMS) and where its sums
-            // start (`at`, one per program of this width), and writes `sums_of(np)` sums there,
+            // start (`at`, one per program of this stream), and writes `sums_of(np)` sums there,
             // inside `sums` (sized above for all `packed`).
             unsafe { launch.launch(cfg) }.map_err(driver)?;
             self.stream.join(stream).map_err(driver)?;

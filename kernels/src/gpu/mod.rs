@@ -320,6 +320,16 @@ impl GpuEvaluator {
         Ok((sums, t.elapsed()))
     }
 
+    /// Loads the compiled fitting units (`interpreter::fit_code_source`, CUBIN) the programs of
+    /// the next fits name by their index here ([`WireFit::unit`]), in place of those loaded
+    /// before; modules of CUBIN loaded before are not loaded again.
+    pub fn load_fit_code(&mut self, cubins: &[Vec<u8>]) -> Result<(), GpuError> {
+        if let Some(why) = &self.poisoned {
+            return Err(GpuError::Fault(why.clone()));
+        }
+        self.device.load_fit_code(cubins)
+    }
+
     /// Fits every start of `fit` (a program with its starting values) by Levenberg–Marquardt,
     /// `iterations` iterations of [`gpfarm_gp::LmStart`], each iteration one [`linearize`]
     /// (Self::linearize) of the starts still going: what the parent would do with one request
@@ -355,7 +365,7 @@ impl GpuEvaluator {
             }
             let mut next = WireFit::new(fit.max_steps);
             for (k, v) in &trials {
-                next.push(fit.words_of(*k), v);
+                next.push_compiled(fit.words_of(*k), v, fit.code_of(*k));
             }
             on_host += host.elapsed();
             let (sums, took) = self.linearize(&next)?;

@@ -31,7 +31,7 @@ impl ModuleCache {
     /// evaluation already took: a CUBIN that comes twice (the same structures run with two sets of
     /// values) gets a module of its own the second time, so that its members' step-limit flags
     /// stay their own.
-    fn load(
+    pub(super) fn load(
         &mut self,
         ctx: &Arc<CudaContext>,
         cubin: &[u8],

@@ -33,7 +33,13 @@ use gpfarm_gp::problem::{InputType, ParamRole, ScalarType};
 use gpfarm_gp::{FitnessKind, Problem};
 
 use super::bytecode::{Op, slot_layout};
-use crate::gpu::contract::{FIT_FORWARD_PARAMS, FIT_PARAMS, FIT_TILES_KERNEL, FIT_WIDTHS, fit_kernel};
+use crate::gpu::contract::{
+    FIT_CODE_KERNEL, FIT_FORWARD_PARAMS, FIT_PARAMS, FIT_TILES_KERNEL, FIT_WIDTHS, fit_kernel, fit_width,
+};
+
+/// The narrowest fitting kernel that differentiates straight-line float programs in reverse
+/// (narrower ones differentiate every program forward).
+pub const FIT_REVERSE_WIDTH: usize = 8;
 use crate::gpu::{BLOCK, GpuError};
 
 /// The deepest stack (cells) of a program fitted on the GPU.
@@ -317,6 +323,288 @@ pub fn fit_source_for(problem: &Problem, widths: &[usize]) -> Result<String, Gpu
     if let Some(w) = widths.iter().find(|w| !FIT_WIDTHS.contains(w)) {
         return Err(GpuError::Problem(format!("{w} is not a fitting kernel's width ({FIT_WIDTHS:?})")));
     }
+    let (template, decl, args) = fit_template(problem, None)?;
+    let mut kernels = String::new();
+    for &w in widths {
+        writeln!(
+            kernels,
+            "extern \"C\" __global__ void __launch_bounds__({BLOCK}) {}({decl})\n{{\n    gpfarm_fit_body<{w}>({args});\n}}\n",
+            fit_kernel(w)
+        )
+        .ok();
+    }
+    Ok(format!(
+        "{template}\n{kernels}\n\
+extern \"C\" __global__ void {FIT_TILES_KERNEL}(const double* __restrict__ partial, int ntiles, int nprograms,\n\
+    const int* __restrict__ nparams, const long long* __restrict__ at, double* __restrict__ sums)\n\
+{{\n\
+    // Program p's sums (1 + np + np(np+1)/2 of them), the sum of its tiles' in tile order, to\n\
+    // sums[at[p]].\n\
+    const int p = blockIdx.x;\n\
+    if (p >= nprograms) return;\n\
+    const int np = max(nparams[p], 0);\n\
+    const int used = 1 + np + np * (np + 1) / 2;\n\
+    const size_t base = (size_t)(at[p] - at[0]) * ntiles;\n\
+    for (int i = threadIdx.x; i < used; i += blockDim.x) {{\n\
+        double s = 0.0;\n\
+        for (int tile = 0; tile < ntiles; ++tile) s += partial[base + (size_t)tile * used + i];\n\
+        sums[at[p] + i] = s;\n\
+    }}\n\
+}}\n"
+    ))
+}
+
+/// CUDA C of one compiled fitting kernel ([`FIT_CODE_KERNEL`]) of width `width` (one of
+/// [`FIT_WIDTHS`]) for `members`: programs [`super::assemble_structure`] wrote, each
+/// straight-line float code ([`fitted_in_reverse`]) of at most `width` parameters. It takes the
+/// interpreter's fitting kernels' parameters ([`fit_source`]) and computes the same sums in the
+/// same order, except that `code` is not read and `offsets` names each program's member (its
+/// index in `members`) instead of its first word. Each member's forward and backward sweeps are
+/// written out as straight-line code, values in registers, with the interpreter's ops and slopes
+/// in the interpreter's order: its sums are those of the interpreter's fitting kernels in
+/// reverse, bit for bit (members are fitted so only where the interpreter's kernel of their width
+/// differentiates in reverse too, [`fit_compiles`]). The tiles are summed by the
+/// interpreter's [`FIT_TILES_KERNEL`].
+pub fn fit_code_source(problem: &Problem, width: usize, members: &[&[u32]]) -> Result<String, GpuError> {
+    if !FIT_WIDTHS.contains(&width) {
+        return Err(GpuError::Problem(format!("{width} is not a fitting kernel's width ({FIT_WIDTHS:?})")));
+    }
+    let mut cases = String::new();
+    for (m, words) in members.iter().enumerate() {
+        let code = straight_code(words, width).ok_or_else(|| {
+            GpuError::Problem(format!(
+                "member {m} is not straight-line float code of at most {width} parameters"
+            ))
+        })?;
+        writeln!(cases, "            case {m}: {{\n{code}            }} break;").ok();
+    }
+    let (template, decl, args) = fit_template(problem, Some(&cases))?;
+    Ok(format!(
+        "{template}\nextern \"C\" __global__ void __launch_bounds__({BLOCK}) {FIT_CODE_KERNEL}({decl})\n{{\n    gpfarm_fit_body<{width}>({args});\n}}\n"
+    ))
+}
+
+/// Programs of one width per compiled fitting unit at most ([`fit_code_units`]).
+pub const FIT_CODE_MEMBERS: usize = 32;
+
+/// A compiled fitting unit's plan: its width, its members (indices into the programs given to
+/// [`fit_code_units`]) and its source (or why it has none).
+#[derive(Debug)]
+pub struct FitCodeUnit {
+    /// The kernel's width.
+    pub width: usize,
+    /// Its members, in order.
+    pub members: Vec<usize>,
+    /// [`fit_code_source`] of them.
+    pub source: Result<String, GpuError>,
+}
+
+/// `programs` (each its words and parameter count, each taken by [`fit_compiles`]) grouped into
+/// compiled fitting units: by width, narrowest first, at most [`FIT_CODE_MEMBERS`] each, in the
+/// programs' order. A program of more than [`FIT_PARAMS`] parameters is in none.
+pub fn fit_code_units(problem: &Problem, programs: &[(&[u32], usize)]) -> Vec<FitCodeUnit> {
+    let mut units = Vec::new();
+    for width in FIT_WIDTHS {
+        let of: Vec<usize> =
+            (0..programs.len()).filter(|&k| fit_width(programs[k].1) == Some(width)).collect();
+        for chunk in of.chunks(FIT_CODE_MEMBERS) {
+            let words: Vec<&[u32]> = chunk.iter().map(|&k| programs[k].0).collect();
+            units.push(FitCodeUnit {
+                width,
+                members: chunk.to_vec(),
+                source: fit_code_source(problem, width, &words),
+            });
+        }
+    }
+    units
+}
+
+/// Whether a program of `params` parameters whose words are `words` (as
+/// [`super::assemble_structure`] wrote them) is fitted by a compiled kernel when asked: where the
+/// interpreter's fitting kernel differentiates it in reverse ([`fitted_in_reverse`], a width of
+/// at least [`FIT_REVERSE_WIDTH`]), so that the compiled kernel's sums are the interpreter's bit
+/// for bit and which of the two fits a program never changes a run.
+pub fn fit_compiles(words: &[u32], params: usize) -> bool {
+    fit_width(params).is_some_and(|w| w >= FIT_REVERSE_WIDTH) && straight_code(words, FIT_PARAMS).is_some()
+}
+
+/// The forward and backward sweeps of `words` (straight-line float code, [`adjoint`]'s ops) as
+/// straight-line CUDA C: `v{i}` op `i`'s value, `g{i}` its adjoint; the output into `out0`, each
+/// parameter's derivative added into `grad` in the interpreter's backward order. `None` where the
+/// program is not such code, or reads a parameter beyond `width`.
+fn straight_code(words: &[u32], width: usize) -> Option<String> {
+    #[derive(Clone, Copy)]
+    struct Node {
+        op: Op,
+        arg: u32,
+        a: Option<usize>,
+        b: Option<usize>,
+    }
+    if !fitted_in_reverse(words) {
+        return None;
+    }
+    let mut nodes: Vec<Node> = Vec::new();
+    let mut stack: Vec<usize> = Vec::new();
+    let mut fwd = String::new();
+    let mut pc = 0;
+    // The last Out of output 0: its operand's adjoint is 1, every other Out's 0.
+    let mut last_out = None;
+    loop {
+        let w = *words.get(pc)?;
+        let op = *Op::ALL.get((w & 0xff) as usize)?;
+        let arg = w >> 8;
+        let i = nodes.len();
+        let (mut a, mut b) = (None, None);
+        match op {
+            Op::End => break,
+            Op::PushF => {
+                if arg as usize > width {
+                    return None;
+                }
+                if arg > 0 {
+                    writeln!(fwd, "        const float v{i} = P[{}];", arg - 1).ok();
+                } else {
+                    let bits = *words.get(pc + 1)? as i32;
+                    writeln!(fwd, "        const float v{i} = __int_as_float({bits});").ok();
+                }
+                stack.push(i);
+            }
+            Op::Load => {
+                writeln!(fwd, "        const float v{i} = vars[{arg}].f;").ok();
+                stack.push(i);
+            }
+            Op::Out => {
+                let x = stack.pop()?;
+                a = Some(x);
+                if arg == 0 {
+                    writeln!(fwd, "        out0 = v{x};").ok();
+                    last_out = Some(i);
+                }
+            }
+            Op::NegF => {
+                let x = stack.pop()?;
+                a = Some(x);
+                writeln!(fwd, "        const float v{i} = -v{x};").ok();
+                stack.push(i);
+            }
+            _ if unary_call(op).is_some() => {
+                let x = stack.pop()?;
+                a = Some(x);
+                writeln!(fwd, "        const float v{i} = {}(v{x});", unary_call(op)?).ok();
+                stack.push(i);
+            }
+            _ => {
+                let (y, x) = (stack.pop()?, stack.pop()?);
+                (a, b) = (Some(x), Some(y));
+                let value = match op {
+                    Op::AddF => format!("v{x} + v{y}"),
+                    Op::SubF => format!("v{x} - v{y}"),
+                    Op::MulF => format!("v{x} * v{y}"),
+                    Op::DivF => format!("v{x} / v{y}"),
+                    Op::PowF => format!("powf(v{x}, v{y})"),
+                    Op::PdivF => format!("fabsf(v{y}) > 0.001f ? v{x} / v{y} : 1.0f"),
+                    Op::FminF => format!("fminf(v{x}, v{y})"),
+                    Op::FmaxF => format!("fmaxf(v{x}, v{y})"),
+                    _ => return None,
+                };
+                writeln!(fwd, "        const float v{i} = {value};").ok();
+                stack.push(i);
+            }
+        }
+        nodes.push(Node { op, arg, a, b });
+        pc += if op == Op::PushF { 2 } else { 1 };
+    }
+    // Every value's adjoint starts at 0: those left on the stack at the end keep it, as in the
+    // interpreter's backward sweep; each other one is set once, by the op that consumed it.
+    let mut back = String::new();
+    let adjoints: Vec<String> = nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.op != Op::Out)
+        .map(|(i, _)| format!("g{i} = 0.0f"))
+        .collect();
+    if !adjoints.is_empty() {
+        writeln!(back, "        float {};", adjoints.join(", ")).ok();
+    }
+    for (i, n) in nodes.iter().enumerate().rev() {
+        let line = match (n.op, n.a, n.b) {
+            (Op::Out, Some(a), _) => format!("g{a} = {};", if Some(i) == last_out { "1.0f" } else { "0.0f" }),
+            (Op::PushF, _, _) if n.arg > 0 => format!("grad[{}] += g{i};", n.arg - 1),
+            (Op::PushF | Op::Load, _, _) => continue,
+            (Op::NegF, Some(a), _) => format!("g{a} = -g{i};"),
+            (Op::PowF, Some(a), Some(b)) => format!(
+                "{{ const float a = v{a}, b = v{b}; const float r = powf(a, b); const double sa = (double)(b * powf(a, b - 1)); \
+                 const double sb = a > 0 ? (double)(r * logf(a)) : 0.0; g{a} = (float)MIX(sa, (double)g{i}); g{b} = (float)MIX(sb, (double)g{i}); }}"
+            ),
+            (Op::FminF | Op::FmaxF, Some(a), Some(b)) => format!(
+                "{{ const float a = v{a}, b = v{b}; const float r = {}(a, b); const bool first = r == a || isnan(b); \
+                 g{a} = first ? g{i} : 0.0f; g{b} = first ? 0.0f : g{i}; }}",
+                if n.op == Op::FminF { "fminf" } else { "fmaxf" }
+            ),
+            (op, Some(a), Some(b)) => {
+                let (sa, sb) = binary_slopes(op)?;
+                format!(
+                    "{{ const float a = v{a}, b = v{b}; const float sa = {sa}, sb = {sb}; g{a} = MIXF(sa, g{i}); g{b} = MIXF(sb, g{i}); }}"
+                )
+            }
+            (op, Some(a), None) => {
+                format!("{{ const float x = v{a}, y = v{i}; g{a} = g{i} * (float)({}); }}", unary_slope(op)?)
+            }
+            _ => return None,
+        };
+        writeln!(back, "        {line}").ok();
+    }
+    Some(format!("{fwd}{back}"))
+}
+
+/// The CUDA function of a unary float op of [`adjoint`] (not `NegF`).
+fn unary_call(op: Op) -> Option<&'static str> {
+    Some(match op {
+        Op::SinF => "sinf",
+        Op::CosF => "cosf",
+        Op::ExpF => "expf",
+        Op::LogF => "logf",
+        Op::SqrtF => "sqrtf",
+        Op::FabsF => "fabsf",
+        Op::TanhF => "tanhf",
+        _ => return None,
+    })
+}
+
+/// The slope of a unary float op of [`adjoint`] in its operand `x` and result `y`.
+fn unary_slope(op: Op) -> Option<&'static str> {
+    Some(match op {
+        Op::SinF => "cosf(x)",
+        Op::CosF => "-sinf(x)",
+        Op::ExpF => "y",
+        Op::LogF => "1.0f / x",
+        Op::SqrtF => "0.5f / y",
+        Op::FabsF => "x < 0.0f ? -1.0f : 1.0f",
+        Op::TanhF => "1.0f - y * y",
+        _ => return None,
+    })
+}
+
+/// The slopes of a binary float op of [`adjoint`] in its operands `a` and `b`.
+fn binary_slopes(op: Op) -> Option<(&'static str, &'static str)> {
+    Some(match op {
+        Op::AddF => ("1.0f", "1.0f"),
+        Op::SubF => ("1.0f", "-1.0f"),
+        Op::MulF => ("b", "a"),
+        Op::DivF => ("(float)(1.0 / (double)b)", "(float)(-(double)a / ((double)b * (double)b))"),
+        Op::PdivF => (
+            "fabsf(b) > 0.001f ? (float)(1.0 / (double)b) : 0.0f",
+            "fabsf(b) > 0.001f ? (float)(-(double)a / ((double)b * (double)b)) : 0.0f",
+        ),
+        _ => return None,
+    })
+}
+
+/// The fitting kernels' common source: the prelude and the `gpfarm_fit_body<NP>` template,
+/// interpreting bytecode (`compiled` `None`) or running compiled members (`compiled`: the cases
+/// of a switch on the member); with the kernels' parameter declarations and the names that pass
+/// them on.
+fn fit_template(problem: &Problem, compiled: Option<&str>) -> Result<(String, String, String), GpuError> {
     fit_supported(problem).map_err(|why| {
         GpuError::Problem(format!("problem `{}` cannot be fitted on the GPU: {why}", problem.name()))
     })?;
@@ -400,58 +688,13 @@ pub fn fit_source_for(problem: &Problem, widths: &[usize]) -> Result<String, Gpu
     };
     let vdt_init = vdt_init.replace("NSLOTS", &nslots.to_string()).replace("{{", "{").replace("}}", "}");
     let nout = spec.outputs.len().max(1);
-    let mut kernels = String::new();
-    for &w in widths {
-        writeln!(
-            kernels,
-            "extern \"C\" __global__ void __launch_bounds__({BLOCK}) {}({decl})\n{{\n    gpfarm_fit_body<{w}>({args});\n}}\n",
-            fit_kernel(w)
-        )
-        .ok();
-    }
-    Ok(format!(
-        "// gpfarm fitting kernels for problem `{problem}`\n\
-union V {{ int i; float f; double d; }};\n\
-#define FORK _Pragma(\"unroll\") for (int k = 0; k < NP; ++k)\n\
-#define MIX(s, d) ((s) == 0.0 ? 0.0 : (s) * (d))\n\
-#define MIXF(s, d) ((s) == 0.0f || (d) == 0.0f ? 0.0f : (s) * (d))\n\
-#define FIT_PARAMS {FIT_PARAMS}\n\
-{stored_macros}\
-\n\
-// Width NP: a tangent of NP floats per value; NSUMS = 1 + NP + NP (NP + 1) / 2 sums.\n\
-// Narrow kernels (NP <= {UNROLLED}) keep every sum in each thread's registers, add each case's\n\
-// products there, and sum the threads by shuffles and then the warps in order. Wider ones put each\n\
-// case's Jacobian row and residual in shared memory (the whole block's rows at a time, or half of them for 64 parameters) and give each\n\
-// thread its own sums (sum q to thread q mod BLOCK), which it adds over the rows in order: the\n\
-// products stay in registers, however many parameters. Either way the order is fixed.\n\
-// Whether an op may be in a program fitted by the adjoint sweeps (straight-line float code).\n\
-__device__ __forceinline__ bool gpfarm_straight(unsigned op)\n\
-{{\n\
-    switch (op) {{ {straight}return true; default: return false; }}\n\
-}}\n\n\
-template <int NP>\n\
-__device__ __forceinline__ void gpfarm_fit_body({decl})\n\
-{{\n\
-    constexpr int NSUMS = 1 + NP + NP * (NP + 1) / 2;\n\
-    constexpr bool NARROW = NP <= {UNROLLED};\n\
-    // Rows of the wide kernels' shared memory: the whole block's, or half of it for 64 parameters.\n\
-    constexpr int S = NARROW ? 1 : ((NP + 1) * 4 + 8) * {BLOCK} <= 40960 ? {BLOCK} : ((NP + 1) * 4 + 8) * {BLOCK} / 2 <= 40960 ? {BLOCK} / 2 : {BLOCK} / 4;\n\
-    constexpr int OWN = NARROW ? 1 : (NSUMS + {BLOCK} - 1) / {BLOCK};\n\
-    __shared__ double red[{WARPS}][NARROW ? NSUMS : 1];\n\
-    __shared__ float jsh[S][NP + 1];\n\
-    __shared__ double rsh[S];\n\
-    __shared__ int gpfarm_abort;\n\
-    // Programs of 8 or more parameters that are straight-line float code ({tape} ops at most)\n\
-    // are differentiated in reverse: a forward sweep keeps each op's operands on a tape, a\n\
-    // backward sweep adds the output's adjoint into each parameter's derivative, so a case\n\
-    // costs a few sweeps of the program however many parameters (forward, every op carries\n\
-    // NP derivatives). opat: where each op starts; nops: how many, or -1 (forward).\n\
-    constexpr bool ADJ = NP >= 8;\n\
-    __shared__ unsigned short opat[ADJ ? {tape} : 1];\n\
-    __shared__ int nops;\n\
-    const unsigned* __restrict__ prog = code + offsets[blockIdx.y];\n\
+    let (depth, tape) = (FIT_DEPTH + 2, FIT_TAPE);
+    // Where a block's program is, and how each of its cases is computed with its derivatives.
+    let (scan, per_case) = match compiled {
+        None => (
+            format!(
+                "    const unsigned* __restrict__ prog = code + offsets[blockIdx.y];\n\
     if (threadIdx.x == 0) {{\n\
-        gpfarm_abort = 0;\n\
         int n = -1;\n\
         if constexpr (ADJ) {{\n\
             unsigned pc = 0;\n\
@@ -465,34 +708,10 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
         }}\n\
         nops = n;\n\
     }}\n\
-    __syncthreads();\n\
-    const float* __restrict__ P = params + poffsets[blockIdx.y];\n\
-    const int np = nparams[blockIdx.y];\n\
-    // The sums this program fills: the triangle's rows beyond its parameters stay zero.\n\
-    const int used = 1 + NP + np * (np + 1) / 2;\n\
-    auto gpfarm_read = [](unsigned, int, int) -> int {{ return 0; }};\n\
-    double acc[NARROW ? NSUMS : 1];\n\
-    for (int q = 0; q < (NARROW ? NSUMS : 1); ++q) acc[q] = 0.0;\n\
-    // A wide kernel's thread's sums, and the two factors of each (an index into a row: NP for\n\
-    // the residual).\n\
-    double own[OWN];\n\
-    int fa[OWN], fb[OWN];\n\
-#pragma unroll\n\
-    for (int s = 0; s < OWN; ++s) {{\n\
-        own[s] = 0.0;\n\
-        const int q = (int)threadIdx.x + s * {BLOCK};\n\
-        if (q == 0 || q >= NSUMS) {{ fa[s] = NP; fb[s] = NP; }}\n\
-        else if (q <= NP) {{ fa[s] = q - 1; fb[s] = NP; }}\n\
-        else {{ int t = q - 1 - NP, k = 0; while (t > k) {{ t -= k + 1; ++k; }} fa[s] = k; fb[s] = t; }}\n\
-    }}\n\
-    for (int j = 0; j < rows; ++j) {{\n\
-        // The same for every thread of the block, so that all of them reach the barriers.\n\
-        if ((int)((blockIdx.x * rows + j) * {BLOCK}) >= ncases) break;\n\
-        const int c = (blockIdx.x * rows + j) * {BLOCK} + threadIdx.x;\n\
-        float dout[NP];\n\
-        FORK dout[k] = 0.0f;\n\
-        double r = 0.0;\n\
-        if (ADJ && nops >= 0 && c < ncases) {{\n\
+    __syncthreads();\n"
+            ),
+            format!(
+                "        if (ADJ && nops >= 0 && c < ncases) {{\n\
         V vars[{nslots}];\n\
 {init}\
         float fst[{depth}], gs[{depth}], ta[ADJ ? {tape} : 1], tb[ADJ ? {tape} : 1], grad[NP];\n\
@@ -553,7 +772,98 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
         }}\n\
     finished:\n\
         r = failed ? __longlong_as_double(0x7ff8000000000000LL) : (double)out[0].f - (double)target[c];\n\
+        }}\n"
+            ),
+        ),
+        // A compiled kernel: `offsets` names the block's member, the same for all its threads.
+        Some(members) => (
+            String::new(),
+            format!(
+                "        if (c < ncases) {{\n\
+        V vars[{nslots}];\n\
+{init}\
+        float grad[NP];\n\
+        FORK grad[k] = 0.0f;\n\
+        float out0 = 0.0f;\n\
+        int failed = 0;\n\
+        switch (offsets[blockIdx.y]) {{\n\
+{members}\
+            default: failed = 1;\n\
         }}\n\
+        FORK dout[k] = grad[k];\n\
+        r = failed ? __longlong_as_double(0x7ff8000000000000LL) : (double)out0 - (double)target[c];\n\
+        }}\n"
+            ),
+        ),
+    };
+    let template = format!(
+        "// gpfarm fitting kernels for problem `{problem}`\n\
+union V {{ int i; float f; double d; }};\n\
+#define FORK _Pragma(\"unroll\") for (int k = 0; k < NP; ++k)\n\
+#define MIX(s, d) ((s) == 0.0 ? 0.0 : (s) * (d))\n\
+#define MIXF(s, d) ((s) == 0.0f || (d) == 0.0f ? 0.0f : (s) * (d))\n\
+#define FIT_PARAMS {FIT_PARAMS}\n\
+{stored_macros}\
+\n\
+// Width NP: a tangent of NP floats per value; NSUMS = 1 + NP + NP (NP + 1) / 2 sums.\n\
+// Narrow kernels (NP <= {UNROLLED}) keep every sum in each thread's registers, add each case's\n\
+// products there, and sum the threads by shuffles and then the warps in order. Wider ones put each\n\
+// case's Jacobian row and residual in shared memory (the whole block's rows at a time, or half of them for 64 parameters) and give each\n\
+// thread its own sums (sum q to thread q mod BLOCK), which it adds over the rows in order: the\n\
+// products stay in registers, however many parameters. Either way the order is fixed.\n\
+// Whether an op may be in a program fitted by the adjoint sweeps (straight-line float code).\n\
+__device__ __forceinline__ bool gpfarm_straight(unsigned op)\n\
+{{\n\
+    switch (op) {{ {straight}return true; default: return false; }}\n\
+}}\n\n\
+template <int NP>\n\
+__device__ __forceinline__ void gpfarm_fit_body({decl})\n\
+{{\n\
+    constexpr int NSUMS = 1 + NP + NP * (NP + 1) / 2;\n\
+    constexpr bool NARROW = NP <= {UNROLLED};\n\
+    // Rows of the wide kernels' shared memory: the whole block's, or half of it for 64 parameters.\n\
+    constexpr int S = NARROW ? 1 : ((NP + 1) * 4 + 8) * {BLOCK} <= 40960 ? {BLOCK} : ((NP + 1) * 4 + 8) * {BLOCK} / 2 <= 40960 ? {BLOCK} / 2 : {BLOCK} / 4;\n\
+    constexpr int OWN = NARROW ? 1 : (NSUMS + {BLOCK} - 1) / {BLOCK};\n\
+    __shared__ double red[{WARPS}][NARROW ? NSUMS : 1];\n\
+    __shared__ float jsh[S][NP + 1];\n\
+    __shared__ double rsh[S];\n\
+    __shared__ int gpfarm_abort;\n\
+    // Programs of 8 or more parameters that are straight-line float code ({tape} ops at most)\n\
+    // are differentiated in reverse: a forward sweep keeps each op's operands on a tape, a\n\
+    // backward sweep adds the output's adjoint into each parameter's derivative, so a case\n\
+    // costs a few sweeps of the program however many parameters (forward, every op carries\n\
+    // NP derivatives). opat: where each op starts; nops: how many, or -1 (forward).\n\
+    constexpr bool ADJ = NP >= {FIT_REVERSE_WIDTH};\n\
+    __shared__ unsigned short opat[ADJ ? {tape} : 1];\n\
+    __shared__ int nops;\n\
+{scan}\
+    const float* __restrict__ P = params + poffsets[blockIdx.y];\n\
+    const int np = nparams[blockIdx.y];\n\
+    // The sums this program fills: the triangle's rows beyond its parameters stay zero.\n\
+    const int used = 1 + NP + np * (np + 1) / 2;\n\
+    auto gpfarm_read = [](unsigned, int, int) -> int {{ return 0; }};\n\
+    double acc[NARROW ? NSUMS : 1];\n\
+    for (int q = 0; q < (NARROW ? NSUMS : 1); ++q) acc[q] = 0.0;\n\
+    // A wide kernel's thread's sums, and the two factors of each (an index into a row: NP for\n\
+    // the residual).\n\
+    double own[OWN];\n\
+    int fa[OWN], fb[OWN];\n\
+#pragma unroll\n\
+    for (int s = 0; s < OWN; ++s) {{\n\
+        own[s] = 0.0;\n\
+        const int q = (int)threadIdx.x + s * {BLOCK};\n\
+        if (q == 0 || q >= NSUMS) {{ fa[s] = NP; fb[s] = NP; }}\n\
+        else if (q <= NP) {{ fa[s] = q - 1; fb[s] = NP; }}\n\
+        else {{ int t = q - 1 - NP, k = 0; while (t > k) {{ t -= k + 1; ++k; }} fa[s] = k; fb[s] = t; }}\n\
+    }}\n\
+    for (int j = 0; j < rows; ++j) {{\n\
+        // The same for every thread of the block, so that all of them reach the barriers.\n\
+        if ((int)((blockIdx.x * rows + j) * {BLOCK}) >= ncases) break;\n\
+        const int c = (blockIdx.x * rows + j) * {BLOCK} + threadIdx.x;\n\
+        float dout[NP];\n\
+        FORK dout[k] = 0.0f;\n\
+        double r = 0.0;\n\
+{per_case}\
         if constexpr (NARROW) {{\n\
             // Every index a constant, so that the sums live in registers.\n\
             acc[0] += r * r;\n\
@@ -615,30 +925,11 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
             if (q < used && place(q) >= 0) partial[base + place(q)] = own[s];\n\
         }}\n\
     }}\n\
-}}\n\n\
-{kernels}\n\
-extern \"C\" __global__ void {FIT_TILES_KERNEL}(const double* __restrict__ partial, int ntiles, int nprograms,\n\
-    const int* __restrict__ nparams, const long long* __restrict__ at, double* __restrict__ sums)\n\
-{{\n\
-    // Program p's sums (1 + np + np(np+1)/2 of them), the sum of its tiles' in tile order, to\n\
-    // sums[at[p]].\n\
-    const int p = blockIdx.x;\n\
-    if (p >= nprograms) return;\n\
-    const int np = max(nparams[p], 0);\n\
-    const int used = 1 + np + np * (np + 1) / 2;\n\
-    const size_t base = (size_t)(at[p] - at[0]) * ntiles;\n\
-    for (int i = threadIdx.x; i < used; i += blockDim.x) {{\n\
-        double s = 0.0;\n\
-        for (int tile = 0; tile < ntiles; ++tile) s += partial[base + (size_t)tile * used + i];\n\
-        sums[at[p] + i] = s;\n\
-    }}\n\
 }}\n",
         problem = problem.name(),
-        vdt_init = vdt_init,
-        tape = FIT_TAPE,
         stored_macros = stored_macros,
         WARPS = BLOCK / 32,
-        depth = FIT_DEPTH + 2,
         UNROLLED = 8,
-    ))
+    );
+    Ok((template, decl, args))
 }

@@ -38,7 +38,8 @@ pub use bytecode::{
     Bytecode, BytecodeError, Folding, MAX_DEPTH, Op, assemble, assemble_structure, assemble_with, walk,
 };
 pub use fit::{
-    FIT_DEPTH, FIT_TAPE, fit_source, fit_source_for, fit_supported, fits_on_gpu, fitted_in_reverse,
+    FIT_CODE_MEMBERS, FIT_DEPTH, FIT_REVERSE_WIDTH, FIT_TAPE, FitCodeUnit, fit_code_source, fit_code_units,
+    fit_compiles, fit_source, fit_source_for, fit_supported, fits_on_gpu, fitted_in_reverse,
 };
 pub use source::{
     INTERLEAVE, REGISTER_SLOTS, SMALL_DEPTH, Tuning, interpreter_source, interpreter_source_with,
@@ -46,8 +47,8 @@ pub use source::{
 // The evaluator launches by these names and flags; the interpreter's kernels and its population
 // layout follow them.
 pub use crate::gpu::contract::{
-    DEEP, FIT_KERNEL, FIT_PARAMS, FIT_TILES_KERNEL, FIT_WIDTHS, FLAGS, INTERP_KERNEL_LARGE,
-    INTERP_KERNEL_SMALL, STRAIGHT, program_range, sums_of,
+    DEEP, FIT_CODE_KERNEL, FIT_KERNEL, FIT_PARAMS, FIT_TILES_KERNEL, FIT_WIDTHS, FLAGS, INTERP_KERNEL_LARGE,
+    INTERP_KERNEL_SMALL, STRAIGHT, fit_width, program_range, sums_of,
 };
 
 use gpfarm_gp::Problem;
