@@ -365,6 +365,40 @@ pub fn draw_steps(rows: &[crate::steps::StepsRow], dir: &Path) -> Result<Vec<Str
     draw_panels(dir, "steps", &points, |a, p| steps_panel(a, rows, *p), |a, p| steps_panel(a, rows, *p))
 }
 
+/// One panel of the fitting-steps figure: preparing plus k steps against k, a line per kind of
+/// fitting kernel and expression count, over `points` points.
+fn fit_steps_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    rows: &[crate::steps::StepsRow],
+    points: usize,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let rows: Vec<_> = rows.iter().filter(|r| r.points == points).collect();
+    let ks = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0];
+    let lines = rows
+        .iter()
+        .map(|r| {
+            let name = format!("{}, {} expressions", r.route.trim_start_matches("fit-"), r.programs);
+            (name, ks.iter().map(|&k| (k, r.compile_ms + k * r.step_ms)).collect())
+        })
+        .collect();
+    lines_panel(
+        area,
+        &format!("{points} points"),
+        ("Levenberg–Marquardt steps k", "ms, preparing + k steps"),
+        lines,
+    )
+}
+
+/// Draws the fitting-steps figure (`fit.svg`, `fit.png`) into `dir`, a panel per point count;
+/// nothing without a TrueType font (as [`draw_all`]).
+pub fn draw_fit_steps(rows: &[crate::steps::StepsRow], dir: &Path) -> Result<Vec<String>> {
+    let points = distinct(rows.iter().map(|r| r.points));
+    draw_panels(dir, "fit", &points, |a, p| fit_steps_panel(a, rows, *p), |a, p| fit_steps_panel(a, rows, *p))
+}
+
 /// One panel of the throughput figure: node-evaluations per second against the cases, a line
 /// per route and population, for trees of `nodes` nodes.
 fn throughput_panel<DB: DrawingBackend>(

@@ -23,11 +23,14 @@ use anyhow::{Result, anyhow};
 use gpfarm_client::Compiler;
 use gpfarm_gp::problem::ProblemSources;
 use gpfarm_gp::{Evolution, EvolutionConfig, Phenotype, Problem, Program};
-use gpfarm_kernels::interpreter::{Bytecode, PackedPopulation, assemble_structure};
+use gpfarm_kernels::gpu::{GpuEvaluator, Kernels, WireFit};
+use gpfarm_kernels::interpreter::{
+    Bytecode, PackedPopulation, assemble_structure, fit_code_units, fit_compiles, fits_on_gpu,
+};
 use gpfarm_protocol::{Route, SmArch};
 use serde::{Deserialize, Serialize};
 
-use crate::shared::{Compiled, bench_options, interpreting_evaluator, median};
+use crate::shared::{Compiled, bench_options, compile_kernel, interpreting_evaluator, median};
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -46,6 +49,11 @@ pub struct StepsConfig {
     pub cpu_max_work: usize,
     /// The GPU's architecture.
     pub arch: SmArch,
+    /// Fitting's steps instead of evaluation's: each step is one Levenberg–Marquardt
+    /// linearization (residuals, `Jᵀr`, `JᵀJ`) of every expression a compiled fitting kernel takes
+    /// (straight-line, 5 or more parameters), by the interpreter's fitting kernels
+    /// (`fit-interpreter`) and by kernels compiled for each structure (`fit-compiled`).
+    pub fit: bool,
     /// Where CSV, table and plot go.
     pub out: PathBuf,
 }
@@ -185,8 +193,38 @@ pub fn run(
     let threads = std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN);
     let steps = config.steps.max(1);
     let mut rows = Vec::new();
+    // The fitting kernels' CUBIN: the same source for every point count.
+    let mut fit_cubin: Option<Vec<u8>> = None;
     for &points in &config.points {
         let problem = problem(points)?;
+        if config.fit {
+            let cubin = match fit_cubin.take() {
+                Some(c) => c,
+                None => compile_kernel(
+                    farm,
+                    gpfarm_kernels::interpreter::fit_source(&problem)?,
+                    "fit.cu",
+                    &options,
+                )?,
+            };
+            let kernels = Kernels { fit: vec![cubin.clone()], ..Kernels::default() };
+            fit_cubin = Some(cubin);
+            let mut gpu = GpuEvaluator::with_kernels(&problem, &kernels)?;
+            for &size in &config.expressions {
+                let (_, programs) = expressions(&problem, size, config.depth)?;
+                rows.extend(fit_rows(
+                    config,
+                    farm,
+                    &options,
+                    &problem,
+                    &mut gpu,
+                    size,
+                    &programs,
+                    &mut progress,
+                )?);
+            }
+            continue;
+        }
         let mut gpu = interpreting_evaluator(farm, &problem, &options)?;
         for &size in &config.expressions {
             let (phenotypes, programs) = expressions(&problem, size, config.depth)?;
@@ -320,6 +358,151 @@ pub fn run(
         }
     }
     Ok(rows)
+}
+
+/// The fitting rows of one workload: every expression a compiled fitting kernel takes,
+/// linearized at each step's values by the interpreter's fitting kernels (bytecode assembled once)
+/// and by compiled ones (its units compiled on `farm` and loaded once); the first step's sums of
+/// the two are compared bit for bit.
+#[allow(clippy::too_many_arguments)]
+fn fit_rows(
+    config: &StepsConfig,
+    farm: &mut dyn Compiler,
+    options: &gpfarm_client::CompileOptions,
+    problem: &Problem,
+    gpu: &mut GpuEvaluator,
+    size: usize,
+    programs: &[Program],
+    progress: &mut dyn FnMut(&str),
+) -> Result<Vec<StepsRow>> {
+    let steps = config.steps.max(1);
+    let points = problem.cases().len();
+    let t = Instant::now();
+    let mut codes: Vec<(Vec<u32>, usize)> = Vec::new();
+    for p in programs {
+        let code = assemble_structure(problem, p)?;
+        if fit_compiles(&code.words, p.params()) && fits_on_gpu(&code.words, p.params(), code.depth) {
+            codes.push((code.words, p.params()));
+        }
+    }
+    let assemble_ms = t.elapsed().as_secs_f64() * 1e3;
+    let n = codes.len();
+    if n == 0 {
+        progress(&format!("{size} x {points}: no expression of 5 or more parameters to fit"));
+        return Ok(Vec::new());
+    }
+    let counts: Vec<usize> = codes.iter().map(|(_, np)| *np).collect();
+    let stride = counts.iter().copied().max().unwrap_or(0);
+    let ops = codes.iter().map(|(w, _)| w.len()).sum::<usize>() as f64 / n as f64;
+    let mean_params = counts.iter().sum::<usize>() as f64 / n as f64;
+    // The compiled units, each program's unit and member.
+    let t = Instant::now();
+    let shapes: Vec<(&[u32], usize)> = codes.iter().map(|(w, np)| (w.as_slice(), *np)).collect();
+    let plans = fit_code_units(problem, &shapes);
+    let mut units = Vec::with_capacity(plans.len());
+    let mut at: Vec<Option<(u32, u32)>> = vec![None; n];
+    let sources: Vec<gpfarm_client::Unit> = plans
+        .iter()
+        .enumerate()
+        .filter_map(|(u, p)| {
+            Some(gpfarm_client::Unit::new(format!("fit_code_{u}.cu"), p.source.as_ref().ok()?.clone()))
+        })
+        .collect();
+    let batch = farm.compile(&sources, options)?;
+    let mut results = batch.results.into_iter();
+    for p in plans.iter().filter(|p| p.source.is_ok()) {
+        let r = results.next().ok_or_else(|| anyhow!("the farm returned too few units"))?;
+        let Some(cubin) = r.cubin() else {
+            progress(&format!("{size} x {points}: a compiled fitting unit failed: {}", r.log));
+            continue;
+        };
+        for (m, &k) in p.members.iter().enumerate() {
+            at[k] = Some((units.len() as u32, m as u32));
+        }
+        units.push(cubin.to_vec());
+    }
+    gpu.load_fit_code(&units)?;
+    let compile_ms = t.elapsed().as_secs_f64() * 1e3;
+    let compiled = at.iter().filter(|a| a.is_some()).count();
+    let mut rows = Vec::new();
+    let mut first: Vec<Vec<f64>> = Vec::new();
+    for (route, use_code, prepare_ms) in
+        [("fit-interpreter", false, assemble_ms), ("fit-compiled", true, compile_ms)]
+    {
+        let mut times = Vec::with_capacity(steps);
+        for s in 0..=steps {
+            let v = values(s % steps, &counts, stride);
+            let t = Instant::now();
+            let mut wire = WireFit::new(problem.max_steps());
+            for (i, (words, np)) in codes.iter().enumerate() {
+                let code = if use_code { at[i] } else { None };
+                wire.push_compiled(words, &v[i * stride..i * stride + np], code);
+            }
+            let (sums, _) = gpu.linearize(&wire)?;
+            // The first step loads the code on the device: not timed, kept to compare.
+            if s == 0 {
+                first.push(sums);
+            } else {
+                times.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+        let step_ms = median(times);
+        let r = StepsRow {
+            expressions: size,
+            programs: n,
+            points,
+            mean_ops: ops,
+            mean_params,
+            route: route.to_owned(),
+            compile_ms: prepare_ms,
+            step_ms,
+            steps,
+            total_ms: prepare_ms + steps as f64 * step_ms,
+            evals_per_s: n as f64 * points as f64 / (step_ms / 1e3),
+        };
+        progress(&format!(
+            "{size} expressions ({n} fitted, {compiled} compiled, {ops:.1} words, {mean_params:.1} params) x {points} points: {route} prepare {:.1} ms, step {:.3} ms, {steps} steps {:.1} ms",
+            r.compile_ms, r.step_ms, r.total_ms
+        ));
+        rows.push(r);
+    }
+    let differ = first[0].iter().zip(&first[1]).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+    if differ > 0 || first[0].len() != first[1].len() {
+        progress(&format!(
+            "{size} x {points}: {differ} of {} sums differ between the compiled and the interpreter's fitting kernels",
+            first[0].len()
+        ));
+    }
+    Ok(rows)
+}
+
+/// A markdown table of the fitting rows: per workload, each kind of kernel's preparation and
+/// step, the compiled kernel's step against the interpreter's, and the steps after which
+/// compiling pays.
+pub fn fit_table(rows: &[StepsRow], heading: &str) -> String {
+    let mut s = format!(
+        "{heading}\n\n| expressions | fitted | points | words | params | interpreter prepare ms | interpreter step ms | compiled prepare ms | compiled step ms | step speed-up | compiled wins after k steps |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n"
+    );
+    let mut keys: Vec<(usize, usize)> = rows.iter().map(|r| (r.expressions, r.points)).collect();
+    keys.sort();
+    keys.dedup();
+    for (e, p) in keys {
+        let of = |route: &str| rows.iter().find(|r| r.expressions == e && r.points == p && r.route == route);
+        let (Some(i), Some(c)) = (of("fit-interpreter"), of("fit-compiled")) else { continue };
+        let wins = crossover_steps(c, i).map_or("never".into(), |k| format!("{k:.0}"));
+        s.push_str(&format!(
+            "| {e} | {} | {p} | {:.1} | {:.1} | {:.1} | {:.3} | {:.1} | {:.3} | {:.2} | {wins} |\n",
+            i.programs,
+            i.mean_ops,
+            i.mean_params,
+            i.compile_ms,
+            i.step_ms,
+            c.compile_ms,
+            c.step_ms,
+            i.step_ms / c.step_ms,
+        ));
+    }
+    s
 }
 
 /// One step on the CPU: every program with its values, scored, on up to `threads` threads.

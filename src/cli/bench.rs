@@ -108,6 +108,12 @@ pub struct BenchArgs {
     /// With --param-steps: parameter steps.
     #[arg(long, default_value_t = 100, requires = "param_steps")]
     steps: usize,
+    /// With --param-steps: fitting's steps instead of evaluation's. Each step is one
+    /// Levenberg–Marquardt linearization (residuals and Jacobian sums) of every expression that
+    /// compiled fitting kernels take, by the interpreter's fitting kernels and by kernels
+    /// compiled for each structure; writes fit.csv, fit.md and fit.svg/png to --out.
+    #[arg(long, requires = "param_steps")]
+    fit: bool,
     /// With --param-steps: the compiled routes only up to this many expressions; with
     /// --throughput, programs.
     #[arg(long, default_value_t = 10_000)]
@@ -202,6 +208,11 @@ pub fn run(args: BenchArgs, cuda: Option<&Path>) -> Result<()> {
             eprintln!("wrote {p}");
         }
         return Ok(());
+    }
+    if let (Some(dir), true, true) = (&args.replot, args.param_steps, args.fit) {
+        let rows = gpfarm_bench::steps::read_csv(&dir.join("fit.csv"))?;
+        let machine = std::fs::read_to_string(dir.join("machine.txt")).unwrap_or_default();
+        return write_fit_steps(&rows, dir, &machine);
     }
     if let (Some(dir), true) = (&args.replot, args.param_steps) {
         let rows = gpfarm_bench::steps::read_csv(&dir.join("steps.csv"))?;
@@ -354,10 +365,15 @@ fn param_steps(args: &BenchArgs, cuda: Option<&Path>, cores: usize) -> Result<()
         compiled_max_expressions: args.compiled_max,
         cpu_max_work: 200_000_000,
         arch: args.arch,
+        fit: args.fit,
         out: args.out.clone(),
     };
     let GpuBench { machine, workers, mut farm } = gpu_bench(args, cuda, cores, &config.out)?;
     let rows = steps::run(&config, farm.as_mut(), |line| eprintln!("{line}"))?;
+    if config.fit {
+        steps::write_csv(&rows, &config.out.join("fit.csv"))?;
+        return write_fit_steps(&rows, &config.out, &format!("{machine}compile daemons: {workers}\n"));
+    }
     steps::write_csv(&rows, &config.out.join("steps.csv"))?;
     let md = steps::table(&rows, &steps_heading(&format!("{machine}compile daemons: {workers}\n"), &rows));
     std::fs::write(config.out.join("steps.md"), &md)?;
@@ -465,6 +481,26 @@ fn write_throughput(
 }
 
 /// The heading of `steps.md`: the machine, then how the rows were measured.
+/// The fitting steps' table (`fit.md`) and figure (`fit.svg`, `fit.png`).
+fn write_fit_steps(rows: &[gpfarm_bench::steps::StepsRow], out: &Path, machine: &str) -> Result<()> {
+    std::fs::write(out.join("machine.txt"), machine)?;
+    let steps = rows.first().map_or(0, |r| r.steps);
+    let heading = format!(
+        "# Fitting steps: the interpreter's fitting kernels against kernels compiled for each structure\n\n{machine}\n\
+         Expressions of sensible initialisation up to depth 6 that compiled fitting kernels take (straight-line, 5 or \
+         more parameters); a step is one Levenberg–Marquardt linearization of every one of them (residuals, Jᵀr, JᵀJ \
+         over all points, new values at every step), the median of {steps}; preparing is assembling bytecode, or \
+         compiling the units on the farm and loading them."
+    );
+    let md = gpfarm_bench::steps::fit_table(rows, &heading);
+    std::fs::write(out.join("fit.md"), &md)?;
+    println!("{md}");
+    for p in plot::draw_fit_steps(rows, out)? {
+        eprintln!("wrote {p}");
+    }
+    Ok(())
+}
+
 fn steps_heading(machine: &str, rows: &[gpfarm_bench::steps::StepsRow]) -> String {
     let steps = rows.first().map_or(0, |r| r.steps);
     format!(

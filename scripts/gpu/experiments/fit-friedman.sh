@@ -4,7 +4,9 @@
 # interpreter route's fitting kernel, unfitted, and fitted on the CPU; one JSON log per run.
 # Env: CASES (100000), POP (1000), GENS (10), SEEDS ("1 2"), EXTRA (more evolve flags), TAG (in
 # the log names), MODES ("gpu-fit unfitted"; also ptx-fit and nvrtc-fit: fitted on the GPU, evaluated
-# by compiled code that takes the values as an argument), STAGES ("tests runs").
+# by compiled code that takes the values as an argument; fit-interpreter and fit-compiled: fitted by
+# the interpreter's fitting kernels only, or by kernels compiled for each structure), STAGES
+# ("tests runs").
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../harness/env.sh"
 CASES=${CASES:-100000} POP=${POP:-1000} GENS=${GENS:-10} SEEDS=${SEEDS:-"1 2"} EXTRA=${EXTRA:-}
@@ -20,6 +22,8 @@ if [[ " ${STAGES:-tests runs} " == *" runs "* ]]; then
     for mode in ${MODES:-gpu-fit unfitted}; do
       case $mode in
         gpu-fit) flags="--route interpreter" ;;
+        fit-interpreter) flags="--route interpreter --fit-kernels interpreter" ;;
+        fit-compiled) flags="--route interpreter --fit-kernels compiled" ;;
         unfitted) flags="--route interpreter --fit-iterations 0" ;;
         ptx-fit) flags="--route ptx" ;;
         nvrtc-fit) flags="--route nvrtc" ;;
