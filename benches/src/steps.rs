@@ -398,7 +398,7 @@ fn fit_rows(
     // The compiled units, each program's unit and member.
     let t = Instant::now();
     let shapes: Vec<(&[u32], usize)> = codes.iter().map(|(w, np)| (w.as_slice(), *np)).collect();
-    let plans = fit_code_units(problem, &shapes);
+    let plans = fit_code_units(problem, &shapes, farm.workers());
     let mut units = Vec::with_capacity(plans.len());
     let mut at: Vec<Option<(u32, u32)>> = vec![None; n];
     let sources: Vec<gpfarm_client::Unit> = plans

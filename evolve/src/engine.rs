@@ -359,6 +359,7 @@ impl Engine {
                 (Some(kernel), fit)
             }
         };
+        let fit_toolchain = compilers.first().map_or_else(|| "none".into(), |c| c.toolchain());
         // The interpreter's kernel is compiled; individuals are not.
         if !self.route.compiles_individuals() {
             compilers.clear();
@@ -368,6 +369,7 @@ impl Engine {
             options: &options,
             kernel: kernel.as_deref(),
             fit_kernels: &fit_kernel,
+            fit_toolchain,
             settings: self.settings(compilers.first().map_or(1, |c| c.workers())),
             toolchain: compilers.first().map_or_else(|| "none".into(), |c| c.toolchain()),
             compiling: !compilers.is_empty(),
@@ -483,7 +485,7 @@ impl Engine {
         driver.max_time(o.max_time);
         driver.keep_gpu_worker(o.keep_gpu_worker);
         if !shared.fit_kernels.is_empty() {
-            driver.fit_on_gpu();
+            driver.fit_on_gpu(shared.fit_toolchain.clone());
         }
         if let (Some(dir), true, true) = (&o.disk_cache, o.cache, shared.compiling) {
             let disk = DiskCache::open(dir, DEFAULT_CACHE_LIMIT)
@@ -727,6 +729,8 @@ struct IslandShared<'a> {
     kernel: Option<&'a [u8]>,
     /// The fitting kernels, when the GPU fits free parameters (else empty).
     fit_kernels: &'a [Vec<u8>],
+    /// The NVRTC that built them: compiled fitting kernels must come from the same one.
+    fit_toolchain: String,
     settings: Settings,
     toolchain: String,
     /// Individuals are compiled (so the disk cache applies).

@@ -347,9 +347,9 @@ impl std::str::FromStr for FitKernels {
 }
 
 /// Calibrated costs of fitting a program on the GPU by the interpreter's fitting kernels and by
-/// one compiled for it: seconds per op, case and launch (a launch is one Levenberg–Marquardt
-/// iteration's residuals and Jacobian), and compiling, per op of the program on one reference
-/// core.
+/// one compiled for it: seconds per op (a word of its bytecode), case and launch (a launch is one
+/// Levenberg–Marquardt iteration's residuals and Jacobian), and compiling, per op of the program
+/// on one reference core.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FitCosts {
     /// The interpreter's fitting kernels, seconds per op, case and launch.
@@ -365,12 +365,16 @@ pub struct FitCosts {
 }
 
 impl FitCosts {
-    /// Measured on the H100 host (16 cores) by `gpfarm bench --fit-kernels`.
+    /// Fitted to `gpfarm bench --param-steps --fit` on the H100 host (16 cores, 16 daemons),
+    /// 2026-11-26 (`results/2026-11-26-h100/fit-steps/`): 13 and 117 programs of 29-31 words and
+    /// 7 parameters on average over 10^5 and 10^6 points; the interpreter's step 6.0-6.7e-12 s per
+    /// word and point, the compiled one's 1.8-2.3e-12; compiling 56-90 ms per program on one
+    /// daemon (units of up to 32 members).
     pub const H100: FitCosts = FitCosts {
-        interp_op_s: 4.0e-12,
-        compiled_op_s: 1.0e-12,
-        compile_op_s: 1.0e-3,
-        compile_program_s: 20e-3,
+        interp_op_s: 6.0e-12,
+        compiled_op_s: 1.8e-12,
+        compile_op_s: 2.0e-3,
+        compile_program_s: 30e-3,
         cores: 16.0,
     };
 }
@@ -385,4 +389,28 @@ pub fn fit_compiled_pays(c: &FitCosts, ops: usize, cases: usize, launches: usize
     let saved = launches * cases * ops * (c.interp_op_s - c.compiled_op_s);
     let compile = (c.compile_program_s + ops * c.compile_op_s) / c.cores;
     saved > compile
+}
+
+#[cfg(test)]
+mod fit_kernel_tests {
+    use super::*;
+
+    #[test]
+    fn compiled_fitting_kernels_pay_on_long_fits_over_many_cases_only() {
+        let c = FitCosts::H100;
+        // Friedman-1 over 10^5 cases, 10 iterations, programs of 50 words: the interpreter's.
+        assert!(!fit_compiled_pays(&c, 50, 100_000, 11));
+        // The same programs over 10^6 cases for 100 iterations: compiled.
+        assert!(fit_compiled_pays(&c, 50, 1_000_000, 101));
+        // More launches or more cases never turn a yes into a no.
+        for cases in [1_000, 10_000, 100_000, 1_000_000] {
+            let first = (1..2000).find(|&k| fit_compiled_pays(&c, 30, cases, k));
+            if let Some(k) = first {
+                assert!((k..k + 100).all(|j| fit_compiled_pays(&c, 30, cases, j)));
+                assert!(fit_compiled_pays(&c, 30, cases * 10, k));
+            }
+        }
+        assert_eq!("compiled".parse::<FitKernels>(), Ok(FitKernels::Compiled));
+        assert!("fast".parse::<FitKernels>().unwrap_err().contains("interpreter, compiled or auto"));
+    }
 }

@@ -117,7 +117,7 @@ impl Driver<'_> {
                 kernels: self.settings.fit_kernels,
                 store: &mut self.fit_code,
                 options: self.options,
-                toolchain: &self.toolchain,
+                toolchain: &self.fit_toolchain,
             };
             let outcome =
                 gpu_fit(self.problem, &mut self.evaluator, &born, &todo, &config, compiled, &mut worker_took);

@@ -92,7 +92,8 @@ impl FitCode {
         let mut units: Vec<Unit> = Vec::new();
         let mut members: Vec<Vec<blake3::Hash>> = Vec::new();
         let mut planned = vec![false; todo.len()];
-        for plan in fit_code_units(problem, &shapes) {
+        let workers = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
+        for plan in fit_code_units(problem, &shapes, workers) {
             let keys: Vec<blake3::Hash> = plan.members.iter().map(|&k| todo[k].0).collect();
             plan.members.iter().for_each(|&k| planned[k] = true);
             match plan.source {

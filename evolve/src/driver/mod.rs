@@ -161,6 +161,8 @@ pub(crate) struct Driver<'a> {
     fit_problem: Option<Problem>,
     /// Compiled fitting kernels by structure.
     fit_code: fit_code::FitCode,
+    /// The NVRTC that compiled the GPU worker's fitting kernels.
+    fit_toolchain: String,
     /// Individuals identical to one being compiled, by key, waiting for its fitness.
     waiting: KeyMap<Vec<Member>>,
     /// Members whose fitness is known, to be freed by [`Driver::discard`].
@@ -263,6 +265,7 @@ impl<'a> Driver<'a> {
             fit_memo: HashMap::new(),
             fit_problem: None,
             fit_code: fit_code::FitCode::default(),
+            fit_toolchain: String::new(),
             gpu_fit: false,
             waiting: KeyMap::default(),
             trash: Vec::new(),
@@ -305,9 +308,11 @@ impl<'a> Driver<'a> {
         self.keep_worker = keep;
     }
 
-    /// Fits free parameters on the GPU worker, whose fitting kernel is loaded.
-    pub fn fit_on_gpu(&mut self) {
+    /// Fits free parameters on the GPU worker, whose fitting kernels `toolchain` compiled and
+    /// loaded (compiled fitting kernels are compiled by the same NVRTC).
+    pub fn fit_on_gpu(&mut self, toolchain: String) {
         self.gpu_fit = self.evaluator.worker().is_some();
+        self.fit_toolchain = toolchain;
     }
 
     /// Looks up and stores CUBIN in `disk`.

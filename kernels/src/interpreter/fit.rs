@@ -400,14 +400,17 @@ pub struct FitCodeUnit {
 }
 
 /// `programs` (each its words and parameter count, each taken by [`fit_compiles`]) grouped into
-/// compiled fitting units: by width, narrowest first, at most [`FIT_CODE_MEMBERS`] each, in the
-/// programs' order. A program of more than [`FIT_PARAMS`] parameters is in none.
-pub fn fit_code_units(problem: &Problem, programs: &[(&[u32], usize)]) -> Vec<FitCodeUnit> {
+/// compiled fitting units for `workers` compilers side by side: by width, narrowest first, in the
+/// programs' order, each of at most [`FIT_CODE_MEMBERS`] and of no more than a worker's share of
+/// the programs (a unit is compiled by one worker, and each member adds to its time). A program
+/// of more than [`FIT_PARAMS`] parameters is in none.
+pub fn fit_code_units(problem: &Problem, programs: &[(&[u32], usize)], workers: usize) -> Vec<FitCodeUnit> {
+    let per_unit = programs.len().div_ceil(workers.max(1)).clamp(1, FIT_CODE_MEMBERS);
     let mut units = Vec::new();
     for width in FIT_WIDTHS {
         let of: Vec<usize> =
             (0..programs.len()).filter(|&k| fit_width(programs[k].1) == Some(width)).collect();
-        for chunk in of.chunks(FIT_CODE_MEMBERS) {
+        for chunk in of.chunks(per_unit) {
             let words: Vec<&[u32]> = chunk.iter().map(|&k| programs[k].0).collect();
             units.push(FitCodeUnit {
                 width,
