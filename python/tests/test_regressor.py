@@ -185,6 +185,11 @@ def test_fit_options_reach_the_engine_and_bad_ones_are_one_line_errors():
     assert (cfg.fit_iterations, cfg.fit_restarts, cfg.fit_share, cfg.fit_cases, cfg.no_lamarck) == (3, 1, 0.5, 10, True)
     with pytest.raises(ValueError, match="fit_share"):
         gpfarm.evolve("keijzer6", population=10, generations=1, eval="cpu", fit_share=2.0)
+    assert gpfarm.EvolveConfig("keijzer6").fit_kernels == "auto"
+    assert gpfarm.EvolveConfig("keijzer6", fit_kernels="compiled").fit_kernels == "compiled"
+    with pytest.raises(ValueError, match="fit_kernels") as e:
+        gpfarm.evolve("keijzer6", population=10, generations=1, eval="cpu", fit_kernels="fast")
+    assert "interpreter, compiled or auto" in str(e.value)
 
 
 def test_the_front_is_returned_and_the_chosen_model_is_its_smallest_within_the_tolerance():
