@@ -250,10 +250,12 @@ fn gpu_fit(
         let compile = match compiled.kernels {
             FitKernels::Interpreter => false,
             FitKernels::Compiled => fit_compiles(&code, b.params.len()),
+            // The cost model first: writing out a program's sweeps to see whether it compiles
+            // costs more than asking.
             FitKernels::Auto => {
-                fit_compiles(&code, b.params.len())
-                    && (compiled.store.known(&structure)
-                        || fit_compiled_pays(&FitCosts::H100, code.len(), cases, launches))
+                (compiled.store.known(&structure)
+                    || fit_compiled_pays(&FitCosts::H100, code.len(), cases, launches))
+                    && fit_compiles(&code, b.params.len())
             }
         };
         let mut rng =
