@@ -476,6 +476,19 @@ fn fit_rows(
     Ok(rows)
 }
 
+/// The workloads of `rows` (expressions, points), each once, in order.
+fn workloads(rows: &[StepsRow]) -> Vec<(usize, usize)> {
+    let mut keys: Vec<(usize, usize)> = rows.iter().map(|r| (r.expressions, r.points)).collect();
+    keys.sort();
+    keys.dedup();
+    keys
+}
+
+/// The row of `route` on the workload of `expressions` expressions over `points` points.
+fn row_of<'a>(rows: &'a [StepsRow], expressions: usize, points: usize, route: &str) -> Option<&'a StepsRow> {
+    rows.iter().find(|r| r.expressions == expressions && r.points == points && r.route == route)
+}
+
 /// A markdown table of the fitting rows: per workload, each kind of kernel's preparation and
 /// step, the compiled kernel's step against the interpreter's, and the steps after which
 /// compiling pays.
@@ -483,11 +496,8 @@ pub fn fit_table(rows: &[StepsRow], heading: &str) -> String {
     let mut s = format!(
         "{heading}\n\n| expressions | fitted | points | words | params | interpreter prepare ms | interpreter step ms | compiled prepare ms | compiled step ms | step speed-up | compiled wins after k steps |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n"
     );
-    let mut keys: Vec<(usize, usize)> = rows.iter().map(|r| (r.expressions, r.points)).collect();
-    keys.sort();
-    keys.dedup();
-    for (e, p) in keys {
-        let of = |route: &str| rows.iter().find(|r| r.expressions == e && r.points == p && r.route == route);
+    for (e, p) in workloads(rows) {
+        let of = |route: &str| row_of(rows, e, p, route);
         let (Some(i), Some(c)) = (of("fit-interpreter"), of("fit-compiled")) else { continue };
         let wins = crossover_steps(c, i).map_or("never".into(), |k| format!("{k:.0}"));
         s.push_str(&format!(
@@ -567,11 +577,8 @@ pub fn table(rows: &[StepsRow], heading: &str) -> String {
     let mut s = format!(
         "{heading}\n\n| expressions | distinct | points | ops | params | interpreter ms | ptx ms | nvrtc ms | cpu ms | fastest | cpu / fastest GPU | ptx wins after k steps | nvrtc wins after k steps |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |\n"
     );
-    let mut keys: Vec<(usize, usize)> = rows.iter().map(|r| (r.expressions, r.points)).collect();
-    keys.sort();
-    keys.dedup();
-    for (e, p) in keys {
-        let of = |route: &str| rows.iter().find(|r| r.expressions == e && r.points == p && r.route == route);
+    for (e, p) in workloads(rows) {
+        let of = |route: &str| row_of(rows, e, p, route);
         let Some(i) = of("interpreter") else { continue };
         let cell = |route: &str| of(route).map_or("-".into(), |r| format!("{:.1}", r.total_ms));
         let gpu = ["interpreter", "ptx", "nvrtc"]
