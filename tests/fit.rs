@@ -445,6 +445,23 @@ fn compiled_fitting_kernels_compile_for_straight_line_programs_of_five_or_more_p
     let (wide, _) = code(&texts[texts.len() - 1]);
     assert!(fit_code_source(&problem, 16, &[&wide]).is_err());
     assert!(fit_code_source(&problem, 7, &[]).is_err());
+    // A program whose stack reaches 64 values fails its cases in the interpreter's sweep: it is
+    // left to it.
+    let mut depths = Vec::new();
+    for n in 40..80 {
+        let nested = (0..n)
+            .fold(String::from("p[0] * x1"), |e, k| format!("p[{}] * x{} + ({e})", k % 8 + 1, k % 5 + 1));
+        let program = Program::parse(&problem, &Phenotype::new(nested.as_str())).unwrap();
+        let code = assemble_structure(&problem, &program).unwrap();
+        assert!(fitted_in_reverse(&code.words));
+        assert_eq!(fit_compiles(&code.words, program.params()), code.depth < 64, "depth {}", code.depth);
+        depths.push(code.depth);
+    }
+    assert!(depths.contains(&63) && depths.contains(&64), "{depths:?}");
+    // The interpreter's kernels clear their shared abort flag before any thread reads it.
+    let source = fit_source(&problem).unwrap();
+    let cleared = source.find("gpfarm_abort = 0;").expect("the abort flag is cleared");
+    assert!(cleared < source.find("__syncthreads()").unwrap());
 }
 
 #[test]

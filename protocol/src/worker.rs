@@ -275,7 +275,7 @@ impl WireFit {
     /// Program `k`'s compiled fitting kernel: its unit and member (`None`: the interpreter's).
     pub fn code_of(&self, k: usize) -> Option<(u32, u32)> {
         let unit = *self.unit.get(k)?;
-        (unit >= 0).then(|| (unit as u32, self.member[k]))
+        (unit >= 0).then(|| (unit as u32, self.member.get(k).copied().unwrap_or(0)))
     }
 
     /// Program `k`'s words.

@@ -110,7 +110,8 @@ impl Driver<'_> {
         let mut fitted: Vec<Option<Option<Vec<f32>>>> = vec![None; todo.len()];
         let mut gpu_took = Duration::ZERO;
         let mut worker_took = Duration::ZERO;
-        let mut compiled_took = (0, Duration::ZERO);
+        let mut by_code = vec![false; todo.len()];
+        let mut compile_took = Duration::ZERO;
         if self.gpu_fit {
             let t = Instant::now();
             let compiled = Compiled {
@@ -121,11 +122,13 @@ impl Driver<'_> {
             };
             let outcome =
                 gpu_fit(self.problem, &mut self.evaluator, &born, &todo, &config, compiled, &mut worker_took);
+            // Compiling fitting kernels is counted apart from the GPU's fitting.
             gpu_took = t.elapsed();
             match outcome {
-                Ok((done, by_code, compile)) => {
+                Ok((done, code, compile)) => {
                     fitted = done;
-                    compiled_took = (by_code, compile);
+                    by_code = code;
+                    compile_took = compile;
                 }
                 Err(e) => {
                     tracing::warn!("fitting on the GPU failed ({e}); the CPU fits from now on");
@@ -146,9 +149,12 @@ impl Driver<'_> {
         if self.fit_memo.len() + todo.len() > FIT_MEMO_CAPACITY {
             self.fit_memo.clear();
         }
-        for (((k, key), values), gpu) in todo.into_iter().zip(fitted).zip(by_gpu) {
+        for ((((k, key), values), gpu), code) in todo.into_iter().zip(fitted).zip(by_gpu).zip(by_code) {
             if gpu {
                 self.account(born[k].generation).fitted_on_gpu += 1;
+            }
+            if code {
+                self.account(born[k].generation).fitted_compiled += 1;
             }
             self.fit_memo.insert(key, values.clone());
             known[k] = Some(values);
@@ -169,10 +175,9 @@ impl Driver<'_> {
         }
         if let Some(b) = born.first() {
             let a = self.account(b.generation);
-            a.fit_gpu += gpu_took;
+            a.fit_gpu += gpu_took.saturating_sub(compile_took);
             a.fit_worker += worker_took;
-            a.fitted_compiled += compiled_took.0;
-            a.fit_compile += compiled_took.1;
+            a.fit_compile += compile_took;
         }
         let took = started.elapsed();
         let share = took / born.len().max(1) as u32;
@@ -185,8 +190,9 @@ impl Driver<'_> {
 }
 
 /// Per individual, `None` where the CPU must fit it, else `Some` of its new values (`None` when
-/// the fit moved nothing); how many individuals compiled kernels fitted; the time compiling took.
-type GpuFitted = (Vec<Option<Option<Vec<f32>>>>, usize, Duration);
+/// the fit moved nothing); per individual, whether compiled kernels fitted it; the time compiling
+/// took.
+type GpuFitted = (Vec<Option<Option<Vec<f32>>>>, Vec<bool>, Duration);
 
 /// What the GPU's fit needs to fit programs by compiled kernels: the run's choice, the store of
 /// compiled units, and how the run compiles.
@@ -216,7 +222,7 @@ fn gpu_fit(
     kernel_time: &mut Duration,
 ) -> Result<GpuFitted, EvolveError> {
     let mut out: Vec<Option<Option<Vec<f32>>>> = vec![None; todo.len()];
-    let Some(worker) = evaluator.worker() else { return Ok((out, 0, Duration::ZERO)) };
+    let Some(worker) = evaluator.worker() else { return Ok((out, vec![false; todo.len()], Duration::ZERO)) };
     let max_steps = problem.max_steps();
     let cases =
         if config.cases == 0 { problem.cases().len() } else { config.cases.min(problem.cases().len()) };
@@ -248,6 +254,7 @@ fn gpu_fit(
         let code = Arc::new(code.words);
         let structure = structure_key(&code, b.params.len());
         let compile = match compiled.kernels {
+            _ if !compiled.store.usable() => false,
             FitKernels::Interpreter => false,
             FitKernels::Compiled => fit_compiles(&code, b.params.len()),
             // The cost model first: writing out a program's sweeps to see whether it compiles
@@ -271,7 +278,7 @@ fn gpu_fit(
         out[i] = Some(None);
     }
     if begin.is_empty() {
-        return Ok((out, 0, Duration::ZERO));
+        return Ok((out, vec![false; todo.len()], Duration::ZERO));
     }
     // The compiled units this fit uses, each once, by their index in the request.
     let programs: Vec<(blake3::Hash, &[u32], usize)> =
@@ -300,8 +307,25 @@ fn gpu_fit(
         by_code[*item] |= at.is_some();
         fit.push_compiled(words, values, at);
     }
-    let gpfarm_kernels::gpu::Fitted { params, sse, first_sse, took_us } =
-        worker.fit(&fit, config.iterations, &cubins)?;
+    let fitted = match worker.fit(&fit, config.iterations, &cubins) {
+        Err(e) if !cubins.is_empty() => {
+            // A unit the worker could not load or run: the interpreter's kernels fit everything,
+            // from now on.
+            tracing::warn!(
+                "compiled fitting kernels failed on the GPU ({e}); the interpreter's fit from now on"
+            );
+            compiled.store.give_up();
+            by_code.iter_mut().for_each(|c| *c = false);
+            let mut plain = WireFit::new(max_steps);
+            for (_, words, values) in &begin {
+                plain.push(words, values);
+            }
+            fit = plain;
+            worker.fit(&fit, config.iterations, &[])?
+        }
+        other => other?,
+    };
+    let gpfarm_kernels::gpu::Fitted { params, sse, first_sse, took_us } = fitted;
     *kernel_time += Duration::from_micros(took_us);
     if sse.len() != begin.len() || first_sse.len() != begin.len() || params.len() != fit.params.len() {
         return Err(EvolveError::Gpu(gpfarm_kernels::gpu::GpuError::Problem(format!(
@@ -328,5 +352,5 @@ fn gpu_fit(
             out[i] = Some(Some(params[at..at + begin[j].2.len()].to_vec()));
         }
     }
-    Ok((out, by_code.iter().filter(|&&c| c).count(), compile_took))
+    Ok((out, by_code, compile_took))
 }

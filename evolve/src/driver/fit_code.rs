@@ -20,8 +20,12 @@ use gpfarm_client::{BuildConfig, CompileOptions, Compiler, CompilerSpec, Unit, U
 use gpfarm_gp::Problem;
 use gpfarm_kernels::interpreter::fit_code_units;
 
+use crate::options::NO_FMAD;
+
 /// Bytes of CUBIN kept before the store starts again.
 const STORE_BYTES: usize = 256 << 20;
+/// Structures remembered (compiled or not) before the store starts again.
+const STORE_STRUCTURES: usize = 1 << 20;
 
 /// Compiled fitting units by structure, and the compiler that makes them.
 #[derive(Default)]
@@ -52,6 +56,19 @@ impl FitCode {
         self.by_structure.contains_key(key)
     }
 
+    /// No more compiled fitting kernels this run (a unit the GPU worker could not load or run).
+    pub(super) fn give_up(&mut self) {
+        self.compiler = Some(None);
+        self.by_structure.clear();
+        self.cubins.clear();
+        self.bytes = 0;
+    }
+
+    /// Whether compiled fitting kernels may still be used this run.
+    pub(super) fn usable(&self) -> bool {
+        !matches!(self.compiler, Some(None))
+    }
+
     /// The unit and member of each of `programs` (key, words, parameters), compiling in one batch
     /// those not compiled before; `None` where a program has no compiled kernel (its unit did not
     /// compile, or no compiler could be started). The compile's wall time is the second value.
@@ -63,6 +80,11 @@ impl FitCode {
         programs: &[(blake3::Hash, &[u32], usize)],
     ) -> (Vec<Option<(u64, u32)>>, std::time::Duration) {
         let started = std::time::Instant::now();
+        if self.bytes > STORE_BYTES || self.by_structure.len() > STORE_STRUCTURES {
+            self.by_structure.clear();
+            self.cubins.clear();
+            self.bytes = 0;
+        }
         // The structures to compile, each once.
         let mut queued = std::collections::HashSet::new();
         let todo: Vec<&(blake3::Hash, &[u32], usize)> = programs
@@ -88,6 +110,13 @@ impl FitCode {
         toolchain: &str,
         todo: &[&(blake3::Hash, &[u32], usize)],
     ) {
+        let compiler = self.compiler.get_or_insert_with(|| start(options, toolchain));
+        if compiler.is_none() {
+            for (key, _, _) in todo {
+                self.by_structure.insert(*key, None);
+            }
+            return;
+        }
         let shapes: Vec<(&[u32], usize)> = todo.iter().map(|(_, words, np)| (*words, *np)).collect();
         let mut units: Vec<Unit> = Vec::new();
         let mut members: Vec<Vec<blake3::Hash>> = Vec::new();
@@ -116,21 +145,16 @@ impl FitCode {
         if units.is_empty() {
             return;
         }
-        let compiler = self.compiler.get_or_insert_with(|| start(options, toolchain));
-        let results = match compiler.as_mut().map(|c| c.compile(&units, options)) {
-            Some(Ok(batch)) => batch.results,
-            Some(Err(e)) => {
-                tracing::warn!("compiled fitting kernels are not used: {e}");
-                self.compiler = Some(None);
-                Vec::new()
-            }
-            None => Vec::new(),
-        };
-        if self.bytes > STORE_BYTES {
-            self.by_structure.clear();
-            self.cubins.clear();
-            self.bytes = 0;
-        }
+        let results =
+            match self.compiler.as_mut().and_then(|c| c.as_mut()).map(|c| c.compile(&units, options)) {
+                Some(Ok(batch)) => batch.results,
+                Some(Err(e)) => {
+                    tracing::warn!("compiled fitting kernels are not used: {e}");
+                    self.compiler = Some(None);
+                    Vec::new()
+                }
+                None => Vec::new(),
+            };
         for (i, keys) in members.into_iter().enumerate() {
             let cubin = match results.get(i).map(|r| (&r.outcome, &r.log)) {
                 Some((UnitOutcome::Cubin(c), _)) => Some(c.clone()),
@@ -159,6 +183,16 @@ impl FitCode {
 /// NVRTC on one thread per core of this process, with the run's options, if it is the run's
 /// NVRTC.
 fn start(options: &CompileOptions, toolchain: &str) -> Option<Box<dyn Compiler + Send>> {
+    // NVRTC would contract a unit's straight-line `a * b + c` into one rounding where the
+    // interpreter, an op at a time, cannot; other flags may change the math functions.
+    if options.flags != [NO_FMAD] {
+        tracing::warn!(
+            "compiled fitting kernels are not used: they give the interpreter's bits only with the default NVRTC \
+             options ({NO_FMAD} and nothing else), and the run has {:?}",
+            options.flags
+        );
+        return None;
+    }
     let threads = std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN);
     match CompilerSpec::Threads(Workers::Exactly(threads)).build(options, &BuildConfig::default()) {
         Ok(c) if c.toolchain() == toolchain => Some(c),

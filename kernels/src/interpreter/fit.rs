@@ -434,7 +434,8 @@ pub fn fit_compiles(words: &[u32], params: usize) -> bool {
 /// The forward and backward sweeps of `words` (straight-line float code, [`adjoint`]'s ops) as
 /// straight-line CUDA C: `v{i}` op `i`'s value, `g{i}` its adjoint; the output into `out0`, each
 /// parameter's derivative added into `grad` in the interpreter's backward order. `None` where the
-/// program is not such code, or reads a parameter beyond `width`.
+/// program is not such code, reads a parameter beyond `width`, or stacks [`FIT_DEPTH`] values
+/// (where the interpreter's sweep fails its cases).
 fn straight_code(words: &[u32], width: usize) -> Option<String> {
     #[derive(Clone, Copy)]
     struct Node {
@@ -513,6 +514,11 @@ fn straight_code(words: &[u32], width: usize) -> Option<String> {
                 writeln!(fwd, "        const float v{i} = {value};").ok();
                 stack.push(i);
             }
+        }
+        // The interpreter's sweep fails a case once its stack holds FIT_DEPTH values: such a
+        // program is left to it.
+        if stack.len() >= FIT_DEPTH {
+            return None;
         }
         nodes.push(Node { op, arg, a, b });
         pc += if op == Op::PushF { 2 } else { 1 };
@@ -698,6 +704,7 @@ fn fit_template(problem: &Problem, compiled: Option<&str>) -> Result<(String, St
             format!(
                 "    const unsigned* __restrict__ prog = code + offsets[blockIdx.y];\n\
     if (threadIdx.x == 0) {{\n\
+        gpfarm_abort = 0;\n\
         int n = -1;\n\
         if constexpr (ADJ) {{\n\
             unsigned pc = 0;\n\
