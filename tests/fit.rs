@@ -13,7 +13,7 @@ use gpfarm_gp::{Phenotype, Problem, Program};
 use gpfarm_kernels::gpu::{GpuEvaluator, Kernels, WireFit};
 use gpfarm_kernels::interpreter::{
     FIT_PARAMS, FIT_WIDTHS, assemble_structure, fit_code_source, fit_compiles, fit_source, fit_supported,
-    fit_width, fits_on_gpu, fitted_in_reverse, sums_of,
+    fit_width, fits_on_gpu, fits_small, fitted_in_reverse, sums_of,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -85,6 +85,33 @@ fn wide_programs_go_to_the_gpu_only_where_they_are_differentiated_in_reverse() {
     // Too many parameters for any kernel.
     let (widest, np) = code(&(0..130).map(|k| format!("p[{k}]")).collect::<Vec<_>>().join(" + "));
     assert!(fitted_in_reverse(&widest.words) && !fits_on_gpu(&widest.words, np, widest.depth));
+}
+
+#[test]
+fn small_stack_kernels_take_shallow_programs_of_the_narrow_widths_only() {
+    let problem = friedman1();
+    let code = |text: &str| {
+        let program = Program::parse(&problem, &Phenotype::new(text)).unwrap();
+        let c = assemble_structure(&problem, &program).unwrap();
+        (fits_small(&c.words, program.params(), c.depth), c.depth)
+    };
+    let sum = |n: usize| (0..n).map(|k| format!("p[{k}] * x{}", k % 5 + 1)).collect::<Vec<_>>().join(" + ");
+    assert!(code("p[0] * x1 + p[1]").0);
+    assert!(code("x1 > p[0] ? p[1] * x2 : cosf(p[2] * x3)").0);
+    assert!(code(&sum(8)).0, "width 8, straight, 31 ops");
+    assert!(!code(&sum(12)).0, "width 16 has no small-stack kernel");
+    // Width 8 in reverse: the small tape holds 64 ops; beyond, the full kernel runs it.
+    let long = format!(
+        "{} + {}",
+        sum(8),
+        (0..20).map(|k| format!("x{}", k % 5 + 1)).collect::<Vec<_>>().join(" * ")
+    );
+    assert!(!code(&long).0);
+    // A stack of 14 values or more: the full kernel.
+    let deep =
+        (0..20).fold(String::from("p[0] * x1"), |e, k| format!("p[{}] * x{} + ({e})", k % 4 + 1, k % 5 + 1));
+    let (small, depth) = code(&deep);
+    assert!(depth >= 14 && !small, "depth {depth}");
 }
 
 /// The CPU's least-squares sums of `program` at `params`: sum of squares, `Jᵀr`, `JᵀJ` (lower).
@@ -213,6 +240,9 @@ fn gpu_sums_agree_with_the_cpu_s() {
     let (sums, took) = gpu.linearize(&fit).unwrap();
     eprintln!("{} programs over {} cases in {took:?}", want.len(), problem.cases().len());
     agree(&sums, &want);
+    let taken = same_in_small_kernels(&mut gpu, &problem, &programs(), &fit, &sums);
+    eprintln!("{taken} of {} starts in the small-stack kernels", want.len());
+    assert!(taken >= 12, "{taken}");
     // Each start's sums are its own, bit for bit, whatever is fitted beside it (the widths run
     // side by side, each program's tiles are summed in order).
     let mut at = 0;
@@ -328,6 +358,34 @@ fn gpu_sums_of_programs_with_statements_agree_with_the_cpu_s() {
     let (fit, want) = request(&problem, &texts, 12);
     let (sums, _) = gpu.linearize(&fit).unwrap();
     agree(&sums, &want);
+    // The loop and the branches in the small-stack kernels: the same bits.
+    assert_eq!(same_in_small_kernels(&mut gpu, &problem, &texts, &fit, &sums), fit.offsets.len());
+}
+
+/// Linearizes `fit`'s starts (three of each of `texts`, as [`request`] makes them) again, each in
+/// its width's small-stack kernel where `fits_small` allows, and checks the sums are `sums`, bit
+/// for bit; returns how many starts ran there.
+fn same_in_small_kernels(
+    gpu: &mut GpuEvaluator,
+    problem: &Problem,
+    texts: &[String],
+    fit: &WireFit,
+    sums: &[f64],
+) -> usize {
+    let mut small = WireFit::new(problem.max_steps());
+    let mut taken = 0;
+    for k in 0..fit.offsets.len() {
+        let words = fit.words_of(k);
+        let program = Program::parse(problem, &Phenotype::new(texts[k / 3].as_str())).unwrap();
+        let depth = assemble_structure(problem, &program).unwrap().depth;
+        let s = fits_small(words, fit.values_of(k).len(), depth);
+        taken += usize::from(s);
+        small.push_with(words, fit.values_of(k), s, None);
+    }
+    let (again, _) = gpu.linearize(&small).unwrap();
+    let differ = again.iter().zip(sums).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+    assert_eq!((differ, again.len()), (0, sums.len()), "{differ} sums differ in the small-stack kernels");
+    taken
 }
 
 #[test]

@@ -25,7 +25,7 @@ use gpfarm_gp::problem::ProblemSources;
 use gpfarm_gp::{Evolution, EvolutionConfig, Phenotype, Problem, Program};
 use gpfarm_kernels::gpu::{GpuEvaluator, Kernels, WireFit};
 use gpfarm_kernels::interpreter::{
-    Bytecode, PackedPopulation, assemble_structure, fit_code_units, fit_compiles, fits_on_gpu,
+    Bytecode, PackedPopulation, assemble_structure, fit_code_units, fit_compiles, fits_on_gpu, fits_small,
 };
 use gpfarm_protocol::{Route, SmArch};
 use serde::{Deserialize, Serialize};
@@ -379,9 +379,12 @@ fn fit_rows(
     let points = problem.cases().len();
     let t = Instant::now();
     let mut codes: Vec<(Vec<u32>, usize)> = Vec::new();
+    // Whether the interpreter's small-stack kernel of its width runs each.
+    let mut small: Vec<bool> = Vec::new();
     for p in programs {
         let code = assemble_structure(problem, p)?;
         if fit_compiles(&code.words, p.params()) && fits_on_gpu(&code.words, p.params(), code.depth) {
+            small.push(fits_small(&code.words, p.params(), code.depth));
             codes.push((code.words, p.params()));
         }
     }
@@ -436,7 +439,7 @@ fn fit_rows(
             let mut wire = WireFit::new(problem.max_steps());
             for (i, (words, np)) in codes.iter().enumerate() {
                 let code = if use_code { at[i] } else { None };
-                wire.push_compiled(words, &v[i * stride..i * stride + np], code);
+                wire.push_with(words, &v[i * stride..i * stride + np], code.is_none() && small[i], code);
             }
             let (sums, _) = gpu.linearize(&wire)?;
             // The first step loads the code on the device: not timed, kept to compare.

@@ -237,6 +237,9 @@ pub struct WireFit {
     pub unit: Vec<i32>,
     /// Each program's member of its compiled unit (0 where it has none).
     pub member: Vec<u32>,
+    /// Whether each program runs in its width's small-stack fitting kernel (the one that pushed
+    /// it checked that it fits there: `gpfarm_kernels::interpreter::fits_small`).
+    pub small: Vec<bool>,
 }
 
 impl WireFit {
@@ -251,18 +254,26 @@ impl WireFit {
             max_steps,
             unit: Vec::new(),
             member: Vec::new(),
+            small: Vec::new(),
         }
     }
 
     /// Adds a program the interpreter's fitting kernels run: its `words` and its parameters'
     /// `values`.
     pub fn push(&mut self, words: &[u32], values: &[f32]) {
-        self.push_compiled(words, values, None);
+        self.push_with(words, values, false, None);
     }
 
     /// Adds a program: its `words`, its parameters' `values`, and its compiled fitting kernel
     /// where it has one (its unit's index and its member there; `None`: the interpreter's).
     pub fn push_compiled(&mut self, words: &[u32], values: &[f32], code: Option<(u32, u32)>) {
+        self.push_with(words, values, false, code);
+    }
+
+    /// Adds a program: its `words`, its parameters' `values`, whether the interpreter's
+    /// small-stack kernel runs it ([`WireFit::small`]), and its compiled fitting kernel where it
+    /// has one.
+    pub fn push_with(&mut self, words: &[u32], values: &[f32], small: bool, code: Option<(u32, u32)>) {
         self.offsets.push(self.words.len() as u32);
         self.words.extend_from_slice(words);
         self.param_offsets.push(self.params.len() as u32);
@@ -270,6 +281,14 @@ impl WireFit {
         self.nparams.push(values.len() as i32);
         self.unit.push(code.map_or(-1, |(u, _)| u as i32));
         self.member.push(code.map_or(0, |(_, m)| m));
+        self.small.push(small);
+    }
+
+    /// Adds program `k` of `other` (its words, kernels and all) with the parameter values
+    /// `values`.
+    pub fn push_from(&mut self, other: &WireFit, k: usize, values: &[f32]) {
+        let small = other.small.get(k).copied().unwrap_or(false);
+        self.push_with(other.words_of(k), values, small, other.code_of(k));
     }
 
     /// Program `k`'s compiled fitting kernel: its unit and member (`None`: the interpreter's).

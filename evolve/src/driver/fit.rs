@@ -17,7 +17,7 @@ use gpfarm_client::CompileOptions;
 use gpfarm_gp::program::instantiate;
 use gpfarm_gp::{Born, FitConfig, FitSettings, Problem, Program, fit, moved_start};
 use gpfarm_kernels::gpu::WireFit;
-use gpfarm_kernels::interpreter::{FIT_PARAMS, assemble_structure, fit_compiles, fits_on_gpu};
+use gpfarm_kernels::interpreter::{FIT_PARAMS, assemble_structure, fit_compiles, fits_on_gpu, fits_small};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
@@ -232,6 +232,8 @@ fn gpu_fit(
     // Programs to fit by compiled kernels: their structure's key, words and parameter count.
     let mut to_compile: Vec<(blake3::Hash, Arc<Vec<u32>>, usize)> = Vec::new();
     let mut wants_code: Vec<Option<usize>> = Vec::new();
+    // Whether each start's program runs in its width's small-stack kernel.
+    let mut smalls: Vec<bool> = Vec::new();
     for (i, &(k, key)) in todo.iter().enumerate() {
         let b = &born[k];
         if b.params.len() > FIT_PARAMS {
@@ -251,6 +253,7 @@ fn gpu_fit(
         if !fits_on_gpu(&code.words, b.params.len(), code.depth) {
             continue;
         }
+        let small = fits_small(&code.words, b.params.len(), code.depth);
         let code = Arc::new(code.words);
         let structure = structure_key(&code, b.params.len());
         let compile = match compiled.kernels {
@@ -270,6 +273,7 @@ fn gpu_fit(
         for restart in 0..=config.restarts {
             let values = if restart == 0 { b.params.clone() } else { moved_start(&b.params, &mut rng) };
             begin.push((i, code.clone(), values));
+            smalls.push(small);
             wants_code.push(compile.then_some(to_compile.len()));
         }
         if compile {
@@ -292,7 +296,7 @@ fn gpu_fit(
     let mut cubins: Vec<Vec<u8>> = Vec::new();
     let mut fit = WireFit::new(max_steps);
     let mut by_code = vec![false; todo.len()];
-    for ((item, words, values), wants) in begin.iter().zip(&wants_code) {
+    for (((item, words, values), wants), &small) in begin.iter().zip(&wants_code).zip(&smalls) {
         let at = wants.and_then(|j| code[j]).and_then(|(unit, member)| {
             let index = match units.iter().position(|&u| u == unit) {
                 Some(index) => index,
@@ -305,7 +309,7 @@ fn gpu_fit(
             Some((index as u32, member))
         });
         by_code[*item] |= at.is_some();
-        fit.push_compiled(words, values, at);
+        fit.push_with(words, values, small, at);
     }
     let fitted = match worker.fit(&fit, config.iterations, &cubins) {
         Err(e) if !cubins.is_empty() => {
@@ -317,8 +321,8 @@ fn gpu_fit(
             compiled.store.give_up();
             by_code.iter_mut().for_each(|c| *c = false);
             let mut plain = WireFit::new(max_steps);
-            for (_, words, values) in &begin {
-                plain.push(words, values);
+            for ((_, words, values), &small) in begin.iter().zip(&smalls) {
+                plain.push_with(words, values, small, None);
             }
             fit = plain;
             worker.fit(&fit, config.iterations, &[])?

@@ -42,6 +42,18 @@ pub const FIT_TILES_KERNEL: &str = "gpfarm_fit_tiles";
 /// The parameter counts the fitting kernels are built for: a program runs in the narrowest that
 /// holds its parameters ([`fit_width`]), since a kernel's cost grows with its width.
 pub const FIT_WIDTHS: [usize; 6] = [4, 8, 16, 32, 64, 128];
+/// The widths that also have a small-stack fitting kernel ([`fit_kernel_small`]).
+pub const FIT_SMALL_WIDTHS: [usize; 2] = [4, 8];
+/// A small-stack fitting kernel takes programs whose stack stays under this many values.
+pub const FIT_SMALL_DEPTH: usize = 14;
+/// A small-stack fitting kernel's tape: the most ops of a program it differentiates in reverse.
+pub const FIT_SMALL_TAPE: usize = 64;
+/// The small-stack fitting kernel of width `width` (one of [`FIT_SMALL_WIDTHS`]): its per-case
+/// stacks and tape are a fraction of the full kernel's, small enough to stay in the L1 cache.
+pub fn fit_kernel_small(width: usize) -> String {
+    format!("{FIT_KERNEL}_{width}_small")
+}
+
 /// The most parameters a program fitted on the GPU may have.
 pub const FIT_PARAMS: usize = FIT_WIDTHS[FIT_WIDTHS.len() - 1];
 /// The most parameters of a program the fitting kernels differentiate forward (a tangent per

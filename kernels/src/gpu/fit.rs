@@ -75,12 +75,16 @@ impl Device {
                 self.fit_code.len()
             )));
         }
-        // Each program's group: the index of its width among the interpreter's kernels, or
-        // after them, its compiled unit.
-        let nw = modules.kernels.len();
+        // Each program's group: the index of its width among the interpreter's kernels, or after
+        // them its width among the small-stack ones, or after those its compiled unit.
+        let (nw, ns) = (modules.kernels.len(), modules.small.len());
+        let small = |k: usize| fit.small.get(k).copied().unwrap_or(false);
         let group = |k: usize| match fit.code_of(k) {
-            Some((u, _)) => nw + u as usize,
-            None => modules.kernels.iter().position(|(w, _)| Some(*w) == width(k)).unwrap_or(0),
+            Some((u, _)) => nw + ns + u as usize,
+            None => match modules.small.iter().position(|(w, _)| small(k) && Some(*w) == width(k)) {
+                Some(s) => nw + s,
+                None => modules.kernels.iter().position(|(w, _)| Some(*w) == width(k)).unwrap_or(0),
+            },
         };
         let stream_of = |g: usize| g % SIDE_STREAMS;
         let mut order: Vec<usize> = (0..n).collect();
@@ -139,7 +143,11 @@ impl Device {
             while g_first < end {
                 let g = group(order[g_first]);
                 let g_end = g_first + order[g_first..end].iter().take_while(|&&k| group(k) == g).count();
-                let kernel = if g < nw { &modules.kernels[g].1 } else { &self.fit_code[g - nw].1 };
+                let kernel = match g {
+                    g if g < nw => &modules.kernels[g].1,
+                    g if g < nw + ns => &modules.small[g - nw].1,
+                    g => &self.fit_code[g - nw - ns].1,
+                };
                 for start in (g_first..g_end).step_by(MAX_GRID_Y) {
                     let rows = (g_end - start).min(MAX_GRID_Y);
                     let offsets = self.offsets.slice(start..start + rows);
@@ -187,10 +195,10 @@ impl Device {
                             .iter()
                             .map(|&k| program_range(&fit.offsets, fit.words.len(), k).len())
                             .sum();
-                        let what = if g < nw {
-                            format!("width {}", modules.kernels[g].0)
-                        } else {
-                            format!("compiled unit {}", g - nw)
+                        let what = match g {
+                            g if g < nw => format!("width {}", modules.kernels[g].0),
+                            g if g < nw + ns => format!("width {}, small stack", modules.small[g - nw].0),
+                            g => format!("compiled unit {}", g - nw - ns),
                         };
                         eprintln!(
                             "gpfarm fit profile: {what}: {rows} programs ({} words on average), {ncases} cases, {:.3} ms",

@@ -365,7 +365,7 @@ impl GpuEvaluator {
             }
             let mut next = WireFit::new(fit.max_steps);
             for (k, v) in &trials {
-                next.push_compiled(fit.words_of(*k), v, fit.code_of(*k));
+                next.push_from(fit, *k, v);
             }
             on_host += host.elapsed();
             let (sums, took) = self.linearize(&next)?;

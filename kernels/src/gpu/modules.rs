@@ -13,7 +13,10 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::Ptx;
 
-use super::contract::{FIT_TILES_KERNEL, FIT_WIDTHS, INTERP_KERNEL_LARGE, INTERP_KERNEL_SMALL, fit_kernel};
+use super::contract::{
+    FIT_SMALL_WIDTHS, FIT_TILES_KERNEL, FIT_WIDTHS, INTERP_KERNEL_LARGE, INTERP_KERNEL_SMALL, fit_kernel,
+    fit_kernel_small,
+};
 use super::{CompiledUnit, FITNESS_KERNEL, GpuError, KernelRef, TILES_KERNEL, driver};
 
 /// CUBIN bytes the module cache holds before it unloads everything.
@@ -93,18 +96,21 @@ pub(super) fn load_interpreter(
     ))
 }
 
-/// The fitting kernels: one per width of [`FIT_WIDTHS`], and [`FIT_TILES_KERNEL`].
+/// The fitting kernels: one per width of [`FIT_WIDTHS`], a small-stack one per width of
+/// [`FIT_SMALL_WIDTHS`], and [`FIT_TILES_KERNEL`].
 #[derive(Clone)]
 pub(super) struct FitModules {
     /// The kernel of each width, in [`FIT_WIDTHS`] order.
     pub(super) kernels: Vec<(usize, CudaFunction)>,
+    /// The small-stack kernel of each width of [`FIT_SMALL_WIDTHS`], in that order.
+    pub(super) small: Vec<(usize, CudaFunction)>,
     pub(super) tiles: CudaFunction,
     /// The modules the functions live in, kept loaded.
     _modules: Vec<Arc<CudaModule>>,
 }
 
 /// The fitting kernels from their CUBIN (one module with every width, or several), checked to
-/// hold a kernel of every width and the tiles kernel.
+/// hold a kernel of every width, the small-stack ones and the tiles kernel.
 pub(super) fn load_fit(ctx: &Arc<CudaContext>, cubins: &[Vec<u8>]) -> Result<FitModules, GpuError> {
     let modules: Vec<Arc<CudaModule>> = cubins
         .iter()
@@ -118,7 +124,11 @@ pub(super) fn load_fit(ctx: &Arc<CudaContext>, cubins: &[Vec<u8>]) -> Result<Fit
     };
     let kernels =
         FIT_WIDTHS.iter().map(|&w| Ok((w, find(&fit_kernel(w))?))).collect::<Result<_, GpuError>>()?;
-    Ok(FitModules { kernels, tiles: find(FIT_TILES_KERNEL)?, _modules: modules })
+    let small = FIT_SMALL_WIDTHS
+        .iter()
+        .map(|&w| Ok((w, find(&fit_kernel_small(w))?)))
+        .collect::<Result<_, GpuError>>()?;
+    Ok(FitModules { kernels, small, tiles: find(FIT_TILES_KERNEL)?, _modules: modules })
 }
 
 /// Loads the units' modules and groups their members into launches: consecutive branches

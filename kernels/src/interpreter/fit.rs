@@ -34,7 +34,8 @@ use gpfarm_gp::{FitnessKind, Problem};
 
 use super::bytecode::{Op, slot_layout};
 use crate::gpu::contract::{
-    FIT_CODE_KERNEL, FIT_FORWARD_PARAMS, FIT_PARAMS, FIT_TILES_KERNEL, FIT_WIDTHS, fit_kernel, fit_width,
+    FIT_CODE_KERNEL, FIT_FORWARD_PARAMS, FIT_PARAMS, FIT_SMALL_DEPTH, FIT_SMALL_TAPE, FIT_SMALL_WIDTHS,
+    FIT_TILES_KERNEL, FIT_WIDTHS, fit_kernel, fit_kernel_small, fit_width,
 };
 
 /// The narrowest fitting kernel that differentiates straight-line float programs in reverse
@@ -297,6 +298,33 @@ pub fn fitted_in_reverse(words: &[u32]) -> bool {
     false
 }
 
+/// Whether a program of `params` parameters and stack `depth` whose words are `words` (as
+/// [`super::assemble_structure`] wrote them) runs in its width's small-stack fitting kernel
+/// ([`fit_kernel_small`]), whose per-case arrays stay in the L1 cache: a width of
+/// [`FIT_SMALL_WIDTHS`], a stack under [`FIT_SMALL_DEPTH`] values, and, where the kernel
+/// differentiates the program in reverse, at most [`FIT_SMALL_TAPE`] ops. Such a program takes
+/// the same path through either kernel (the same ops, forward or reverse alike), so its sums are
+/// the same bits in both.
+pub fn fits_small(words: &[u32], params: usize, depth: usize) -> bool {
+    let Some(w) = fit_width(params) else { return false };
+    if !FIT_SMALL_WIDTHS.contains(&w) || depth >= FIT_SMALL_DEPTH {
+        return false;
+    }
+    if w < FIT_REVERSE_WIDTH || !fitted_in_reverse(words) {
+        return true;
+    }
+    let (mut pc, mut n) = (0, 0);
+    while let Some(&w) = words.get(pc) {
+        let op = Op::ALL.get((w & 0xff) as usize).copied();
+        if op == Some(Op::End) {
+            break;
+        }
+        n += 1;
+        pc += if op == Some(Op::PushF) { 2 } else { 1 };
+    }
+    n <= FIT_SMALL_TAPE
+}
+
 /// Whether a program of `params` parameters and stack `depth` whose words are `words` is fitted
 /// on the GPU (else on the CPU).
 pub fn fits_on_gpu(words: &[u32], params: usize, depth: usize) -> bool {
@@ -328,10 +356,20 @@ pub fn fit_source_for(problem: &Problem, widths: &[usize]) -> Result<String, Gpu
     for &w in widths {
         writeln!(
             kernels,
-            "extern \"C\" __global__ void __launch_bounds__({BLOCK}) {}({decl})\n{{\n    gpfarm_fit_body<{w}>({args});\n}}\n",
-            fit_kernel(w)
+            "extern \"C\" __global__ void __launch_bounds__({BLOCK}) {}({decl})\n{{\n    gpfarm_fit_body<{w}, {}, {FIT_TAPE}>({args});\n}}\n",
+            fit_kernel(w),
+            FIT_DEPTH + 2,
         )
         .ok();
+        if FIT_SMALL_WIDTHS.contains(&w) {
+            writeln!(
+                kernels,
+                "extern \"C\" __global__ void __launch_bounds__({BLOCK}) {}({decl})\n{{\n    gpfarm_fit_body<{w}, {}, {FIT_SMALL_TAPE}>({args});\n}}\n",
+                fit_kernel_small(w),
+                FIT_SMALL_DEPTH + 2,
+            )
+            .ok();
+        }
     }
     Ok(format!(
         "{template}\n{kernels}\n\
@@ -380,7 +418,7 @@ pub fn fit_code_source(problem: &Problem, width: usize, members: &[&[u32]]) -> R
     }
     let (template, decl, args) = fit_template(problem, Some(&cases))?;
     Ok(format!(
-        "{template}\nextern \"C\" __global__ void __launch_bounds__({BLOCK}) {FIT_CODE_KERNEL}({decl})\n{{\n    gpfarm_fit_body<{width}>({args});\n}}\n"
+        "{template}\nextern \"C\" __global__ void __launch_bounds__({BLOCK}) {FIT_CODE_KERNEL}({decl})\n{{\n    gpfarm_fit_body<{width}, 2, 1>({args});\n}}\n"
     ))
 }
 
@@ -697,7 +735,6 @@ fn fit_template(problem: &Problem, compiled: Option<&str>) -> Result<(String, St
     };
     let vdt_init = vdt_init.replace("NSLOTS", &nslots.to_string()).replace("{{", "{").replace("}}", "}");
     let nout = spec.outputs.len().max(1);
-    let (depth, tape) = (FIT_DEPTH + 2, FIT_TAPE);
     // Where a block's program is, and how each of its cases is computed with its derivatives.
     let (scan, per_case) = match compiled {
         None => (
@@ -711,7 +748,7 @@ fn fit_template(problem: &Problem, compiled: Option<&str>) -> Result<(String, St
             for (n = 0;; ++n) {{\n\
                 const unsigned op = prog[pc] & 0xffu;\n\
                 if (op == {end}) break;\n\
-                if (n >= {tape} || pc > 0xffffu || !gpfarm_straight(op)) {{ n = -1; break; }}\n\
+                if (n >= TAPE || pc > 0xffffu || !gpfarm_straight(op)) {{ n = -1; break; }}\n\
                 opat[n] = (unsigned short)pc;\n\
                 pc += op == {push_f} ? 2 : 1;\n\
             }}\n\
@@ -724,13 +761,13 @@ fn fit_template(problem: &Problem, compiled: Option<&str>) -> Result<(String, St
                 "        if (ADJ && nops >= 0 && c < ncases) {{\n\
         V vars[{nslots}];\n\
 {init}\
-        float fst[{depth}], gs[{depth}], ta[ADJ ? {tape} : 1], tb[ADJ ? {tape} : 1], grad[NP];\n\
+        float fst[DEPTH], gs[DEPTH], ta[ADJ ? TAPE : 1], tb[ADJ ? TAPE : 1], grad[NP];\n\
         float tv = 0.0f, out0 = 0.0f;\n\
         fst[0] = 0.0f;\n\
         int sp = 1, failed = 0;\n\
         for (int i = 0; i < nops; ++i) {{\n\
             const unsigned arg = prog[opat[i]] >> 8;\n\
-            if (sp >= {depth} - 1) {{ failed = 1; break; }}\n\
+            if (sp >= DEPTH - 1) {{ failed = 1; break; }}\n\
             switch (prog[opat[i]] & 0xffu) {{\n\
 {forward}\
             }}\n\
@@ -757,8 +794,8 @@ fn fit_template(problem: &Problem, compiled: Option<&str>) -> Result<(String, St
         V vars[{nslots}];\n\
         float vdt[{nslots}][NP];\n\
         V out[{nout}];\n\
-        V st[{depth}];\n\
-        float sdt[{depth}][NP];\n\
+        V st[DEPTH];\n\
+        float sdt[DEPTH][NP];\n\
 {init}\
 {vdt_init}\
         for (int s = 0; s < {nout}; ++s) out[s].d = 0.0;\n\
@@ -774,7 +811,7 @@ fn fit_template(problem: &Problem, compiled: Option<&str>) -> Result<(String, St
         for (;;) {{\n\
             const unsigned w = prog[pc++];\n\
             const unsigned arg = w >> 8;\n\
-            if (sp >= {depth} - 1) {{ failed = 1; goto finished; }}\n\
+            if (sp >= DEPTH - 1) {{ failed = 1; goto finished; }}\n\
             switch (w & 0xffu) {{\n\
 {cases}\
                 default: failed = 1; goto finished;\n\
@@ -826,7 +863,7 @@ __device__ __forceinline__ bool gpfarm_straight(unsigned op)\n\
 {{\n\
     switch (op) {{ {straight}return true; default: return false; }}\n\
 }}\n\n\
-template <int NP>\n\
+template <int NP, int DEPTH, int TAPE>\n\
 __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
 {{\n\
     constexpr int NSUMS = 1 + NP + NP * (NP + 1) / 2;\n\
@@ -838,13 +875,13 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
     __shared__ float jsh[S][NP + 1];\n\
     __shared__ double rsh[S];\n\
     __shared__ int gpfarm_abort;\n\
-    // Programs of 8 or more parameters that are straight-line float code ({tape} ops at most)\n\
+    // Programs of 8 or more parameters that are straight-line float code (fewer than TAPE ops)\n\
     // are differentiated in reverse: a forward sweep keeps each op's operands on a tape, a\n\
     // backward sweep adds the output's adjoint into each parameter's derivative, so a case\n\
     // costs a few sweeps of the program however many parameters (forward, every op carries\n\
     // NP derivatives). opat: where each op starts; nops: how many, or -1 (forward).\n\
     constexpr bool ADJ = NP >= {FIT_REVERSE_WIDTH};\n\
-    __shared__ unsigned short opat[ADJ ? {tape} : 1];\n\
+    __shared__ unsigned short opat[ADJ ? TAPE : 1];\n\
     __shared__ int nops;\n\
 {scan}\
     const float* __restrict__ P = params + poffsets[blockIdx.y];\n\

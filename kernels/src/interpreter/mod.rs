@@ -39,7 +39,7 @@ pub use bytecode::{
 };
 pub use fit::{
     FIT_CODE_MEMBERS, FIT_DEPTH, FIT_REVERSE_WIDTH, FIT_TAPE, FitCodeUnit, fit_code_source, fit_code_units,
-    fit_compiles, fit_source, fit_source_for, fit_supported, fits_on_gpu, fitted_in_reverse,
+    fit_compiles, fit_source, fit_source_for, fit_supported, fits_on_gpu, fits_small, fitted_in_reverse,
 };
 pub use source::{
     INTERLEAVE, REGISTER_SLOTS, SMALL_DEPTH, Tuning, interpreter_source, interpreter_source_with,
