@@ -513,6 +513,8 @@ fn compiled_fitting_kernels_compile_for_straight_line_programs_of_five_or_more_p
         let code = assemble_structure(&problem, &program).unwrap();
         assert!(fitted_in_reverse(&code.words));
         assert_eq!(fit_compiles(&code.words, program.params()), code.depth < 64, "depth {}", code.depth);
+        // The interpreter's kernels would fail it too: the CPU fits it.
+        assert_eq!(fits_on_gpu(&code.words, program.params(), code.depth), code.depth < 64);
         depths.push(code.depth);
     }
     assert!(depths.contains(&63) && depths.contains(&64), "{depths:?}");

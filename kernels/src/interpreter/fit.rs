@@ -43,7 +43,7 @@ use crate::gpu::contract::{
 pub const FIT_REVERSE_WIDTH: usize = 8;
 use crate::gpu::{BLOCK, GpuError};
 
-/// The deepest stack (cells) of a program fitted on the GPU.
+/// A program fitted on the GPU keeps its stack under this many cells.
 pub const FIT_DEPTH: usize = 64;
 /// The most ops of a program the fitting kernels differentiate in reverse (longer ones run
 /// forward).
@@ -326,9 +326,10 @@ pub fn fits_small(words: &[u32], params: usize, depth: usize) -> bool {
 }
 
 /// Whether a program of `params` parameters and stack `depth` whose words are `words` is fitted
-/// on the GPU (else on the CPU).
+/// on the GPU (else on the CPU). The kernels' sweeps fail a case whose stack reaches
+/// [`FIT_DEPTH`] values, so such a program is fitted on the CPU.
 pub fn fits_on_gpu(words: &[u32], params: usize, depth: usize) -> bool {
-    depth <= FIT_DEPTH && (params <= FIT_FORWARD_PARAMS || (params <= FIT_PARAMS && fitted_in_reverse(words)))
+    depth < FIT_DEPTH && (params <= FIT_FORWARD_PARAMS || (params <= FIT_PARAMS && fitted_in_reverse(words)))
 }
 
 /// CUDA C of the fitting kernels for `problem` (one per width of [`FIT_WIDTHS`], named by
