@@ -313,16 +313,7 @@ pub fn fits_small(words: &[u32], params: usize, depth: usize) -> bool {
     if w < FIT_REVERSE_WIDTH || !fitted_in_reverse(words) {
         return true;
     }
-    let (mut pc, mut n) = (0, 0);
-    while let Some(&w) = words.get(pc) {
-        let op = Op::ALL.get((w & 0xff) as usize).copied();
-        if op == Some(Op::End) {
-            break;
-        }
-        n += 1;
-        pc += if op == Some(Op::PushF) { 2 } else { 1 };
-    }
-    n <= FIT_SMALL_TAPE
+    super::walk(words).take_while(|op| *op != Some(Op::End)).count() <= FIT_SMALL_TAPE
 }
 
 /// Whether a program of `params` parameters and stack `depth` whose words are `words` is fitted
@@ -467,100 +458,104 @@ pub fn fit_code_units(problem: &Problem, programs: &[(&[u32], usize)], workers: 
 /// at least [`FIT_REVERSE_WIDTH`]), so that the compiled kernel's sums are the interpreter's bit
 /// for bit and which of the two fits a program never changes a run.
 pub fn fit_compiles(words: &[u32], params: usize) -> bool {
-    fit_width(params).is_some_and(|w| w >= FIT_REVERSE_WIDTH) && straight_code(words, FIT_PARAMS).is_some()
+    fit_width(params).is_some_and(|w| w >= FIT_REVERSE_WIDTH) && straight_nodes(words, FIT_PARAMS).is_some()
 }
 
-/// The forward and backward sweeps of `words` (straight-line float code, [`adjoint`]'s ops) as
-/// straight-line CUDA C: `v{i}` op `i`'s value, `g{i}` its adjoint; the output into `out0`, each
-/// parameter's derivative added into `grad` in the interpreter's backward order. `None` where the
-/// program is not such code, reads a parameter beyond `width`, or stacks [`FIT_DEPTH`] values
-/// (where the interpreter's sweep fails its cases).
-fn straight_code(words: &[u32], width: usize) -> Option<String> {
-    #[derive(Clone, Copy)]
-    struct Node {
-        op: Op,
-        arg: u32,
-        a: Option<usize>,
-        b: Option<usize>,
-    }
+/// One op of a straight-line float program, its operands the values of earlier ops.
+#[derive(Clone, Copy)]
+struct Node {
+    op: Op,
+    arg: u32,
+    /// A float literal's bits.
+    bits: u32,
+    a: Option<usize>,
+    b: Option<usize>,
+}
+
+/// `words` (straight-line float code, [`adjoint`]'s ops) as a list of ops, each naming the ops
+/// whose values it takes, and the last `Out` of output 0; `None` where the program is not such
+/// code, reads a parameter beyond `width`, or stacks [`FIT_DEPTH`] values (where the
+/// interpreter's sweep fails its cases).
+fn straight_nodes(words: &[u32], width: usize) -> Option<(Vec<Node>, Option<usize>)> {
     if !fitted_in_reverse(words) {
         return None;
     }
     let mut nodes: Vec<Node> = Vec::new();
     let mut stack: Vec<usize> = Vec::new();
-    let mut fwd = String::new();
     let mut pc = 0;
-    // The last Out of output 0: its operand's adjoint is 1, every other Out's 0.
     let mut last_out = None;
     loop {
         let w = *words.get(pc)?;
         let op = *Op::ALL.get((w & 0xff) as usize)?;
         let arg = w >> 8;
         let i = nodes.len();
-        let (mut a, mut b) = (None, None);
+        let mut node = Node { op, arg, bits: 0, a: None, b: None };
         match op {
             Op::End => break,
+            Op::PushF if arg as usize > width => return None,
             Op::PushF => {
-                if arg as usize > width {
-                    return None;
-                }
-                if arg > 0 {
-                    writeln!(fwd, "        const float v{i} = P[{}];", arg - 1).ok();
-                } else {
-                    let bits = *words.get(pc + 1)? as i32;
-                    writeln!(fwd, "        const float v{i} = __int_as_float({bits});").ok();
-                }
+                node.bits = if arg == 0 { *words.get(pc + 1)? } else { 0 };
                 stack.push(i);
             }
-            Op::Load => {
-                writeln!(fwd, "        const float v{i} = vars[{arg}].f;").ok();
-                stack.push(i);
-            }
+            Op::Load => stack.push(i),
             Op::Out => {
-                let x = stack.pop()?;
-                a = Some(x);
+                node.a = Some(stack.pop()?);
                 if arg == 0 {
-                    writeln!(fwd, "        out0 = v{x};").ok();
                     last_out = Some(i);
                 }
             }
-            Op::NegF => {
-                let x = stack.pop()?;
-                a = Some(x);
-                writeln!(fwd, "        const float v{i} = -v{x};").ok();
+            _ if op == Op::NegF || unary_call(op).is_some() => {
+                node.a = Some(stack.pop()?);
                 stack.push(i);
             }
-            _ if unary_call(op).is_some() => {
-                let x = stack.pop()?;
-                a = Some(x);
-                writeln!(fwd, "        const float v{i} = {}(v{x});", unary_call(op)?).ok();
+            _ if binary_slopes(op).is_some() || matches!(op, Op::PowF | Op::FminF | Op::FmaxF) => {
+                node.b = Some(stack.pop()?);
+                node.a = Some(stack.pop()?);
                 stack.push(i);
             }
-            _ => {
-                let (y, x) = (stack.pop()?, stack.pop()?);
-                (a, b) = (Some(x), Some(y));
-                let value = match op {
-                    Op::AddF => format!("v{x} + v{y}"),
-                    Op::SubF => format!("v{x} - v{y}"),
-                    Op::MulF => format!("v{x} * v{y}"),
-                    Op::DivF => format!("v{x} / v{y}"),
-                    Op::PowF => format!("powf(v{x}, v{y})"),
-                    Op::PdivF => format!("fabsf(v{y}) > 0.001f ? v{x} / v{y} : 1.0f"),
-                    Op::FminF => format!("fminf(v{x}, v{y})"),
-                    Op::FmaxF => format!("fmaxf(v{x}, v{y})"),
-                    _ => return None,
-                };
-                writeln!(fwd, "        const float v{i} = {value};").ok();
-                stack.push(i);
-            }
+            _ => return None,
         }
         // The interpreter's sweep fails a case once its stack holds FIT_DEPTH values: such a
         // program is left to it.
         if stack.len() >= FIT_DEPTH {
             return None;
         }
-        nodes.push(Node { op, arg, a, b });
+        nodes.push(node);
         pc += if op == Op::PushF { 2 } else { 1 };
+    }
+    Some((nodes, last_out))
+}
+
+/// The forward and backward sweeps of `words` ([`straight_nodes`]) as straight-line CUDA C:
+/// `v{i}` op `i`'s value, `g{i}` its adjoint; the output into `out0`, each parameter's derivative
+/// added into `grad` in the interpreter's backward order.
+fn straight_code(words: &[u32], width: usize) -> Option<String> {
+    let (nodes, last_out) = straight_nodes(words, width)?;
+    let mut fwd = String::new();
+    for (i, n) in nodes.iter().enumerate() {
+        let (x, y) = (n.a.unwrap_or(0), n.b.unwrap_or(0));
+        let value = match n.op {
+            Op::PushF if n.arg > 0 => format!("P[{}]", n.arg - 1),
+            Op::PushF => format!("__int_as_float({})", n.bits as i32),
+            Op::Load => format!("vars[{}].f", n.arg),
+            Op::Out => {
+                if n.arg == 0 {
+                    writeln!(fwd, "        out0 = v{x};").ok();
+                }
+                continue;
+            }
+            Op::NegF => format!("-v{x}"),
+            Op::AddF => format!("v{x} + v{y}"),
+            Op::SubF => format!("v{x} - v{y}"),
+            Op::MulF => format!("v{x} * v{y}"),
+            Op::DivF => format!("v{x} / v{y}"),
+            Op::PowF => format!("powf(v{x}, v{y})"),
+            Op::PdivF => format!("fabsf(v{y}) > 0.001f ? v{x} / v{y} : 1.0f"),
+            Op::FminF => format!("fminf(v{x}, v{y})"),
+            Op::FmaxF => format!("fmaxf(v{x}, v{y})"),
+            op => format!("{}(v{x})", unary_call(op)?),
+        };
+        writeln!(fwd, "        const float v{i} = {value};").ok();
     }
     // Every value's adjoint starts at 0: those left on the stack at the end keep it, as in the
     // interpreter's backward sweep; each other one is set once, by the op that consumed it.
