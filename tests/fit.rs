@@ -538,7 +538,7 @@ fn compiled_fitting_kernels_give_the_interpreter_s_sums_and_fits_bit_for_bit() {
     // The same starts, each by its compiled kernel.
     let mut compiled = WireFit::new(problem.max_steps());
     for k in 0..interpreted.offsets.len() {
-        compiled.push_compiled(interpreted.words_of(k), interpreted.values_of(k), Some(at[k / 3]));
+        compiled.push_with(interpreted.words_of(k), interpreted.values_of(k), false, Some(at[k / 3]));
     }
     let (a, _) = gpu.linearize(&interpreted).unwrap();
     let (b, took) = gpu.linearize(&compiled).unwrap();
@@ -551,7 +551,7 @@ fn compiled_fitting_kernels_give_the_interpreter_s_sums_and_fits_bit_for_bit() {
     let mut mixed = WireFit::new(problem.max_steps());
     for k in 0..interpreted.offsets.len() {
         let code = (k % 2 == 0).then_some(at[k / 3]);
-        mixed.push_compiled(interpreted.words_of(k), interpreted.values_of(k), code);
+        mixed.push_with(interpreted.words_of(k), interpreted.values_of(k), false, code);
     }
     let (c, _) = gpu.linearize(&mixed).unwrap();
     assert!(c.iter().zip(&a).all(|(x, y)| x.to_bits() == y.to_bits()));
@@ -566,7 +566,7 @@ fn compiled_fitting_kernels_give_the_interpreter_s_sums_and_fits_bit_for_bit() {
     );
     // A start naming a unit that is not loaded is refused.
     let mut wrong = WireFit::new(problem.max_steps());
-    wrong.push_compiled(interpreted.words_of(0), interpreted.values_of(0), Some((units.len() as u32, 0)));
+    wrong.push_with(interpreted.words_of(0), interpreted.values_of(0), false, Some((units.len() as u32, 0)));
     let why = gpu.linearize(&wrong).unwrap_err().to_string();
     assert!(why.contains("names compiled fitting unit"), "{why}");
 }

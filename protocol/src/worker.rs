@@ -264,15 +264,9 @@ impl WireFit {
         self.push_with(words, values, false, None);
     }
 
-    /// Adds a program: its `words`, its parameters' `values`, and its compiled fitting kernel
-    /// where it has one (its unit's index and its member there; `None`: the interpreter's).
-    pub fn push_compiled(&mut self, words: &[u32], values: &[f32], code: Option<(u32, u32)>) {
-        self.push_with(words, values, false, code);
-    }
-
     /// Adds a program: its `words`, its parameters' `values`, whether the interpreter's
     /// small-stack kernel runs it ([`WireFit::small`]), and its compiled fitting kernel where it
-    /// has one.
+    /// has one (its unit's index and its member there; `None`: the interpreter's).
     pub fn push_with(&mut self, words: &[u32], values: &[f32], small: bool, code: Option<(u32, u32)>) {
         self.offsets.push(self.words.len() as u32);
         self.words.extend_from_slice(words);

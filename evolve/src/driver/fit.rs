@@ -255,15 +255,18 @@ fn gpu_fit(
         }
         let small = fits_small(&code.words, b.params.len(), code.depth);
         let code = Arc::new(code.words);
-        let structure = structure_key(&code, b.params.len());
-        let compile = match compiled.kernels {
-            _ if !compiled.store.usable() => false,
-            FitKernels::Interpreter => false,
-            FitKernels::Compiled => fit_compiles(&code, b.params.len()),
-            // The cost model first: writing out a program's sweeps to see whether it compiles
-            // costs more than asking.
-            FitKernels::Auto => {
-                (compiled.store.known(&structure)
+        // Where compiled kernels may fit it, its structure's key in their store.
+        let structure = match compiled.kernels {
+            FitKernels::Interpreter => None,
+            _ if !compiled.store.usable() => None,
+            _ => Some(structure_key(&code, b.params.len())),
+        };
+        let compile = match (compiled.kernels, structure) {
+            (_, None) | (FitKernels::Interpreter, _) => false,
+            (FitKernels::Compiled, _) => fit_compiles(&code, b.params.len()),
+            // The cost model first: it costs less than going through the program.
+            (FitKernels::Auto, Some(key)) => {
+                (compiled.store.known(&key)
                     || fit_compiled_pays(&FitCosts::H100, code.len(), cases, launches))
                     && fit_compiles(&code, b.params.len())
             }
@@ -276,8 +279,8 @@ fn gpu_fit(
             smalls.push(small);
             wants_code.push(compile.then_some(to_compile.len()));
         }
-        if compile {
-            to_compile.push((structure, code.clone(), b.params.len()));
+        if let (true, Some(key)) = (compile, structure) {
+            to_compile.push((key, code.clone(), b.params.len()));
         }
         out[i] = Some(None);
     }
