@@ -224,11 +224,18 @@ impl Device {
 
     /// The side streams, each made to wait for the work queued on the main stream so far.
     pub(super) fn side_streams(&mut self) -> Result<&[Arc<CudaStream>], DriverError> {
-        while self.side.len() < SIDE_STREAMS {
-            self.side.push(self.ctx.new_stream()?);
-        }
+        self.make_side_streams()?;
         for s in &self.side {
             s.join(&self.stream)?;
+        }
+        Ok(&self.side)
+    }
+
+    /// The side streams, made at the first call; nothing waits for anything (the caller makes
+    /// each stream it uses wait for the main one).
+    pub(super) fn make_side_streams(&mut self) -> Result<&[Arc<CudaStream>], DriverError> {
+        while self.side.len() < SIDE_STREAMS {
+            self.side.push(self.ctx.new_stream()?);
         }
         Ok(&self.side)
     }

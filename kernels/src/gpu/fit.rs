@@ -126,7 +126,14 @@ impl Device {
         while b.partial.len() < SIDE_STREAMS {
             b.partial.push(self.stream.alloc_zeros(1).map_err(driver)?);
         }
-        let streams = self.side_streams().map_err(driver)?.to_vec();
+        // The streams that get programs wait for the uploads on the main stream, all before any
+        // launch (one joined later would wait for the launches the main stream joined meanwhile).
+        let streams = self.make_side_streams().map_err(driver)?.to_vec();
+        let mut used: Vec<usize> = order.iter().map(|&k| stream_of(group(k))).collect();
+        used.dedup();
+        for &s in &used {
+            streams[s].join(&self.stream).map_err(driver)?;
+        }
         let b = self.fit_buffers.as_mut().expect("made above");
         let (nc, ntiles, rows_per_thread) = (ncases as i32, nt as i32, fit_rows(ncases) as i32);
         let profile = profiling();
