@@ -86,6 +86,37 @@ pub struct StepsRow {
     pub evals_per_s: f64,
 }
 
+/// What the rows of one workload share.
+struct Workload {
+    expressions: usize,
+    programs: usize,
+    points: usize,
+    mean_ops: f64,
+    mean_params: f64,
+    steps: usize,
+}
+
+impl Workload {
+    /// The row of `route`, which prepared the workload in `compile_ms` and took `times` (ms) for
+    /// its timed steps.
+    fn row(&self, route: &str, compile_ms: f64, times: Vec<f64>) -> StepsRow {
+        let step_ms = median(times);
+        StepsRow {
+            expressions: self.expressions,
+            programs: self.programs,
+            points: self.points,
+            mean_ops: self.mean_ops,
+            mean_params: self.mean_params,
+            route: route.to_owned(),
+            compile_ms,
+            step_ms,
+            steps: self.steps,
+            total_ms: compile_ms + self.steps as f64 * step_ms,
+            evals_per_s: self.programs as f64 * self.points as f64 / (step_ms / 1e3),
+        }
+    }
+}
+
 /// The expressions' problem over `points` points: ten inputs `x1..x10` uniform in [1, 2), the
 /// target a smooth function of five of them, and a grammar of the thesis's operators (`+ - * /`,
 /// `powf`, `fabsf`, `logf`, `expf`, `sqrtf`) over weighted variables, variables and free
@@ -237,20 +268,9 @@ pub fn run(
                             times: Vec<f64>,
                             ops: f64,
                             progress: &mut dyn FnMut(&str)| {
-                let step_ms = median(times);
-                let r = StepsRow {
-                    expressions: size,
-                    programs: n,
-                    points,
-                    mean_ops: ops,
-                    mean_params,
-                    route: route.to_owned(),
-                    compile_ms,
-                    step_ms,
-                    steps,
-                    total_ms: compile_ms + steps as f64 * step_ms,
-                    evals_per_s: n as f64 * points as f64 / (step_ms / 1e3),
-                };
+                let workload =
+                    Workload { expressions: size, programs: n, points, mean_ops: ops, mean_params, steps };
+                let r = workload.row(route, compile_ms, times);
                 progress(&format!(
                     "{} expressions ({} distinct, {:.1} ops, {:.1} params) x {} points: {} prepare {:.1} ms, step {:.3} ms, {} steps {:.1} ms",
                     r.expressions,
@@ -449,20 +469,8 @@ fn fit_rows(
                 times.push(t.elapsed().as_secs_f64() * 1e3);
             }
         }
-        let step_ms = median(times);
-        let r = StepsRow {
-            expressions: size,
-            programs: n,
-            points,
-            mean_ops: ops,
-            mean_params,
-            route: route.to_owned(),
-            compile_ms: prepare_ms,
-            step_ms,
-            steps,
-            total_ms: prepare_ms + steps as f64 * step_ms,
-            evals_per_s: n as f64 * points as f64 / (step_ms / 1e3),
-        };
+        let workload = Workload { expressions: size, programs: n, points, mean_ops: ops, mean_params, steps };
+        let r = workload.row(route, prepare_ms, times);
         progress(&format!(
             "{size} expressions ({n} fitted, {compiled} compiled, {ops:.1} words, {mean_params:.1} params) x {points} points: {route} prepare {:.1} ms, step {:.3} ms, {steps} steps {:.1} ms",
             r.compile_ms, r.step_ms, r.total_ms
