@@ -348,7 +348,8 @@ pub fn fit_source_for(problem: &Problem, widths: &[usize]) -> Result<String, Gpu
     for &w in widths {
         writeln!(
             kernels,
-            "extern \"C\" __global__ void __launch_bounds__({BLOCK}) {}({decl})\n{{\n    gpfarm_fit_body<{w}, {}, {FIT_TAPE}>({args});\n}}\n",
+            "extern \"C\" __global__ void __launch_bounds__({}) {}({decl})\n{{\n    gpfarm_fit_body<{w}, {}, {FIT_TAPE}>({args});\n}}\n",
+            fit_bounds(w),
             fit_kernel(w),
             FIT_DEPTH + 2,
         )
@@ -410,8 +411,21 @@ pub fn fit_code_source(problem: &Problem, width: usize, members: &[&[u32]]) -> R
     }
     let (template, decl, args) = fit_template(problem, Some(&cases))?;
     Ok(format!(
-        "{template}\nextern \"C\" __global__ void __launch_bounds__({BLOCK}) {FIT_CODE_KERNEL}({decl})\n{{\n    gpfarm_fit_body<{width}, 2, 1>({args});\n}}\n"
+        "{template}\nextern \"C\" __global__ void __launch_bounds__({}) {FIT_CODE_KERNEL}({decl})\n{{\n    gpfarm_fit_body<{width}, 2, 1>({args});\n}}\n",
+        fit_bounds(width)
     ))
+}
+
+/// Widths from which a fitting kernel asks the compiler for [`FIT_WIDE_BLOCKS`] blocks per
+/// multiprocessor.
+const FIT_WIDE_WIDTH: usize = 16;
+/// Blocks per multiprocessor the wide fitting kernels ask for (`__launch_bounds__`): their
+/// registers capped so that two blocks fit, where one did, latency-bound.
+const FIT_WIDE_BLOCKS: u32 = 2;
+
+/// The `__launch_bounds__` of the fitting kernel of width `width`.
+fn fit_bounds(width: usize) -> String {
+    if width >= FIT_WIDE_WIDTH { format!("{BLOCK}, {FIT_WIDE_BLOCKS}") } else { BLOCK.to_string() }
 }
 
 /// Programs of one width per compiled fitting unit at most ([`fit_code_units`]).
@@ -851,7 +865,7 @@ union V {{ int i; float f; double d; }};\n\
 // Width NP: a tangent of NP floats per value; NSUMS = 1 + NP + NP (NP + 1) / 2 sums.\n\
 // Narrow kernels (NP <= {UNROLLED}) keep every sum in each thread's registers, add each case's\n\
 // products there, and sum the threads by shuffles and then the warps in order. Wider ones put each\n\
-// case's Jacobian row and residual in shared memory (the whole block's rows at a time, or half of them for 64 parameters) and give each\n\
+// case's Jacobian row and residual in shared memory as doubles (as many of the block's rows at a time as fit) and give each\n\
 // thread its own sums (sum q to thread q mod BLOCK), which it adds over the rows in order: the\n\
 // products stay in registers, however many parameters. Either way the order is fixed.\n\
 // Whether an op may be in a program fitted by the adjoint sweeps (straight-line float code).\n\
@@ -864,12 +878,13 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
 {{\n\
     constexpr int NSUMS = 1 + NP + NP * (NP + 1) / 2;\n\
     constexpr bool NARROW = NP <= {UNROLLED};\n\
-    // Rows of the wide kernels' shared memory: the whole block's, or half of it for 64 parameters.\n\
-    constexpr int S = NARROW ? 1 : ((NP + 1) * 4 + 8) * {BLOCK} <= 40960 ? {BLOCK} : ((NP + 1) * 4 + 8) * {BLOCK} / 2 <= 40960 ? {BLOCK} / 2 : {BLOCK} / 4;\n\
+    // Rows of the wide kernels' shared memory (a row: the case's Jacobian row and residual, as\n\
+    // doubles): as many of the block's as fit in 40 KiB, a power of two.\n\
+    constexpr int ROWB = (NP + 1) * 8;\n\
+    constexpr int S = NARROW ? 1 : ROWB * {BLOCK} <= 40960 ? {BLOCK} : ROWB * ({BLOCK} / 2) <= 40960 ? {BLOCK} / 2 : ROWB * ({BLOCK} / 4) <= 40960 ? {BLOCK} / 4 : ROWB * ({BLOCK} / 8) <= 40960 ? {BLOCK} / 8 : {BLOCK} / 16;\n\
     constexpr int OWN = NARROW ? 1 : (NSUMS + {BLOCK} - 1) / {BLOCK};\n\
     __shared__ double red[{WARPS}][NARROW ? NSUMS : 1];\n\
-    __shared__ float jsh[S][NP + 1];\n\
-    __shared__ double rsh[S];\n\
+    __shared__ double jsh[S][NP + 1];\n\
     __shared__ int gpfarm_abort;\n\
     // Programs of 8 or more parameters that are straight-line float code (fewer than TAPE ops)\n\
     // are differentiated in reverse: a forward sweep keeps each op's operands on a tape, a\n\
@@ -923,18 +938,14 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
             for (int half = 0; half < {BLOCK} / S; ++half) {{\n\
                 if ((int)threadIdx.x / S == half) {{\n\
                     const int row = (int)threadIdx.x % S;\n\
-                    FORK jsh[row][k] = dout[k];\n\
-                    jsh[row][NP] = 0.0f;\n\
-                    rsh[row] = r;\n\
+                    FORK jsh[row][k] = (double)dout[k];\n\
+                    jsh[row][NP] = r;\n\
                 }}\n\
                 __syncthreads();\n\
                 for (int row = 0; row < S; ++row) {{\n\
-                    const double rr = rsh[row];\n\
 #pragma unroll\n\
                     for (int s = 0; s < OWN; ++s) {{\n\
-                        const double a = fa[s] == NP ? rr : (double)jsh[row][fa[s]];\n\
-                        const double b = fb[s] == NP ? rr : (double)jsh[row][fb[s]];\n\
-                        own[s] += a * b;\n\
+                        own[s] += jsh[row][fa[s]] * jsh[row][fb[s]];\n\
                     }}\n\
                 }}\n\
                 __syncthreads();\n\

@@ -11,7 +11,7 @@ python3 examples/friedman1/make_cases.py "$CASES" "$dir" 1
 export CUDA_CACHE_DISABLE=1
 timeout ${RUN_TIMEOUT:-400} /usr/local/cuda/bin/ncu --target-processes all -k regex:gpfarm_fit_[0-9] \
   --launch-count "${LAUNCHES:-4}" --section LaunchStats --section Occupancy --section SpeedOfLight \
-  --section WarpStateStats --section MemoryWorkloadAnalysis \
+  --section WarpStateStats --section MemoryWorkloadAnalysis --section SourceCounters \
   "$bin" evolve --problem-dir "$dir" --population "$POP" --generations 0 --seed 1 --route interpreter \
   --deadline 600 --gpu-deadline 600 > "$r/ncu.txt" 2> "$r/ncu.err"
 echo "ncu rc=$?"
