@@ -348,13 +348,75 @@ where
 {
     let rows: Vec<_> = rows.iter().filter(|r| r.points == points).collect();
     let steps = rows.first().map_or(0, |r| r.steps);
-    route_panel(
+    // Every route of the rows (the PTX route once per link option set), in the order met.
+    let routes = distinct_in_order(rows.iter().map(|r| r.route.clone()));
+    let lines = routes
+        .into_iter()
+        .map(|route| {
+            let pts = rows
+                .iter()
+                .filter(|r| r.route == route)
+                .map(|r| (r.expressions as f64, r.total_ms))
+                .collect();
+            (route, pts)
+        })
+        .collect();
+    lines_panel(
         area,
         &format!("{points} points, {steps} parameter steps"),
         ("expressions", "ms, preparing + all steps"),
-        |route| {
-            rows.iter().filter(|r| r.route == route).map(|r| (r.expressions as f64, r.total_ms)).collect()
-        },
+        lines,
+    )
+}
+
+/// `items` without repeats, in the order first met.
+fn distinct_in_order<T: PartialEq>(items: impl Iterator<Item = T>) -> Vec<T> {
+    let mut out: Vec<T> = Vec::new();
+    for i in items {
+        if !out.contains(&i) {
+            out.push(i);
+        }
+    }
+    out
+}
+
+/// One panel of the steps-by-k figure: preparing plus k steps against k, a line per GPU route
+/// (the PTX route once per link option set) on the largest expression count over `points`
+/// points.
+fn steps_by_k_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    rows: &[crate::steps::StepsRow],
+    points: usize,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let most = rows.iter().filter(|r| r.points == points).map(|r| r.expressions).max().unwrap_or(0);
+    let rows: Vec<_> =
+        rows.iter().filter(|r| r.points == points && r.expressions == most && r.route != "cpu").collect();
+    let ks = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0];
+    let lines = rows
+        .iter()
+        .map(|r| (r.route.clone(), ks.iter().map(|&k| (k, r.compile_ms + k * r.step_ms)).collect()))
+        .collect();
+    lines_panel(
+        area,
+        &format!("{most} expressions, {points} points"),
+        ("evaluations k of each expression", "ms, preparing + k steps"),
+        lines,
+    )
+}
+
+/// Draws the steps-by-k figure (`steps-k.svg`, `steps-k.png`) into `dir`, a panel per point
+/// count; nothing without a TrueType font (as [`draw_all`]).
+pub fn draw_steps_by_k(rows: &[crate::steps::StepsRow], dir: &Path) -> Result<Vec<String>> {
+    let points = distinct(rows.iter().map(|r| r.points));
+    draw_panels(
+        dir,
+        "steps-k",
+        &points,
+        |a, p| steps_by_k_panel(a, rows, *p),
+        |a, p| steps_by_k_panel(a, rows, *p),
     )
 }
 

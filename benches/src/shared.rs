@@ -82,6 +82,19 @@ impl Compiled {
         arch: SmArch,
         options: &CompileOptions,
     ) -> Result<Compiled> {
+        Compiled::linked(farm, problem, phenotypes, route, arch, options, None)
+    }
+
+    /// As [`Compiled::new`], the PTX route linked with `link_flags` where given.
+    pub(crate) fn linked(
+        farm: &mut dyn Compiler,
+        problem: &Problem,
+        phenotypes: &[Phenotype],
+        route: Route,
+        arch: SmArch,
+        options: &CompileOptions,
+        link_flags: Option<&[String]>,
+    ) -> Result<Compiled> {
         let language = crate::sample::compiled(route)?;
         let plan = UnitPlan::new(None, farm.workers(), gpfarm_kernels::unit::bounds(language));
         let (ordered, parts) = crate::sample::planned(problem, phenotypes, language, plan);
@@ -90,9 +103,11 @@ impl Compiled {
                 .units;
         let wire: Vec<Unit> = units.iter().map(|u| u.unit.clone()).collect();
         let options = match route {
-            Route::Ptx => {
-                CompileOptions { link_flags: gpfarm_evolve::default_link_flags(problem), ..options.clone() }
-            }
+            Route::Ptx => CompileOptions {
+                link_flags: link_flags
+                    .map_or_else(|| gpfarm_evolve::default_link_flags(problem), <[String]>::to_vec),
+                ..options.clone()
+            },
             _ => options.clone(),
         };
         let t = Instant::now();

@@ -54,8 +54,17 @@ pub struct StepsConfig {
     /// (straight-line, 5 or more parameters), by the interpreter's fitting kernels
     /// (`fit-interpreter`) and by kernels compiled for each structure (`fit-compiled`).
     pub fit: bool,
+    /// nvJitLink option sets the PTX route is measured with, each a row of its own (`ptx` and
+    /// the options, e.g. `ptx -O3`); none: the engine's ([`gpfarm_evolve::default_link_flags`]),
+    /// in a row named `ptx`.
+    pub ptx_links: Vec<Vec<String>>,
     /// Where CSV, table and plot go.
     pub out: PathBuf,
+}
+
+/// The row name of the PTX route linked with `flags` (see [`StepsConfig::ptx_links`]).
+pub fn ptx_route_name(flags: &[String]) -> String {
+    if flags.is_empty() { "ptx".into() } else { format!("ptx {}", flags.join(" ")) }
 }
 
 /// One route on one workload.
@@ -257,6 +266,21 @@ pub fn run(
             continue;
         }
         let mut gpu = interpreting_evaluator(farm, &problem, &options)?;
+        // The first compile and load of the PTX route's code at each link option set costs far
+        // more than any later (the farm's nvJitLink, the driver's first modules): not timed,
+        // once per point count.
+        if config.expressions.iter().any(|&e| e <= config.compiled_max_expressions) {
+            let (phenotypes, programs) = expressions(&problem, 64, config.depth)?;
+            let counts: Vec<usize> = programs.iter().map(Program::params).collect();
+            let stride = counts.iter().copied().max().unwrap_or(0);
+            for flags in &config.ptx_links {
+                let links = Some(flags.as_slice());
+                let compiled =
+                    Compiled::linked(farm, &problem, &phenotypes, Route::Ptx, config.arch, &options, links)?;
+                gpu.set_values(&values(0, &counts, stride), stride)?;
+                gpu.evaluate(&compiled.views(), programs.len())?;
+            }
+        }
         for &size in &config.expressions {
             let (phenotypes, programs) = expressions(&problem, size, config.depth)?;
             let n = programs.len();
@@ -314,8 +338,20 @@ pub fn run(
             keep("interpreter", compile_ms, times, ops, &mut progress);
             // The compiled routes: each structure compiled once, the values an argument.
             if n <= config.compiled_max_expressions {
-                for route in [Route::Ptx, Route::Nvrtc] {
-                    let compiled = Compiled::new(farm, &problem, &phenotypes, route, config.arch, &options)?;
+                // Each PTX link option set, then NVRTC.
+                let mut variants: Vec<(Route, Option<&[String]>)> = if config.ptx_links.is_empty() {
+                    vec![(Route::Ptx, None)]
+                } else {
+                    config.ptx_links.iter().map(|f| (Route::Ptx, Some(f.as_slice()))).collect()
+                };
+                variants.push((Route::Nvrtc, None));
+                for (route, links) in variants {
+                    let name = match links {
+                        Some(flags) => ptx_route_name(flags),
+                        None => route.as_str().to_owned(),
+                    };
+                    let compiled =
+                        Compiled::linked(farm, &problem, &phenotypes, route, config.arch, &options, links)?;
                     let (ordered, farm_ms) = (&compiled.ordered, compiled.compile_ms);
                     let views = compiled.views();
                     // The values in the units' order.
@@ -357,10 +393,10 @@ pub fn run(
                     }
                     if differ > 0 {
                         progress(&format!(
-                            "{size} x {points}: {differ} of {n} expressions differ by more than 1e-4 between {route} and the interpreter"
+                            "{size} x {points}: {differ} of {n} expressions differ by more than 1e-4 between {name} and the interpreter"
                         ));
                     }
-                    keep(route.as_str(), farm_ms + load_ms, times, ops, &mut progress);
+                    keep(&name, farm_ms + load_ms, times, ops, &mut progress);
                 }
             }
             // The CPU evaluator with the values, on every core.
@@ -581,53 +617,122 @@ pub fn read_csv(path: &Path) -> Result<Vec<StepsRow>> {
     crate::shared::read_rows(path)
 }
 
-/// A markdown table: one line per workload, each route's total for the steps, the fastest, the
-/// CPU's time over the fastest GPU route's, and the steps after which each compiled route
-/// overtakes the interpreter.
+/// The PTX rows' names in `rows` (one per link option set), in the order first met.
+fn ptx_routes(rows: &[StepsRow]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for r in rows {
+        if (r.route == "ptx" || r.route.starts_with("ptx ")) && !names.contains(&r.route) {
+            names.push(r.route.clone());
+        }
+    }
+    names
+}
+
+/// A markdown table: one line per workload, each route's total for the steps (the PTX route once
+/// per link option set), the fastest, the CPU's time over the fastest GPU route's, and the steps
+/// after which each compiled route overtakes the interpreter.
 pub fn table(rows: &[StepsRow], heading: &str) -> String {
-    let mut s = format!(
-        "{heading}\n\n| expressions | distinct | points | ops | params | interpreter ms | ptx ms | nvrtc ms | cpu ms | fastest | cpu / fastest GPU | ptx wins after k steps | nvrtc wins after k steps |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |\n"
-    );
+    let ptx = ptx_routes(rows);
+    let gpu: Vec<&str> =
+        std::iter::once("interpreter").chain(ptx.iter().map(String::as_str)).chain(["nvrtc"]).collect();
+    let all: Vec<&str> = gpu.iter().copied().chain(["cpu"]).collect();
+    let compiled: Vec<&str> = gpu[1..].to_vec();
+    let mut s = format!("{heading}\n\n| expressions | distinct | points | ops | params |");
+    for r in &all {
+        s.push_str(&format!(" {r} ms |"));
+    }
+    s.push_str(" fastest | cpu / fastest GPU |");
+    for r in &compiled {
+        s.push_str(&format!(" {r} wins after k steps |"));
+    }
+    s.push_str(" PTX link level by k |");
+    s.push_str("\n| ---: | ---: | ---: | ---: | ---: |");
+    s.push_str(&" ---: |".repeat(all.len()));
+    s.push_str(" --- | ---: |");
+    s.push_str(&" ---: |".repeat(compiled.len()));
+    s.push_str(" --- |");
+    s.push('\n');
     for (e, p) in workloads(rows) {
         let of = |route: &str| row_of(rows, e, p, route);
         let Some(i) = of("interpreter") else { continue };
-        let cell = |route: &str| of(route).map_or("-".into(), |r| format!("{:.1}", r.total_ms));
-        let gpu = ["interpreter", "ptx", "nvrtc"]
-            .iter()
-            .filter_map(|r| of(r))
-            .min_by(|a, b| a.total_ms.total_cmp(&b.total_ms));
-        let fastest = ["interpreter", "ptx", "nvrtc", "cpu"]
-            .iter()
-            .filter_map(|r| of(r))
-            .min_by(|a, b| a.total_ms.total_cmp(&b.total_ms))
-            .map_or("-".into(), |r| r.route.clone());
-        let ratio = match (of("cpu"), gpu) {
+        let best = |routes: &[&str]| {
+            routes.iter().filter_map(|r| of(r)).min_by(|a, b| a.total_ms.total_cmp(&b.total_ms))
+        };
+        let fastest = best(&all).map_or("-".into(), |r| r.route.clone());
+        let ratio = match (of("cpu"), best(&gpu)) {
             (Some(c), Some(g)) => format!("{:.2}", c.total_ms / g.total_ms),
             _ => "-".into(),
         };
-        let wins = |route: &str| match of(route) {
-            None => "-".into(),
-            Some(a) => crossover_steps(a, i).map_or("never".into(), |k| format!("{k:.0}")),
-        };
-        s.push_str(&format!(
-            "| {e} | {} | {p} | {:.1} | {:.1} | {} | {} | {} | {} | {fastest} | {ratio} | {} | {} |\n",
-            i.programs,
-            i.mean_ops,
-            i.mean_params,
-            cell("interpreter"),
-            cell("ptx"),
-            cell("nvrtc"),
-            cell("cpu"),
-            wins("ptx"),
-            wins("nvrtc"),
-        ));
+        s.push_str(&format!("| {e} | {} | {p} | {:.1} | {:.1} |", i.programs, i.mean_ops, i.mean_params));
+        for r in &all {
+            s.push_str(&of(r).map_or(" - |".into(), |r| format!(" {:.1} |", r.total_ms)));
+        }
+        s.push_str(&format!(" {fastest} | {ratio} |"));
+        for r in &compiled {
+            let wins = match of(r) {
+                None => "-".into(),
+                Some(a) => crossover_steps(a, i).map_or("never".into(), |k| format!("{k:.0}")),
+            };
+            s.push_str(&format!(" {wins} |"));
+        }
+        s.push_str(&format!(" {} |", link_level_by_k(i).flag()));
+        s.push('\n');
     }
     s
+}
+
+/// The level the PTX route links at for the workload of `row` evaluated `row.steps` times
+/// ([`gpfarm_evolve::route::ptx_link_level`], the reference host's costs).
+pub fn link_level_by_k(row: &StepsRow) -> gpfarm_evolve::route::LinkLevel {
+    use gpfarm_evolve::route::{Costs, Workload as Generation, ptx_link_level};
+    let w = Generation {
+        programs: row.programs,
+        held_ops: row.mean_ops,
+        run_ops: row.mean_ops,
+        longest_case_ops: row.mean_ops,
+        loops: false,
+        params: row.mean_params,
+    };
+    ptx_link_level(&Costs::H100, &w, row.points, row.steps as f64).0
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The PTX route's link level by k against the committed measurement of every level (H200
+    /// host, warmed up; each workload evaluated k = 100 times): on every workload the level the
+    /// rule picks cost at most 10% (and 25 ms) more than the better of `-O0` and `-O3` as
+    /// measured, and the rule picks each level somewhere.
+    #[test]
+    fn the_link_level_by_k_is_the_measured_cheaper_one() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../results/2026-11-26-h200/link-levels");
+        let rows = read_csv(&dir.join("steps.csv")).unwrap();
+        let mut picked = Vec::new();
+        for (e, p) in workloads(&rows) {
+            let (Some(i), Some(o0), Some(o3)) = (
+                row_of(&rows, e, p, "interpreter"),
+                row_of(&rows, e, p, "ptx -O0"),
+                row_of(&rows, e, p, "ptx -O3"),
+            ) else {
+                continue;
+            };
+            let level = link_level_by_k(i);
+            let chosen = if level == gpfarm_evolve::route::LinkLevel::O3 { o3 } else { o0 };
+            let best = o0.total_ms.min(o3.total_ms);
+            assert!(
+                chosen.total_ms <= best * 1.1 + 25.0,
+                "{e} x {p}: {level:?} cost {} ms, -O0 {} and -O3 {}",
+                chosen.total_ms,
+                o0.total_ms,
+                o3.total_ms
+            );
+            picked.push(level);
+        }
+        assert!(picked.len() >= 10, "{picked:?}");
+        assert!(picked.contains(&gpfarm_evolve::route::LinkLevel::O0), "{picked:?}");
+        assert!(picked.contains(&gpfarm_evolve::route::LinkLevel::O3), "{picked:?}");
+    }
 
     #[test]
     fn the_workload_has_parameters_and_runs_on_the_cpu_with_any_values() {

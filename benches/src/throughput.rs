@@ -277,6 +277,7 @@ pub fn run(
                     run_ops: ops,
                     longest_case_ops: ops,
                     loops: false,
+                    params: 0.0,
                 };
                 let (interp_s, ptx_s) = predict(&Costs::H100, &workload, c);
                 let mut keep = |route: &str, prepare_ms: f64, times: Vec<f64>, differ: usize| {
@@ -477,6 +478,7 @@ mod tests {
                     run_ops: ops,
                     longest_case_ops: ops,
                     loops: false,
+                    params: 0.0,
                 };
                 let (interp_s, ptx_s) = predict(&Costs::H100, &w, i.cases);
                 let ratio = interp_s * 1e3 / i.eval_ms;

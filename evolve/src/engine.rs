@@ -39,6 +39,9 @@ pub struct Engine {
     gpu: Option<String>,
     notice: Option<String>,
     route: Route,
+    /// The level the PTX route links at when the run gives no link options
+    /// ([`crate::route::ptx_link_level`] of its first generation).
+    auto_link: Option<crate::route::LinkLevel>,
     /// Why the route was taken.
     route_why: String,
     shape: Shape,
@@ -92,9 +95,15 @@ impl Engine {
         };
         let (gpu, notice) = choose_gpu(options.eval, options.route, source.is_some())?;
         let arch = options.arch.or(gpu.as_ref().map(|g| g.1)).unwrap_or(SmArch::SM_90);
-        let (route, route_why) = match options.route {
-            Some(route) => (route, "asked for".to_owned()),
-            None => crate::route::choose(&problem, &options.evolution),
+        let (route, auto_link, route_why) = match options.route {
+            Some(route) => (route, None, "asked for".to_owned()),
+            None => crate::route::choose_linked(&problem, &options.evolution),
+        };
+        // The PTX route asked for without link options links at the level its first generation
+        // calls for.
+        let auto_link = match (route, auto_link, options.link_flags.is_empty()) {
+            (Route::Ptx, None, true) => Some(crate::route::run_link_level(&problem, &options.evolution)),
+            (_, level, _) => level,
         };
         // Without a GPU nothing runs the interpreter's kernel: the CPU evaluates its programs.
         let (route, route_why) = match (route, &gpu) {
@@ -112,6 +121,7 @@ impl Engine {
             gpu: gpu.map(|g| g.0),
             notice,
             route,
+            auto_link,
             route_why,
             shape,
             options_checked: AtomicBool::new(false),
@@ -160,10 +170,10 @@ impl Engine {
             arch: self.arch,
             mode: CompileMode::Cubin,
             flags,
-            link_flags: if self.options.link_flags.is_empty() {
-                crate::options::default_link_flags(&self.problem)
-            } else {
-                self.options.link_flags.clone()
+            link_flags: match (self.options.link_flags.is_empty(), self.auto_link) {
+                (false, _) => self.options.link_flags.clone(),
+                (true, Some(level)) => vec![level.flag().to_owned()],
+                (true, None) => crate::options::default_link_flags(&self.problem),
             },
         }
     }

@@ -50,8 +50,9 @@ pub struct Options {
     /// Which kernels fit free parameters on the GPU: the interpreter's, kernels compiled for each
     /// program's structure, or (the default) compiled where that pays ([`crate::route::FitKernels`]).
     pub fit_kernels: FitKernels,
-    /// nvJitLink options for the PTX route; empty (the default): [`default_link_flags`] of the
-    /// problem.
+    /// nvJitLink options for the PTX route; empty (the default): the level the run's first
+    /// generation calls for ([`crate::route::run_link_level`]: `-O3` where programs loop or read
+    /// free parameters over more than 2.2e7 / (parameters per program) cases, else `-O0`).
     pub link_flags: Vec<String>,
     /// How a unit holds its individuals: a kernel each, or one switch kernel per unit that one
     /// launch runs for all of them. `None` (the default) takes [`default_shape`] of the route;
@@ -150,8 +151,10 @@ pub fn problem_loops(problem: &gpfarm_gp::Problem) -> bool {
         .any(|w| w == "while" || w == "for")
 }
 
-/// The PTX route's nvJitLink options for `problem` when the run gives none: [`LOOP_LINK_FLAGS`]
-/// when its programs can loop, else [`LINK_FLAGS`].
+/// The PTX route's nvJitLink options for `problem` where nothing is known of its programs:
+/// [`LOOP_LINK_FLAGS`] when they can loop, else [`LINK_FLAGS`]. A run takes the level its first
+/// generation calls for instead ([`crate::route::run_link_level`]), which is the same for
+/// programs without free parameters.
 pub fn default_link_flags(problem: &gpfarm_gp::Problem) -> Vec<String> {
     let flags = if problem_loops(problem) { LOOP_LINK_FLAGS } else { LINK_FLAGS };
     flags.iter().map(|f| (*f).to_owned()).collect()

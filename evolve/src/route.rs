@@ -63,6 +63,12 @@ pub struct Costs {
     pub ptx_loop_program_s: f64,
     /// PTX route: seconds per op one thread runs after another.
     pub ptx_serial_op_s: f64,
+    /// PTX route at `-O0`: seconds per read of a free parameter, program and case (a load from
+    /// the values' array each time; `-O3` code keeps the values in registers).
+    pub ptx_o0_param_s: f64,
+    /// PTX route linked at `-O3` instead of `-O0`: seconds more of compiling and loading per
+    /// program.
+    pub ptx_o3_program_s: f64,
 }
 
 impl Costs {
@@ -89,7 +95,56 @@ impl Costs {
         interp_serial_op_s: 1.6e-7,
         ptx_loop_program_s: 2.0e-3,
         ptx_serial_op_s: 1.0e-8,
+        // `gpfarm bench --param-steps` with each link level on the H100 and H200 hosts,
+        // 2026-11-26 (`results/2026-11-26-h100/link-levels/`, `results/2026-11-26-h200/link-levels/`):
+        // 68 to 4,065 structures of 11-14 ops and 3.1-3.8 parameters over 362 to 10^6 points. At
+        // 10^6 points a step at -O0 cost 1.9-3.4e-11 s per program and case, at -O3 0.95-1.1e-11
+        // (the per-op costs above, which hold programs without parameters); compiling at -O3
+        // cost 0.01-0.24 ms more per program (tens of ms a workload, near the noise).
+        ptx_o0_param_s: 4.5e-12,
+        ptx_o3_program_s: 1.0e-4,
     };
+}
+
+/// The optimisation level the PTX route's code is linked at (nvJitLink's `-O0` or `-O3`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkLevel {
+    /// `-O0`: ptxas fast, its code slow.
+    O0,
+    /// `-O3`: ptxas slower, its code up to twice as fast.
+    O3,
+}
+
+impl LinkLevel {
+    /// nvJitLink's option for the level.
+    pub fn flag(self) -> &'static str {
+        match self {
+            LinkLevel::O0 => "-O0",
+            LinkLevel::O3 => "-O3",
+        }
+    }
+}
+
+/// The link level that makes `evaluations` evaluations of each program of `w` over `cases` cases
+/// cheapest by the PTX route, compiling included, and what they cost then (seconds; the
+/// evaluations' longest case, for loops, counted once per evaluation): `-O3` where what its code
+/// saves over the evaluations beats what it adds to compiling. Code at `-O0` loads a free
+/// parameter's value at every use, `-O3` code once: programs of 3.8 parameters pay for `-O3`
+/// after some 6 evaluations at 10^6 cases, 60 at 10^5 and 600 at 10^4; programs without
+/// parameters never (as measured, their code runs about as fast at either level). Programs that
+/// loop are linked at `-O3` whatever the count: a loop runs its ops many times in every
+/// evaluation ([`crate::options::LOOP_LINK_FLAGS`]).
+pub fn ptx_link_level(c: &Costs, w: &Workload, cases: usize, evaluations: f64) -> (LinkLevel, f64) {
+    let n = w.programs as f64;
+    let flow = n * cases as f64 * (c.ptx_case_s + w.run_ops * c.ptx_op_s);
+    if w.loops {
+        let flow = flow.max(w.longest_case_ops * c.ptx_serial_op_s);
+        return (LinkLevel::O3, n * c.ptx_loop_program_s + evaluations * flow);
+    }
+    let compile = n * (c.ptx_program_s + w.held_ops * c.ptx_program_op_s);
+    let o0 = compile + evaluations * (flow + n * cases as f64 * w.params * c.ptx_o0_param_s);
+    let o3 = compile + n * c.ptx_o3_program_s + evaluations * flow;
+    if o3 < o0 { (LinkLevel::O3, o3) } else { (LinkLevel::O0, o0) }
 }
 
 /// What a generation asks of the GPU routes: its distinct programs, the ops they hold and the
@@ -104,6 +159,9 @@ pub struct Workload {
     pub run_ops: f64,
     /// Ops of the case that runs most, over all programs.
     pub longest_case_ops: f64,
+    /// Mean free parameters a program reads (each a value the compiled routes pass as an
+    /// argument).
+    pub params: f64,
     /// Whether any program has a loop.
     pub loops: bool,
 }
@@ -112,6 +170,21 @@ pub struct Workload {
 /// seconds, for `w` over `cases` cases: each route's throughput (programs × cases × ops run) or
 /// its longest case run op after op, whichever is longer, the PTX route's compile added.
 pub fn predict(c: &Costs, w: &Workload, cases: usize) -> (f64, f64) {
+    let (interp, ptx, _) = predict_repeated(c, w, cases, 1.0);
+    (interp, ptx)
+}
+
+/// As [`predict`] for `evaluations` evaluations of each program (new values of its free
+/// parameters each time, say), the PTX route linked at the level that makes them cheapest
+/// ([`ptx_link_level`]), compiled once: the interpreter's time, the PTX route's, and its level.
+pub fn predict_repeated(c: &Costs, w: &Workload, cases: usize, evaluations: f64) -> (f64, f64, LinkLevel) {
+    let (level, ptx) = ptx_link_level(c, w, cases, evaluations);
+    (interpreted(c, w, cases) * evaluations, ptx, level)
+}
+
+/// One evaluation of `w` over `cases` cases by the interpreter: its throughput (programs × cases
+/// × ops run) or its longest case run op after op, whichever is longer.
+fn interpreted(c: &Costs, w: &Workload, cases: usize) -> f64 {
     let (n, cases_f) = (w.programs as f64, cases as f64);
     let interp_op = if w.loops { c.interp_loop_op_s } else { c.interp_op_s };
     let interp_flow = n * (c.interp_program_s + cases_f * (c.interp_case_s + w.run_ops * interp_op));
@@ -123,15 +196,7 @@ pub fn predict(c: &Costs, w: &Workload, cases: usize) -> (f64, f64) {
         cases.div_ceil(block).min(gpfarm_kernels::gpu::ROWS as usize)
     };
     let interp_wait = if w.loops { w.longest_case_ops * in_turn as f64 * c.interp_serial_op_s } else { 0.0 };
-    let interp = c.interp_fixed_s + interp_flow.max(interp_wait);
-    let compile = if w.loops {
-        n * c.ptx_loop_program_s
-    } else {
-        n * (c.ptx_program_s + w.held_ops * c.ptx_program_op_s)
-    };
-    let ptx_flow = n * cases_f * (c.ptx_case_s + w.run_ops * c.ptx_op_s);
-    let ptx_wait = if w.loops { w.longest_case_ops * c.ptx_serial_op_s } else { 0.0 };
-    (interp, compile + ptx_flow.max(ptx_wait))
+    c.interp_fixed_s + interp_flow.max(interp_wait)
 }
 
 /// Cases of the problem a program with loops is run on to count its ops ([`Workload`]).
@@ -142,12 +207,20 @@ pub const PROFILE_STEPS: u64 = 100_000;
 /// The route auto takes for `problem` under `config` (the run's GP parameters, which fix its
 /// first generation), and why, in words for the run's header and records.
 pub fn choose(problem: &Problem, config: &EvolutionConfig) -> (Route, String) {
+    let (route, _, why) = choose_linked(problem, config);
+    (route, why)
+}
+
+/// As [`choose`], with the level the PTX route links at where auto takes it: the cheapest for
+/// one evaluation of each program, as a run evaluates each new program once
+/// ([`ptx_link_level`]).
+pub fn choose_linked(problem: &Problem, config: &EvolutionConfig) -> (Route, Option<LinkLevel>, String) {
     if let Err(e) = gpfarm_kernels::interpreter::interp_supported(problem) {
-        return (Route::Nvrtc, format!("auto: {}; only NVRTC compiles its template", e.difference));
+        return (Route::Nvrtc, None, format!("auto: {}; only NVRTC compiles its template", e.difference));
     }
     let w = first_generation(problem, config);
     let cases = problem.cases().len();
-    let (interp, ptx) = predict(&Costs::H100, &w, cases);
+    let (interp, ptx, level) = predict_repeated(&Costs::H100, &w, cases, 1.0);
     let route = if interp <= ptx { Route::Interpreter } else { Route::Ptx };
     let loops = if w.loops {
         format!(" running {:.1} per case (longest case {:.3e})", w.run_ops, w.longest_case_ops)
@@ -161,13 +234,20 @@ pub fn choose(problem: &Problem, config: &EvolutionConfig) -> (Route, String) {
     };
     let why = format!(
         "auto: {} programs{sampled} of {:.1} ops{loops} over {cases} cases, predicted {:.2} ms interpreted, \
-         {:.2} ms by PTX (H100 costs)",
+         {:.2} ms by PTX linked at {} (H100 costs)",
         w.programs,
         w.held_ops,
         interp * 1e3,
-        ptx * 1e3
+        ptx * 1e3,
+        level.flag()
     );
-    (route, why)
+    (route, (route == Route::Ptx).then_some(level), why)
+}
+
+/// The level the PTX route links `problem`'s programs at in a run under `config`, which evaluates
+/// each new program once: [`ptx_link_level`] of the run's first generation.
+pub fn run_link_level(problem: &Problem, config: &EvolutionConfig) -> LinkLevel {
+    ptx_link_level(&Costs::H100, &first_generation(problem, config), problem.cases().len(), 1.0).0
 }
 
 /// The run's first generation as a [`Workload`]: its distinct programs, the ops they hold
@@ -187,35 +267,37 @@ fn first_generation(problem: &Problem, config: &EvolutionConfig) -> Workload {
     let mut w = Workload { programs: (unique.len() as f64 * scale).round() as usize, ..Workload::default() };
     // Per program: the ops it holds, the ops a case runs on average and at most, and whether it
     // loops; a program the interpreter cannot take (or with free parameters, as its structure).
-    let measured: Vec<(f64, f64, f64, bool)> = gpfarm_gp::pipeline::in_pool(|| {
+    let measured: Vec<(f64, f64, f64, bool, f64)> = gpfarm_gp::pipeline::in_pool(|| {
         unique
             .par_iter()
             .map(|p| {
-                let Some(code) =
-                    Program::parse(problem, p).ok().and_then(|p| assemble_structure(problem, &p).ok())
-                else {
-                    return (1.0, 1.0, 0.0, false);
+                let Ok(program) = Program::parse(problem, p) else { return (1.0, 1.0, 0.0, false, 0.0) };
+                let params = program.params() as f64;
+                let Ok(code) = assemble_structure(problem, &program) else {
+                    return (1.0, 1.0, 0.0, false, params);
                 };
                 let ops = walk(&code.words).count() as f64;
                 if code.is_straight() {
-                    (ops, ops, ops, false)
+                    (ops, ops, ops, false, params)
                 } else {
                     let profile = exec::profile(problem, &code, PROFILE_CASES, PROFILE_STEPS);
-                    (ops, profile.mean_ops, profile.max_ops.max(profile.to_limit), true)
+                    (ops, profile.mean_ops, profile.max_ops.max(profile.to_limit), true, params)
                 }
             })
             .collect()
     });
-    let (mut held, mut run) = (0.0, 0.0);
-    for (h, r, longest, loops) in measured {
+    let (mut held, mut run, mut params) = (0.0, 0.0, 0.0);
+    for (h, r, longest, loops, p) in measured {
         held += h;
         run += r;
+        params += p;
         w.longest_case_ops = w.longest_case_ops.max(longest);
         w.loops |= loops;
     }
     let n = unique.len().max(1) as f64;
     w.held_ops = held / n;
     w.run_ops = run / n;
+    w.params = params / n;
     w
 }
 
@@ -232,6 +314,7 @@ mod tests {
             run_ops: ops,
             longest_case_ops: ops,
             loops: false,
+            params: 0.0,
         };
         // keijzer6's first generation: 209 programs of 6.9 ops over 20 cases.
         let (i, p) = predict(&c, &straight(209, 6.9), 20);
@@ -245,6 +328,40 @@ mod tests {
     }
 
     #[test]
+    fn the_ptx_route_links_at_o3_where_parameters_are_read_over_many_evaluations_or_loops_run() {
+        let c = Costs::H100;
+        let w = |params: f64, loops: bool| Workload {
+            programs: 4065,
+            held_ops: 14.4,
+            run_ops: 14.4,
+            longest_case_ops: 14.4,
+            loops,
+            params,
+        };
+        // One evaluation, as in a run: -O0, however many cases, without loops.
+        for cases in [20, 10_000, 1_000_000] {
+            assert_eq!(ptx_link_level(&c, &w(3.8, false), cases, 1.0).0, LinkLevel::O0, "{cases}");
+        }
+        // 100 evaluations: -O3 from 10^5 cases, as measured.
+        assert_eq!(ptx_link_level(&c, &w(3.8, false), 10_000, 100.0).0, LinkLevel::O0);
+        assert_eq!(ptx_link_level(&c, &w(3.8, false), 100_000, 100.0).0, LinkLevel::O3);
+        // The crossover at 10^6 cases: between 5 and 10 evaluations.
+        assert_eq!(ptx_link_level(&c, &w(3.8, false), 1_000_000, 5.0).0, LinkLevel::O0);
+        assert_eq!(ptx_link_level(&c, &w(3.8, false), 1_000_000, 10.0).0, LinkLevel::O3);
+        // Without parameters -O3 saves nothing measured; loops are linked at -O3 always.
+        assert_eq!(ptx_link_level(&c, &w(0.0, false), 1_000_000, 1000.0).0, LinkLevel::O0);
+        assert_eq!(ptx_link_level(&c, &w(0.0, true), 20, 1.0).0, LinkLevel::O3);
+        // The cost is the chosen level's: more evaluations never cost less.
+        let (_, once) = ptx_link_level(&c, &w(3.8, false), 100_000, 1.0);
+        let (_, many) = ptx_link_level(&c, &w(3.8, false), 100_000, 100.0);
+        assert!(many > once, "{once} {many}");
+        // predict_repeated: the interpreter's time scales with the evaluations.
+        let (i1, _, _) = predict_repeated(&c, &w(3.8, false), 100_000, 1.0);
+        let (i100, p100, level) = predict_repeated(&c, &w(3.8, false), 100_000, 100.0);
+        assert!((i100 / i1 - 100.0).abs() < 1e-6 && level == LinkLevel::O3 && p100 > 0.0);
+    }
+
+    #[test]
     fn long_loops_are_compiled_and_short_ones_interpreted() {
         let c = Costs::H100;
         let looping = |count: f64| Workload {
@@ -253,6 +370,7 @@ mod tests {
             run_ops: 22.0 * count,
             longest_case_ops: 22.0 * count,
             loops: true,
+            params: 0.0,
         };
         // As measured (loops32x100000): the interpreter 1.54 s, PTX 73 ms.
         let (i, p) = predict(&c, &looping(1e5), 32);

@@ -221,7 +221,7 @@ pub fn run(args: BenchArgs, cuda: Option<&Path>) -> Result<()> {
             dir.join("steps.md"),
             gpfarm_bench::steps::table(&rows, &steps_heading(&machine, &rows)),
         )?;
-        for p in plot::draw_steps(&rows, dir)? {
+        for p in plot::draw_steps(&rows, dir)?.into_iter().chain(plot::draw_steps_by_k(&rows, dir)?) {
             eprintln!("wrote {p}");
         }
         return Ok(());
@@ -279,9 +279,7 @@ pub fn run(args: BenchArgs, cuda: Option<&Path>) -> Result<()> {
     config.guided = args.guided;
     config.flags = args.flags;
     config.link_flag_sets = match &args.link_flag_sets {
-        Some(sets) => {
-            sets.split(';').map(|set| set.split_whitespace().map(str::to_owned).collect()).collect()
-        }
+        Some(sets) => link_sets(sets),
         None => vec![args.link_flags],
     };
     if let Some(shapes) = args.shapes {
@@ -354,6 +352,12 @@ fn break_even(args: &BenchArgs, cuda: Option<&Path>, cores: usize) -> Result<()>
     Ok(())
 }
 
+/// nvJitLink option sets as `--link-flag-sets` writes them: sets separated by `;`, options
+/// within a set by spaces.
+fn link_sets(sets: &str) -> Vec<Vec<String>> {
+    sets.split(';').map(|set| set.split_whitespace().map(str::to_owned).collect()).collect()
+}
+
 /// `gpfarm bench --param-steps`.
 fn param_steps(args: &BenchArgs, cuda: Option<&Path>, cores: usize) -> Result<()> {
     use gpfarm_bench::steps;
@@ -366,6 +370,12 @@ fn param_steps(args: &BenchArgs, cuda: Option<&Path>, cores: usize) -> Result<()
         cpu_max_work: 200_000_000,
         arch: args.arch,
         fit: args.fit,
+        ptx_links: match (&args.link_flag_sets, args.link_flags.is_empty()) {
+            (Some(sets), _) => link_sets(sets),
+            (None, false) => vec![args.link_flags.clone()],
+            // Both of nvJitLink's own levels, so that the table shows where each pays.
+            (None, true) => vec![vec!["-O0".into()], vec!["-O3".into()]],
+        },
         out: args.out.clone(),
     };
     let GpuBench { machine, workers, mut farm } = gpu_bench(args, cuda, cores, &config.out)?;
@@ -378,7 +388,9 @@ fn param_steps(args: &BenchArgs, cuda: Option<&Path>, cores: usize) -> Result<()
     let md = steps::table(&rows, &steps_heading(&format!("{machine}compile daemons: {workers}\n"), &rows));
     std::fs::write(config.out.join("steps.md"), &md)?;
     println!("{md}");
-    for p in plot::draw_steps(&rows, &config.out)? {
+    for p in
+        plot::draw_steps(&rows, &config.out)?.into_iter().chain(plot::draw_steps_by_k(&rows, &config.out)?)
+    {
         eprintln!("wrote {p}");
     }
     Ok(())

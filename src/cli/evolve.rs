@@ -78,8 +78,9 @@ pub struct EvolveArgs {
     /// standard harness. All give the same fitness on the GPU, bit for bit.
     #[arg(long, default_value = "auto", value_parser = Route::parse_choice)]
     route: AutoRoute,
-    /// nvJitLink option for the PTX route (repeatable; replaces the default: -O0, or -O3 when
-    /// the problem's grammar has loops), e.g. --link-flag=-O3.
+    /// nvJitLink option for the PTX route (repeatable; replaces the default: the level the first
+    /// generation calls for, -O3 where programs loop or read free parameters over more than
+    /// 2.2e7 / (parameters per program) cases, else -O0), e.g. --link-flag=-O3.
     #[arg(long = "link-flag", allow_hyphen_values = true)]
     link_flags: Vec<String>,
     /// How a unit holds its individuals: switch (one kernel per unit, switching on the block
