@@ -17,9 +17,16 @@ pub(super) fn header(args: &EvolveArgs, engine: &Engine, compiler: &str) {
     } else if !engine.needs_daemons() {
         ", interpreted: nothing compiled per individual".to_owned()
     } else {
+        let compile = engine.compile_options();
+        // The PTX route's link options (chosen by its first generation unless given).
+        let linked = if engine.route() == gpfarm_protocol::Route::Ptx && !compile.link_flags.is_empty() {
+            format!(" linked at {}", compile.link_flags.join(" "))
+        } else {
+            String::new()
+        };
         format!(
-            ", compiling for {} by the {} route, {}",
-            engine.compile_options().arch,
+            ", compiling for {} by the {} route{linked}, {}",
+            compile.arch,
             engine.route(),
             match engine.shape() {
                 gpfarm_protocol::Shape::Switch => "one switch kernel per unit",
