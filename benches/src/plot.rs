@@ -349,7 +349,7 @@ where
     let rows: Vec<_> = rows.iter().filter(|r| r.points == points).collect();
     let steps = rows.first().map_or(0, |r| r.steps);
     // Every route of the rows (the PTX route once per link option set), in the order met.
-    let routes = distinct_in_order(rows.iter().map(|r| r.route.clone()));
+    let routes = crate::steps::routes(rows.iter().copied());
     let lines = routes
         .into_iter()
         .map(|route| {
@@ -369,20 +369,9 @@ where
     )
 }
 
-/// `items` without repeats, in the order first met.
-fn distinct_in_order<T: PartialEq>(items: impl Iterator<Item = T>) -> Vec<T> {
-    let mut out: Vec<T> = Vec::new();
-    for i in items {
-        if !out.contains(&i) {
-            out.push(i);
-        }
-    }
-    out
-}
-
 /// One panel of the steps-by-k figure: preparing plus k steps against k, a line per GPU route
-/// (the PTX route once per link option set) on the largest expression count over `points`
-/// points.
+/// (the PTX route once per link option set) on the largest expression count the compiled routes
+/// ran over `points` points.
 fn steps_by_k_panel<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     rows: &[crate::steps::StepsRow],
@@ -391,7 +380,13 @@ fn steps_by_k_panel<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
-    let most = rows.iter().filter(|r| r.points == points).map(|r| r.expressions).max().unwrap_or(0);
+    // The most expressions the compiled routes ran (they stop at --compiled-max).
+    let most = rows
+        .iter()
+        .filter(|r| r.points == points && r.route != "interpreter" && r.route != "cpu")
+        .map(|r| r.expressions)
+        .max()
+        .unwrap_or(0);
     let rows: Vec<_> =
         rows.iter().filter(|r| r.points == points && r.expressions == most && r.route != "cpu").collect();
     let ks = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0];

@@ -55,8 +55,8 @@ pub struct StepsConfig {
     /// (`fit-interpreter`) and by kernels compiled for each structure (`fit-compiled`).
     pub fit: bool,
     /// nvJitLink option sets the PTX route is measured with, each a row of its own (`ptx` and
-    /// the options, e.g. `ptx -O3`); none: the engine's ([`gpfarm_evolve::default_link_flags`]),
-    /// in a row named `ptx`.
+    /// the options, e.g. `ptx -O3`); none: [`gpfarm_evolve::default_link_flags`] of the
+    /// benchmark's problem, in a row named `ptx`.
     pub ptx_links: Vec<Vec<String>>,
     /// Where CSV, table and plot go.
     pub out: PathBuf,
@@ -617,15 +617,20 @@ pub fn read_csv(path: &Path) -> Result<Vec<StepsRow>> {
     crate::shared::read_rows(path)
 }
 
-/// The PTX rows' names in `rows` (one per link option set), in the order first met.
-fn ptx_routes(rows: &[StepsRow]) -> Vec<String> {
+/// The routes of `rows`, each once, in the order first met.
+pub fn routes<'a>(rows: impl IntoIterator<Item = &'a StepsRow>) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
     for r in rows {
-        if (r.route == "ptx" || r.route.starts_with("ptx ")) && !names.contains(&r.route) {
+        if !names.contains(&r.route) {
             names.push(r.route.clone());
         }
     }
     names
+}
+
+/// The PTX rows' names in `rows` (one per link option set), in the order first met.
+fn ptx_routes(rows: &[StepsRow]) -> Vec<String> {
+    routes(rows).into_iter().filter(|r| r == "ptx" || r.starts_with("ptx ")).collect()
 }
 
 /// A markdown table: one line per workload, each route's total for the steps (the PTX route once

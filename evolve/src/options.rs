@@ -52,7 +52,7 @@ pub struct Options {
     pub fit_kernels: FitKernels,
     /// nvJitLink options for the PTX route; empty (the default): the level the run's first
     /// generation calls for ([`crate::route::run_link_level`]: `-O3` where programs loop or read
-    /// free parameters over more than 2.2e7 / (parameters per program) cases, else `-O0`).
+    /// free parameters over more than about 2.2e7 / (parameters per program) cases, else `-O0`).
     pub link_flags: Vec<String>,
     /// How a unit holds its individuals: a kernel each, or one switch kernel per unit that one
     /// launch runs for all of them. `None` (the default) takes [`default_shape`] of the route;

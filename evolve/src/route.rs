@@ -63,9 +63,11 @@ pub struct Costs {
     pub ptx_loop_program_s: f64,
     /// PTX route: seconds per op one thread runs after another.
     pub ptx_serial_op_s: f64,
-    /// PTX route at `-O0`: seconds per read of a free parameter, program and case (a load from
-    /// the values' array each time; `-O3` code keeps the values in registers).
+    /// PTX route at `-O0`: seconds per free parameter, program and case (a load from the values'
+    /// array at each use; `-O3` code keeps the values in registers).
     pub ptx_o0_param_s: f64,
+    /// PTX route at `-O0`: seconds per free parameter, program and evaluation beyond the cases'.
+    pub ptx_o0_param_eval_s: f64,
     /// PTX route linked at `-O3` instead of `-O0`: seconds more of compiling and loading per
     /// program.
     pub ptx_o3_program_s: f64,
@@ -95,13 +97,15 @@ impl Costs {
         interp_serial_op_s: 1.6e-7,
         ptx_loop_program_s: 2.0e-3,
         ptx_serial_op_s: 1.0e-8,
-        // `gpfarm bench --param-steps` with each link level on the H100 and H200 hosts,
-        // 2026-11-26 (`results/2026-11-26-h100/link-levels/`, `results/2026-11-26-h200/link-levels/`):
-        // 68 to 4,065 structures of 11-14 ops and 3.1-3.8 parameters over 362 to 10^6 points. At
-        // 10^6 points a step at -O0 cost 1.9-3.4e-11 s per program and case, at -O3 0.95-1.1e-11
-        // (the per-op costs above, which hold programs without parameters); compiling at -O3
-        // cost 0.01-0.24 ms more per program (tens of ms a workload, near the noise).
+        // `gpfarm bench --param-steps` with each link level on the H200 host, 2026-11-26
+        // (`results/2026-11-26-h200/link-levels/`; `results/2026-11-26-h100/link-levels/` the same
+        // on an H100 host): 68 to 4,065 structures of 11-14 ops and 3.1-3.8 parameters over 362
+        // to 10^6 points. A step at -O0 cost 1.9-3.4e-11 s per program and case at 10^6 points, at
+        // -O3 0.95-1.1e-11 (1.2e-11 on the H100), about this model's per-op costs; at 362 points
+        // -O3 still saved 0.4-0.7 us per program and step. Compiling at -O3 cost 0.01-0.26 ms
+        // more per program.
         ptx_o0_param_s: 4.5e-12,
+        ptx_o0_param_eval_s: 1.2e-7,
         ptx_o3_program_s: 1.0e-4,
     };
 }
@@ -129,11 +133,12 @@ impl LinkLevel {
 /// cheapest by the PTX route, compiling included, and what they cost then (seconds; the
 /// evaluations' longest case, for loops, counted once per evaluation): `-O3` where what its code
 /// saves over the evaluations beats what it adds to compiling. Code at `-O0` loads a free
-/// parameter's value at every use, `-O3` code once: programs of 3.8 parameters pay for `-O3`
-/// after some 6 evaluations at 10^6 cases, 60 at 10^5 and 600 at 10^4; programs without
-/// parameters never (as measured, their code runs about as fast at either level). Programs that
-/// loop are linked at `-O3` whatever the count: a loop runs its ops many times in every
-/// evaluation ([`crate::options::LOOP_LINK_FLAGS`]).
+/// parameter's value at every use, `-O3` code once: by these costs programs of 3.8 parameters
+/// pay for `-O3` after 6 evaluations at 10^6 cases, 46 at 10^5, 160 at 10^4 and 215 at 362 (the
+/// reference host measured 4-18, 4-18, 8-123 and 84-263). Programs without parameters stay at
+/// `-O0`: what `-O3` saves them was not measured here, and whole runs measured `-O0` faster end
+/// to end. Programs that loop are linked at `-O3` whatever the count: a loop runs its ops many
+/// times in every evaluation ([`crate::options::LOOP_LINK_FLAGS`]).
 pub fn ptx_link_level(c: &Costs, w: &Workload, cases: usize, evaluations: f64) -> (LinkLevel, f64) {
     let n = w.programs as f64;
     let flow = n * cases as f64 * (c.ptx_case_s + w.run_ops * c.ptx_op_s);
@@ -142,7 +147,8 @@ pub fn ptx_link_level(c: &Costs, w: &Workload, cases: usize, evaluations: f64) -
         return (LinkLevel::O3, n * c.ptx_loop_program_s + evaluations * flow);
     }
     let compile = n * (c.ptx_program_s + w.held_ops * c.ptx_program_op_s);
-    let o0 = compile + evaluations * (flow + n * cases as f64 * w.params * c.ptx_o0_param_s);
+    let params = n * w.params * (c.ptx_o0_param_eval_s + cases as f64 * c.ptx_o0_param_s);
+    let o0 = compile + evaluations * (flow + params);
     let o3 = compile + n * c.ptx_o3_program_s + evaluations * flow;
     if o3 < o0 { (LinkLevel::O3, o3) } else { (LinkLevel::O0, o0) }
 }
@@ -159,8 +165,8 @@ pub struct Workload {
     pub run_ops: f64,
     /// Ops of the case that runs most, over all programs.
     pub longest_case_ops: f64,
-    /// Mean free parameters a program reads (each a value the compiled routes pass as an
-    /// argument).
+    /// Mean free parameters per program (each a value the compiled routes pass as an argument,
+    /// read wherever the program uses it).
     pub params: f64,
     /// Whether any program has a loop.
     pub loops: bool,
@@ -220,8 +226,9 @@ pub fn choose_linked(problem: &Problem, config: &EvolutionConfig) -> (Route, Opt
     }
     let w = first_generation(problem, config);
     let cases = problem.cases().len();
-    let (interp, ptx, level) = predict_repeated(&Costs::H100, &w, cases, 1.0);
+    let (interp, ptx, _) = predict_repeated(&Costs::H100, &w, cases, 1.0);
     let route = if interp <= ptx { Route::Interpreter } else { Route::Ptx };
+    let level = link_level_of(problem, &w);
     let loops = if w.loops {
         format!(" running {:.1} per case (longest case {:.3e})", w.run_ops, w.longest_case_ops)
     } else {
@@ -234,20 +241,37 @@ pub fn choose_linked(problem: &Problem, config: &EvolutionConfig) -> (Route, Opt
     };
     let why = format!(
         "auto: {} programs{sampled} of {:.1} ops{loops} over {cases} cases, predicted {:.2} ms interpreted, \
-         {:.2} ms by PTX linked at {} (H100 costs)",
+         {:.2} ms by PTX (H100 costs)",
         w.programs,
         w.held_ops,
         interp * 1e3,
-        ptx * 1e3,
-        level.flag()
+        ptx * 1e3
     );
     (route, (route == Route::Ptx).then_some(level), why)
 }
 
 /// The level the PTX route links `problem`'s programs at in a run under `config`, which evaluates
-/// each new program once: [`ptx_link_level`] of the run's first generation.
+/// each new program once: `-O3` where its grammar can loop, `-O0` where it has no free
+/// parameters, else [`ptx_link_level`] of the run's first generation.
 pub fn run_link_level(problem: &Problem, config: &EvolutionConfig) -> LinkLevel {
-    ptx_link_level(&Costs::H100, &first_generation(problem, config), problem.cases().len(), 1.0).0
+    if crate::options::problem_loops(problem) {
+        LinkLevel::O3
+    } else if !problem.grammar().has_params() {
+        LinkLevel::O0
+    } else {
+        link_level_of(problem, &first_generation(problem, config))
+    }
+}
+
+/// The level for one evaluation of each program of `w`, `problem`'s first generation: `-O3`
+/// where its grammar can loop ([`crate::options::problem_loops`]: programs with branches but no
+/// loop count as not looping here), else [`ptx_link_level`].
+fn link_level_of(problem: &Problem, w: &Workload) -> LinkLevel {
+    if crate::options::problem_loops(problem) {
+        return LinkLevel::O3;
+    }
+    let w = Workload { loops: false, ..*w };
+    ptx_link_level(&Costs::H100, &w, problem.cases().len(), 1.0).0
 }
 
 /// The run's first generation as a [`Workload`]: its distinct programs, the ops they hold

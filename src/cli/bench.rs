@@ -371,7 +371,8 @@ fn param_steps(args: &BenchArgs, cuda: Option<&Path>, cores: usize) -> Result<()
         arch: args.arch,
         fit: args.fit,
         ptx_links: match (&args.link_flag_sets, args.link_flags.is_empty()) {
-            (Some(sets), _) => link_sets(sets),
+            // An empty set (a stray `;`) would be nvJitLink's default under the name `ptx`.
+            (Some(sets), _) => link_sets(sets).into_iter().filter(|set| !set.is_empty()).collect(),
             (None, false) => vec![args.link_flags.clone()],
             // Both of nvJitLink's own levels, so that the table shows where each pays.
             (None, true) => vec![vec!["-O0".into()], vec!["-O3".into()]],

@@ -80,7 +80,7 @@ pub struct EvolveArgs {
     route: AutoRoute,
     /// nvJitLink option for the PTX route (repeatable; replaces the default: the level the first
     /// generation calls for, -O3 where programs loop or read free parameters over more than
-    /// 2.2e7 / (parameters per program) cases, else -O0), e.g. --link-flag=-O3.
+    /// about 2.2e7 / (parameters per program) cases, else -O0), e.g. --link-flag=-O3.
     #[arg(long = "link-flag", allow_hyphen_values = true)]
     link_flags: Vec<String>,
     /// How a unit holds its individuals: switch (one kernel per unit, switching on the block

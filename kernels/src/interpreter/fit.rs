@@ -416,16 +416,19 @@ pub fn fit_code_source(problem: &Problem, width: usize, members: &[&[u32]]) -> R
     ))
 }
 
-/// Widths from which a fitting kernel asks the compiler for [`FIT_WIDE_BLOCKS`] blocks per
-/// multiprocessor.
-const FIT_WIDE_WIDTH: usize = 16;
+/// The widths whose fitting kernels ask the compiler for [`FIT_WIDE_BLOCKS`] blocks per
+/// multiprocessor, as measured on an H100 (`results/2026-11-26-h100/fit-wide/`): width 32 went
+/// from 1.66 to 1.3 ms a launch (184 → 128 registers, a few hundred bytes spilled), width 64 from
+/// 1.70 to 1.60 (though ptxas spills some 4 KB a thread under the cap). Width 128, not measured,
+/// keeps its registers.
+const FIT_WIDE_WIDTHS: [usize; 3] = [16, 32, 64];
 /// Blocks per multiprocessor the wide fitting kernels ask for (`__launch_bounds__`): their
 /// registers capped so that two blocks fit, where one did, latency-bound.
 const FIT_WIDE_BLOCKS: u32 = 2;
 
 /// The `__launch_bounds__` of the fitting kernel of width `width`.
 fn fit_bounds(width: usize) -> String {
-    if width >= FIT_WIDE_WIDTH { format!("{BLOCK}, {FIT_WIDE_BLOCKS}") } else { BLOCK.to_string() }
+    if FIT_WIDE_WIDTHS.contains(&width) { format!("{BLOCK}, {FIT_WIDE_BLOCKS}") } else { BLOCK.to_string() }
 }
 
 /// Programs of one width per compiled fitting unit at most ([`fit_code_units`]).
@@ -882,6 +885,7 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
     // doubles): as many of the block's as fit in 40 KiB, a power of two.\n\
     constexpr int ROWB = (NP + 1) * 8;\n\
     constexpr int S = NARROW ? 1 : ROWB * {BLOCK} <= 40960 ? {BLOCK} : ROWB * ({BLOCK} / 2) <= 40960 ? {BLOCK} / 2 : ROWB * ({BLOCK} / 4) <= 40960 ? {BLOCK} / 4 : ROWB * ({BLOCK} / 8) <= 40960 ? {BLOCK} / 8 : {BLOCK} / 16;\n\
+    static_assert(NARROW || ROWB * S <= 40960, \"the rows of a wide kernel must fit its shared memory\");\n\
     constexpr int OWN = NARROW ? 1 : (NSUMS + {BLOCK} - 1) / {BLOCK};\n\
     __shared__ double red[{WARPS}][NARROW ? NSUMS : 1];\n\
     __shared__ double jsh[S][NP + 1];\n\
