@@ -303,7 +303,7 @@ pub fn run(
         }
         // The compile routes, on the engine's units.
         for route in [Route::Ptx, Route::Nvrtc] {
-            let compiled = Compiled::new(farm, problem, &phenotypes, route, config.arch, &options)?;
+            let compiled = Compiled::new(farm, problem, &phenotypes, route, config.arch, &options, None)?;
             let (ordered, compile_ms) = (&compiled.ordered, compiled.compile_ms);
             let views = compiled.views();
             let (mut loads, mut evals) = (Vec::new(), Vec::new());

@@ -72,21 +72,9 @@ pub(crate) struct Compiled {
 }
 
 impl Compiled {
-    /// Compiles `phenotypes` of `problem` on `route` (`options`; the PTX route adds the engine's
-    /// link flags).
+    /// Compiles `phenotypes` of `problem` on `route` (`options`; the PTX route adds `link_flags`,
+    /// or the engine's default where `None`).
     pub(crate) fn new(
-        farm: &mut dyn Compiler,
-        problem: &Problem,
-        phenotypes: &[Phenotype],
-        route: Route,
-        arch: SmArch,
-        options: &CompileOptions,
-    ) -> Result<Compiled> {
-        Compiled::linked(farm, problem, phenotypes, route, arch, options, None)
-    }
-
-    /// As [`Compiled::new`], the PTX route linked with `link_flags` where given.
-    pub(crate) fn linked(
         farm: &mut dyn Compiler,
         problem: &Problem,
         phenotypes: &[Phenotype],

@@ -276,7 +276,7 @@ pub fn run(
             for flags in &config.ptx_links {
                 let links = Some(flags.as_slice());
                 let compiled =
-                    Compiled::linked(farm, &problem, &phenotypes, Route::Ptx, config.arch, &options, links)?;
+                    Compiled::new(farm, &problem, &phenotypes, Route::Ptx, config.arch, &options, links)?;
                 gpu.set_values(&values(0, &counts, stride), stride)?;
                 gpu.evaluate(&compiled.views(), programs.len())?;
             }
@@ -351,7 +351,7 @@ pub fn run(
                         None => route.as_str().to_owned(),
                     };
                     let compiled =
-                        Compiled::linked(farm, &problem, &phenotypes, route, config.arch, &options, links)?;
+                        Compiled::new(farm, &problem, &phenotypes, route, config.arch, &options, links)?;
                     let (ordered, farm_ms) = (&compiled.ordered, compiled.compile_ms);
                     let views = compiled.views();
                     // The values in the units' order.

@@ -262,8 +262,10 @@ pub fn run(
             };
             let mut compiled = Vec::new();
             for &route in &compiled_routes {
-                compiled
-                    .push((route, Compiled::new(farm, first, &phenotypes, route, config.arch, &options)?));
+                compiled.push((
+                    route,
+                    Compiled::new(farm, first, &phenotypes, route, config.arch, &options, None)?,
+                ));
             }
             for (problem, gpu) in &mut workloads {
                 let c = problem.cases().len();
