@@ -102,7 +102,7 @@ impl Costs {
         // on an H100 host): 68 to 4,065 structures of 11-14 ops and 3.1-3.8 parameters over 362
         // to 10^6 points. A step at -O0 cost 1.9-3.4e-11 s per program and case at 10^6 points, at
         // -O3 0.95-1.1e-11 (1.2e-11 on the H100), about this model's per-op costs; at 362 points
-        // -O3 still saved 0.4-0.7 us per program and step. Compiling at -O3 cost 0.01-0.26 ms
+        // -O3 still saved 0.5-0.9 us per program and step. Compiling at -O3 cost 0.01-0.26 ms
         // more per program.
         ptx_o0_param_s: 4.5e-12,
         ptx_o0_param_eval_s: 1.2e-7,
