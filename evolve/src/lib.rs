@@ -75,9 +75,10 @@ pub use gpfarm_client::ProblemRef;
 pub use gpfarm_protocol::Route;
 pub use options::{
     CRASH_RETRY_FLAGS, EvalMode, LINK_FLAGS, LOOP_LINK_FLAGS, NO_FMAD, Options, default_crash_dir,
-    default_link_flags, default_shape, problem_loops,
+    default_link_flags, default_shape,
 };
 pub use record::{
     CompileFigures, CriticalPath, EvalSplit, EvaluatorKind, FrontModel, GenerationRecord, Individuals,
     Summary, Totals,
 };
+pub use route::problem_loops;

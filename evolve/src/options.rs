@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use gpfarm_gp::EvolutionConfig;
 use gpfarm_protocol::{Route, Shape, SmArch};
 
-use crate::route::FitKernels;
+use crate::route::{FitKernels, problem_loops};
 
 /// Where fitness is computed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -140,16 +140,6 @@ pub const LINK_FLAGS: &[&str] = &["-O0"];
 /// kernels in every iteration: on the H100 the while-loop example's generations took 10.3 s by
 /// PTX at `-O0` against 0.88 s by NVRTC (`results/2026-11-25-h100/loops-speed/`).
 pub const LOOP_LINK_FLAGS: &[&str] = &["-O3"];
-
-/// Whether `problem`'s grammar can write a loop: a `while` or `for` among its terminals.
-pub fn problem_loops(problem: &gpfarm_gp::Problem) -> bool {
-    problem
-        .grammar_text()
-        .lines()
-        .filter(|l| !l.trim_start().starts_with('#'))
-        .flat_map(|l| l.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')))
-        .any(|w| w == "while" || w == "for")
-}
 
 /// The PTX route's nvJitLink options for `problem` where nothing is known of its programs:
 /// [`LOOP_LINK_FLAGS`] when they can loop, else [`LINK_FLAGS`]. A run takes the level its first

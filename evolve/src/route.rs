@@ -138,7 +138,7 @@ impl LinkLevel {
 /// reference host measured 4-18, 4-18, 8-123 and 84-263). Programs without parameters stay at
 /// `-O0`: what `-O3` saves them was not measured here, and whole runs measured `-O0` faster end
 /// to end. Programs that loop are linked at `-O3` whatever the count: a loop runs its ops many
-/// times in every evaluation ([`crate::options::LOOP_LINK_FLAGS`]).
+/// times in every evaluation (as the default link options for such problems say).
 pub fn ptx_link_level(c: &Costs, w: &Workload, cases: usize, evaluations: f64) -> (LinkLevel, f64) {
     let n = w.programs as f64;
     let flow = n * cases as f64 * (c.ptx_case_s + w.run_ops * c.ptx_op_s);
@@ -250,11 +250,21 @@ pub fn choose_linked(problem: &Problem, config: &EvolutionConfig) -> (Route, Opt
     (route, (route == Route::Ptx).then_some(level), why)
 }
 
+/// Whether `problem`'s grammar can write a loop: a `while` or `for` among its terminals.
+pub fn problem_loops(problem: &Problem) -> bool {
+    problem
+        .grammar_text()
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .flat_map(|l| l.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')))
+        .any(|w| w == "while" || w == "for")
+}
+
 /// The level the PTX route links `problem`'s programs at in a run under `config`, which evaluates
 /// each new program once: `-O3` where its grammar can loop, `-O0` where it has no free
 /// parameters, else [`ptx_link_level`] of the run's first generation.
 pub fn run_link_level(problem: &Problem, config: &EvolutionConfig) -> LinkLevel {
-    if crate::options::problem_loops(problem) {
+    if problem_loops(problem) {
         LinkLevel::O3
     } else if !problem.grammar().has_params() {
         LinkLevel::O0
@@ -264,10 +274,10 @@ pub fn run_link_level(problem: &Problem, config: &EvolutionConfig) -> LinkLevel 
 }
 
 /// The level for one evaluation of each program of `w`, `problem`'s first generation: `-O3`
-/// where its grammar can loop ([`crate::options::problem_loops`]: programs with branches but no
+/// where its grammar can loop ([`problem_loops`]: programs with branches but no
 /// loop count as not looping here), else [`ptx_link_level`].
 fn link_level_of(problem: &Problem, w: &Workload) -> LinkLevel {
-    if crate::options::problem_loops(problem) {
+    if problem_loops(problem) {
         return LinkLevel::O3;
     }
     let w = Workload { loops: false, ..*w };
