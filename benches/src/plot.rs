@@ -369,6 +369,15 @@ where
     )
 }
 
+/// A line per row of `rows` (named by `name`): preparing plus k steps, for k = 1 to 1,000.
+fn by_k(
+    rows: &[&crate::steps::StepsRow],
+    name: impl Fn(&crate::steps::StepsRow) -> String,
+) -> Vec<(String, Vec<(f64, f64)>)> {
+    const KS: [f64; 10] = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0];
+    rows.iter().map(|r| (name(r), KS.iter().map(|&k| (k, r.compile_ms + k * r.step_ms)).collect())).collect()
+}
+
 /// One panel of the steps-by-k figure: preparing plus k steps against k, a line per GPU route
 /// (the PTX route once per link option set) on the largest expression count the compiled routes
 /// ran over `points` points.
@@ -389,11 +398,7 @@ where
         .unwrap_or(0);
     let rows: Vec<_> =
         rows.iter().filter(|r| r.points == points && r.expressions == most && r.route != "cpu").collect();
-    let ks = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0];
-    let lines = rows
-        .iter()
-        .map(|r| (r.route.clone(), ks.iter().map(|&k| (k, r.compile_ms + k * r.step_ms)).collect()))
-        .collect();
+    let lines = by_k(&rows, |r| r.route.clone());
     lines_panel(
         area,
         &format!("{most} expressions, {points} points"),
@@ -433,14 +438,8 @@ where
     DB::ErrorType: 'static,
 {
     let rows: Vec<_> = rows.iter().filter(|r| r.points == points).collect();
-    let ks = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0];
-    let lines = rows
-        .iter()
-        .map(|r| {
-            let name = format!("{}, {} expressions", r.route.trim_start_matches("fit-"), r.programs);
-            (name, ks.iter().map(|&k| (k, r.compile_ms + k * r.step_ms)).collect())
-        })
-        .collect();
+    let lines =
+        by_k(&rows, |r| format!("{}, {} expressions", r.route.trim_start_matches("fit-"), r.programs));
     lines_panel(
         area,
         &format!("{points} points"),

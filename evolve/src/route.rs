@@ -228,7 +228,7 @@ pub fn choose_linked(problem: &Problem, config: &EvolutionConfig) -> (Route, Opt
     let cases = problem.cases().len();
     let (interp, ptx, _) = predict_repeated(&Costs::H100, &w, cases, 1.0);
     let route = if interp <= ptx { Route::Interpreter } else { Route::Ptx };
-    let level = link_level_of(problem, &w);
+    let level = link_level(problem, || w);
     let loops = if w.loops {
         format!(" running {:.1} per case (longest case {:.3e})", w.run_ops, w.longest_case_ops)
     } else {
@@ -261,27 +261,23 @@ pub fn problem_loops(problem: &Problem) -> bool {
 }
 
 /// The level the PTX route links `problem`'s programs at in a run under `config`, which evaluates
-/// each new program once: `-O3` where its grammar can loop, `-O0` where it has no free
-/// parameters, else [`ptx_link_level`] of the run's first generation.
+/// each new program once ([`link_level`], the run's first generation built only where needed).
 pub fn run_link_level(problem: &Problem, config: &EvolutionConfig) -> LinkLevel {
+    link_level(problem, || first_generation(problem, config))
+}
+
+/// The level for one evaluation of each program of `problem`'s first generation (`generation`):
+/// `-O3` where its grammar can loop ([`problem_loops`]; programs with branches but no loop count
+/// as not looping here), `-O0` where it has no free parameters, else [`ptx_link_level`].
+fn link_level(problem: &Problem, generation: impl FnOnce() -> Workload) -> LinkLevel {
     if problem_loops(problem) {
         LinkLevel::O3
     } else if !problem.grammar().has_params() {
         LinkLevel::O0
     } else {
-        link_level_of(problem, &first_generation(problem, config))
+        let w = Workload { loops: false, ..generation() };
+        ptx_link_level(&Costs::H100, &w, problem.cases().len(), 1.0).0
     }
-}
-
-/// The level for one evaluation of each program of `w`, `problem`'s first generation: `-O3`
-/// where its grammar can loop ([`problem_loops`]: programs with branches but no
-/// loop count as not looping here), else [`ptx_link_level`].
-fn link_level_of(problem: &Problem, w: &Workload) -> LinkLevel {
-    if problem_loops(problem) {
-        return LinkLevel::O3;
-    }
-    let w = Workload { loops: false, ..*w };
-    ptx_link_level(&Costs::H100, &w, problem.cases().len(), 1.0).0
 }
 
 /// The run's first generation as a [`Workload`]: its distinct programs, the ops they hold
