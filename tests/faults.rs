@@ -345,6 +345,51 @@ fn a_farm_stopped_while_its_keeper_replaces_a_daemon_is_stopped_whole() {
     assert!(gpfarm_client::farm_status().iter().all(|f| f.name != name.as_str()), "segment left behind");
 }
 
+/// The pid of daemon `id` of farm `farm`, 0 while it has none.
+fn daemon_pid(farm: &Farm, id: usize) -> u32 {
+    gpfarm_client::farm_status()
+        .iter()
+        .find(|f| f.name == farm.name().as_str())
+        .map_or(0, |f| f.daemons.get(id).map_or(0, |d| d.pid))
+}
+
+/// Kills daemon `id` of `farm` and heals the farm until it reports what it did (5 s at most).
+fn kill_and_heal(farm: &mut Farm, id: usize) -> Vec<gpfarm_client::Healed> {
+    let pid = daemon_pid(farm, id);
+    assert_ne!(pid, 0, "daemon {id} runs");
+    // SAFETY: kill(2) of this farm's own daemon, found above.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let report = farm.heal();
+        if !report.is_empty() || Instant::now() >= until {
+            return report;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_farm_told_to_stop_replaces_no_daemon_it_loses() {
+    if !nvrtc_or_skip("stop_replaces_none") {
+        return;
+    }
+    // A keeper told to stop may see a daemon end (asked to by `gpfarm daemons stop`) before it
+    // leaves its keeping loop: that daemon must not come back.
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let mut farm = Farm::spawn(gpfarm_client::FarmConfig { stop: Some(stop.clone()), ..config(2) }).unwrap();
+    let healed = kill_and_heal(&mut farm, 0);
+    assert_eq!(healed.len(), 1, "{healed:?}");
+    assert!(healed[0].replaced, "a running farm replaces a lost daemon: {healed:?}");
+    assert_eq!(farm.len(), 2);
+    stop.store(true, Ordering::SeqCst);
+    let healed = kill_and_heal(&mut farm, 1);
+    assert_eq!(healed.len(), 1, "{healed:?}");
+    assert!(!healed[0].replaced && !healed[0].again, "a farm told to stop started a daemon: {healed:?}");
+    assert_eq!(farm.len(), 1, "the lost daemon is given up");
+    assert_eq!(daemon_pid(&farm, 1), 0, "no daemon serves slot 1");
+}
+
 #[test]
 fn chaos_every_call_returns_every_unit_in_order_while_daemons_are_killed() {
     if !nvrtc_or_skip("chaos") {

@@ -251,7 +251,8 @@ impl Farm {
     /// when its segment was removed, cut short or its header overwritten or no longer names it,
     /// when it is stopped by a signal, when the client it was
     /// working for died (the unit is abandoned with the daemon), or when, idle, it holds more
-    /// memory than [`Farm::over_memory`] allows. Returns what was done.
+    /// memory than [`Farm::over_memory`] allows; a farm told to stop ([`FarmConfig::stop`])
+    /// replaces none. Returns what was done.
     pub fn heal(&mut self) -> Vec<Healed> {
         let me = std::process::id();
         let mut report = Vec::new();
@@ -265,7 +266,8 @@ impl Farm {
                 }
                 Some(Trouble::Replace(mut why)) => {
                     let (mut replaced, mut again) = (false, false);
-                    if self.owns_daemons {
+                    // A farm told to stop starts nothing more: its daemons are ending with it.
+                    if self.owns_daemons && !self.config.stopping() {
                         match self.bring_back(&mut d) {
                             Ok(()) => replaced = true,
                             Err(e) => {

@@ -201,16 +201,19 @@ pub fn farm_status() -> Vec<FarmStatus> {
         .collect()
 }
 
-/// Stops every daemon of a farm (SIGTERM, then SIGKILL after `grace`) and removes its segments;
-/// a resident farm's keeper (`gpfarm daemons start`, the daemons' parent, or a background keeper
-/// found by its command line while a daemon is between two lives) is asked to stop first, so
-/// that it does not replace them. The farm is looked at again until `grace` ends or nothing of it
-/// is left, so a daemon that a keeper started just before it was told to stop is stopped too.
+/// Stops every daemon of a farm and removes its segments. A resident farm's keeper (`gpfarm
+/// daemons start`, the daemons' parent, or a background keeper found by its command line while a
+/// daemon is between two lives) is asked to stop first (SIGTERM) and ends its daemons itself;
+/// daemons are signalled directly (SIGTERM) only once no keeper lives or half of `grace` has
+/// passed, so that a keeper never sees a daemon end before it was told to stop, and replaces it.
+/// What is left at `grace` is killed. The farm is looked at again until then or until nothing of
+/// it is left, so a daemon that a keeper started just before it was told to stop is stopped too.
 /// Returns how many daemons were stopped.
 pub fn stop_farm(name: &FarmName, grace: Duration) -> usize {
     let mut stopped = std::collections::BTreeSet::new();
     let mut keepers = std::collections::BTreeSet::new();
-    let deadline = Instant::now() + grace;
+    let started = Instant::now();
+    let (direct, deadline) = (started + grace / 2, started + grace);
     let mut signal = libc::SIGTERM;
     loop {
         let pids: Vec<(SegmentName, u32)> =
@@ -224,12 +227,13 @@ pub fn stop_farm(name: &FarmName, grace: Duration) -> usize {
                 keepers.insert(k);
             }
         }
-        for (n, pid) in &pids {
-            if signal_daemon(*pid, n, signal) {
-                stopped.insert(*pid);
+        let keeping = keepers.iter().any(|&k| process::process_alive(k));
+        stopped.extend(pids.iter().map(|(_, p)| *p));
+        if !keeping || Instant::now() >= direct {
+            for (n, pid) in &pids {
+                signal_daemon(*pid, n, signal);
             }
         }
-        let keeping = keepers.iter().any(|&k| process::process_alive(k));
         if pids.is_empty() && !keeping {
             break;
         }
