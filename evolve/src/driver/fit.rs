@@ -74,6 +74,10 @@ impl Driver<'_> {
         let problem = self.fit_problem.as_ref().expect("set above");
         // What each individual needs: nothing, a fit, or the values of an identical one's fit.
         let mut todo: Vec<(usize, blake3::Hash)> = Vec::new();
+        // Individuals identical to one earlier in `todo` (breeding and initialisation make many):
+        // fitted once, the others take its values.
+        let mut repeats: Vec<(usize, blake3::Hash)> = Vec::new();
+        let mut queued: std::collections::HashSet<blake3::Hash> = std::collections::HashSet::new();
         let mut known: Vec<Option<Option<Vec<f32>>>> = vec![None; born.len()];
         for (k, b) in born.iter().enumerate() {
             if b.params.is_empty() || config.iterations == 0 {
@@ -89,6 +93,7 @@ impl Driver<'_> {
             let key = fit_key(seed, b);
             match self.fit_memo.get(&key) {
                 Some(values) => known[k] = Some(values.clone()),
+                None if !queued.insert(key) => repeats.push((k, key)),
                 None => todo.push((k, key)),
             }
         }
@@ -158,6 +163,9 @@ impl Driver<'_> {
             }
             self.fit_memo.insert(key, values.clone());
             known[k] = Some(values);
+        }
+        for (k, key) in repeats {
+            known[k] = self.fit_memo.get(&key).cloned();
         }
         for (b, fitted) in born.iter_mut().zip(known) {
             if let Some(Some(params)) = fitted {
