@@ -660,6 +660,18 @@ fn binary_slopes(op: Op) -> Option<(&'static str, &'static str)> {
     })
 }
 
+/// The macro that says whether the wide fitting kernels add their products on the tensor cores
+/// (`GPFARM_FIT_MMA`: 1 from compute capability 8.0, which has double-precision `mma`, unless the
+/// environment variable `GPFARM_FIT_MMA` is `0`; a diagnostic switch), else one sum per thread.
+fn fit_mma_macro() -> &'static str {
+    let off = std::env::var_os("GPFARM_FIT_MMA").is_some_and(|v| v == "0");
+    if off {
+        "#define GPFARM_FIT_MMA 0\n"
+    } else {
+        "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800\n#define GPFARM_FIT_MMA 0\n#else\n#define GPFARM_FIT_MMA 1\n#endif\n"
+    }
+}
+
 /// The fitting kernels' common source: the prelude and the `gpfarm_fit_body<NP>` template,
 /// interpreting bytecode (`compiled` `None`) or running compiled members (`compiled`: the cases
 /// of a switch on the member); with the kernels' parameter declarations and the names that pass
@@ -863,6 +875,7 @@ union V {{ int i; float f; double d; }};\n\
 #define MIX(s, d) ((s) == 0.0 ? 0.0 : (s) * (d))\n\
 #define MIXF(s, d) ((s) == 0.0f || (d) == 0.0f ? 0.0f : (s) * (d))\n\
 #define FIT_PARAMS {FIT_PARAMS}\n\
+{mma}\
 {stored_macros}\
 \n\
 // Width NP: a tangent of NP floats per value; NSUMS = 1 + NP + NP (NP + 1) / 2 sums.\n\
@@ -883,12 +896,22 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
     constexpr bool NARROW = NP <= {UNROLLED};\n\
     // Rows of the wide kernels' shared memory (a row: the case's Jacobian row and residual, as\n\
     // doubles): as many of the block's as fit in 40 KiB, a power of two.\n\
-    constexpr int ROWB = (NP + 1) * 8;\n\
+    // With the tensor cores (GPFARM_FIT_MMA), a row is NP + 1 values padded to whole blocks of\n\
+    // 8 (MP), its stride LD = 4 mod 8 doubles so that a fragment's 32 loads hit distinct banks.\n\
+    constexpr int MP = GPFARM_FIT_MMA ? (NP + 8) / 8 * 8 : NP + 1;\n\
+    constexpr int LD = GPFARM_FIT_MMA ? MP + (12 - MP % 8) % 8 : NP + 1;\n\
+    constexpr int ROWB = LD * 8;\n\
     constexpr int S = NARROW ? 1 : ROWB * {BLOCK} <= 40960 ? {BLOCK} : ROWB * ({BLOCK} / 2) <= 40960 ? {BLOCK} / 2 : ROWB * ({BLOCK} / 4) <= 40960 ? {BLOCK} / 4 : ROWB * ({BLOCK} / 8) <= 40960 ? {BLOCK} / 8 : {BLOCK} / 16;\n\
     static_assert(NARROW || ROWB * S <= 40960, \"the rows of a wide kernel must fit its shared memory\");\n\
-    constexpr int OWN = NARROW ? 1 : (NSUMS + {BLOCK} - 1) / {BLOCK};\n\
+    static_assert(NARROW || S % 4 == 0, \"the tensor cores take rows 4 at a time\");\n\
+    constexpr int OWN = NARROW || GPFARM_FIT_MMA ? 1 : (NSUMS + {BLOCK} - 1) / {BLOCK};\n\
+    // The tensor cores' tiles: 8 x 8 blocks (I, J), J <= I, of the lower triangle of the\n\
+    // (NP + 1)-square of a row's products with itself; warp w takes tiles w, w + WARPS, ...\n\
+    constexpr int MB = MP / 8;\n\
+    constexpr int NT = MB * (MB + 1) / 2;\n\
+    constexpr int TW = NARROW || !GPFARM_FIT_MMA ? 1 : (NT + {WARPS} - 1) / {WARPS};\n\
     __shared__ double red[{WARPS}][NARROW ? NSUMS : 1];\n\
-    __shared__ double jsh[S][NP + 1];\n\
+    __shared__ double jsh[S][LD];\n\
     __shared__ int gpfarm_abort;\n\
     // Programs of 8 or more parameters that are straight-line float code (fewer than TAPE ops)\n\
     // are differentiated in reverse: a forward sweep keeps each op's operands on a tape, a\n\
@@ -910,6 +933,27 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
     // the residual).\n\
     double own[OWN];\n\
     int fa[OWN], fb[OWN];\n\
+    // A tensor-core warp's tiles: their blocks, whether the program has sums there (a block\n\
+    // holds one of its parameters or the residual), and their fragments (lane: row lane / 4,\n\
+    // columns 2 (lane % 4) and the next).\n\
+    const int lane = (int)(threadIdx.x & 31u), warp = (int)(threadIdx.x >> 5);\n\
+    int ti[TW], tj[TW];\n\
+    bool tl[TW];\n\
+    double tc[TW][2];\n\
+#pragma unroll\n\
+    for (int t = 0; t < TW; ++t) {{\n\
+        const int tt = warp + t * {WARPS};\n\
+        int i = 0;\n\
+        while ((i + 1) * (i + 2) / 2 <= tt) ++i;\n\
+        ti[t] = i; tj[t] = tt - i * (i + 1) / 2;\n\
+        auto live = [&](int b) {{ return 8 * b < np || (8 * b <= NP && NP < 8 * b + 8); }};\n\
+        tl[t] = tt < NT && live(ti[t]) && live(tj[t]);\n\
+        tc[t][0] = 0.0; tc[t][1] = 0.0;\n\
+    }}\n\
+    if constexpr (GPFARM_FIT_MMA && !NARROW) {{\n\
+        // The padding columns stay zero.\n\
+        for (int q = threadIdx.x; q < S * (LD - NP - 1); q += {BLOCK}) jsh[q / (LD - NP - 1)][NP + 1 + q % (LD - NP - 1)] = 0.0;\n\
+    }}\n\
 #pragma unroll\n\
     for (int s = 0; s < OWN; ++s) {{\n\
         own[s] = 0.0;\n\
@@ -946,10 +990,27 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
                     jsh[row][NP] = r;\n\
                 }}\n\
                 __syncthreads();\n\
-                for (int row = 0; row < S; ++row) {{\n\
+                if constexpr (GPFARM_FIT_MMA) {{\n\
+                    // D += A B on the tensor cores, 4 rows a step: A (8 x 4, lane: row lane / 4,\n\
+                    // column lane % 4) the rows' block I transposed, B (4 x 8, lane: row lane % 4,\n\
+                    // column lane / 4) their block J.\n\
+                    for (int r0 = 0; r0 < S; r0 += 4) {{\n\
 #pragma unroll\n\
-                    for (int s = 0; s < OWN; ++s) {{\n\
-                        own[s] += jsh[row][fa[s]] * jsh[row][fb[s]];\n\
+                        for (int t = 0; t < TW; ++t) {{\n\
+                            if (tl[t]) {{\n\
+                                const double a = jsh[r0 + (lane & 3)][8 * ti[t] + (lane >> 2)];\n\
+                                const double b = jsh[r0 + (lane & 3)][8 * tj[t] + (lane >> 2)];\n\
+                                asm volatile(\"mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {{%0,%1}}, {{%2}}, {{%3}}, {{%0,%1}};\"\n\
+                                             : \"+d\"(tc[t][0]), \"+d\"(tc[t][1]) : \"d\"(a), \"d\"(b));\n\
+                            }}\n\
+                        }}\n\
+                    }}\n\
+                }} else {{\n\
+                    for (int row = 0; row < S; ++row) {{\n\
+#pragma unroll\n\
+                        for (int s = 0; s < OWN; ++s) {{\n\
+                            own[s] += jsh[row][fa[s]] * jsh[row][fb[s]];\n\
+                        }}\n\
                     }}\n\
                 }}\n\
                 __syncthreads();\n\
@@ -976,6 +1037,19 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
             for (int w = 0; w < {WARPS}; ++w) s += red[w][q];\n\
             if (place(q) >= 0) partial[base + place(q)] = s;\n\
         }}\n\
+    }} else if constexpr (GPFARM_FIT_MMA) {{\n\
+        // Product (a, b), b <= a, of the row (index NP: the residual) is sum 0 for (NP, NP),\n\
+        // Jᵀr's 1 + b for (NP, b), else the triangle's 1 + NP + a (a + 1) / 2 + b.\n\
+#pragma unroll\n\
+        for (int t = 0; t < TW; ++t) {{\n\
+#pragma unroll\n\
+            for (int e = 0; e < 2; ++e) {{\n\
+                const int a = 8 * ti[t] + (lane >> 2), b = 8 * tj[t] + 2 * (lane & 3) + e;\n\
+                if (!tl[t] || a > NP || b > a) continue;\n\
+                const int q = a == NP ? (b == NP ? 0 : 1 + b) : 1 + NP + a * (a + 1) / 2 + b;\n\
+                if (q < used && place(q) >= 0) partial[base + place(q)] = tc[t][e];\n\
+            }}\n\
+        }}\n\
     }} else {{\n\
 #pragma unroll\n\
         for (int s = 0; s < OWN; ++s) {{\n\
@@ -986,6 +1060,7 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
 }}\n",
         problem = problem.name(),
         stored_macros = stored_macros,
+        mma = fit_mma_macro(),
         WARPS = BLOCK / 32,
         UNROLLED = 8,
     );
