@@ -43,7 +43,6 @@ use std::time::Instant;
 
 use cudarc::driver::DriverError;
 use gpfarm_gp::Problem;
-use rayon::prelude::*;
 use thiserror::Error;
 
 // Defined with the worker's wire, so that the GPU worker's parent (in `gpfarm-client`) speaks the
@@ -359,9 +358,8 @@ impl GpuEvaluator {
         let (mut on_gpu, mut on_host) = (std::time::Duration::ZERO, std::time::Duration::ZERO);
         for _ in 0..iterations {
             let host = Instant::now();
-            // Each start's small solve is its own: on every core, in the starts' order.
             let trials: Vec<(usize, Vec<f32>)> =
-                starts.par_iter_mut().enumerate().filter_map(|(k, s)| s.trial().map(|t| (k, t))).collect();
+                starts.iter_mut().enumerate().filter_map(|(k, s)| s.trial().map(|t| (k, t))).collect();
             if trials.is_empty() {
                 break;
             }
@@ -374,15 +372,9 @@ impl GpuEvaluator {
             on_gpu += took;
             let host = Instant::now();
             let at = unpack(&sums, &mut trials.iter().map(|(k, _)| *k));
-            let mut judged: Vec<Option<(Vec<f32>, gpfarm_gp::Sums)>> = vec![None; n];
             for ((k, trial), at) in trials.into_iter().zip(at) {
-                judged[k] = Some((trial, at));
+                starts[k].judge(trial, Some(at));
             }
-            starts.par_iter_mut().zip(judged).for_each(|(s, judged)| {
-                if let Some((trial, at)) = judged {
-                    s.judge(trial, Some(at));
-                }
-            });
             on_host += host.elapsed();
         }
         if fit::profiling() {
