@@ -13,10 +13,12 @@
 //! [`crate::gpu::contract::fit_rows`]) and program (grid y); a thread runs cases `l`,
 //! `l + BLOCK`, ... of its tile. Up to 8 parameters, it adds
 //! each case's products to its own `double` sums in that order and the block sums its warps by
-//! shuffles and then its warps in order; wider, the block's Jacobian rows go to shared memory and
-//! each thread adds its own share of the sums over them, in order (registers, not local memory,
-//! however many sums). [`FIT_TILES_KERNEL`] sums each program's tiles in order, so the sums are
-//! the same bits on every run. Values are the evaluating kernel's ops (so the outputs are the interpreter's, bit for
+//! shuffles and then its warps in order; wider, the block's Jacobian rows go to shared memory as
+//! doubles and the block's warps add their products on the double-precision tensor cores (`mma`
+//! m8n8k4: an 8 × 8 tile of sums per warp and step of four rows, tiles holding none of the
+//! program's parameters skipped; before compute capability 8.0, or with `GPFARM_FIT_MMA=0`, each
+//! thread adds its own share of the sums, in order). [`FIT_TILES_KERNEL`] sums each program's
+//! tiles in order, so the sums are the same bits on every run of the same GPU. Values are the evaluating kernel's ops (so the outputs are the interpreter's, bit for
 //! bit); the derivatives are floats, by the rules of the CPU's tangents (`gp::program`): none for
 //! ints, comparisons and conversions to int; the path taken at a branch; the first argument's
 //! side of `fabs` at 0 and of `fmin`/`fmax` on a tie; `pow`'s exponent only where its base is
@@ -881,9 +883,9 @@ union V {{ int i; float f; double d; }};\n\
 // Width NP: a tangent of NP floats per value; NSUMS = 1 + NP + NP (NP + 1) / 2 sums.\n\
 // Narrow kernels (NP <= {UNROLLED}) keep every sum in each thread's registers, add each case's\n\
 // products there, and sum the threads by shuffles and then the warps in order. Wider ones put each\n\
-// case's Jacobian row and residual in shared memory as doubles (as many of the block's rows at a time as fit) and give each\n\
-// thread its own sums (sum q to thread q mod BLOCK), which it adds over the rows in order: the\n\
-// products stay in registers, however many parameters. Either way the order is fixed.\n\
+// case's Jacobian row and residual in shared memory as doubles (as many of the block's rows at a time as fit) and add\n\
+// their products on the tensor cores (GPFARM_FIT_MMA), or give each thread its own sums (sum q\n\
+// to thread q mod BLOCK), which it adds over the rows in order. Either way the order is fixed.\n\
 // Whether an op may be in a program fitted by the adjoint sweeps (straight-line float code).\n\
 __device__ __forceinline__ bool gpfarm_straight(unsigned op)\n\
 {{\n\
