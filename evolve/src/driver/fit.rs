@@ -8,7 +8,8 @@
 //! thread count or the order of work change a value: whether an individual is fitted is drawn
 //! from the run's seed, its generation and its slot; the fit itself is a pure function of the
 //! problem, the run's seed, the phenotype and the starting values, so an individual identical to
-//! one fitted before takes that one's values without fitting again.
+//! one fitted before, or to another of its generation, takes that one's values without fitting
+//! again ([`plan_fits`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -47,6 +48,50 @@ fn fit_key(seed: u64, b: &Born) -> blake3::Hash {
     h.finalize()
 }
 
+/// What each individual bred needs: nothing, a fit, or the values of an identical one's fit.
+struct FitPlan {
+    /// The individuals to fit (indices into the generation bred), each with its [`fit_key`].
+    todo: Vec<(usize, blake3::Hash)>,
+    /// Individuals identical to one in `todo` (breeding and initialisation make many): fitted
+    /// once, they take its values.
+    repeats: Vec<(usize, blake3::Hash)>,
+    /// Per individual, the values an identical one's fit in an earlier generation gave (`Some`;
+    /// inside, `None` where that fit moved nothing).
+    known: Vec<Option<Option<Vec<f32>>>>,
+}
+
+/// Plans the fits of `born` under `config` in a run of seed `seed`, with the fits remembered
+/// from earlier generations in `memo`: each individual with parameters is fitted with probability
+/// `config.share`, drawn from the seed, its generation and its slot.
+fn plan_fits(
+    born: &[Born],
+    config: &FitConfig,
+    seed: u64,
+    memo: &std::collections::HashMap<blake3::Hash, Option<Vec<f32>>>,
+) -> FitPlan {
+    let mut plan = FitPlan { todo: Vec::new(), repeats: Vec::new(), known: vec![None; born.len()] };
+    let mut queued: std::collections::HashSet<blake3::Hash> = std::collections::HashSet::new();
+    for (k, b) in born.iter().enumerate() {
+        if b.params.is_empty() || config.iterations == 0 {
+            continue;
+        }
+        let mut draw = ChaCha8Rng::seed_from_u64(
+            seed ^ (b.generation as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                ^ (b.slot as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F),
+        );
+        if !draw.random_bool(config.share) {
+            continue;
+        }
+        let key = fit_key(seed, b);
+        match memo.get(&key) {
+            Some(values) => plan.known[k] = Some(values.clone()),
+            None if !queued.insert(key) => plan.repeats.push((k, key)),
+            None => plan.todo.push((k, key)),
+        }
+    }
+    plan
+}
+
 impl Driver<'_> {
     /// Fits the parameters of those of `born` the run's [`gpfarm_gp::FitConfig`] selects, records
     /// the values with the pipeline, and writes every individual's values into its phenotype.
@@ -72,31 +117,7 @@ impl Driver<'_> {
             self.fit_problem = Some(self.problem.strided(cases));
         }
         let problem = self.fit_problem.as_ref().expect("set above");
-        // What each individual needs: nothing, a fit, or the values of an identical one's fit.
-        let mut todo: Vec<(usize, blake3::Hash)> = Vec::new();
-        // Individuals identical to one earlier in `todo` (breeding and initialisation make many):
-        // fitted once, the others take its values.
-        let mut repeats: Vec<(usize, blake3::Hash)> = Vec::new();
-        let mut queued: std::collections::HashSet<blake3::Hash> = std::collections::HashSet::new();
-        let mut known: Vec<Option<Option<Vec<f32>>>> = vec![None; born.len()];
-        for (k, b) in born.iter().enumerate() {
-            if b.params.is_empty() || config.iterations == 0 {
-                continue;
-            }
-            let mut draw = ChaCha8Rng::seed_from_u64(
-                seed ^ (b.generation as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                    ^ (b.slot as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F),
-            );
-            if !draw.random_bool(config.share) {
-                continue;
-            }
-            let key = fit_key(seed, b);
-            match self.fit_memo.get(&key) {
-                Some(values) => known[k] = Some(values.clone()),
-                None if !queued.insert(key) => repeats.push((k, key)),
-                None => todo.push((k, key)),
-            }
-        }
+        let FitPlan { todo, repeats, mut known } = plan_fits(&born, &config, seed, &self.fit_memo);
         let one = |&(k, key): &(usize, blake3::Hash)| -> Option<Vec<f32>> {
             let b = &born[k];
             let fit_seed = u64::from_le_bytes(key.as_bytes()[..8].try_into().expect("8 bytes"));
@@ -368,4 +389,42 @@ fn gpu_fit(
         }
     }
     Ok((out, by_code, compile_took))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpfarm_gp::Phenotype;
+
+    fn born(slot: usize, text: &str, params: &[f32]) -> Born {
+        Born { generation: 3, slot, phenotype: Phenotype::new(text), params: params.to_vec(), program: None }
+    }
+
+    #[test]
+    fn identical_individuals_are_fitted_once_and_remembered_ones_not_again() {
+        let config = FitConfig::default();
+        let generation = vec![
+            born(0, "p[0] * x1 + p[1]", &[1.0, 2.0]),
+            born(1, "p[0] * x1 + p[1]", &[1.0, 2.0]),
+            born(2, "p[0] * x1 + p[1]", &[1.0, 2.5]),
+            born(3, "x1", &[]),
+            born(4, "p[0] * x2", &[0.5]),
+            born(5, "p[0] * x1 + p[1]", &[1.0, 2.0]),
+        ];
+        let mut memo = std::collections::HashMap::new();
+        memo.insert(fit_key(7, &generation[4]), Some(vec![0.25f32]));
+        let plan = plan_fits(&generation, &config, 7, &memo);
+        let slots = |v: &[(usize, blake3::Hash)]| v.iter().map(|(k, _)| *k).collect::<Vec<_>>();
+        assert_eq!(slots(&plan.todo), vec![0, 2]);
+        assert_eq!(slots(&plan.repeats), vec![1, 5]);
+        assert_eq!(plan.repeats[0].1, plan.todo[0].1, "a repeat takes the values of its twin's fit");
+        assert_eq!(plan.known[4], Some(Some(vec![0.25])));
+        assert!(plan.known.iter().enumerate().all(|(k, v)| v.is_some() == (k == 4)));
+        // Another seed is another fit: nothing remembered applies.
+        let other = plan_fits(&generation, &config, 8, &memo);
+        assert_eq!(slots(&other.todo), vec![0, 2, 4]);
+        // No share, no fits.
+        let none = plan_fits(&generation, &FitConfig { share: 0.0, ..config }, 7, &memo);
+        assert!(none.todo.is_empty() && none.repeats.is_empty() && none.known.iter().all(Option::is_none));
+    }
 }
