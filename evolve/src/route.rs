@@ -261,7 +261,7 @@ pub fn problem_loops(problem: &Problem) -> bool {
 }
 
 /// The level the PTX route links `problem`'s programs at in a run under `config`, which evaluates
-/// each new program once ([`link_level`], the run's first generation built only where needed).
+/// each new program once (`link_level`, the run's first generation built only where needed).
 pub fn run_link_level(problem: &Problem, config: &EvolutionConfig) -> LinkLevel {
     link_level(problem, || first_generation(problem, config))
 }
