@@ -97,7 +97,9 @@ fn small_stack_kernels_take_shallow_programs_of_the_narrow_widths_only() {
     };
     let sum = |n: usize| (0..n).map(|k| format!("p[{k}] * x{}", k % 5 + 1)).collect::<Vec<_>>().join(" + ");
     assert!(code("p[0] * x1 + p[1]").0);
-    assert!(code("x1 > p[0] ? p[1] * x2 : cosf(p[2] * x3)").0);
+    // A branch: not straight-line float code, which is all the small kernels' forward sweep knows.
+    assert!(!code("x1 > p[0] ? p[1] * x2 : cosf(p[2] * x3)").0);
+    assert!(code("p[1] * x2 - cosf(p[2] * x3)").0);
     assert!(code(&sum(8)).0, "width 8, straight, 31 ops");
     assert!(!code(&sum(12)).0, "width 16 has no small-stack kernel");
     // Width 8 in reverse: the small tape holds 64 ops; beyond, the full kernel runs it.

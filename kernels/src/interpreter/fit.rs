@@ -280,6 +280,23 @@ fn adjoint(op: Op) -> Option<(String, String)> {
     })
 }
 
+/// Whether every op of `words` (a program [`super::assemble_structure`] wrote) is one of
+/// straight-line float code, those the reverse sweeps know ([`adjoint`]), however many.
+fn straight_ops(words: &[u32]) -> bool {
+    let mut pc = 0;
+    while let Some(&w) = words.get(pc) {
+        let Some(op) = Op::ALL.get((w & 0xff) as usize).copied() else { return false };
+        if op == Op::End {
+            return true;
+        }
+        if adjoint(op).is_none() {
+            return false;
+        }
+        pc += if op == Op::PushF { 2 } else { 1 };
+    }
+    false
+}
+
 /// Whether the fitting kernels differentiate `words` (a program [`super::assemble_structure`]
 /// wrote) in reverse: straight-line float code of at most [`FIT_TAPE`] ops, as the kernels'
 /// own scan decides. Programs of more than [`FIT_FORWARD_PARAMS`] parameters are fitted on the
@@ -303,13 +320,14 @@ pub fn fitted_in_reverse(words: &[u32]) -> bool {
 /// Whether a program of `params` parameters and stack `depth` whose words are `words` (as
 /// [`super::assemble_structure`] wrote them) runs in its width's small-stack fitting kernel
 /// ([`fit_kernel_small`]), whose per-case arrays stay in the L1 cache: a width of
-/// [`FIT_SMALL_WIDTHS`], a stack under [`FIT_SMALL_DEPTH`] values, and, where the kernel
-/// differentiates the program in reverse, at most [`FIT_SMALL_TAPE`] ops. Such a program takes
-/// the same path through either kernel (the same ops, forward or reverse alike), so its sums are
-/// the same bits in both.
+/// [`FIT_SMALL_WIDTHS`], a stack under [`FIT_SMALL_DEPTH`] values, straight-line float code (the
+/// small kernels' forward sweep knows only its ops) and, where the kernel differentiates the
+/// program in reverse, at most [`FIT_SMALL_TAPE`] ops. Such a program takes the same path
+/// through either kernel (the same ops, forward or reverse alike), so its sums are the same bits
+/// in both.
 pub fn fits_small(words: &[u32], params: usize, depth: usize) -> bool {
     let Some(w) = fit_width(params) else { return false };
-    if !FIT_SMALL_WIDTHS.contains(&w) || depth >= FIT_SMALL_DEPTH {
+    if !FIT_SMALL_WIDTHS.contains(&w) || depth >= FIT_SMALL_DEPTH || !straight_ops(words) {
         return false;
     }
     if w < FIT_REVERSE_WIDTH || !fitted_in_reverse(words) {
@@ -359,7 +377,7 @@ pub fn fit_source_for(problem: &Problem, widths: &[usize]) -> Result<String, Gpu
         if FIT_SMALL_WIDTHS.contains(&w) {
             writeln!(
                 kernels,
-                "extern \"C\" __global__ void __launch_bounds__({BLOCK}) {}({decl})\n{{\n    gpfarm_fit_body<{w}, {}, {FIT_SMALL_TAPE}>({args});\n}}\n",
+                "extern \"C\" __global__ void __launch_bounds__({BLOCK}) {}({decl})\n{{\n    gpfarm_fit_body<{w}, {}, {FIT_SMALL_TAPE}, GPFARM_FIT_STRAIGHT>({args});\n}}\n",
                 fit_kernel_small(w),
                 FIT_SMALL_DEPTH + 2,
             )
@@ -674,6 +692,17 @@ fn fit_mma_macro() -> &'static str {
     }
 }
 
+/// The macro that says whether the small-stack fitting kernels' forward sweep switches over the
+/// ops of straight-line float code only (`GPFARM_FIT_STRAIGHT`: 1, unless the environment
+/// variable `GPFARM_FIT_STRAIGHT` is `0`, a diagnostic switch that keeps every op there).
+fn fit_straight_macro() -> &'static str {
+    if std::env::var_os("GPFARM_FIT_STRAIGHT").is_some_and(|v| v == "0") {
+        "#define GPFARM_FIT_STRAIGHT false\n"
+    } else {
+        "#define GPFARM_FIT_STRAIGHT true\n"
+    }
+}
+
 /// The fitting kernels' common source: the prelude and the `gpfarm_fit_body<NP>` template,
 /// interpreting bytecode (`compiled` `None`) or running compiled members (`compiled`: the cases
 /// of a switch on the member); with the kernels' parameter declarations and the names that pass
@@ -735,8 +764,11 @@ fn fit_template(problem: &Problem, compiled: Option<&str>) -> Result<(String, St
         writeln!(cases, "                case {code}: {} break; // {op:?}", dual(*op)).ok();
     }
     let (mut forward, mut backward, mut straight) = (String::new(), String::new(), String::new());
+    // The small-stack kernels' forward sweep: only the ops of straight-line float code.
+    let mut straight_cases = String::new();
     for (code, op) in Op::ALL.iter().enumerate() {
         if let Some((f, b)) = adjoint(*op) {
+            writeln!(straight_cases, "                case {code}: {} break; // {op:?}", dual(*op)).ok();
             writeln!(forward, "                case {code}: {f} break; // {op:?}").ok();
             writeln!(backward, "                case {code}: {b} break; // {op:?}").ok();
             if *op != Op::End {
@@ -839,9 +871,16 @@ fn fit_template(problem: &Problem, compiled: Option<&str>) -> Result<(String, St
             const unsigned w = prog[pc++];\n\
             const unsigned arg = w >> 8;\n\
             if (sp >= DEPTH - 1) {{ failed = 1; goto finished; }}\n\
+            if constexpr (STRAIGHT) {{\n\
+            switch (w & 0xffu) {{\n\
+{straight_cases}\
+                default: failed = 1; goto finished;\n\
+            }}\n\
+            }} else {{\n\
             switch (w & 0xffu) {{\n\
 {cases}\
                 default: failed = 1; goto finished;\n\
+            }}\n\
             }}\n\
         }}\n\
     finished:\n\
@@ -878,6 +917,7 @@ union V {{ int i; float f; double d; }};\n\
 #define MIXF(s, d) ((s) == 0.0f || (d) == 0.0f ? 0.0f : (s) * (d))\n\
 #define FIT_PARAMS {FIT_PARAMS}\n\
 {mma}\
+{straight_small}\
 {stored_macros}\
 \n\
 // Width NP: a tangent of NP floats per value; NSUMS = 1 + NP + NP (NP + 1) / 2 sums.\n\
@@ -891,7 +931,9 @@ __device__ __forceinline__ bool gpfarm_straight(unsigned op)\n\
 {{\n\
     switch (op) {{ {straight}return true; default: return false; }}\n\
 }}\n\n\
-template <int NP, int DEPTH, int TAPE>\n\
+// STRAIGHT: the program is straight-line float code (the small-stack kernels' programs), so the\n\
+// forward sweep's switch holds only those ops.\n\
+template <int NP, int DEPTH, int TAPE, bool STRAIGHT = false>\n\
 __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
 {{\n\
     constexpr int NSUMS = 1 + NP + NP * (NP + 1) / 2;\n\
@@ -1063,6 +1105,7 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
         problem = problem.name(),
         stored_macros = stored_macros,
         mma = fit_mma_macro(),
+        straight_small = fit_straight_macro(),
         WARPS = BLOCK / 32,
         UNROLLED = 8,
     );
