@@ -360,8 +360,9 @@ fn gpu_sums_of_programs_with_statements_agree_with_the_cpu_s() {
     let (fit, want) = request(&problem, &texts, 12);
     let (sums, _) = gpu.linearize(&fit).unwrap();
     agree(&sums, &want);
-    // The loop and the branches in the small-stack kernels: the same bits.
-    assert_eq!(same_in_small_kernels(&mut gpu, &problem, &texts, &fit, &sums), fit.offsets.len());
+    // Statements, loops and branches are not straight-line float code: none of them runs in the
+    // small-stack kernels, whose forward sweep knows only those ops.
+    assert_eq!(same_in_small_kernels(&mut gpu, &problem, &texts, &fit, &sums), 0);
 }
 
 /// Linearizes `fit`'s starts (three of each of `texts`, as [`request`] makes them) again, each in
