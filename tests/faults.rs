@@ -350,7 +350,8 @@ fn daemon_pid(farm: &Farm, id: usize) -> u32 {
     gpfarm_client::farm_status()
         .iter()
         .find(|f| f.name == farm.name().as_str())
-        .map_or(0, |f| f.daemons.get(id).map_or(0, |d| d.pid))
+        .and_then(|f| f.daemons.iter().find(|d| d.id.0 as usize == id).map(|d| d.pid))
+        .unwrap_or(0)
 }
 
 /// Kills daemon `id` of `farm` and heals the farm until it reports what it did (5 s at most).
