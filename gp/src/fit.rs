@@ -20,7 +20,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::fitness::FitnessKind;
 use crate::problem::Problem;
-use crate::program::{Linearization, Program};
+use crate::program::Program;
 
 /// A start ends once an iteration gains less than this share of the sum of squares: float
 /// outputs cannot improve much further.
@@ -68,7 +68,11 @@ pub fn fit(
     let targets: Vec<f64> = (0..targets.len()).map(|c| targets.as_f64(c)).collect();
     let max_steps = problem.max_steps();
     let np = start.len();
-    let run = |p: &[f32]| program.linearize(problem, p, max_steps).ok().map(|at| Sums::of(&at, &targets, np));
+    let run = |p: &[f32]| {
+        let mut sums = Sums::new(0.0, vec![0.0; np * np], vec![0.0; np]);
+        program.linearize_each(problem, p, max_steps, |c, y, row| sums.add_case(y, targets[c], row)).ok()?;
+        Some(Sums::new(sums.sse, sums.jtj, sums.jtr))
+    };
     let first = run(start)?;
     let mut best = Fitted { params: start.to_vec(), sse: first.sse, runs: np };
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -131,23 +135,19 @@ impl Sums {
         Sums::new(sums[0], a, sums[1..1 + np].to_vec())
     }
 
-    /// The sums of a run's outputs and Jacobian against `targets`, in the rmse fitness's order.
-    fn of(at: &Linearization, targets: &[f64], np: usize) -> Sums {
-        let mut a = vec![0.0f64; np * np];
-        let mut g = vec![0.0f64; np];
-        let mut sse = 0.0;
-        for (c, (&y, &t)) in at.outputs.iter().zip(targets).enumerate() {
-            let r = f64::from(y) - t;
-            sse += r * r;
-            let row = &at.jacobian[c * np..(c + 1) * np];
-            for i in 0..np {
-                g[i] += row[i] * r;
-                for j in 0..=i {
-                    a[i * np + j] += row[i] * row[j];
-                }
+    /// Adds one case to sums being gathered (from zero, over the cases in order, as the rmse
+    /// fitness adds them): its output `y`, target `t` and Jacobian row.
+    fn add_case(&mut self, y: f32, t: f64, row: &[f64]) {
+        let np = row.len();
+        let r = f64::from(y) - t;
+        self.sse += r * r;
+        for (i, (&ri, g)) in row.iter().zip(&mut self.jtr).enumerate() {
+            *g += ri * r;
+            // Each sum is its own, added over the cases in order: vectorised across j alike.
+            for (a, &rj) in self.jtj[i * np..=i * np + i].iter_mut().zip(&row[..=i]) {
+                *a += ri * rj;
             }
         }
-        Sums::new(sse, a, g)
     }
 }
 

@@ -701,6 +701,36 @@ impl Program {
         self.linearize_tree(problem, params, max_steps)
     }
 
+    /// As [`Program::linearize`], but handing each case's output and Jacobian row to `each`
+    /// (case, output, d output / d `p[k]` for every `k`), in case order, instead of keeping them:
+    /// the same values, without a Jacobian of every case in memory.
+    pub fn linearize_each(
+        &self,
+        problem: &Problem,
+        params: &[f32],
+        max_steps: u64,
+        mut each: impl FnMut(usize, f32, &[f64]),
+    ) -> Result<(), RunError> {
+        self.check(problem, params)?;
+        if !self.differentiable() {
+            return Err(RunError::NotDifferentiable);
+        }
+        if let Body::Expression(e) = &self.body
+            && let Some(tape) = Tape::compile(self, e)
+            && tape
+                .each_case(problem, params, true, |c, v, row| each(c, tape.convert(v, Ty::Float) as f32, row))
+                .is_some()
+        {
+            return Ok(());
+        }
+        let at = self.linearize_tree(problem, params, max_steps)?;
+        let np = params.len();
+        for (c, &y) in at.outputs.iter().enumerate() {
+            each(c, y, &at.jacobian[c * np..(c + 1) * np]);
+        }
+        Ok(())
+    }
+
     /// [`Program::linearize`] by walking the tree in every case: the reference the block
     /// evaluation of expressions ([`tape`]) is tested against.
     #[doc(hidden)]

@@ -309,3 +309,29 @@ fn statements_and_loops_are_differentiated_along_the_path_taken_case_by_case() {
     // Past the step limit the run fails, as the evaluator's does.
     assert!(program.linearize(&problem, &[0.0], 100).is_err());
 }
+
+/// Each case handed over in order, its output and Jacobian row those of `linearize`, bit for bit,
+/// by the block evaluation and by the tree walk (a branch) alike.
+#[test]
+fn linearize_each_hands_over_linearize_s_outputs_and_rows_bit_for_bit() {
+    let problem = keijzer6();
+    for text in
+        ["sinf(x * p[0]) * p[1] + expf(p[2] / x) - p[0] * 07.35", "x > p[0] ? p[1] * x : cosf(p[2] * x)"]
+    {
+        let program = Program::parse(&problem, &Phenotype::new(text)).unwrap();
+        let params = [0.7f32, -1.3, 0.25];
+        let lin = program.linearize(&problem, &params, 1000).unwrap();
+        let mut seen = 0;
+        program
+            .linearize_each(&problem, &params, 1000, |c, y, row| {
+                assert_eq!(c, seen, "{text}: cases in order");
+                assert_eq!(y.to_bits(), lin.outputs[c].to_bits(), "{text}: case {c}");
+                let want = &lin.jacobian[c * 3..(c + 1) * 3];
+                assert!(row.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()), "{text}: case {c}");
+                seen += 1;
+            })
+            .unwrap();
+        assert_eq!(seen, problem.cases().len(), "{text}");
+        assert!(lin.jacobian.iter().any(|&d| d != 0.0), "{text}: derivatives");
+    }
+}

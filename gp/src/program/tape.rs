@@ -207,6 +207,34 @@ impl Tape {
         params: &[f32],
         mut jacobian: Option<&mut Vec<f64>>,
     ) -> Option<Vec<f64>> {
+        let n = problem.cases().len();
+        let np = params.len();
+        let mut out = Vec::with_capacity(n);
+        if let Some(j) = jacobian.as_deref_mut() {
+            j.clear();
+            j.resize(n * np, 0.0);
+        }
+        let derivatives = jacobian.is_some();
+        self.each_case(problem, params, derivatives, |c, v, row| {
+            out.push(v);
+            if let Some(j) = jacobian.as_deref_mut() {
+                j[c * np..(c + 1) * np].copy_from_slice(row);
+            }
+        })?;
+        Some(out)
+    }
+
+    /// Runs the tape over every case in order and hands `each` the case, its value (the
+    /// expression's own type, held as f64) and, with `derivatives`, its row of d value / d `p[k]`
+    /// (empty without). `None` when an input the program reads is not a scalar column of
+    /// `problem`.
+    pub(super) fn each_case(
+        &self,
+        problem: &Problem,
+        params: &[f32],
+        derivatives: bool,
+        mut each: impl FnMut(usize, f64, &[f64]),
+    ) -> Option<()> {
         let inputs = problem.cases().inputs();
         for step in &self.steps {
             if let Op::Input(i) = step.op {
@@ -217,13 +245,8 @@ impl Tape {
             }
         }
         let n = problem.cases().len();
-        let np = params.len();
-        let mut out = Vec::with_capacity(n);
-        let derivatives = jacobian.is_some();
-        if let Some(j) = jacobian.as_deref_mut() {
-            j.clear();
-            j.resize(n * np, 0.0);
-        }
+        let root = self.steps.last()?;
+        let mut row = vec![0.0; if derivatives { params.len() } else { 0 }];
         let mut s = self.stack(derivatives);
         let mut start = 0;
         while start < n {
@@ -231,22 +254,20 @@ impl Tape {
             for (i, step) in self.steps.iter().enumerate() {
                 self.exec(i, step, &mut s, start, len, inputs, params, derivatives);
             }
-            out.extend_from_slice(&s.values[0][..len]);
-            if let Some(j) = jacobian.as_deref_mut() {
-                let root = self.steps.last()?;
-                let dots = &s.dots[0];
-                let shared = root.reads.len();
-                for r in 0..len {
-                    let row = &mut j[(start + r) * np..(start + r + 1) * np];
+            let (values, dots) = (&s.values[0], &s.dots[0]);
+            let shared = root.reads.len();
+            for r in 0..len {
+                if derivatives {
                     row.iter_mut().for_each(|d| *d = dots[shared * BLOCK + r]);
                     for (c, &k) in root.reads.iter().enumerate() {
                         row[k] = dots[c * BLOCK + r];
                     }
                 }
+                each(start + r, values[r], &row);
             }
             start += len;
         }
-        Some(out)
+        Some(())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -319,7 +340,9 @@ impl Tape {
                         _ => fn1_f64(f, convert(x, from, Ty::Double)),
                     };
                     *v = y;
-                    *k = fn1_slope(f, x, y);
+                    if derivatives {
+                        *k = fn1_slope(f, x, y);
+                    }
                 }
                 if derivatives {
                     let dots = &mut s.dots[d];
@@ -382,7 +405,9 @@ impl Tape {
                         _ => fn2_f64(f, convert(x, ta, Ty::Double), convert(y, tb, Ty::Double)),
                     };
                     a[r] = v;
-                    (s.slope_a[r], s.slope_b[r]) = fn2_slopes(f, ty, x, y, v);
+                    if derivatives {
+                        (s.slope_a[r], s.slope_b[r]) = fn2_slopes(f, ty, x, y, v);
+                    }
                 }
                 if derivatives {
                     self.mix(i, s, d, len);
