@@ -5,7 +5,8 @@
 //!
 //! One iteration solves `(JᵀJ + λ·diag(JᵀJ)) δ = −Jᵀr` for the residuals `r` (output − target)
 //! and Jacobian `J` at the current values, rounds `p + δ` to float, and runs the program there
-//! (with its derivatives, for the next iteration): a lower sum of squares is taken and λ shrinks
+//! (with its derivatives, for the next iteration, only where the sum of squares came out lower:
+//! a plain run decides, as [`fit`] does on the CPU): a lower sum of squares is taken and λ shrinks
 //! tenfold, a higher one is refused and λ grows tenfold; a start ends early once a step gains
 //! less than a millionth of the sum of squares, or leaves the float values as they were. The sum of squares is computed from the
 //! float outputs exactly as the fitness is, so the fitness of the values returned is what the fit
@@ -19,7 +20,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::fitness::FitnessKind;
-use crate::problem::Problem;
+use crate::problem::{Column, Problem};
 use crate::program::Program;
 
 /// A start ends once an iteration gains less than this share of the sum of squares: float
@@ -73,6 +74,18 @@ pub fn fit(
         program.linearize_each(problem, p, max_steps, |c, y, row| sums.add_case(y, targets[c], row)).ok()?;
         Some(Sums::new(sums.sse, sums.jtj, sums.jtr))
     };
+    // The sum of squares alone, from a plain run (the same outputs, added in the same order as
+    // `run`'s): a step that does not lower it is refused whatever its Jacobian.
+    let sse_at = |p: &[f32]| -> Option<f64> {
+        let outputs = program.run_params(problem, p, max_steps).ok()?;
+        let Some(Column::Float(ys)) = outputs.first() else { return None };
+        let mut sse = 0.0;
+        for (&y, &t) in ys.iter().zip(&targets) {
+            let r = f64::from(y) - t;
+            sse += r * r;
+        }
+        Some(if sse.is_finite() { sse } else { f64::INFINITY })
+    };
     let first = run(start)?;
     let mut best = Fitted { params: start.to_vec(), sse: first.sse, runs: np };
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -87,8 +100,15 @@ pub fn fit(
         };
         for _ in 0..settings.iterations {
             let Some(trial) = lm.trial() else { break };
-            best.runs += np;
-            let at = run(&trial);
+            // Derivatives only where the step is taken: the same steps as running them always.
+            best.runs += 1;
+            let at = match sse_at(&trial) {
+                Some(sse) if sse < lm.sse() => {
+                    best.runs += np;
+                    run(&trial)
+                }
+                _ => None,
+            };
             lm.judge(trial, at);
         }
         if lm.sse() < best.sse {
