@@ -225,7 +225,7 @@ impl LmStart {
     }
 
     /// What running `trial` gave (`None`: the program did not run there): a lower sum of squares
-    /// is taken and λ shrinks tenfold, ending the start when it gained less than [`CONVERGED`];
+    /// is taken and λ shrinks tenfold, ending the start when it gained less than `CONVERGED` (a millionth);
     /// anything else is refused and λ grows tenfold, ending the start past 1e12.
     pub fn judge(&mut self, trial: Vec<f32>, at: Option<Sums>) {
         match at {
