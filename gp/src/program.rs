@@ -676,8 +676,9 @@ impl Program {
     }
 
     /// The program's single float output in every case with `params`, and its derivatives with
-    /// respect to each parameter by forward-mode automatic differentiation (the rules are in
-    /// the `program::tangent` module's documentation): `jacobian[c * params.len() + k]` is d output(c) / d `p[k]`.
+    /// respect to each parameter by forward-mode automatic differentiation (the rules are in the
+    /// `program::tangent` module's documentation): `jacobian[c * params.len() + k]` is
+    /// d output(c) / d `p[k]`.
     /// The outputs are [`Program::run_params`]'s, bit for bit.
     pub fn linearize(
         &self,
