@@ -5,8 +5,9 @@
 //!
 //! One iteration solves `(JᵀJ + λ·diag(JᵀJ)) δ = −Jᵀr` for the residuals `r` (output − target)
 //! and Jacobian `J` at the current values, rounds `p + δ` to float, and runs the program there
-//! (with its derivatives, for the next iteration, only where the sum of squares came out lower:
-//! a plain run decides, as [`fit`] does on the CPU): a lower sum of squares is taken and λ shrinks
+//! (with its derivatives, for the next iteration: [`fit`] on the CPU runs them only where a plain
+//! run shows the sum of squares lower, the GPU for every trial; the steps are the same either
+//! way): a lower sum of squares is taken and λ shrinks
 //! tenfold, a higher one is refused and λ grows tenfold; a start ends early once a step gains
 //! less than a millionth of the sum of squares, or leaves the float values as they were. The sum of squares is computed from the
 //! float outputs exactly as the fitness is, so the fitness of the values returned is what the fit
@@ -43,7 +44,8 @@ pub struct Fitted {
     pub params: Vec<f32>,
     /// Their sum of squared errors.
     pub sse: f64,
-    /// Runs of the program over every case, one per derivative direction (what the fit cost).
+    /// Runs of the program over every case (what the fit cost): a plain run counts 1, a run with
+    /// derivatives one per parameter.
     pub runs: usize,
 }
 

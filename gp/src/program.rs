@@ -704,7 +704,8 @@ impl Program {
 
     /// As [`Program::linearize`], but handing each case's output and Jacobian row to `each`
     /// (case, output, d output / d `p[k]` for every `k`), in case order, instead of keeping them:
-    /// the same values, without a Jacobian of every case in memory.
+    /// the same values, without a Jacobian of every case in memory (on the block evaluation; the
+    /// tree walk builds it first).
     pub fn linearize_each(
         &self,
         problem: &Problem,

@@ -364,20 +364,28 @@ impl Tape {
                         (ArithOp::Add, Ty::Float) => binary(a, b, |x, y| f64::from(x as f32 + y as f32)),
                         (ArithOp::Sub, Ty::Float) => binary(a, b, |x, y| f64::from(x as f32 - y as f32)),
                         (ArithOp::Mul, Ty::Float) => {
-                            slopes(a, b, sa, sb, |x, y| (y, x));
+                            if derivatives {
+                                slopes(a, b, sa, sb, |x, y| (y, x));
+                            }
                             binary(a, b, |x, y| f64::from(x as f32 * y as f32));
                         }
                         (ArithOp::Div, Ty::Float) => {
-                            slopes(a, b, sa, sb, |x, y| (1.0 / y, -x / (y * y)));
+                            if derivatives {
+                                slopes(a, b, sa, sb, |x, y| (1.0 / y, -x / (y * y)));
+                            }
                             binary(a, b, |x, y| f64::from(x as f32 / y as f32));
                         }
                         _ => {
-                            slopes(a, b, sa, sb, |x, y| arith_slopes(op, x, y));
+                            if derivatives {
+                                slopes(a, b, sa, sb, |x, y| arith_slopes(op, x, y));
+                            }
                             binary(a, b, |x, y| arith(op, ty, x, y));
                         }
                     }
                 } else {
-                    slopes(a, b, sa, sb, |x, y| arith_slopes(op, x, y));
+                    if derivatives {
+                        slopes(a, b, sa, sb, |x, y| arith_slopes(op, x, y));
+                    }
                     binary(a, b, |x, y| arith(op, ty, convert(x, ta, ty), convert(y, tb, ty)));
                 }
                 if derivatives {
