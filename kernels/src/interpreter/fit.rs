@@ -280,21 +280,27 @@ fn adjoint(op: Op) -> Option<(String, String)> {
     })
 }
 
-/// Whether every op of `words` (a program [`super::assemble_structure`] wrote) is one of
-/// straight-line float code, those the reverse sweeps know ([`adjoint`]), however many.
-fn straight_ops(words: &[u32]) -> bool {
-    let mut pc = 0;
+/// Where `words` (a program [`super::assemble_structure`] wrote) is straight-line float code
+/// (every op one the reverse sweeps know, [`adjoint`], up to `End`): how many ops it has and
+/// where its last one starts.
+fn straight_ops(words: &[u32]) -> Option<(usize, usize)> {
+    let (mut pc, mut n, mut last) = (0, 0, 0);
     while let Some(&w) = words.get(pc) {
-        let Some(op) = Op::ALL.get((w & 0xff) as usize).copied() else { return false };
+        let op = Op::ALL.get((w & 0xff) as usize).copied()?;
         if op == Op::End {
-            return true;
+            return Some((n, last));
         }
-        if adjoint(op).is_none() {
-            return false;
-        }
+        adjoint(op)?;
+        (n, last) = (n + 1, pc);
         pc += if op == Op::PushF { 2 } else { 1 };
     }
-    false
+    None
+}
+
+/// Whether straight-line code of `ops` ops whose last starts at `last` ([`straight_ops`]) fits
+/// the kernels' tape: at most [`FIT_TAPE`] ops, each at a word the tape's 16 bits can name.
+fn fits_tape((ops, last): (usize, usize)) -> bool {
+    ops <= FIT_TAPE && last <= 0xffff
 }
 
 /// Whether the fitting kernels differentiate `words` (a program [`super::assemble_structure`]
@@ -302,19 +308,7 @@ fn straight_ops(words: &[u32]) -> bool {
 /// own scan decides. Programs of more than [`FIT_FORWARD_PARAMS`] parameters are fitted on the
 /// GPU only then.
 pub fn fitted_in_reverse(words: &[u32]) -> bool {
-    let (mut pc, mut n) = (0, 0);
-    while let Some(&w) = words.get(pc) {
-        let Some(op) = Op::ALL.get((w & 0xff) as usize).copied() else { return false };
-        if op == Op::End {
-            return true;
-        }
-        if n >= FIT_TAPE || pc > 0xffff || adjoint(op).is_none() {
-            return false;
-        }
-        n += 1;
-        pc += if op == Op::PushF { 2 } else { 1 };
-    }
-    false
+    straight_ops(words).is_some_and(fits_tape)
 }
 
 /// Whether a program of `params` parameters and stack `depth` whose words are `words` (as
@@ -327,13 +321,11 @@ pub fn fitted_in_reverse(words: &[u32]) -> bool {
 /// in both.
 pub fn fits_small(words: &[u32], params: usize, depth: usize) -> bool {
     let Some(w) = fit_width(params) else { return false };
-    if !FIT_SMALL_WIDTHS.contains(&w) || depth >= FIT_SMALL_DEPTH || !straight_ops(words) {
+    if !FIT_SMALL_WIDTHS.contains(&w) || depth >= FIT_SMALL_DEPTH {
         return false;
     }
-    if w < FIT_REVERSE_WIDTH || !fitted_in_reverse(words) {
-        return true;
-    }
-    super::walk(words).take_while(|op| *op != Some(Op::End)).count() <= FIT_SMALL_TAPE
+    let Some(shape) = straight_ops(words) else { return false };
+    w < FIT_REVERSE_WIDTH || !fits_tape(shape) || shape.0 <= FIT_SMALL_TAPE
 }
 
 /// Whether a program of `params` parameters and stack `depth` whose words are `words` is fitted
