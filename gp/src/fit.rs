@@ -76,17 +76,14 @@ pub fn fit(
         program.linearize_each(problem, p, max_steps, |c, y, row| sums.add_case(y, targets[c], row)).ok()?;
         Some(Sums::new(sums.sse, sums.jtj, sums.jtr))
     };
-    // The sum of squares alone, from a plain run (the same outputs, added in the same order as
-    // `run`'s): a step that does not lower it is refused whatever its Jacobian.
+    // The sum of squares alone, from a plain run (the same outputs, added as `run` adds them): a
+    // step that does not lower it is refused whatever its Jacobian.
     let sse_at = |p: &[f32]| -> Option<f64> {
         let outputs = program.run_params(problem, p, max_steps).ok()?;
         let Some(Column::Float(ys)) = outputs.first() else { return None };
-        let mut sse = 0.0;
-        for (&y, &t) in ys.iter().zip(&targets) {
-            let r = f64::from(y) - t;
-            sse += r * r;
-        }
-        Some(if sse.is_finite() { sse } else { f64::INFINITY })
+        let mut sums = Sums::new(0.0, Vec::new(), Vec::new());
+        ys.iter().zip(&targets).for_each(|(&y, &t)| sums.add_case(y, t, &[]));
+        Some(Sums::new(sums.sse, sums.jtj, sums.jtr).sse)
     };
     let first = run(start)?;
     let mut best = Fitted { params: start.to_vec(), sse: first.sse, runs: np };

@@ -672,12 +672,16 @@ fn binary_slopes(op: Op) -> Option<(&'static str, &'static str)> {
     })
 }
 
+/// Whether the environment variable `var`, a diagnostic switch of the fitting kernels, is `0`.
+fn switched_off(var: &str) -> bool {
+    std::env::var_os(var).is_some_and(|v| v == "0")
+}
+
 /// The macro that says whether the wide fitting kernels add their products on the tensor cores
 /// (`GPFARM_FIT_MMA`: 1 from compute capability 8.0, which has double-precision `mma`, unless the
 /// environment variable `GPFARM_FIT_MMA` is `0`; a diagnostic switch), else one sum per thread.
 fn fit_mma_macro() -> &'static str {
-    let off = std::env::var_os("GPFARM_FIT_MMA").is_some_and(|v| v == "0");
-    if off {
+    if switched_off("GPFARM_FIT_MMA") {
         "#define GPFARM_FIT_MMA 0\n"
     } else {
         "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800\n#define GPFARM_FIT_MMA 0\n#else\n#define GPFARM_FIT_MMA 1\n#endif\n"
@@ -688,7 +692,7 @@ fn fit_mma_macro() -> &'static str {
 /// ops of straight-line float code only (`GPFARM_FIT_STRAIGHT`: 1, unless the environment
 /// variable `GPFARM_FIT_STRAIGHT` is `0`, a diagnostic switch that keeps every op there).
 fn fit_straight_macro() -> &'static str {
-    if std::env::var_os("GPFARM_FIT_STRAIGHT").is_some_and(|v| v == "0") {
+    if switched_off("GPFARM_FIT_STRAIGHT") {
         "#define GPFARM_FIT_STRAIGHT false\n"
     } else {
         "#define GPFARM_FIT_STRAIGHT true\n"
