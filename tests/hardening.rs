@@ -181,7 +181,10 @@ fn a_corrupted_header_neither_orphans_its_daemon_nor_hides_it() {
     // Its keeper replaces the daemon whose header was overwritten; either way a live daemon of
     // the farm serves the segment, and none is orphaned.
     assert!(
-        farm.wait(Duration::from_secs(10), |f| f.pids().len() == 1 && f.pids() != before),
+        farm.wait(Duration::from_secs(10), |f| {
+            let now = f.pids();
+            now.len() == 1 && now != before
+        }),
         "not replaced"
     );
     assert!(!process_alive(before[0]) || !is_daemon_of(before[0], &name), "the first daemon was orphaned");
@@ -191,6 +194,38 @@ fn a_corrupted_header_neither_orphans_its_daemon_nor_hides_it() {
     drop(client);
     let stop = gpfarm(&["daemons", "stop", farm.0.as_str()]);
     assert!(text(&stop.stdout).contains("stopped 1 daemons"), "{}", text(&stop.stdout));
+}
+
+#[test]
+fn a_client_attaching_while_the_keeper_has_no_daemon_running_waits_for_the_next_one() {
+    let _turn = one_at_a_time();
+    if !nvrtc_or_skip("attach between two lives") {
+        return;
+    }
+    let farm = Resident::start("gap", 1, &[]);
+    let keepers = process::keepers_of(&farm.0);
+    assert_eq!(keepers.len(), 1, "{keepers:?}");
+    let (keeper, before) = (keepers[0], farm.pids());
+    // The keeper is held still while its only daemon dies, so the farm has no daemon running
+    // and no segment a daemon serves: what a client sees between a daemon's death and the
+    // start of its replacement.
+    assert_eq!(unsafe { libc::kill(keeper as i32, libc::SIGSTOP) }, 0);
+    assert_eq!(unsafe { libc::kill(before[0] as i32, libc::SIGKILL) }, 0);
+    assert!(common::wait_gone(&before, Duration::from_secs(5)).is_empty(), "the daemon outlived SIGKILL");
+    let held = Duration::from_millis(500);
+    let resume = std::thread::spawn(move || {
+        std::thread::sleep(held);
+        unsafe { libc::kill(keeper as i32, libc::SIGCONT) }
+    });
+    let asked = Instant::now();
+    let attached = Farm::attach(Some(&farm.0), config(1));
+    let waited = asked.elapsed();
+    assert_eq!(resume.join().unwrap(), 0);
+    let mut client = attached.expect("a farm whose keeper lives was given up");
+    assert!(waited >= held / 2, "attached after {waited:?}, while the keeper was still held");
+    assert_ne!(farm.pids(), before);
+    let batch = client.compile(&units(2), &options()).unwrap();
+    assert!(batch.results.iter().all(|r| r.cubin().is_some()));
 }
 
 #[test]

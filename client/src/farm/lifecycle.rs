@@ -8,6 +8,7 @@
 //! the child ends.
 //! Must never leave a spawned daemon running or its segment behind when the farm is dropped.
 
+use std::collections::{BTreeMap, HashMap};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -145,20 +146,21 @@ impl Farm {
 
     /// Attaches to the daemons of a farm started by `gpfarm daemons start`: the named farm, or
     /// the only resident farm of this user if no name is given (running jobs' temporary farms
-    /// are not for sharing).
+    /// are not for sharing). A named farm with no daemon running but a live keeper (between a
+    /// daemon's death and its replacement) is waited for, up to [`FarmConfig::start_timeout`].
     pub fn attach(name: Option<&FarmName>, config: FarmConfig) -> Result<Farm, FarmError> {
-        // A farm none of whose daemons lives is gone, and its segments with it. A dead daemon's
-        // segment in a farm that lives stays: its keeper is replacing it, and it is waited for.
-        let live = process::live_daemons();
-        for farm in group_by_farm(list_segments()).keys() {
-            if !live.keys().any(|n| &n.farm == farm) {
-                remove_stale_segments(Some(farm));
+        // A named farm whose keeper lives is between two lives of its daemons (the old one
+        // killed, the new one not yet started): it is looked for again until the start-up
+        // timeout.
+        let deadline = Instant::now() + config.start_timeout;
+        let (live, mut farms) = loop {
+            let (live, farms) = running_farms();
+            let missing = name.is_some_and(|n| !farms.contains_key(n) && !process::keepers_of(n).is_empty());
+            if !missing || Instant::now() >= deadline {
+                break (live, farms);
             }
-        }
-        // A live daemon whose segment is not there yet (a replacement starting) counts too.
-        let mut names = list_segments();
-        names.extend(live.keys().filter(|n| !names.contains(n)).cloned().collect::<Vec<_>>());
-        let mut farms = group_by_farm(names);
+            std::thread::sleep(Duration::from_millis(20));
+        };
         if name.is_none() {
             farms.retain(|farm, ids| {
                 let pids = ids.iter().filter_map(|&id| live.get(&SegmentName::new(farm, id)).copied());
@@ -385,6 +387,22 @@ enum Trouble {
     /// Ended by a clean exit: stopped on purpose.
     Stopped(String),
     Replace(String),
+}
+
+/// This user's live daemons, and every farm by the daemon ids it has: a segment, or a live
+/// daemon whose segment is not there yet (a replacement starting). A farm none of whose daemons
+/// lives is gone, and its segments are removed; a dead daemon's segment in a farm that lives
+/// stays: its keeper is replacing it, and it is waited for.
+fn running_farms() -> (HashMap<SegmentName, u32>, BTreeMap<FarmName, Vec<DaemonId>>) {
+    let live = process::live_daemons();
+    for farm in group_by_farm(list_segments()).keys() {
+        if !live.keys().any(|n| &n.farm == farm) {
+            remove_stale_segments(Some(farm));
+        }
+    }
+    let mut names = list_segments();
+    names.extend(live.keys().filter(|n| !names.contains(n)).cloned().collect::<Vec<_>>());
+    (live, group_by_farm(names))
 }
 
 /// Starts daemon `id` (or takes `first`, already spawned) and meets it. One killed from outside
