@@ -21,7 +21,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::fitness::FitnessKind;
-use crate::problem::{Column, Problem};
+use crate::problem::Problem;
 use crate::program::Program;
 
 /// A start ends once an iteration gains less than this share of the sum of squares: float
@@ -69,20 +69,21 @@ pub fn fit(
     }
     let targets = problem.cases().targets();
     let targets: Vec<f64> = (0..targets.len()).map(|c| targets.as_f64(c)).collect();
-    let max_steps = problem.max_steps();
     let np = start.len();
+    // The tape and its working memory serve every run of the fit.
+    let runs = std::cell::RefCell::new(program.runs(problem, problem.max_steps()));
     let run = |p: &[f32]| {
         let mut sums = Sums::new(0.0, vec![0.0; np * np], vec![0.0; np]);
-        program.linearize_each(problem, p, max_steps, |c, y, row| sums.add_case(y, targets[c], row)).ok()?;
+        runs.borrow_mut()
+            .linearize(p, |c, ys, rows| sums.add_block(ys, &targets[c..c + ys.len()], rows))
+            .ok()?;
         Some(Sums::new(sums.sse, sums.jtj, sums.jtr))
     };
     // The sum of squares alone, from a plain run (the same outputs, added as `run` adds them): a
     // step that does not lower it is refused whatever its Jacobian.
     let sse_at = |p: &[f32]| -> Option<f64> {
-        let outputs = program.run_params(problem, p, max_steps).ok()?;
-        let Some(Column::Float(ys)) = outputs.first() else { return None };
         let mut sums = Sums::new(0.0, Vec::new(), Vec::new());
-        ys.iter().zip(&targets).for_each(|(&y, &t)| sums.add_case(y, t, &[]));
+        runs.borrow_mut().outputs(p, |c, ys| sums.add_block(ys, &targets[c..c + ys.len()], &[])).ok()?;
         Some(Sums::new(sums.sse, sums.jtj, sums.jtr).sse)
     };
     let first = run(start)?;
@@ -154,17 +155,71 @@ impl Sums {
         Sums::new(sums[0], a, sums[1..1 + np].to_vec())
     }
 
-    /// Adds one case to sums being gathered (from zero, over the cases in order, as the rmse
-    /// fitness adds them): its output `y`, target `t` and Jacobian row.
-    fn add_case(&mut self, y: f32, t: f64, row: &[f64]) {
-        let np = row.len();
-        let r = f64::from(y) - t;
-        self.sse += r * r;
-        for (i, (&ri, g)) in row.iter().zip(&mut self.jtr).enumerate() {
-            *g += ri * r;
-            // Each sum is its own, added over the cases in order: vectorised across j alike.
-            for (a, &rj) in self.jtj[i * np..=i * np + i].iter_mut().zip(&row[..=i]) {
-                *a += ri * rj;
+    /// Adds a block of cases to sums being gathered (from zero, over the cases in order, as the
+    /// rmse fitness adds them): their outputs `ys`, targets `ts` and Jacobian rows (`rows`, one
+    /// row of `jtr.len()` values per case after the other). Each sum is its own, added over the
+    /// cases in order, whatever order the sums are visited in: the same sums, bit for bit, as
+    /// adding one case at a time.
+    fn add_block(&mut self, ys: &[f32], ts: &[f64], rows: &[f64]) {
+        let np = self.jtr.len();
+        let rs: Vec<f64> = ys.iter().zip(ts).map(|(&y, &t)| f64::from(y) - t).collect();
+        for &r in &rs {
+            self.sse += r * r;
+        }
+        if np == 0 {
+            return;
+        }
+        for (k, g) in self.jtr.iter_mut().enumerate() {
+            for (row, &r) in rows.chunks_exact(np).zip(&rs) {
+                *g += row[k] * r;
+            }
+        }
+        // `JᵀJ`'s lower triangle in tiles of 4 × 4 sums held in registers over the block.
+        for i0 in (0..np).step_by(TILE) {
+            for j0 in (0..=i0).step_by(TILE) {
+                if i0 + TILE <= np {
+                    add_tile(&mut self.jtj, np, i0, j0, rows);
+                } else {
+                    for i in i0..np {
+                        for j in j0..=i.min(j0 + TILE - 1) {
+                            let a = &mut self.jtj[i * np + j];
+                            for row in rows.chunks_exact(np) {
+                                *a += row[i] * row[j];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Sums added at once by [`add_tile`]: a `TILE` × `TILE` block of `JᵀJ`.
+const TILE: usize = 4;
+
+/// Adds `rows` (one of `np` values per case) to the tile of `JᵀJ` (`a`, `np` × `np`, row-major)
+/// at rows `i0..i0 + TILE` and columns `j0..j0 + TILE`, `j0 <= i0`, `i0 + TILE <= np`; of a tile
+/// on the diagonal only the lower triangle is kept.
+fn add_tile(a: &mut [f64], np: usize, i0: usize, j0: usize, rows: &[f64]) {
+    let mut acc = [[0.0f64; TILE]; TILE];
+    for (ii, acc) in acc.iter_mut().enumerate() {
+        for (jj, x) in acc.iter_mut().enumerate() {
+            *x = a[(i0 + ii) * np + j0 + jj];
+        }
+    }
+    for row in rows.chunks_exact(np) {
+        let ri: [f64; TILE] = row[i0..i0 + TILE].try_into().expect("a tile's rows");
+        let rj: [f64; TILE] = row[j0..j0 + TILE].try_into().expect("a tile's columns");
+        for (acc, &x) in acc.iter_mut().zip(&ri) {
+            for (s, &y) in acc.iter_mut().zip(&rj) {
+                *s += x * y;
+            }
+        }
+    }
+    for (ii, acc) in acc.iter().enumerate() {
+        for (jj, &x) in acc.iter().enumerate() {
+            if j0 + jj <= i0 + ii {
+                a[(i0 + ii) * np + j0 + jj] = x;
             }
         }
     }
@@ -302,6 +357,47 @@ fn cholesky_solve(a: &mut [f64], x: &mut [f64], n: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Blocks of cases add the sums one case at a time would, bit for bit, whatever the number
+    /// of parameters (tiles whole and cut short) and the length of the blocks.
+    #[test]
+    fn blocks_add_the_sums_of_one_case_at_a_time_bit_for_bit() {
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        for np in [0, 1, 3, 4, 5, 8, 11, 13] {
+            let n = 150;
+            let ys: Vec<f32> = (0..n).map(|_| rng.random_range(-10.0f32..10.0)).collect();
+            let ts: Vec<f64> = (0..n).map(|_| rng.random_range(-10.0..10.0)).collect();
+            let rows: Vec<f64> = (0..n * np)
+                .map(|i| {
+                    if i % 17 == 3 { 0.0 } else { rng.random_range(-1e3..1e3) * rng.random::<f64>().powi(8) }
+                })
+                .collect();
+            let mut one = Sums::new(0.0, vec![0.0; np * np], vec![0.0; np]);
+            for c in 0..n {
+                let r = f64::from(ys[c]) - ts[c];
+                one.sse += r * r;
+                for i in 0..np {
+                    one.jtr[i] += rows[c * np + i] * r;
+                    for j in 0..=i {
+                        one.jtj[i * np + j] += rows[c * np + i] * rows[c * np + j];
+                    }
+                }
+            }
+            for block in [1, 7, 64] {
+                let mut blocks = Sums::new(0.0, vec![0.0; np * np], vec![0.0; np]);
+                for start in (0..n).step_by(block) {
+                    let end = (start + block).min(n);
+                    blocks.add_block(&ys[start..end], &ts[start..end], &rows[start * np..end * np]);
+                }
+                let bits = |s: &Sums| {
+                    let mut v = vec![s.sse.to_bits()];
+                    v.extend(s.jtr.iter().chain(&s.jtj).map(|x| x.to_bits()));
+                    v
+                };
+                assert_eq!(bits(&blocks), bits(&one), "{np} parameters, blocks of {block}");
+            }
+        }
+    }
 
     #[test]
     fn cholesky_solves_a_small_system_and_refuses_an_indefinite_one() {

@@ -26,7 +26,9 @@
 mod lex;
 mod parse;
 mod run;
+mod runs;
 pub(crate) use run::{fn1_f64, fn2_f32, fn2_f64};
+pub use runs::Runs;
 mod tangent;
 mod tape;
 mod value;
@@ -713,24 +715,12 @@ impl Program {
         max_steps: u64,
         mut each: impl FnMut(usize, f32, &[f64]),
     ) -> Result<(), RunError> {
-        self.check(problem, params)?;
-        if !self.differentiable() {
-            return Err(RunError::NotDifferentiable);
-        }
-        if let Body::Expression(e) = &self.body
-            && let Some(tape) = Tape::compile(self, e)
-            && tape
-                .each_case(problem, params, true, |c, v, row| each(c, tape.convert(v, Ty::Float) as f32, row))
-                .is_some()
-        {
-            return Ok(());
-        }
-        let at = self.linearize_tree(problem, params, max_steps)?;
         let np = params.len();
-        for (c, &y) in at.outputs.iter().enumerate() {
-            each(c, y, &at.jacobian[c * np..(c + 1) * np]);
-        }
-        Ok(())
+        self.runs(problem, max_steps).linearize(params, |start, ys, rows| {
+            for (r, &y) in ys.iter().enumerate() {
+                each(start + r, y, &rows[r * np..(r + 1) * np]);
+            }
+        })
     }
 
     /// [`Program::linearize`] by walking the tree in every case: the reference the block

@@ -310,6 +310,58 @@ fn statements_and_loops_are_differentiated_along_the_path_taken_case_by_case() {
     assert!(program.linearize(&problem, &[0.0], 100).is_err());
 }
 
+/// One `Runs` serves a fit's runs at many values, plain and with derivatives in any order: every
+/// run gives `run_params`' outputs and `linearize`'s rows bit for bit, in blocks of cases in
+/// order, as if it were the first (nothing of one run leaks into the next), by the block
+/// evaluation and by the tree walk (a branch) alike.
+#[test]
+fn runs_kept_over_many_values_give_run_params_and_linearize_bit_for_bit() {
+    let problem = keijzer6();
+    let n = problem.cases().len();
+    for text in [
+        "sinf(x * p[0]) * p[1] + expf(p[2] / x) - p[0] * 07.35 + p[3] * x * p[4] - sinf(p[5])",
+        "x > p[0] ? p[1] * x : cosf(p[2] * x) + p[3] + p[4] * p[5]",
+    ] {
+        let program = Program::parse(&problem, &Phenotype::new(text)).unwrap();
+        let np = program.params();
+        assert_eq!(np, 6, "{text}");
+        let mut runs = program.runs(&problem, 1000);
+        let values: [[f32; 6]; 4] = [
+            [0.7, -1.3, 0.25, 2.0, -0.5, 1.5],
+            [1e30, 0.0, -3.0, f32::MIN_POSITIVE, 7.0, -2.5],
+            [-0.1, 4.0, 0.5, -1.0, 0.3, 0.0],
+            [0.7, -1.3, 0.25, 2.0, -0.5, 1.5],
+        ];
+        for (i, params) in values.iter().enumerate() {
+            for derivatives in [i % 2 == 0, i % 2 != 0] {
+                let (mut outputs, mut rows) = (Vec::new(), Vec::new());
+                let each =
+                    |start: usize, ys: &[f32], r: &[f64], outputs: &mut Vec<f32>, rows: &mut Vec<f64>| {
+                        assert_eq!(start, outputs.len(), "{text}: blocks in order");
+                        outputs.extend_from_slice(ys);
+                        rows.extend_from_slice(r);
+                    };
+                if derivatives {
+                    runs.linearize(params, |s, ys, r| each(s, ys, r, &mut outputs, &mut rows)).unwrap();
+                    let lin = program.linearize(&problem, params, 1000).unwrap();
+                    let bits = |v: &[f64]| v.iter().map(|d| d.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&rows), bits(&lin.jacobian), "{text} at {params:?}: rows");
+                    assert_eq!(rows.len(), n * np);
+                } else {
+                    runs.outputs(params, |s, ys| each(s, ys, &[], &mut outputs, &mut rows)).unwrap();
+                    assert!(rows.is_empty());
+                }
+                let Column::Float(want) = &program.run_params(&problem, params, 1000).unwrap()[0] else {
+                    panic!("{text}: a float output")
+                };
+                let bits = |v: &[f32]| v.iter().map(|d| d.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&outputs), bits(want), "{text} at {params:?}: outputs");
+            }
+        }
+        assert!(runs.outputs(&[1.0], |_, _| {}).is_err(), "{text}: too few values");
+    }
+}
+
 /// Each case handed over in order, its output and Jacobian row those of `linearize`, bit for bit,
 /// by the block evaluation and by the tree walk (a branch) alike.
 #[test]

@@ -23,7 +23,7 @@ use super::{Program, Source};
 use crate::problem::{Column, InputColumn, Problem};
 
 /// Cases computed together.
-const BLOCK: usize = 64;
+pub(super) const BLOCK: usize = 64;
 
 #[derive(Clone, Copy, Debug)]
 enum Op {
@@ -66,8 +66,8 @@ pub(super) struct Tape {
     widths: Vec<usize>,
 }
 
-/// The per-block working memory of a run.
-struct Stack {
+/// The per-block working memory of a run; kept by [`super::Runs`] between the runs of a fit.
+pub(super) struct Stack {
     values: Vec<Vec<f64>>,
     dots: Vec<Vec<f64>>,
     scratch: Vec<f64>,
@@ -184,7 +184,8 @@ impl Tape {
         Some(())
     }
 
-    fn stack(&self, derivatives: bool) -> Stack {
+    /// Working memory for runs of this tape, with or without derivatives.
+    pub(super) fn stack(&self, derivatives: bool) -> Stack {
         Stack {
             values: self.widths.iter().map(|_| vec![0.0; BLOCK]).collect(),
             dots: self
@@ -235,6 +236,30 @@ impl Tape {
         derivatives: bool,
         mut each: impl FnMut(usize, f64, &[f64]),
     ) -> Option<()> {
+        let np = if derivatives { params.len() } else { 0 };
+        let mut s = self.stack(derivatives);
+        self.each_block(&mut s, problem, params, derivatives, &mut Vec::new(), |start, values, rows| {
+            for (r, &v) in values.iter().enumerate() {
+                each(start + r, v, &rows[r * np..(r + 1) * np]);
+            }
+        })
+    }
+
+    /// Runs the tape over every case, a block of up to [`BLOCK`] cases at a time, in order, with
+    /// working memory `s` (from [`Tape::stack`] with the same `derivatives`), and hands `each` the
+    /// block's first case, its values (the expression's own type, held as f64) and, with
+    /// `derivatives`, its rows of d value / d `p[k]` one after the other (`params.len()` each;
+    /// empty without), built in `rows`. `None` when an input the program reads is not a scalar
+    /// column of `problem`.
+    pub(super) fn each_block(
+        &self,
+        s: &mut Stack,
+        problem: &Problem,
+        params: &[f32],
+        derivatives: bool,
+        rows: &mut Vec<f64>,
+        mut each: impl FnMut(usize, &[f64], &[f64]),
+    ) -> Option<()> {
         let inputs = problem.cases().inputs();
         for step in &self.steps {
             if let Op::Input(i) = step.op {
@@ -246,25 +271,26 @@ impl Tape {
         }
         let n = problem.cases().len();
         let root = self.steps.last()?;
-        let mut row = vec![0.0; if derivatives { params.len() } else { 0 }];
-        let mut s = self.stack(derivatives);
+        let np = if derivatives { params.len() } else { 0 };
+        rows.clear();
+        rows.resize(np * BLOCK, 0.0);
+        let shared = root.reads.len();
         let mut start = 0;
         while start < n {
             let len = BLOCK.min(n - start);
             for (i, step) in self.steps.iter().enumerate() {
-                self.exec(i, step, &mut s, start, len, inputs, params, derivatives);
+                self.exec(i, step, s, start, len, inputs, params, derivatives);
             }
-            let (values, dots) = (&s.values[0], &s.dots[0]);
-            let shared = root.reads.len();
-            for r in 0..len {
-                if derivatives {
+            if np > 0 {
+                let dots = &s.dots[0];
+                for (r, row) in rows.chunks_exact_mut(np).take(len).enumerate() {
                     row.iter_mut().for_each(|d| *d = dots[shared * BLOCK + r]);
                     for (c, &k) in root.reads.iter().enumerate() {
                         row[k] = dots[c * BLOCK + r];
                     }
                 }
-                each(start + r, values[r], &row);
             }
+            each(start, &s.values[0][..len], &rows[..np * len]);
             start += len;
         }
         Some(())
@@ -460,8 +486,10 @@ impl Tape {
     ) {
         let step = &self.steps[i];
         let width = step.reads.len() + 1;
-        s.scratch.clear();
-        s.scratch.resize(width * BLOCK, 0.0);
+        // Every component is written below before it is read: no need to clear it first.
+        if s.scratch.len() < width * BLOCK {
+            s.scratch.resize(width * BLOCK, 0.0);
+        }
         let (a, b) = (&s.dots[d], &s.dots[d + 1]);
         for c in 0..width {
             let (ca, cb) = (step.from_a[c], step.from_b[c]);

@@ -1,0 +1,96 @@
+//! Many runs of one program over one problem's cases at different parameter values, as a fit
+//! makes them: an expression's block tape ([`super::tape`]) is compiled once and its working
+//! memory kept from run to run. Each run hands its outputs (and Jacobian rows) over a block of
+//! cases at a time, in case order; they are [`Program::run_params`]'s and
+//! [`Program::linearize`]'s bit for bit (programs the tape does not cover walk the tree, as
+//! those do).
+
+use super::tape::{BLOCK, Stack, Tape};
+use super::value::Ty;
+use super::{Body, Program, RunError};
+use crate::problem::{Column, Problem};
+
+/// A program readied for many runs over `problem` ([`Program::runs`]).
+pub struct Runs<'a> {
+    program: &'a Program,
+    problem: &'a Problem,
+    max_steps: u64,
+    /// The tape, with working memory for plain runs and for runs with derivatives.
+    tape: Option<(Tape, Stack, Stack)>,
+    ys: Vec<f32>,
+    rows: Vec<f64>,
+}
+
+impl Program {
+    /// Readies this program for many runs over `problem` with at most `max_steps` loop
+    /// iterations per case ([`Runs`]).
+    pub fn runs<'a>(&'a self, problem: &'a Problem, max_steps: u64) -> Runs<'a> {
+        let tape = match &self.body {
+            Body::Expression(e) => Tape::compile(self, e).map(|t| {
+                let (plain, with) = (t.stack(false), t.stack(true));
+                (t, plain, with)
+            }),
+            Body::Statements(_) => None,
+        };
+        Runs { program: self, problem, max_steps, tape, ys: Vec::new(), rows: Vec::new() }
+    }
+}
+
+impl Runs<'_> {
+    /// Runs the program, whose one output is a float ([`Program::differentiable`]), at `params`
+    /// and hands `each` every block of cases in order: its first case and its outputs.
+    pub fn outputs(&mut self, params: &[f32], mut each: impl FnMut(usize, &[f32])) -> Result<(), RunError> {
+        self.run(params, false, |start, ys, _| each(start, ys))
+    }
+
+    /// As [`Runs::outputs`], with the Jacobian: `each` also gets the block's rows of d output /
+    /// d `p[k]`, `params.len()` values per case one after the other.
+    pub fn linearize(
+        &mut self,
+        params: &[f32],
+        each: impl FnMut(usize, &[f32], &[f64]),
+    ) -> Result<(), RunError> {
+        self.run(params, true, each)
+    }
+
+    fn run(
+        &mut self,
+        params: &[f32],
+        derivatives: bool,
+        mut each: impl FnMut(usize, &[f32], &[f64]),
+    ) -> Result<(), RunError> {
+        let (program, problem) = (self.program, self.problem);
+        program.check(problem, params)?;
+        if !program.differentiable() {
+            return Err(RunError::NotDifferentiable);
+        }
+        if let Some((tape, plain, with)) = &mut self.tape {
+            let s = if derivatives { with } else { plain };
+            let ys = &mut self.ys;
+            let done =
+                tape.each_block(s, problem, params, derivatives, &mut self.rows, |start, values, rows| {
+                    ys.clear();
+                    ys.extend(values.iter().map(|&v| tape.convert(v, Ty::Float) as f32));
+                    each(start, ys, rows);
+                });
+            if done.is_some() {
+                return Ok(());
+            }
+        }
+        let np = if derivatives { params.len() } else { 0 };
+        let (outputs, jacobian) = if derivatives {
+            let at = program.linearize_tree(problem, params, self.max_steps)?;
+            (at.outputs, at.jacobian)
+        } else {
+            match program.run_tree(problem, params, self.max_steps)?.into_iter().next() {
+                Some(Column::Float(ys)) => (ys, Vec::new()),
+                _ => return Err(RunError::NotDifferentiable),
+            }
+        };
+        for (b, ys) in outputs.chunks(BLOCK).enumerate() {
+            let start = b * BLOCK;
+            each(start, ys, &jacobian[start * np..(start + ys.len()) * np]);
+        }
+        Ok(())
+    }
+}
