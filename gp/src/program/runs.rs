@@ -1,11 +1,13 @@
 //! Many runs of one program over one problem's cases at different parameter values, as a fit
 //! makes them: an expression's block tape ([`super::tape`]) is compiled once and its working
-//! memory kept from run to run. Each run hands its outputs (and Jacobian rows) over a block of
+//! memory kept from run to run. A plain run keeps the values of its function calls (`sinf`,
+//! `powf`, ...), and a run with derivatives at the same values takes them instead of calling
+//! again, as Levenberg–Marquardt runs a step's derivatives once a plain run has shown it better. Each run hands its outputs (and Jacobian rows) over a block of
 //! cases at a time, in case order; they are [`Program::run_params`]'s and
 //! [`Program::linearize`]'s bit for bit (programs the tape does not cover walk the tree, as
 //! those do).
 
-use super::tape::{BLOCK, Stack, Tape};
+use super::tape::{BLOCK, Memo, Stack, Tape};
 use super::value::Ty;
 use super::{Body, Program, RunError};
 use crate::problem::{Column, Problem};
@@ -15,8 +17,10 @@ pub struct Runs<'a> {
     program: &'a Program,
     problem: &'a Problem,
     max_steps: u64,
-    /// The tape, with working memory for plain runs and for runs with derivatives.
-    tape: Option<(Tape, Stack, Stack)>,
+    /// The tape, with its working memory.
+    tape: Option<(Tape, Stack)>,
+    /// The values of the last plain run, whose calls' values the working memory keeps.
+    kept_at: Option<Vec<f32>>,
     ys: Vec<f32>,
     rows: Vec<f64>,
 }
@@ -27,12 +31,12 @@ impl Program {
     pub fn runs<'a>(&'a self, problem: &'a Problem, max_steps: u64) -> Runs<'a> {
         let tape = match &self.body {
             Body::Expression(e) => Tape::compile(self, e).map(|t| {
-                let (plain, with) = (t.stack(false), t.stack(true));
-                (t, plain, with)
+                let s = t.stack(true);
+                (t, s)
             }),
             Body::Statements(_) => None,
         };
-        Runs { program: self, problem, max_steps, tape, ys: Vec::new(), rows: Vec::new() }
+        Runs { program: self, problem, max_steps, tape, kept_at: None, ys: Vec::new(), rows: Vec::new() }
     }
 }
 
@@ -64,8 +68,15 @@ impl Runs<'_> {
         if !program.differentiable() {
             return Err(RunError::NotDifferentiable);
         }
-        if let Some((tape, plain, with)) = &mut self.tape {
-            let s = if derivatives { with } else { plain };
+        if let Some((tape, s)) = &mut self.tape {
+            s.memo_mode = match derivatives {
+                false => Memo::Keep,
+                true if self.kept_at.as_deref() == Some(params) => Memo::Take,
+                true => Memo::Off,
+            };
+            if !derivatives {
+                self.kept_at = None;
+            }
             let ys = &mut self.ys;
             let done =
                 tape.each_block(s, problem, params, derivatives, &mut self.rows, |start, values, rows| {
@@ -74,6 +85,9 @@ impl Runs<'_> {
                     each(start, ys, rows);
                 });
             if done.is_some() {
+                if s.memo_mode == Memo::Keep {
+                    self.kept_at = Some(params.to_vec());
+                }
                 return Ok(());
             }
         }

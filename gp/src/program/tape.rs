@@ -64,6 +64,19 @@ pub(super) struct Tape {
     depth: Vec<usize>,
     /// Derivative components each stack depth may hold.
     widths: Vec<usize>,
+    /// For each step that calls a function (`sinf`, `powf`, ...), its place among them; `None`
+    /// for the others.
+    calls: Vec<Option<usize>>,
+}
+
+/// What a run does with the values its calls give ([`Stack::memo`]): a plain run keeps them, a
+/// run with derivatives at the same parameter values takes them instead of calling again
+/// (the same values: each call is a pure function of its operands).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Memo {
+    Off,
+    Keep,
+    Take,
 }
 
 /// The per-block working memory of a run; kept by [`super::Runs`] between the runs of a fit.
@@ -73,14 +86,29 @@ pub(super) struct Stack {
     scratch: Vec<f64>,
     slope_a: Vec<f64>,
     slope_b: Vec<f64>,
+    /// The calls' values, call after call, case after case, and what this run does with them.
+    memo: Vec<f64>,
+    memo_cases: usize,
+    pub(super) memo_mode: Memo,
 }
 
 impl Tape {
     /// The tape of `program`'s expression, when every part of it is covered.
     pub(super) fn compile(program: &Program, e: &Expr) -> Option<Tape> {
-        let mut tape = Tape { steps: Vec::new(), depth: Vec::new(), widths: Vec::new() };
+        let mut tape = Tape { steps: Vec::new(), depth: Vec::new(), widths: Vec::new(), calls: Vec::new() };
         let mut stack: Vec<usize> = Vec::new();
         tape.walk(program, e, &mut stack)?;
+        let mut calls = 0;
+        tape.calls = tape
+            .steps
+            .iter()
+            .map(|s| {
+                matches!(s.op, Op::Call1(_) | Op::Call2(..)).then(|| {
+                    calls += 1;
+                    calls - 1
+                })
+            })
+            .collect();
         Some(tape)
     }
 
@@ -196,6 +224,9 @@ impl Tape {
             scratch: Vec::new(),
             slope_a: vec![0.0; BLOCK],
             slope_b: vec![0.0; BLOCK],
+            memo: Vec::new(),
+            memo_cases: 0,
+            memo_mode: Memo::Off,
         }
     }
 
@@ -275,6 +306,14 @@ impl Tape {
         rows.clear();
         rows.resize(np * BLOCK, 0.0);
         let shared = root.reads.len();
+        let calls = self.calls.iter().flatten().count();
+        s.memo_cases = n;
+        match s.memo_mode {
+            Memo::Keep if calls * n <= MEMO_LIMIT => s.memo.resize(calls * n, 0.0),
+            Memo::Keep => s.memo_mode = Memo::Off,
+            Memo::Take => assert_eq!(s.memo.len(), calls * n, "a run takes the values its plain run kept"),
+            Memo::Off => {}
+        }
         let mut start = 0;
         while start < n {
             let len = BLOCK.min(n - start);
@@ -359,12 +398,17 @@ impl Tape {
             Op::Call1(f) => {
                 let (from, ty) = (step.from, step.ty);
                 let (values, slope) = (&mut s.values[d][..len], &mut s.slope_a[..len]);
-                for (v, k) in values.iter_mut().zip(slope.iter_mut()) {
+                let (memo, kept) = memo_of(&mut s.memo, s.memo_mode, self.calls[i], start, len, s.memo_cases);
+                for (r, (v, k)) in values.iter_mut().zip(slope.iter_mut()).enumerate() {
                     let x = *v;
-                    let y = match ty {
-                        Ty::Float => f64::from(fn1_f32(f, convert(x, from, Ty::Float) as f32)),
+                    let y = match (memo, ty) {
+                        (Memo::Take, _) => kept[r],
+                        (_, Ty::Float) => f64::from(fn1_f32(f, convert(x, from, Ty::Float) as f32)),
                         _ => fn1_f64(f, convert(x, from, Ty::Double)),
                     };
+                    if memo == Memo::Keep {
+                        kept[r] = y;
+                    }
                     *v = y;
                     if derivatives {
                         *k = fn1_slope(f, x, y);
@@ -428,9 +472,11 @@ impl Tape {
                 let ty = step.ty;
                 let (lower, upper) = s.values.split_at_mut(d + 1);
                 let (a, b) = (&mut lower[d][..len], &upper[0][..len]);
+                let (memo, kept) = memo_of(&mut s.memo, s.memo_mode, self.calls[i], start, len, s.memo_cases);
                 for r in 0..len {
                     let (x, y) = (a[r], b[r]);
                     let v = match ty {
+                        _ if memo == Memo::Take => kept[r],
                         Ty::Float => f64::from(fn2_f32(
                             f,
                             convert(x, ta, Ty::Float) as f32,
@@ -438,6 +484,9 @@ impl Tape {
                         )),
                         _ => fn2_f64(f, convert(x, ta, Ty::Double), convert(y, tb, Ty::Double)),
                     };
+                    if memo == Memo::Keep {
+                        kept[r] = v;
+                    }
                     a[r] = v;
                     if derivatives {
                         (s.slope_a[r], s.slope_b[r]) = fn2_slopes(f, ty, x, y, v);
@@ -502,6 +551,25 @@ impl Tape {
         let keep = s.dots[d].len();
         std::mem::swap(&mut s.dots[d], &mut s.scratch);
         s.dots[d].resize(keep.max(width * BLOCK), 0.0);
+    }
+}
+
+/// At most this many call values are kept for the next run (64 MiB of f64 per fit).
+const MEMO_LIMIT: usize = 8 << 20;
+
+/// The kept values of call `call` (a step's place among the calls) for the cases
+/// `start..start + len` of `n`, and what to do with them: nothing for a step that calls nothing.
+fn memo_of(
+    memo: &mut [f64],
+    mode: Memo,
+    call: Option<usize>,
+    start: usize,
+    len: usize,
+    n: usize,
+) -> (Memo, &mut [f64]) {
+    match (mode, call) {
+        (Memo::Off, _) | (_, None) => (Memo::Off, &mut []),
+        (mode, Some(c)) => (mode, &mut memo[c * n + start..c * n + start + len]),
     }
 }
 
