@@ -313,14 +313,17 @@ fn statements_and_loops_are_differentiated_along_the_path_taken_case_by_case() {
 /// One `Runs` serves a fit's runs at many values, plain and with derivatives in any order: every
 /// run gives `run_params`' outputs and `linearize`'s rows bit for bit, in blocks of cases in
 /// order, as if it were the first (nothing of one run leaks into the next), by the block
-/// evaluation and by the tree walk (a branch) alike.
+/// evaluation and by the tree walk (a branch) alike, over Friedman-1's 1,000 cases (blocks of
+/// them).
 #[test]
 fn runs_kept_over_many_values_give_run_params_and_linearize_bit_for_bit() {
-    let problem = keijzer6();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/friedman1");
+    let problem = Problem::load(&dir).unwrap();
     let n = problem.cases().len();
+    assert!(n > 64, "several blocks of cases");
     for text in [
-        "sinf(x * p[0]) * p[1] + expf(p[2] / x) - p[0] * 07.35 + p[3] * x * p[4] - sinf(p[5])",
-        "x > p[0] ? p[1] * x : cosf(p[2] * x) + p[3] + p[4] * p[5]",
+        "sinf(x1 * p[0]) * p[1] + expf(p[2] / x2) - p[0] * 07.35 + powf(x3, p[3]) * x4 * p[4] - sinf(p[5])",
+        "x1 > p[0] ? p[1] * x2 : cosf(p[2] * x3) + p[3] + p[4] * p[5]",
     ] {
         let program = Program::parse(&problem, &Phenotype::new(text)).unwrap();
         let np = program.params();
