@@ -548,9 +548,13 @@ impl Tape {
                 &b[cb * BLOCK..cb * BLOCK + len],
             );
         }
-        let keep = s.dots[d].len();
         std::mem::swap(&mut s.dots[d], &mut s.scratch);
-        s.dots[d].resize(keep.max(width * BLOCK), 0.0);
+        // Steps that land at this depth later write their components through `scratch` (sized
+        // above), in place over their operand's, or, as leaves, two at most: the buffer that came
+        // out of `scratch` needs no more room than that, and none of it cleared.
+        if s.dots[d].len() < 2 * BLOCK {
+            s.dots[d].resize(2 * BLOCK, 0.0);
+        }
     }
 }
 
