@@ -24,7 +24,9 @@ fn main() {
     println!("params,cases,ms,runs,sse");
     for terms in [2usize, 8, 32, 64] {
         let text = (0..terms)
-            .map(|t| format!("p[{}] * x{} * sinf(p[{}] * x{})", 2 * t, t % 5 + 1, 2 * t + 1, (t * 3 + 1) % 5 + 1))
+            .map(|t| {
+                format!("p[{}] * x{} * sinf(p[{}] * x{})", 2 * t, t % 5 + 1, 2 * t + 1, (t * 3 + 1) % 5 + 1)
+            })
             .collect::<Vec<_>>()
             .join(" + ");
         let program = Program::parse(&problem, &Phenotype::new(&text)).expect("a Friedman-1 program");

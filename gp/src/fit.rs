@@ -1,7 +1,8 @@
 //! Fitting a program's free parameters (`p[k]`) to its problem's least-squares fitness (rmse) by
-//! Levenberg–Marquardt, with Jacobians by forward-mode automatic differentiation
-//! ([`Program::linearize`]). Must never make an individual worse: the values returned are the
-//! best the fit saw, the starting ones included, and never non-finite.
+//! Levenberg–Marquardt, with Jacobians by automatic differentiation ([`Program::linearize`]:
+//! reverse mode for the expressions the block evaluation covers, forward mode for other
+//! programs). Must never make an individual worse: the values returned are the best the fit saw,
+//! the starting ones included, and never non-finite.
 //!
 //! One iteration solves `(JᵀJ + λ·diag(JᵀJ)) δ = −Jᵀr` for the residuals `r` (output − target)
 //! and Jacobian `J` at the current values, rounds `p + δ` to float, and runs the program there

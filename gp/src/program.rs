@@ -678,9 +678,11 @@ impl Program {
     }
 
     /// The program's single float output in every case with `params`, and its derivatives with
-    /// respect to each parameter by forward-mode automatic differentiation (the rules are in the
+    /// respect to each parameter by automatic differentiation (the rules are in the
     /// `program::tangent` module's documentation): `jacobian[c * params.len() + k]` is
-    /// d output(c) / d `p[k]`.
+    /// d output(c) / d `p[k]`. Expressions the block evaluation covers are differentiated in
+    /// reverse mode, other programs in forward mode by the tree walk
+    /// ([`Program::linearize_tree`]); the `program::tape` module states how the two compare.
     /// The outputs are [`Program::run_params`]'s, bit for bit.
     pub fn linearize(
         &self,
