@@ -7,6 +7,8 @@
 //! [`Program::linearize`]'s bit for bit (programs the tape does not cover walk the tree, as
 //! those do).
 
+use std::cell::RefCell;
+
 use super::tape::{BLOCK, Memo, Stack, Tape};
 use super::value::Ty;
 use super::{Body, Program, RunError};
@@ -31,12 +33,32 @@ impl Program {
     pub fn runs<'a>(&'a self, problem: &'a Problem, max_steps: u64) -> Runs<'a> {
         let tape = match &self.body {
             Body::Expression(e) => Tape::compile(self, e).map(|t| {
-                let s = t.stack(true);
+                let s = t.stack_from(SPARE.with(|spare| spare.borrow_mut().take()));
                 (t, s)
             }),
             Body::Statements(_) => None,
         };
         Runs { program: self, problem, max_steps, tape, kept_at: None, ys: Vec::new(), rows: Vec::new() }
+    }
+}
+
+thread_local! {
+    /// The working memory of the last [`Runs`] this thread dropped, for its next one: a thread
+    /// fits one program after another, and memory taken afresh for each fit is cleared by the
+    /// system page by page.
+    static SPARE: RefCell<Option<Stack>> = const { RefCell::new(None) };
+}
+
+/// Working memory of more than this many f64 values (16 MiB) is not kept for the next [`Runs`].
+const SPARE_LIMIT: usize = 2 << 20;
+
+impl Drop for Runs<'_> {
+    fn drop(&mut self) {
+        if let Some((_, s)) = self.tape.take()
+            && s.capacity() <= SPARE_LIMIT
+        {
+            SPARE.with(|spare| *spare.borrow_mut() = Some(s));
+        }
     }
 }
 

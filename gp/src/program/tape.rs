@@ -109,6 +109,17 @@ pub(super) struct Stack {
     pub(super) memo_mode: Memo,
 }
 
+impl Stack {
+    /// The f64 values it holds room for.
+    pub(super) fn capacity(&self) -> usize {
+        let rows: usize = self.values.iter().map(Vec::capacity).sum();
+        rows + [&self.slope_a, &self.slope_b, &self.adjoint, &self.memo]
+            .iter()
+            .map(|v| v.capacity())
+            .sum::<usize>()
+    }
+}
+
 impl Tape {
     /// The tape of `program`'s expression, when every part of it is covered.
     pub(super) fn compile(program: &Program, e: &Expr) -> Option<Tape> {
@@ -224,6 +235,22 @@ impl Tape {
             _ => return None,
         }
         Some(())
+    }
+
+    /// Working memory for runs of this tape, with derivatives, made of `spare` (another tape's)
+    /// where there is one: sized for this tape, nothing in it cleared (a run writes every value,
+    /// slope and adjoint it reads before reading it), nothing kept for a run to take.
+    pub(super) fn stack_from(&self, spare: Option<Stack>) -> Stack {
+        let Some(mut s) = spare else { return self.stack(true) };
+        s.values.resize_with(self.height, || vec![0.0; BLOCK]);
+        let per_step = self.steps.len() * BLOCK;
+        for v in [&mut s.slope_a, &mut s.slope_b, &mut s.adjoint] {
+            if v.len() < per_step {
+                v.resize(per_step, 0.0);
+            }
+        }
+        (s.magnitudes, s.memo_mode) = (false, Memo::Off);
+        s
     }
 
     /// Working memory for runs of this tape, with or without derivatives.
