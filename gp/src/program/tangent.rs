@@ -7,10 +7,12 @@
 //! Where C's operations have no derivative the rule is that of automatic-differentiation
 //! tools: ints, comparisons, `!`, `&&`, `||`, bit operations and conversions to int carry
 //! none (0); a branch (`?:`, `if`, a loop's test) contributes the derivatives of the path taken;
-//! `fabs` at 0, `fmin`/`fmax` on a tie take the first argument's side; `pow(x, y)` carries a
-//! derivative along `y` only where `x > 0`; `pdiv(x, y)` has `/`'s slopes `(1/y, -x/y²)` where it
-//! divides (`|y| > 0.001` in its type) and none where it is the constant 1. A derivative that is
-//! not finite (`log` at 0) stays what it is, and whoever uses it decides.
+//! `fabs` at 0, `fmin`/`fmax` on a tie take the first argument's side; slopes are f64, but
+//! those of `sinf` and `cosf` are computed in float, as the functions are (`cosf(x)`,
+//! `-sinf(x)`); `pow(x, y)` carries a derivative along `y` only where `x > 0`; `pdiv(x, y)` has
+//! `/`'s slopes `(1/y, -x/y²)` where it divides (`|y| > 0.001` in its type) and none where it is
+//! the constant 1. A derivative that is not finite (`log` at 0) stays what it is, and whoever
+//! uses it decides.
 
 use super::parse::{ArithOp, Bin, Expr, Fn1, Fn2, Stmt};
 use super::run::{OutOfSteps, arith, call1, call2, compare, int_op, pdiv_divides, wrapped};
@@ -209,7 +211,7 @@ impl Tangent<'_> {
             Expr::Call1(f, ty, a) => {
                 let x = self.eval(a);
                 let v = call1(*f, *ty, x);
-                self.scale_top(fn1_slope(*f, x.to_f64(), v.to_f64()));
+                self.scale_top(fn1_slope(*f, *ty, x.to_f64(), v.to_f64()));
                 v
             }
             Expr::Call2(f, ty, a, b) => {
@@ -247,9 +249,12 @@ impl Tangent<'_> {
     }
 }
 
-/// d f(x) / dx where `v = f(x)`.
-pub(super) fn fn1_slope(f: Fn1, x: f64, v: f64) -> f64 {
+/// d f(x) / dx where `v = f(x)` is computed in `ty`: the slopes of `sinf` and `cosf` are taken
+/// in float as the functions are (`cosf`, `-sinf`), those of `sin` and `cos` in double.
+pub(super) fn fn1_slope(f: Fn1, ty: Ty, x: f64, v: f64) -> f64 {
     match f {
+        Fn1::Sin if ty == Ty::Float => f64::from((x as f32).cos()),
+        Fn1::Cos if ty == Ty::Float => -f64::from((x as f32).sin()),
         Fn1::Sin => x.cos(),
         Fn1::Cos => -x.sin(),
         Fn1::Exp => v,

@@ -426,7 +426,7 @@ impl Tape {
                     }
                     *v = y;
                     if slopes_of {
-                        slope[r] = fn1_slope(f, x, y);
+                        slope[r] = fn1_slope(f, ty, x, y);
                     }
                 }
             }
