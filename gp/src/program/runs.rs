@@ -1,9 +1,10 @@
 //! Many runs of one program over one problem's cases at different parameter values, as a fit
 //! makes them: an expression's block tape ([`super::tape`]) is compiled once and its working
-//! memory kept from run to run. A plain run keeps the values of its function calls (`sinf`,
-//! `powf`, ...), and a run with derivatives at the same values takes them instead of calling
-//! again, as Levenberg–Marquardt runs a step's derivatives once a plain run has shown it better. Each run hands its outputs (and Jacobian rows) over a block of
-//! cases at a time, in case order; they are [`Program::run_params`]'s and
+//! memory kept from run to run, and from fit to fit on the same thread. A plain run keeps the
+//! values of its function calls (`sinf`, `powf`, ...), and a run with derivatives at the same
+//! values takes them instead of calling again, as Levenberg–Marquardt runs a step's derivatives
+//! once a plain run has shown it better. Each run hands its outputs (and Jacobian rows) over a
+//! block of cases at a time, in case order; they are [`Program::run_params`]'s and
 //! [`Program::linearize`]'s bit for bit (programs the tape does not cover walk the tree, as
 //! those do).
 
@@ -24,7 +25,6 @@ pub struct Runs<'a> {
     /// The values of the last plain run, whose calls' values the working memory keeps.
     kept_at: Option<Vec<f32>>,
     ys: Vec<f32>,
-    rows: Vec<f64>,
 }
 
 impl Program {
@@ -38,7 +38,7 @@ impl Program {
             }),
             Body::Statements(_) => None,
         };
-        Runs { program: self, problem, max_steps, tape, kept_at: None, ys: Vec::new(), rows: Vec::new() }
+        Runs { program: self, problem, max_steps, tape, kept_at: None, ys: Vec::new() }
     }
 }
 
@@ -100,12 +100,11 @@ impl Runs<'_> {
                 self.kept_at = None;
             }
             let ys = &mut self.ys;
-            let done =
-                tape.each_block(s, problem, params, derivatives, &mut self.rows, |start, values, rows| {
-                    ys.clear();
-                    ys.extend(values.iter().map(|&v| tape.convert(v, Ty::Float) as f32));
-                    each(start, ys, rows);
-                });
+            let done = tape.each_block(s, problem, params, derivatives, |start, values, rows| {
+                ys.clear();
+                ys.extend(values.iter().map(|&v| tape.convert(v, Ty::Float) as f32));
+                each(start, ys, rows);
+            });
             if done.is_some() {
                 if s.memo_mode == Memo::Keep {
                     self.kept_at = Some(params.to_vec());

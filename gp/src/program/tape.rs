@@ -100,6 +100,8 @@ pub(super) struct Stack {
     slope_a: Vec<f64>,
     slope_b: Vec<f64>,
     adjoint: Vec<f64>,
+    /// The block's rows of derivatives, one per case.
+    rows: Vec<f64>,
     /// Whether derivatives are taken as the sums of their contributions' magnitudes (see
     /// [`Tape::backward`]), for measuring rounding.
     magnitudes: bool,
@@ -113,7 +115,7 @@ impl Stack {
     /// The f64 values it holds room for.
     pub(super) fn capacity(&self) -> usize {
         let rows: usize = self.values.iter().map(Vec::capacity).sum();
-        rows + [&self.slope_a, &self.slope_b, &self.adjoint, &self.memo]
+        rows + [&self.slope_a, &self.slope_b, &self.adjoint, &self.rows, &self.memo]
             .iter()
             .map(|v| v.capacity())
             .sum::<usize>()
@@ -261,6 +263,7 @@ impl Tape {
             slope_a: vec![0.0; per_step],
             slope_b: vec![0.0; per_step],
             adjoint: vec![0.0; per_step],
+            rows: Vec::new(),
             magnitudes: false,
             memo: Vec::new(),
             memo_cases: 0,
@@ -307,7 +310,7 @@ impl Tape {
     ) -> Option<()> {
         let np = if derivatives { params.len() } else { 0 };
         let mut s = self.stack(derivatives);
-        self.each_block(&mut s, problem, params, derivatives, &mut Vec::new(), |start, values, rows| {
+        self.each_block(&mut s, problem, params, derivatives, |start, values, rows| {
             for (r, &v) in values.iter().enumerate() {
                 each(start + r, v, &rows[r * np..(r + 1) * np]);
             }
@@ -318,7 +321,7 @@ impl Tape {
     /// working memory `s` (from [`Tape::stack`] with the same `derivatives`), and hands `each` the
     /// block's first case, its values (the expression's own type, held as f64) and, with
     /// `derivatives`, its rows of d value / d `p[k]` one after the other (`params.len()` each;
-    /// empty without), built in `rows`. `None` when an input the program reads is not a scalar
+    /// empty without). `None` when an input the program reads is not a scalar
     /// column of `problem`.
     pub(super) fn each_block(
         &self,
@@ -326,7 +329,6 @@ impl Tape {
         problem: &Problem,
         params: &[f32],
         derivatives: bool,
-        rows: &mut Vec<f64>,
         mut each: impl FnMut(usize, &[f64], &[f64]),
     ) -> Option<()> {
         let inputs = problem.cases().inputs();
@@ -341,7 +343,8 @@ impl Tape {
         let n = problem.cases().len();
         self.steps.last()?;
         let np = if derivatives { params.len() } else { 0 };
-        rows.clear();
+        // Kept in `s` with the rest of the working memory, and handed back at the end.
+        let mut rows = std::mem::take(&mut s.rows);
         rows.resize(np * BLOCK, 0.0);
         let calls = self.calls.iter().flatten().count();
         s.memo_cases = n;
@@ -365,6 +368,7 @@ impl Tape {
             each(start, &s.values[0][..len], &rows[..np * len]);
             start += len;
         }
+        s.rows = rows;
         Some(())
     }
 
@@ -713,8 +717,7 @@ mod tests {
         let mut s = tape.stack(true);
         s.magnitudes = true;
         let mut out = Vec::new();
-        tape.each_block(&mut s, p, params, true, &mut Vec::new(), |_, _, rows| out.extend_from_slice(rows))
-            .unwrap();
+        tape.each_block(&mut s, p, params, true, |_, _, rows| out.extend_from_slice(rows)).unwrap();
         out
     }
 
