@@ -365,6 +365,22 @@ fn runs_kept_over_many_values_give_run_params_and_linearize_bit_for_bit() {
     }
 }
 
+/// A run with derivatives takes the call values of the plain run before it only at the same
+/// values to the bit: after a plain run at `p[0] = 0`, one at `-0` calls `sinf(-0)` itself, and
+/// `1 / sinf(p[0])` is -inf there, as `linearize` gives it.
+#[test]
+fn kept_call_values_serve_only_the_same_values_to_the_bit() {
+    let problem = keijzer6();
+    let program = Program::parse(&problem, &Phenotype::new("1.0f / sinf(p[0]) + x")).unwrap();
+    let mut runs = program.runs(&problem, 1000);
+    runs.outputs(&[0.0], |_, _| {}).unwrap();
+    let mut outputs = Vec::new();
+    runs.linearize(&[-0.0], |_, ys, _| outputs.extend_from_slice(ys)).unwrap();
+    let want = program.linearize(&problem, &[-0.0], 1000).unwrap().outputs;
+    assert!(want.iter().all(|y| *y == f32::NEG_INFINITY), "{want:?}");
+    assert_eq!(outputs, want);
+}
+
 /// Each case handed over in order, its output and Jacobian row those of `linearize`, bit for bit,
 /// by the block evaluation and by the tree walk (a branch) alike.
 #[test]

@@ -170,7 +170,14 @@ impl Farm {
         let (farm_name, ids) = match name {
             Some(n) => farms.into_iter().find(|(f, _)| f == n).ok_or_else(|| FarmError::Daemon {
                 id: DaemonId(0),
-                message: format!("no running farm named {n}; start one with `gpfarm daemons start`"),
+                message: match process::keepers_of(n).first() {
+                    Some(keeper) => format!(
+                        "farm {n}'s keeper (pid {keeper}) started no daemon within {:?}; see its log, or \
+                         stop it with `gpfarm daemons stop {n}`",
+                        config.start_timeout
+                    ),
+                    None => format!("no running farm named {n}; start one with `gpfarm daemons start`"),
+                },
             })?,
             None => {
                 let mut farms = farms.into_iter();

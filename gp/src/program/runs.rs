@@ -93,7 +93,8 @@ impl Runs<'_> {
         if let Some((tape, s)) = &mut self.tape {
             s.memo_mode = match derivatives {
                 false => Memo::Keep,
-                true if self.kept_at.as_deref() == Some(params) => Memo::Take,
+                // The same values to the bit (0.0 and -0.0 are not the same here).
+                true if self.kept_at.as_deref().is_some_and(|kept| same_bits(kept, params)) => Memo::Take,
                 true => Memo::Off,
             };
             if !derivatives {
@@ -128,4 +129,9 @@ impl Runs<'_> {
         }
         Ok(())
     }
+}
+
+/// Whether `a` and `b` hold the same values bit for bit.
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }

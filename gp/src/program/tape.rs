@@ -10,7 +10,7 @@
 //! operation converts its operands to its C type, computes there and widens the result back.
 //!
 //! Derivatives are taken in reverse (adjoint) mode: the forward sweep keeps each step's slopes
-//! (the same slopes [`super::tangent`] takes, in f64), the backward sweep carries each step's
+//! (the same slopes [`super::tangent`] takes, held as f64), the backward sweep carries each step's
 //! adjoint down to its operands, and adds the adjoint of every occurrence of `p[k]` into the
 //! case's derivative for `p[k]`. A run with derivatives then costs about two plain runs whatever
 //! the number of parameters, where forward mode costs one derivative per parameter a step
