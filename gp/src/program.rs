@@ -561,7 +561,7 @@ impl Program {
         self.check(problem, params)?;
         if let Body::Expression(e) = &self.body
             && let Some(tape) = Tape::compile(self, e)
-            && let Some(values) = tape.run(problem, params, None)
+            && let Some(values) = tape.run(problem, params)
         {
             let column = match self.output_types.first() {
                 Some(ScalarType::Int) => {
@@ -690,20 +690,12 @@ impl Program {
         params: &[f32],
         max_steps: u64,
     ) -> Result<Linearization, RunError> {
-        self.check(problem, params)?;
-        if !self.differentiable() {
-            return Err(RunError::NotDifferentiable);
-        }
-        if let Body::Expression(e) = &self.body
-            && let Some(tape) = Tape::compile(self, e)
-        {
-            let mut jacobian = Vec::new();
-            if let Some(values) = tape.run(problem, params, Some(&mut jacobian)) {
-                let outputs = values.iter().map(|&v| tape.convert(v, Ty::Float) as f32).collect();
-                return Ok(Linearization { outputs, jacobian });
-            }
-        }
-        self.linearize_tree(problem, params, max_steps)
+        let (mut outputs, mut jacobian) = (Vec::new(), Vec::new());
+        self.runs(problem, max_steps).linearize(params, |_, ys, rows| {
+            outputs.extend_from_slice(ys);
+            jacobian.extend_from_slice(rows);
+        })?;
+        Ok(Linearization { outputs, jacobian })
     }
 
     /// As [`Program::linearize`], but handing each case's output and Jacobian row to `each`

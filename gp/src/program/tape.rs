@@ -271,50 +271,13 @@ impl Tape {
         }
     }
 
-    /// The value of every case (converted to nothing: the expression's own type, held as f64)
-    /// and, with `jacobian`, d value / d `p[k]` at `jacobian[c * params.len() + k]`. `None`
-    /// when an input the program reads is not a scalar column of `problem`.
-    pub(super) fn run(
-        &self,
-        problem: &Problem,
-        params: &[f32],
-        mut jacobian: Option<&mut Vec<f64>>,
-    ) -> Option<Vec<f64>> {
-        let n = problem.cases().len();
-        let np = params.len();
-        let mut out = Vec::with_capacity(n);
-        if let Some(j) = jacobian.as_deref_mut() {
-            j.clear();
-            j.resize(n * np, 0.0);
-        }
-        let derivatives = jacobian.is_some();
-        self.each_case(problem, params, derivatives, |c, v, row| {
-            out.push(v);
-            if let Some(j) = jacobian.as_deref_mut() {
-                j[c * np..(c + 1) * np].copy_from_slice(row);
-            }
-        })?;
+    /// The value of every case (the expression's own type, held as f64); `None` when an input
+    /// the program reads is not a scalar column of `problem`.
+    pub(super) fn run(&self, problem: &Problem, params: &[f32]) -> Option<Vec<f64>> {
+        let mut out = Vec::with_capacity(problem.cases().len());
+        let mut s = self.stack(false);
+        self.each_block(&mut s, problem, params, false, |_, values, _| out.extend_from_slice(values))?;
         Some(out)
-    }
-
-    /// Runs the tape over every case in order and hands `each` the case, its value (the
-    /// expression's own type, held as f64) and, with `derivatives`, its row of d value / d `p[k]`
-    /// (empty without). `None` when an input the program reads is not a scalar column of
-    /// `problem`.
-    pub(super) fn each_case(
-        &self,
-        problem: &Problem,
-        params: &[f32],
-        derivatives: bool,
-        mut each: impl FnMut(usize, f64, &[f64]),
-    ) -> Option<()> {
-        let np = if derivatives { params.len() } else { 0 };
-        let mut s = self.stack(derivatives);
-        self.each_block(&mut s, problem, params, derivatives, |start, values, rows| {
-            for (r, &v) in values.iter().enumerate() {
-                each(start + r, v, &rows[r * np..(r + 1) * np]);
-            }
-        })
     }
 
     /// Runs the tape over every case, a block of up to [`BLOCK`] cases at a time, in order, with
