@@ -1,5 +1,8 @@
-"""Plots fit_sizes.csv: CPU fit time by number of parameters, base against new (best of five
-fits per round, every round shown)."""
+"""Plots DIR/fit_sizes.csv (from the `fit_sizes` example, a `build` and `round` column added):
+CPU fit time by number of parameters, base against new (best of five fits per round, every
+round shown), into DIR/fit_sizes.svg and .png.
+
+Usage: python3 scripts/cpu/plot-fit-sizes.py DIR"""
 import csv
 import sys
 from pathlib import Path
@@ -9,7 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-here = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent)
+here = Path(sys.argv[1])
 rows = list(csv.DictReader(open(here / "fit_sizes.csv")))
 fig, ax = plt.subplots(figsize=(6, 4))
 for build, marker in (("base", "o"), ("new", "s")):
