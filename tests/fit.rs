@@ -47,6 +47,7 @@ fn the_fitting_kernel_compiles_where_fitting_applies_and_is_refused_elsewhere() 
         let text = String::from_utf8_lossy(&cubin);
         assert!(text.contains(gpfarm_kernels::interpreter::FIT_KERNEL), "{}", problem.name());
         assert!(text.contains(gpfarm_kernels::interpreter::FIT_TILES_KERNEL), "{}", problem.name());
+        assert!(text.contains(gpfarm_kernels::interpreter::FIT_STEP_KERNEL), "{}", problem.name());
     }
     // One width alone is a source of its own (the engine compiles each width apart).
     let one = gpfarm_kernels::interpreter::fit_source_for(&friedman1(), &[8]).unwrap();
@@ -271,6 +272,122 @@ fn gpu_sums_agree_with_the_cpu_s() {
     gpu.fit_on_cases(0).unwrap();
     let (again, _) = gpu.linearize(&fit).unwrap();
     assert!(again.iter().zip(&sums).all(|(a, b)| a.to_bits() == b.to_bits()));
+}
+
+/// Levenberg–Marquardt on the host over the GPU's sums, one `linearize` per iteration of the
+/// starts still going: the reference the fitting loop on the GPU must match. Per start, in
+/// order: its best values, their sum of squares, the sum of squares where it began.
+fn fit_on_the_host(
+    gpu: &mut GpuEvaluator,
+    fit: &WireFit,
+    iterations: usize,
+) -> (Vec<f32>, Vec<f64>, Vec<f64>) {
+    let np = |k: usize| fit.nparams[k] as usize;
+    let unpack = |sums: &[f64], ks: &[usize]| -> Vec<gpfarm_gp::Sums> {
+        let mut at = 0;
+        ks.iter()
+            .map(|&k| {
+                let block = &sums[at..at + sums_of(np(k))];
+                at += block.len();
+                gpfarm_gp::Sums::packed(block, np(k))
+            })
+            .collect()
+    };
+    let all: Vec<usize> = (0..fit.offsets.len()).collect();
+    let (sums, _) = gpu.linearize(fit).unwrap();
+    let mut starts: Vec<gpfarm_gp::LmStart> = unpack(&sums, &all)
+        .into_iter()
+        .enumerate()
+        .map(|(k, at)| gpfarm_gp::LmStart::new(fit.values_of(k).to_vec(), at))
+        .collect();
+    let first: Vec<f64> = starts.iter().map(|s| s.sse()).collect();
+    for _ in 0..iterations {
+        let trials: Vec<(usize, Vec<f32>)> =
+            starts.iter_mut().enumerate().filter_map(|(k, s)| s.trial().map(|t| (k, t))).collect();
+        if trials.is_empty() {
+            break;
+        }
+        let mut next = WireFit::new(fit.max_steps);
+        for (k, v) in &trials {
+            next.push_from(fit, *k, v);
+        }
+        let (sums, _) = gpu.linearize(&next).unwrap();
+        let ks: Vec<usize> = trials.iter().map(|(k, _)| *k).collect();
+        for ((k, trial), at) in trials.into_iter().zip(unpack(&sums, &ks)) {
+            starts[k].judge(trial, Some(at));
+        }
+    }
+    let params = starts.iter().flat_map(|s| s.params().iter().copied()).collect();
+    (params, starts.iter().map(|s| s.sse()).collect(), first)
+}
+
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
+fn the_fitting_loop_on_the_gpu_takes_the_host_s_values_bit_for_bit() {
+    let arch = require_gpu("gpu_fit_loop");
+    let problem = friedman1();
+    let kernels = Kernels { fit: vec![fit_cubin(&problem, arch)], ..Kernels::default() };
+    let mut gpu = GpuEvaluator::with_kernels(&problem, &kernels).unwrap();
+    let bits32 = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let bits64 = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let (fit, want) = request(&problem, &programs(), 23);
+    for iterations in [0, 1, 3, 10, 30] {
+        let t = std::time::Instant::now();
+        let got = gpu.fit(&fit, iterations).unwrap();
+        let on_gpu = t.elapsed();
+        let t = std::time::Instant::now();
+        let (params, sse, first) = fit_on_the_host(&mut gpu, &fit, iterations);
+        eprintln!(
+            "{} starts, {iterations} iterations: on the GPU {on_gpu:?}, on the host between launches {:?}",
+            want.len(),
+            t.elapsed()
+        );
+        assert_eq!(bits64(&got.first_sse), bits64(&first), "{iterations} iterations: starting sums");
+        for k in 0..fit.offsets.len() {
+            let at = fit.param_offsets[k] as usize..fit.param_offsets[k] as usize + fit.nparams[k] as usize;
+            assert_eq!(
+                (bits32(&got.params[at.clone()]), got.sse[k].to_bits()),
+                (bits32(&params[at]), sse[k].to_bits()),
+                "{iterations} iterations, start {k} ({}): GPU {} against host {}",
+                want[k].0,
+                got.sse[k],
+                sse[k]
+            );
+        }
+        // The loop does something: most starts gain, none loses.
+        let gained = got.sse.iter().zip(&got.first_sse).filter(|(a, b)| a < b).count();
+        assert!(
+            got.sse
+                .iter()
+                .zip(&got.first_sse)
+                .all(|(a, b)| a.partial_cmp(b) != Some(std::cmp::Ordering::Greater))
+        );
+        if iterations >= 10 {
+            assert!(gained * 2 > fit.offsets.len(), "{gained} of {} starts gained", fit.offsets.len());
+        } else if iterations > 0 {
+            assert!(gained > 0);
+        } else {
+            assert_eq!(gained, 0);
+            assert_eq!(bits32(&got.params), bits32(&fit.params));
+        }
+    }
+    // A start that cannot run (its sums not finite where it begins) keeps its values.
+    let mut bad = WireFit::new(problem.max_steps());
+    let code = assemble_structure(
+        &problem,
+        &Program::parse(&problem, &Phenotype::new("sqrtf(p[0] - 5.0f) * x1")).unwrap(),
+    )
+    .unwrap();
+    bad.push(&code.words, &[1.0]);
+    bad.push(&code.words, &[9.0]);
+    let got = gpu.fit(&bad, 5).unwrap();
+    assert!(got.first_sse[0].is_nan() && got.params[0] == 1.0, "{got:?}");
+    assert!(got.first_sse[1].is_finite() && got.sse[1] <= got.first_sse[1], "{got:?}");
+    // A negative count is refused, not taken as a start to skip.
+    let mut negative = fit.clone();
+    negative.nparams[0] = -1;
+    let why = gpu.fit(&negative, 3).unwrap_err().to_string();
+    assert!(why.contains("-1 parameters"), "{why}");
 }
 
 /// A statement problem with a float output: x1, x2 in, float locals, y out, 700 cases.

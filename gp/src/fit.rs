@@ -27,7 +27,17 @@ use crate::program::Program;
 
 /// A start ends once an iteration gains less than this share of the sum of squares: float
 /// outputs cannot improve much further.
-const CONVERGED: f64 = 1e-6;
+pub const CONVERGED: f64 = 1e-6;
+/// λ, the damping, where a start begins.
+pub const LAMBDA_START: f64 = 1e-3;
+/// λ shrinks by this factor at a step taken and grows by it at a step refused.
+pub const LAMBDA_FACTOR: f64 = 10.0;
+/// λ shrinks no further than this.
+pub const LAMBDA_MIN: f64 = 1e-12;
+/// A start ends once λ grows past this.
+pub const LAMBDA_MAX: f64 = 1e12;
+/// The damping adds λ times the diagonal of `JᵀJ`, or λ times this where that is smaller.
+pub const DIAGONAL_MIN: f64 = 1e-12;
 
 /// How hard to fit.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -229,7 +239,9 @@ fn add_tile(a: &mut [f64], np: usize, i0: usize, j0: usize, rows: &[f64]) {
 /// One start of Levenberg–Marquardt, as the module documentation states it, driven by whoever
 /// runs the program: [`fit`] on the CPU, one start at a time; the engine's GPU fitting, every
 /// start of a generation in one launch per iteration. [`LmStart::trial`] gives the values to run
-/// next, [`LmStart::judge`] takes what the run gave.
+/// next, [`LmStart::judge`] takes what the run gave. The GPU's fitting loop
+/// (`gpfarm_kernels::interpreter::fit_source`'s step kernel) does the same on the GPU, bit for
+/// bit, from these constants: any change here must be made there too.
 #[derive(Clone, Debug)]
 pub struct LmStart {
     params: Vec<f32>,
@@ -242,7 +254,7 @@ impl LmStart {
     /// A start at `params`, where the program's sums are `at`.
     pub fn new(params: Vec<f32>, at: Sums) -> LmStart {
         let active = at.sse.is_finite();
-        LmStart { params, at, lambda: 1e-3, active }
+        LmStart { params, at, lambda: LAMBDA_START, active }
     }
 
     /// The best values so far.
@@ -287,14 +299,14 @@ impl LmStart {
             Some(at) if at.sse < self.at.sse => {
                 let gain = self.at.sse - at.sse;
                 (self.params, self.at) = (trial, at);
-                self.lambda = (self.lambda / 10.0).max(1e-12);
+                self.lambda = (self.lambda / LAMBDA_FACTOR).max(LAMBDA_MIN);
                 if gain <= CONVERGED * self.at.sse {
                     self.active = false;
                 }
             }
             _ => {
-                self.lambda *= 10.0;
-                if self.lambda > 1e12 {
+                self.lambda *= LAMBDA_FACTOR;
+                if self.lambda > LAMBDA_MAX {
                     self.active = false;
                 }
             }
@@ -311,7 +323,7 @@ fn damped_step(mut a: Vec<f64>, g: &[f64], np: usize, lambda: f64) -> Option<Vec
     }
     for i in 0..np {
         let d = a[i * np + i];
-        a[i * np + i] = d + lambda * d.max(1e-12);
+        a[i * np + i] = d + lambda * d.max(DIAGONAL_MIN);
     }
     let mut x: Vec<f64> = g.iter().map(|v| -v).collect();
     cholesky_solve(&mut a, &mut x, np).then_some(x)

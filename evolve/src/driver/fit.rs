@@ -235,8 +235,8 @@ struct Compiled<'a> {
 /// Levenberg–Marquardt on the GPU for the individuals `todo` (indices into `born`, with their fit
 /// keys) whose programs a fitting kernel takes: each start is a [`gpfarm_gp::LmStart`], as on
 /// the CPU, run in the GPU worker (one request for all iterations,
-/// `gpfarm_kernels::gpu::GpuEvaluator::fit`), every start of every program in one round of
-/// launches per iteration, by the interpreter's fitting kernels or, where `compiled` says so
+/// `gpfarm_kernels::gpu::GpuEvaluator::fit`, its small solves on the GPU too), every start of
+/// every program in one round of launches per iteration, by the interpreter's fitting kernels or, where `compiled` says so
 /// ([`fit_compiled_pays`]), by kernels compiled for the programs' structures. Returns, per
 /// individual, `None` where the CPU must fit it, else `Some` of its new values (`None` when the
 /// fit moved nothing); how many individuals compiled kernels fitted, and the time compiling

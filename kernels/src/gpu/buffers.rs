@@ -168,6 +168,23 @@ pub(super) struct FitBuffers {
     /// Where each program's packed sums start in `sums`.
     pub(super) at: CudaSlice<i64>,
     pub(super) sums: CudaSlice<f64>,
+    /// The fitting loop's state ([`super::contract::FIT_STEP_KERNEL`]), made at its first fit.
+    pub(super) looped: Option<LoopBuffers>,
+}
+
+/// What the fitting loop on the GPU keeps per start, in launch order: the sums at its best
+/// values and a scratch for its solve (each in the layout of the sums), its best values (in the
+/// layout of the values), its λ, whether it goes on, its parameter count for the next launches
+/// (-1: not run), and its sums of squares where it began and at its best values.
+pub(super) struct LoopBuffers {
+    pub(super) best: CudaSlice<f64>,
+    pub(super) work: CudaSlice<f64>,
+    pub(super) bestp: CudaSlice<f32>,
+    pub(super) lambda: CudaSlice<f64>,
+    pub(super) active: CudaSlice<i32>,
+    pub(super) running: CudaSlice<i32>,
+    pub(super) first: CudaSlice<f64>,
+    pub(super) sse: CudaSlice<f64>,
 }
 
 /// Streams compiled individuals' launches are spread over ([`Device::side`]).

@@ -1,5 +1,6 @@
-//! The contract between the evaluator and the interpreter's kernels: the kernels' names, and
-//! the flag bits of a program's offset in [`WirePopulation::offsets`].
+//! The contract between the evaluator and the interpreter's kernels: the kernels' names, the
+//! flag bits of a program's offset in [`WirePopulation::offsets`], and the fitting kernels'
+//! layout of sums and modes.
 //!
 //! The interpreter's source (`interpreter::interpreter_source`) and its population layout
 //! (`interpreter::PackedPopulation`) follow the names and bits defined here, and `interpreter` re-exports
@@ -39,6 +40,16 @@ pub const FIT_KERNEL: &str = "gpfarm_fit";
 pub const FIT_CODE_KERNEL: &str = "gpfarm_fit_code";
 /// The kernel that sums each program's tiles of the fitting kernels' sums.
 pub const FIT_TILES_KERNEL: &str = "gpfarm_fit_tiles";
+/// The kernel of one Levenberg–Marquardt iteration of every start on the GPU (a warp each):
+/// [`FIT_STEP_BEGIN`], [`FIT_STEP_JUDGE`] and [`FIT_STEP_TRIAL`] in its `mode`.
+pub const FIT_STEP_KERNEL: &str = "gpfarm_fit_step";
+/// A step kernel's mode bit: the sums are those of the starting values; each start begins there.
+pub const FIT_STEP_BEGIN: i32 = 1;
+/// A step kernel's mode bit: each start that ran its trial takes it or refuses it by its sums.
+pub const FIT_STEP_JUDGE: i32 = 2;
+/// A step kernel's mode bit: each start still going solves for its next trial and marks itself
+/// to run it (its parameter count in the launches' counts, where a start not run has -1).
+pub const FIT_STEP_TRIAL: i32 = 4;
 /// The parameter counts the fitting kernels are built for: a program runs in the narrowest that
 /// holds its parameters ([`fit_width`]), since a kernel's cost grows with its width.
 pub const FIT_WIDTHS: [usize; 6] = [4, 8, 16, 32, 64, 128];

@@ -1,19 +1,21 @@
 //! Launching the fitting kernels over programs with free parameters (the interpreter's, one per
 //! width, and compiled units of straight-line programs), and reading back their least-squares
 //! sums, each program's as many as its parameters need ([`sums_of`]: 45 for 8 parameters). The
-//! launches are spread over side streams that run side by side.
+//! launches are spread over side streams that run side by side. A whole fit runs on the GPU
+//! without the host between its iterations: the step kernel ([`super::contract::FIT_STEP_KERNEL`]) judges each
+//! start's trial and solves for the next, and the next launches run only the starts it marked.
 //!
 //! This file knows nothing of bytecode beyond where each program starts ([`WireFit`]). Must never
 //! allocate when the buffers of an earlier, larger request will do.
 
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use gpfarm_gp::Problem;
 
 use std::collections::HashSet;
 
-use super::buffers::{Device, FitBuffers, SIDE_STREAMS, grow_copy};
+use super::buffers::{Device, FitBuffers, LoopBuffers, SIDE_STREAMS, grow_copy};
 use super::contract::{FIT_CODE_KERNEL, fit_rows, fit_tiles, fit_width, program_range, sums_of};
-use super::{BLOCK, GpuError, WireFit, driver, no_kernel};
+use super::{BLOCK, Fitted, GpuError, WireFit, driver, no_kernel};
 
 /// Whether `GPFARM_FIT_PROFILE` is set: each width's launch is then waited for and timed, and the
 /// times written to stderr (a diagnostic; it slows the fit).
@@ -42,24 +44,30 @@ impl Device {
 
     /// Launches the fitting kernels over `fit`'s programs (asynchronously) and the sum of their
     /// tiles, leaving each program's sums packed ([`sums_of`] its parameters) in the fitting
-    /// buffers; returns the order the programs ran in and where each one's sums start there.
-    ///
-    /// Programs run in groups, one launch per group (or per [`MAX_GRID_Y`] programs of it): the
-    /// interpreter's kernel of each width, and each compiled unit ([`Device::load_fit_code`]).
-    /// Each group goes to a side stream (group `g` to stream `g` modulo their number), whose
-    /// launches write tile sums of their own, so that the streams run side by side.
+    /// buffers; returns how the programs were launched ([`FitLaunch`]: their order, where each
+    /// one's sums start there), for [`Device::run_fit`] to launch them again.
     pub(super) fn launch_fit(
         &mut self,
         problem: &Problem,
         fit: &WireFit,
         ncases: usize,
-    ) -> Result<(Vec<usize>, Vec<i64>), GpuError> {
+    ) -> Result<FitLaunch, GpuError> {
+        let plan = self.upload_fit(fit, ncases)?;
+        self.run_fit(problem, fit, &plan, Counts::Request)?;
+        Ok(plan)
+    }
+
+    /// Checks `fit`, orders its programs into groups and uploads them: their words, values,
+    /// counts and where each one's sums go, growing the buffers where they are too small.
+    fn upload_fit(&mut self, fit: &WireFit, ncases: usize) -> Result<FitLaunch, GpuError> {
         // The fitting cases: evenly spaced ones where asked for, else all.
         let ncases = self.fit_cases.as_ref().map_or(ncases, |(_, n)| *n);
         let modules = self.fit.clone().ok_or_else(|| no_kernel("the fitting kernel"))?;
         let n = fit.offsets.len();
-        let nt = fit_tiles(ncases);
-        let width = |k: usize| fit_width(fit.nparams[k].max(0) as usize);
+        if let Some(k) = (0..n).find(|&k| fit.nparams[k] < 0) {
+            return Err(GpuError::Problem(format!("program {k} has {} parameters", fit.nparams[k])));
+        }
+        let width = |k: usize| fit_width(fit.nparams[k] as usize);
         if let Some(k) = (0..n).find(|&k| width(k).is_none()) {
             return Err(GpuError::Problem(format!(
                 "program {k} has {} parameters: too many to fit on the GPU",
@@ -86,9 +94,9 @@ impl Device {
                 None => modules.kernels.iter().position(|(w, _)| Some(*w) == width(k)).unwrap_or(0),
             },
         };
-        let stream_of = |g: usize| g % SIDE_STREAMS;
         let mut order: Vec<usize> = (0..n).collect();
         order.sort_by_key(|&k| (stream_of(group(k)), group(k)));
+        let groups: Vec<usize> = order.iter().map(|&k| group(k)).collect();
         // Where each program's code is: its first word, or its member of its compiled unit.
         let offsets: Vec<u32> =
             order.iter().map(|&k| fit.code_of(k).map_or(fit.offsets[k], |(_, m)| m)).collect();
@@ -109,6 +117,7 @@ impl Device {
                 partial: Vec::new(),
                 at: self.stream.alloc_zeros(1).map_err(driver)?,
                 sums: self.stream.alloc_zeros(1).map_err(driver)?,
+                looped: None,
             });
         }
         grow_copy(&self.stream, &fit.words, &mut self.words).map_err(driver)?;
@@ -126,21 +135,50 @@ impl Device {
         while b.partial.len() < SIDE_STREAMS {
             b.partial.push(self.stream.alloc_zeros(1).map_err(driver)?);
         }
-        // The streams that get programs wait for the uploads on the main stream, all before any
-        // launch (one joined later would wait for the launches the main stream joined meanwhile).
+        Ok(FitLaunch { order, groups, at, ncases, words: fit.words.len(), values: fit.params.len() })
+    }
+
+    /// Launches the fitting kernels over the programs of `plan` (uploaded from `fit` by
+    /// [`Device::upload_fit`]) and the sum of their tiles, asynchronously, each program with the
+    /// count `counts` names (a start with a negative one is not run and keeps its sums).
+    ///
+    /// Programs run in groups, one launch per group (or per [`MAX_GRID_Y`] programs of it): the
+    /// interpreter's kernel of each width, and each compiled unit ([`Device::load_fit_code`]).
+    /// Each group goes to a side stream (group `g` to stream `g` modulo their number), whose
+    /// launches write tile sums of their own, so that the streams run side by side.
+    pub(super) fn run_fit(
+        &mut self,
+        problem: &Problem,
+        fit: &WireFit,
+        plan: &FitLaunch,
+        counts: Counts,
+    ) -> Result<(), GpuError> {
+        let modules = self.fit.clone().ok_or_else(|| no_kernel("the fitting kernel"))?;
+        let (nw, ns) = (modules.kernels.len(), modules.small.len());
+        let FitLaunch { order, groups, at, ncases, .. } = plan;
+        let (n, ncases, nt) = (order.len(), *ncases, fit_tiles(*ncases));
+        // The streams that get programs wait for the uploads (or the last step) on the main
+        // stream, all before any launch (one joined later would wait for the launches the main
+        // stream joined meanwhile).
         let streams = self.make_side_streams().map_err(driver)?.to_vec();
-        let mut used: Vec<usize> = order.iter().map(|&k| stream_of(group(k))).collect();
+        let mut used: Vec<usize> = groups.iter().map(|&g| stream_of(g)).collect();
         used.dedup();
         for &s in &used {
             streams[s].join(&self.stream).map_err(driver)?;
         }
-        let b = self.fit_buffers.as_mut().expect("made above");
+        let b = self.fit_buffers.as_mut().ok_or_else(|| no_kernel("the fitting buffers"))?;
+        let counted = match counts {
+            Counts::Request => &b.nparams,
+            Counts::Loop => {
+                &b.looped.as_ref().ok_or_else(|| no_kernel("the fitting loop's buffers"))?.running
+            }
+        };
         let (nc, ntiles, rows_per_thread) = (ncases as i32, nt as i32, fit_rows(ncases) as i32);
         let profile = profiling();
         let mut first = 0;
         while first < n {
-            let s = stream_of(group(order[first]));
-            let end = first + order[first..].iter().take_while(|&&k| stream_of(group(k)) == s).count();
+            let s = stream_of(groups[first]);
+            let end = first + groups[first..].iter().take_while(|&&g| stream_of(g) == s).count();
             let stream = &streams[s];
             let need = (at[end] - at[first]) as usize * nt;
             if b.partial[s].len() < need {
@@ -148,8 +186,8 @@ impl Device {
             }
             let mut g_first = first;
             while g_first < end {
-                let g = group(order[g_first]);
-                let g_end = g_first + order[g_first..end].iter().take_while(|&&k| group(k) == g).count();
+                let g = groups[g_first];
+                let g_end = g_first + groups[g_first..end].iter().take_while(|&&h| h == g).count();
                 let kernel = match g {
                     g if g < nw => &modules.kernels[g].1,
                     g if g < nw + ns => &modules.small[g - nw].1,
@@ -159,13 +197,13 @@ impl Device {
                     let rows = (g_end - start).min(MAX_GRID_Y);
                     let offsets = self.offsets.slice(start..start + rows);
                     let poffsets = b.poffsets.slice(start..start + rows);
-                    let nparams = b.nparams.slice(start..start + rows);
+                    let nparams = counted.slice(start..start + rows);
                     let at_view = b.at.slice(start..start + rows);
                     let from = (at[start] - at[first]) as usize * nt;
                     let to = (at[start + rows] - at[first]) as usize * nt;
                     let mut partial = b.partial[s].slice_mut(from..to.max(from + 1));
-                    let words = self.words.slice(..fit.words.len().max(1));
-                    let params = b.params.slice(..fit.params.len().max(1));
+                    let words = self.words.slice(..plan.words.max(1));
+                    let params = b.params.slice(..plan.values.max(1));
                     let mut launch = stream.launch_builder(kernel);
                     self.fit_cases.as_ref().map_or(&self.cases, |(c, _)| c).pass(problem, &mut launch);
                     launch.arg(&nc);
@@ -191,7 +229,7 @@ impl Device {
                     // the start of a program `assemble_structure` wrote, ending in `End`; for a
                     // compiled unit's, the program's member there, checked above to be loaded),
                     // the parameter values, each program's first value and count (at most this
-                    // kernel's width), the step limit, the tile count, the rows per thread (`nt`
+                    // kernel's width; -1 where the loop does not run it), the step limit, the tile count, the rows per thread (`nt`
                     // tiles of them hold every case), where each program's sums start (`at`, one
                     // per program of the launch) and the tile sums: `nt` blocks of `sums_of` each
                     // program's parameters, from `(at[p] - at[0]) * nt` (sized above).
@@ -218,7 +256,7 @@ impl Device {
             }
             let count = (end - first) as i32;
             let mut launch = stream.launch_builder(&modules.tiles);
-            let nparams = b.nparams.slice(first..end);
+            let nparams = counted.slice(first..end);
             let at_view = b.at.slice(first..end);
             launch.arg(&b.partial[s]);
             launch.arg(&ntiles);
@@ -233,19 +271,20 @@ impl Device {
             };
             // SAFETY: the tiles kernel reads `nt` blocks of `sums_of(np)` tile sums per program
             // of this stream from `(at[p] - at[first]) * nt` in its tile sums (written above),
-            // the program's parameter count (`nparams`, at most FIT_PARAMS) and where its sums
-            // start (`at`, one per program of this stream), and writes `sums_of(np)` sums there,
-            // inside `sums` (sized above for all `packed`).
+            // the program's parameter count (`nparams`: its own, at most FIT_PARAMS, or -1 for
+            // none) and where its sums start (`at`, one per program of this stream), and writes
+            // `sums_of(np)` sums there, inside `sums` (sized by `upload_fit` for all of them).
             unsafe { launch.launch(cfg) }.map_err(driver)?;
             self.stream.join(stream).map_err(driver)?;
             first = end;
         }
-        Ok((order, at))
+        Ok(())
     }
 
-    /// The packed sums of the last [`Device::launch_fit`], whose programs ran in `order` with
-    /// their sums from `at`, each program's in the request's order, one after the other.
-    pub(super) fn read_fit(&mut self, order: &[usize], at: &[i64]) -> Result<Vec<f64>, GpuError> {
+    /// The packed sums of the last launch of `plan`'s programs, each program's in the request's
+    /// order, one after the other.
+    pub(super) fn read_fit(&mut self, plan: &FitLaunch) -> Result<Vec<f64>, GpuError> {
+        let (order, at) = (&plan.order, &plan.at);
         let b = self.fit_buffers.as_ref().ok_or_else(|| no_kernel("the fitting kernel"))?;
         let packed = at[order.len()] as usize;
         let mut ran = vec![0.0f64; packed];
@@ -256,4 +295,127 @@ impl Device {
         }
         Ok(by_request.concat())
     }
+
+    /// Queues the step kernel ([`super::contract::FIT_STEP_KERNEL`]) over every start of `plan` in `mode`, on the
+    /// main stream (after the launches it joined), making the loop's buffers first where they
+    /// are too small.
+    pub(super) fn fit_step(&mut self, plan: &FitLaunch, mode: i32) -> Result<(), GpuError> {
+        let modules = self.fit.clone().ok_or_else(|| no_kernel("the fitting kernel"))?;
+        let n = plan.order.len();
+        let packed = plan.at[n] as usize;
+        let b = self.fit_buffers.as_mut().ok_or_else(|| no_kernel("the fitting buffers"))?;
+        let stream = &self.stream;
+        let grow_f64 = |v: &mut CudaSlice<f64>, len: usize| -> Result<(), GpuError> {
+            if v.len() < len.max(1) {
+                *v = stream.alloc_zeros(len.max(1).next_power_of_two()).map_err(driver)?;
+            }
+            Ok(())
+        };
+        if b.looped.is_none() {
+            b.looped = Some(LoopBuffers {
+                best: stream.alloc_zeros(1).map_err(driver)?,
+                work: stream.alloc_zeros(1).map_err(driver)?,
+                bestp: stream.alloc_zeros(1).map_err(driver)?,
+                lambda: stream.alloc_zeros(1).map_err(driver)?,
+                active: stream.alloc_zeros(1).map_err(driver)?,
+                running: stream.alloc_zeros(1).map_err(driver)?,
+                first: stream.alloc_zeros(1).map_err(driver)?,
+                sse: stream.alloc_zeros(1).map_err(driver)?,
+            });
+        }
+        let l = b.looped.as_mut().expect("made above");
+        grow_f64(&mut l.best, packed)?;
+        grow_f64(&mut l.work, packed)?;
+        grow_f64(&mut l.lambda, n)?;
+        grow_f64(&mut l.first, n)?;
+        grow_f64(&mut l.sse, n)?;
+        if l.bestp.len() < plan.values.max(1) {
+            l.bestp = stream.alloc_zeros(plan.values.max(1).next_power_of_two()).map_err(driver)?;
+        }
+        for v in [&mut l.active, &mut l.running] {
+            if v.len() < n.max(1) {
+                *v = stream.alloc_zeros(n.max(1).next_power_of_two()).map_err(driver)?;
+            }
+        }
+        let nprograms = n as i32;
+        let mut launch = stream.launch_builder(&modules.step);
+        launch.arg(&nprograms);
+        launch.arg(&mode);
+        launch.arg(&b.nparams);
+        launch.arg(&b.poffsets);
+        launch.arg(&b.at);
+        launch.arg(&b.sums);
+        launch.arg(&mut l.best);
+        launch.arg(&mut l.work);
+        launch.arg(&mut b.params);
+        launch.arg(&mut l.bestp);
+        launch.arg(&mut l.lambda);
+        launch.arg(&mut l.active);
+        launch.arg(&mut l.running);
+        launch.arg(&mut l.first);
+        launch.arg(&mut l.sse);
+        let cfg =
+            LaunchConfig { grid_dim: (n.max(1) as u32, 1, 1), block_dim: (32, 1, 1), shared_mem_bytes: 0 };
+        // SAFETY: the step kernel takes, for each of the `n` starts of `plan` (in its order, as
+        // `upload_fit` wrote them): its parameter count (`nparams`, at most FIT_PARAMS), its
+        // first value (`poffsets`, inside `params` and `bestp`, each sized for `plan.values`),
+        // where its sums start (`at`, inside `sums`, `best` and `work`, each sized for `packed`),
+        // and one entry each of `lambda`, `active`, `running`, `first` and `sse` (sized for `n`).
+        // A block of 32 threads per start.
+        unsafe { launch.launch(cfg) }.map_err(driver)?;
+        Ok(())
+    }
+
+    /// The fitting loop's outcome once its last step ran: each start's best values (in the
+    /// request's layout), their sums of squares and those where it began (in the request's
+    /// order); the time is left to the caller.
+    pub(super) fn read_loop(&mut self, plan: &FitLaunch) -> Result<Fitted, GpuError> {
+        let n = plan.order.len();
+        let l = self
+            .fit_buffers
+            .as_ref()
+            .and_then(|b| b.looped.as_ref())
+            .ok_or_else(|| no_kernel("the fitting loop's buffers"))?;
+        let mut params = vec![0.0f32; plan.values];
+        if plan.values > 0 {
+            self.stream.memcpy_dtoh(&l.bestp.slice(..plan.values), &mut params).map_err(driver)?;
+        }
+        let read = |v: &CudaSlice<f64>| -> Result<Vec<f64>, GpuError> {
+            let mut ran = vec![0.0f64; n];
+            if n > 0 {
+                self.stream.memcpy_dtoh(&v.slice(..n), &mut ran).map_err(driver)?;
+            }
+            let mut by_request = vec![0.0f64; n];
+            for (j, &k) in plan.order.iter().enumerate() {
+                by_request[k] = ran[j];
+            }
+            Ok(by_request)
+        };
+        Ok(Fitted { params, sse: read(&l.sse)?, first_sse: read(&l.first)?, took_us: 0 })
+    }
+}
+
+/// A fit's programs as [`Device::upload_fit`] laid them out: the order they run in (by side
+/// stream, then group), each one's group in that order, where each one's sums start (and after
+/// the last, their total), the cases they run on, and how many words and values were uploaded.
+pub(super) struct FitLaunch {
+    pub(super) order: Vec<usize>,
+    groups: Vec<usize>,
+    pub(super) at: Vec<i64>,
+    ncases: usize,
+    words: usize,
+    values: usize,
+}
+
+/// The parameter counts a launch of the fitting kernels reads: the request's (every program
+/// runs) or the fitting loop's (the starts its last step marked).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Counts {
+    Request,
+    Loop,
+}
+
+/// The side stream of group `g`.
+fn stream_of(g: usize) -> usize {
+    g % SIDE_STREAMS
 }

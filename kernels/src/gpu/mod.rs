@@ -314,9 +314,9 @@ impl GpuEvaluator {
         if fit.offsets.is_empty() {
             return Ok((Vec::new(), t.elapsed()));
         }
-        let (order, at) = self.device.launch_fit(&self.problem, fit, self.ncases)?;
+        let plan = self.device.launch_fit(&self.problem, fit, self.ncases)?;
         self.wait()?;
-        let sums = self.device.read_fit(&order, &at)?;
+        let sums = self.device.read_fit(&plan)?;
         Ok((sums, t.elapsed()))
     }
 
@@ -331,66 +331,41 @@ impl GpuEvaluator {
     }
 
     /// Fits every start of `fit` (a program with its starting values) by Levenberg–Marquardt,
-    /// `iterations` iterations of [`gpfarm_gp::LmStart`], each iteration one [`linearize`]
-    /// (Self::linearize) of the starts still going: what the parent would do with one request
-    /// per iteration, here with none. Per start, in order: its best values, their sum of squares,
-    /// and the sum of squares where it began.
+    /// `iterations` iterations of [`gpfarm_gp::LmStart`], all on the GPU: one launch of the
+    /// fitting kernels at the starting values, then per iteration the step kernel
+    /// ([`contract::FIT_STEP_KERNEL`]: each start judges its last trial and solves for the
+    /// next, a warp each) and one launch of the starts still going, the host waiting only for
+    /// the end. Each start takes the values [`gpfarm_gp::LmStart`] on the host would from the
+    /// sums [`linearize`](Self::linearize) gives, bit for bit (the step kernel's double
+    /// operations are the host's, in its order). Per start, in order: its best values, their sum
+    /// of squares, and the sum of squares where it began.
     pub fn fit(&mut self, fit: &WireFit, iterations: usize) -> Result<Fitted, GpuError> {
-        let t = Instant::now();
-        let n = fit.offsets.len();
-        let np = |k: usize| fit.nparams[k].max(0) as usize;
-        let unpack = |sums: &[f64], ks: &mut dyn Iterator<Item = usize>| -> Vec<gpfarm_gp::Sums> {
-            let mut at = 0;
-            ks.map(|k| {
-                let block = &sums[at..at + contract::sums_of(np(k))];
-                at += block.len();
-                gpfarm_gp::Sums::packed(block, np(k))
-            })
-            .collect()
-        };
-        let (sums, _) = self.linearize(fit)?;
-        let mut starts: Vec<gpfarm_gp::LmStart> = unpack(&sums, &mut (0..n))
-            .into_iter()
-            .enumerate()
-            .map(|(k, at)| gpfarm_gp::LmStart::new(fit.values_of(k).to_vec(), at))
-            .collect();
-        let first_sse: Vec<f64> = starts.iter().map(|s| s.sse()).collect();
-        let (mut on_gpu, mut on_host) = (std::time::Duration::ZERO, std::time::Duration::ZERO);
-        for _ in 0..iterations {
-            let host = Instant::now();
-            let trials: Vec<(usize, Vec<f32>)> =
-                starts.iter_mut().enumerate().filter_map(|(k, s)| s.trial().map(|t| (k, t))).collect();
-            if trials.is_empty() {
-                break;
-            }
-            let mut next = WireFit::new(fit.max_steps);
-            for (k, v) in &trials {
-                next.push_from(fit, *k, v);
-            }
-            on_host += host.elapsed();
-            let (sums, took) = self.linearize(&next)?;
-            on_gpu += took;
-            let host = Instant::now();
-            let at = unpack(&sums, &mut trials.iter().map(|(k, _)| *k));
-            for ((k, trial), at) in trials.into_iter().zip(at) {
-                starts[k].judge(trial, Some(at));
-            }
-            on_host += host.elapsed();
+        if let Some(why) = &self.poisoned {
+            return Err(GpuError::Fault(why.clone()));
         }
+        let t = Instant::now();
+        if fit.offsets.is_empty() {
+            return Ok(Fitted { params: Vec::new(), sse: Vec::new(), first_sse: Vec::new(), took_us: 0 });
+        }
+        let plan = self.device.launch_fit(&self.problem, fit, self.ncases)?;
+        let trial = |more: bool| if more { contract::FIT_STEP_TRIAL } else { 0 };
+        self.device.fit_step(&plan, contract::FIT_STEP_BEGIN | trial(iterations > 0))?;
+        for i in 0..iterations {
+            self.device.run_fit(&self.problem, fit, &plan, fit::Counts::Loop)?;
+            self.device.fit_step(&plan, contract::FIT_STEP_JUDGE | trial(i + 1 < iterations))?;
+        }
+        let queued = t.elapsed();
+        self.wait()?;
+        let fitted = self.device.read_loop(&plan)?;
         if fit::profiling() {
             eprintln!(
-                "gpfarm fit profile: {n} programs, {iterations} iterations: {:.3} ms in launches and copies, {:.3} ms on the host, {:.3} ms in all",
-                on_gpu.as_secs_f64() * 1e3,
-                on_host.as_secs_f64() * 1e3,
+                "gpfarm fit profile: {} programs, {iterations} iterations on the GPU: {:.3} ms to queue, {:.3} ms in all",
+                fit.offsets.len(),
+                queued.as_secs_f64() * 1e3,
                 t.elapsed().as_secs_f64() * 1e3
             );
         }
-        Ok(Fitted {
-            params: starts.iter().flat_map(|s| s.params().iter().copied()).collect(),
-            sse: starts.iter().map(gpfarm_gp::LmStart::sse).collect(),
-            first_sse,
-            took_us: t.elapsed().as_micros().min(u128::from(u64::MAX)) as u64,
-        })
+        Ok(Fitted { took_us: t.elapsed().as_micros().min(u128::from(u64::MAX)) as u64, ..fitted })
     }
 
     /// Waits for the stream; a fault poisons the evaluator.

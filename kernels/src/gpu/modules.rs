@@ -14,8 +14,8 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::Ptx;
 
 use super::contract::{
-    FIT_SMALL_WIDTHS, FIT_TILES_KERNEL, FIT_WIDTHS, INTERP_KERNEL_LARGE, INTERP_KERNEL_SMALL, fit_kernel,
-    fit_kernel_small,
+    FIT_SMALL_WIDTHS, FIT_STEP_KERNEL, FIT_TILES_KERNEL, FIT_WIDTHS, INTERP_KERNEL_LARGE,
+    INTERP_KERNEL_SMALL, fit_kernel, fit_kernel_small,
 };
 use super::{CompiledUnit, FITNESS_KERNEL, GpuError, KernelRef, TILES_KERNEL, driver};
 
@@ -97,7 +97,7 @@ pub(super) fn load_interpreter(
 }
 
 /// The fitting kernels: one per width of [`FIT_WIDTHS`], a small-stack one per width of
-/// [`FIT_SMALL_WIDTHS`], and [`FIT_TILES_KERNEL`].
+/// [`FIT_SMALL_WIDTHS`], [`FIT_TILES_KERNEL`] and [`FIT_STEP_KERNEL`].
 #[derive(Clone)]
 pub(super) struct FitModules {
     /// The kernel of each width, in [`FIT_WIDTHS`] order.
@@ -105,12 +105,13 @@ pub(super) struct FitModules {
     /// The small-stack kernel of each width of [`FIT_SMALL_WIDTHS`], in that order.
     pub(super) small: Vec<(usize, CudaFunction)>,
     pub(super) tiles: CudaFunction,
+    pub(super) step: CudaFunction,
     /// The modules the functions live in, kept loaded.
     _modules: Vec<Arc<CudaModule>>,
 }
 
 /// The fitting kernels from their CUBIN (one module with every width, or several), checked to
-/// hold a kernel of every width, the small-stack ones and the tiles kernel.
+/// hold a kernel of every width, the small-stack ones, the tiles kernel and the step kernel.
 pub(super) fn load_fit(ctx: &Arc<CudaContext>, cubins: &[Vec<u8>]) -> Result<FitModules, GpuError> {
     let modules: Vec<Arc<CudaModule>> = cubins
         .iter()
@@ -128,7 +129,13 @@ pub(super) fn load_fit(ctx: &Arc<CudaContext>, cubins: &[Vec<u8>]) -> Result<Fit
         .iter()
         .map(|&w| Ok((w, find(&fit_kernel_small(w))?)))
         .collect::<Result<_, GpuError>>()?;
-    Ok(FitModules { kernels, small, tiles: find(FIT_TILES_KERNEL)?, _modules: modules })
+    Ok(FitModules {
+        kernels,
+        small,
+        tiles: find(FIT_TILES_KERNEL)?,
+        step: find(FIT_STEP_KERNEL)?,
+        _modules: modules,
+    })
 }
 
 /// Loads the units' modules and groups their members into launches: consecutive branches

@@ -37,7 +37,8 @@ use gpfarm_gp::{FitnessKind, Problem};
 use super::bytecode::{Op, slot_layout};
 use crate::gpu::contract::{
     FIT_CODE_KERNEL, FIT_FORWARD_PARAMS, FIT_PARAMS, FIT_SMALL_DEPTH, FIT_SMALL_TAPE, FIT_SMALL_WIDTHS,
-    FIT_TILES_KERNEL, FIT_WIDTHS, fit_kernel, fit_kernel_small, fit_width,
+    FIT_STEP_BEGIN, FIT_STEP_JUDGE, FIT_STEP_KERNEL, FIT_STEP_TRIAL, FIT_TILES_KERNEL, FIT_WIDTHS,
+    fit_kernel, fit_kernel_small, fit_width,
 };
 
 /// The narrowest fitting kernel that differentiates straight-line float programs in reverse
@@ -376,6 +377,7 @@ pub fn fit_source_for(problem: &Problem, widths: &[usize]) -> Result<String, Gpu
             .ok();
         }
     }
+    let step = fit_step_source();
     Ok(format!(
         "{template}\n{kernels}\n\
 extern \"C\" __global__ void {FIT_TILES_KERNEL}(const double* __restrict__ partial, int ntiles, int nprograms,\n\
@@ -385,7 +387,9 @@ extern \"C\" __global__ void {FIT_TILES_KERNEL}(const double* __restrict__ parti
     // sums[at[p]].\n\
     const int p = blockIdx.x;\n\
     if (p >= nprograms) return;\n\
-    const int np = max(nparams[p], 0);\n\
+    // A start not run this round (a negative count) keeps its sums.\n\
+    const int np = nparams[p];\n\
+    if (np < 0) return;\n\
     const int used = 1 + np + np * (np + 1) / 2;\n\
     const size_t base = (size_t)(at[p] - at[0]) * ntiles;\n\
     for (int i = threadIdx.x; i < used; i += blockDim.x) {{\n\
@@ -393,8 +397,144 @@ extern \"C\" __global__ void {FIT_TILES_KERNEL}(const double* __restrict__ parti
         for (int tile = 0; tile < ntiles; ++tile) s += partial[base + (size_t)tile * used + i];\n\
         sums[at[p] + i] = s;\n\
     }}\n\
-}}\n"
+}}\n\
+{step}"
     ))
+}
+
+/// The step kernel ([`FIT_STEP_KERNEL`]): one Levenberg–Marquardt iteration of every start, a
+/// warp each, in the fitting loop that runs on the GPU without the host
+/// (`GpuEvaluator::fit`). It is [`gpfarm_gp::LmStart`] written in CUDA C, with the same
+/// constants and the same double operations in the same order, each rounded on its own
+/// (`__dadd_rn` and the like, never contracted into a fused multiply-add), so that a start
+/// fitted on the GPU takes the values the host's `LmStart` would, bit for bit, from the same
+/// sums. The Cholesky factor's rows below each column are shared among the lanes; each entry is
+/// still one sum in the host's order.
+///
+/// Its parameters: the number of starts, the mode (bits [`FIT_STEP_BEGIN`], [`FIT_STEP_JUDGE`],
+/// [`FIT_STEP_TRIAL`]), each start's parameter count, first value and first sum (as the fitting
+/// kernels take them), the sums the last launches wrote, the sums at each start's best values,
+/// a scratch of the same layout, the values the fitting kernels run (the trials), the best
+/// values, each start's λ, whether it goes on, its count for the next launches (-1: not run),
+/// its sum of squares where it began, and at its best values.
+fn fit_step_source() -> String {
+    use gpfarm_gp::fit::{CONVERGED, DIAGONAL_MIN, LAMBDA_FACTOR, LAMBDA_MAX, LAMBDA_MIN, LAMBDA_START};
+    format!(
+        r#"
+// One start's trial from its best values and their sums b (packed): the damped step
+// (JᵀJ + λ diag(JᵀJ)) δ = −Jᵀr by Cholesky in w (the layout of b), the values b's plus δ rounded
+// to float, written to p. False (the start ends) where a sum is not finite, the system is not
+// positive definite, or the values do not move or are not finite.
+__device__ bool gpfarm_lm_trial(int np, double lam, const double* __restrict__ b, double* __restrict__ w,
+    const float* __restrict__ bp, float* __restrict__ p, int lane)
+{{
+    const unsigned all = 0xffffffffu;
+    const int ns = 1 + np + np * (np + 1) / 2;
+    bool bad = false;
+    for (int i = 1 + lane; i < ns; i += 32) bad |= !isfinite(b[i]);
+    if (__any_sync(all, bad)) return false;
+    double* __restrict__ x = w + 1;
+    double* __restrict__ a = w + 1 + np;
+#define A(i, k) a[(i) * ((i) + 1) / 2 + (k)]
+    for (int i = lane; i < np; i += 32) x[i] = -b[1 + i];
+    for (int q = lane; q < np * (np + 1) / 2; q += 32) a[q] = b[1 + np + q];
+    __syncwarp();
+    for (int i = lane; i < np; i += 32) {{
+        const double d = A(i, i);
+        A(i, i) = __dadd_rn(d, __dmul_rn(lam, fmax(d, {DIAGONAL_MIN:e})));
+    }}
+    __syncwarp();
+    for (int c = 0; c < np; ++c) {{
+        double d = 0.0;
+        int ok = 1;
+        if (lane == 0) {{
+            d = A(c, c);
+            for (int k = 0; k < c; ++k) d = __dsub_rn(d, __dmul_rn(A(c, k), A(c, k)));
+            if (d <= 0.0 || !isfinite(d)) ok = 0;
+            else {{ d = __dsqrt_rn(d); A(c, c) = d; }}
+        }}
+        if (!__shfl_sync(all, ok, 0)) return false;
+        d = __shfl_sync(all, d, 0);
+        __syncwarp();
+        for (int i = c + 1 + lane; i < np; i += 32) {{
+            double s = A(i, c);
+            for (int k = 0; k < c; ++k) s = __dsub_rn(s, __dmul_rn(A(i, k), A(c, k)));
+            A(i, c) = __ddiv_rn(s, d);
+        }}
+        __syncwarp();
+    }}
+    if (lane == 0) {{
+        for (int i = 0; i < np; ++i) {{
+            double s = x[i];
+            for (int k = 0; k < i; ++k) s = __dsub_rn(s, __dmul_rn(A(i, k), x[k]));
+            x[i] = __ddiv_rn(s, A(i, i));
+        }}
+        for (int i = np - 1; i >= 0; --i) {{
+            double s = x[i];
+            for (int k = i + 1; k < np; ++k) s = __dsub_rn(s, __dmul_rn(A(k, i), x[k]));
+            x[i] = __ddiv_rn(s, A(i, i));
+        }}
+    }}
+#undef A
+    __syncwarp();
+    bool moved = false, finite = true;
+    for (int i = lane; i < np; i += 32) {{
+        const float t = __double2float_rn(__dadd_rn((double)bp[i], x[i]));
+        moved |= t != bp[i];
+        finite &= isfinite(t);
+        p[i] = t;
+    }}
+    return __any_sync(all, moved) && __all_sync(all, finite);
+}}
+
+extern "C" __global__ void __launch_bounds__(32) {FIT_STEP_KERNEL}(int nprograms, int mode,
+    const int* __restrict__ nparams, const unsigned* __restrict__ poffsets, const long long* __restrict__ at,
+    const double* __restrict__ sums, double* __restrict__ best, double* __restrict__ work,
+    float* __restrict__ params, float* __restrict__ bestp, double* __restrict__ lambda,
+    int* __restrict__ active, int* __restrict__ running, double* __restrict__ first, double* __restrict__ sse)
+{{
+    const int j = blockIdx.x;
+    if (j >= nprograms) return;
+    const int lane = (int)threadIdx.x;
+    const int np = nparams[j];
+    const int ns = 1 + np + np * (np + 1) / 2;
+    const double* __restrict__ s = sums + at[j];
+    double* __restrict__ b = best + at[j];
+    float* __restrict__ p = params + poffsets[j];
+    float* __restrict__ bp = bestp + poffsets[j];
+    double lam = lambda[j];
+    int on = active[j];
+    const int ran = running[j];
+    const double now = s[0], was = b[0];
+    __syncwarp();
+    if (mode & {FIT_STEP_BEGIN}) {{
+        for (int i = lane; i < ns; i += 32) b[i] = s[i];
+        for (int i = lane; i < np; i += 32) bp[i] = p[i];
+        lam = {LAMBDA_START:e};
+        on = isfinite(now);
+        if (lane == 0) {{ first[j] = now; sse[j] = now; }}
+    }} else if ((mode & {FIT_STEP_JUDGE}) && ran >= 0) {{
+        if (now < was) {{
+            for (int i = lane; i < ns; i += 32) b[i] = s[i];
+            for (int i = lane; i < np; i += 32) bp[i] = p[i];
+            lam = fmax(__ddiv_rn(lam, {LAMBDA_FACTOR:e}), {LAMBDA_MIN:e});
+            if (__dsub_rn(was, now) <= __dmul_rn({CONVERGED:e}, now)) on = 0;
+            if (lane == 0) sse[j] = now;
+        }} else {{
+            lam = __dmul_rn(lam, {LAMBDA_FACTOR:e});
+            if (lam > {LAMBDA_MAX:e}) on = 0;
+        }}
+    }}
+    __syncwarp();
+    int go = -1;
+    if ((mode & {FIT_STEP_TRIAL}) && on) {{
+        if (gpfarm_lm_trial(np, lam, b, work + at[j], bp, p, lane)) go = np;
+        else on = 0;
+    }}
+    if (lane == 0) {{ lambda[j] = lam; active[j] = on; running[j] = go; }}
+}}
+"#
+    )
 }
 
 /// CUDA C of one compiled fitting kernel ([`FIT_CODE_KERNEL`]) of width `width` (one of
@@ -961,6 +1101,8 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
     constexpr bool ADJ = NP >= {FIT_REVERSE_WIDTH};\n\
     __shared__ unsigned short opat[ADJ ? TAPE : 1];\n\
     __shared__ int nops;\n\
+    // A start not run this round (the fitting loop's, a negative count) is left as it is.\n\
+    if (nparams[blockIdx.y] < 0) return;\n\
 {scan}\
     const float* __restrict__ P = params + poffsets[blockIdx.y];\n\
     const int np = nparams[blockIdx.y];\n\

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The fitting loop on the GPU (step kernel) against the host's loop between launches: the GPU
+# tests of the carried build, then Friedman-1 over 100,000 cases, population 1000, GENS
+# generations, seed 1, interpreter route, by the build in .carry/base and the carried build,
+# alternately, ROUNDS times each; one JSON log per run in $r and, per run, its generation times,
+# the GPU worker's fitting times and the best. Then one run of the carried build with
+# GPFARM_FIT_PROFILE=1 (each launch waited for and timed) for GENS_PROFILE generations.
+# Env: GENS (10), ROUNDS (2), TESTS ("fit gpu_worker gpu_fault"), EXTRA (more evolve flags),
+# GENS_PROFILE (1).
+set -uo pipefail
+here=$(dirname "${BASH_SOURCE[0]}")
+TESTS=${TESTS-"fit gpu_worker gpu_fault"} bash "$here/../harness/tests.sh"
+source "$here/../harness/env.sh" > /dev/null
+mkdir -p "$built/base" && cp .carry/base/* "$built/base/"
+dir=$(mktemp -d); cp examples/friedman1/{problem.toml,grammar.bnf,template.cu} "$dir/"
+python3 examples/friedman1/make_cases.py 100000 "$dir" 1
+export CUDA_CACHE_DISABLE=1
+show() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+gens = []
+for line in open(sys.argv[1]):
+    try:
+        g = json.loads(line)
+    except ValueError:
+        continue
+    if "generation_ms" in g:
+        gens.append(g)
+fmt = lambda k: " ".join(f"{g.get(k, 0):.1f}" for g in gens)
+print(f"{sys.argv[2]}: best {gens[-1]['best'] if gens else None}")
+print(f"  generation ms: {fmt('generation_ms')}")
+print(f"  worker fit ms: {fmt('fit_worker_ms')}")
+print(f"  fit ms:        {fmt('fit_ms')}")
+print(f"  eval ms:       {fmt('eval_ms')}")
+PY
+}
+n=0
+for _ in $(seq "${ROUNDS:-2}"); do
+  for build in base new; do
+    if [[ $build == base ]]; then b=$built/base; else b=$built; fi
+    n=$((n + 1)); log="$r/ab_${build}_$n"
+    # shellcheck disable=SC2086
+    GPFARMD=$b/gpfarmd GPFARM_GPU_WORKER=$b/gpfarm-gpu-worker timeout 300 "$b/gpfarm" evolve --problem-dir "$dir" \
+      --population 1000 --generations "${GENS:-10}" --seed 1 --route interpreter --json ${EXTRA:-} > "$log.jsonl" 2> "$log.err"
+    show "$log.jsonl" "$build run $n (rc $?)"
+  done
+done
+log="$r/profile_new"
+GPFARM_FIT_PROFILE=1 timeout 300 "$bin" evolve --problem-dir "$dir" --population 1000 \
+  --generations "${GENS_PROFILE:-1}" --seed 1 --route interpreter --json > "$log.jsonl" 2> "$log.err"
+show "$log.jsonl" "profiled new build"
+grep "iterations on the GPU" "$log.err"
