@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# One build under several environments, alternately: Friedman-1 over 100,000 cases, population
+# 1000, GENS generations, seed SEED, interpreter route, ROUNDS runs per setting, then one run per
+# setting with GPFARM_FIT_PROFILE=1 (each launch waited for and timed) of generation 0.
+# SETTINGS: space-separated NAME:VAR=VALUE,VAR=VALUE (NAME: alone for none), e.g.
+# "default: nomma:GPFARM_FIT_MMA=0". Env: GENS (2), ROUNDS (2), SEED (1), EXTRA.
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../harness/env.sh" > /dev/null
+dir=$(mktemp -d); cp examples/friedman1/{problem.toml,grammar.bnf,template.cu} "$dir/"
+python3 examples/friedman1/make_cases.py 100000 "$dir" 1
+export CUDA_CACHE_DISABLE=1
+show() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+gens = []
+for line in open(sys.argv[1]):
+    try:
+        g = json.loads(line)
+    except ValueError:
+        continue
+    if "generation_ms" in g:
+        gens.append(g)
+fmt = lambda k: " ".join(f"{g.get(k, 0):.1f}" for g in gens)
+print(f"{sys.argv[2]}: best {gens[-1]['best'] if gens else None}")
+print(f"  generation ms: {fmt('generation_ms')}")
+print(f"  worker fit ms: {fmt('fit_worker_ms')}")
+PY
+}
+run() { # name vars profile log
+  local name=$1 vars=$2 profile=$3 log=$4
+  # shellcheck disable=SC2086
+  env ${vars//,/ } GPFARM_FIT_PROFILE=$profile timeout 300 "$bin" evolve --problem-dir "$dir" --population 1000 \
+    --generations "$5" --seed "${SEED:-1}" --route interpreter --json ${EXTRA:-} > "$log.jsonl" 2> "$log.err"
+  show "$log.jsonl" "$name (rc $?)"
+}
+for n in $(seq "${ROUNDS:-2}"); do
+  for s in ${SETTINGS:-default:}; do
+    run "${s%%:*} run $n" "${s#*:}" 0 "$r/env_${s%%:*}_$n" "${GENS:-2}"
+  done
+done
+for s in ${SETTINGS:-default:}; do
+  run "${s%%:*} profiled" "${s#*:}" 1 "$r/env_${s%%:*}_profile" 0
+  grep -E "width|iterations" "$r/env_${s%%:*}_profile.err" | head -12
+done
