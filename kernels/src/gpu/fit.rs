@@ -14,7 +14,9 @@ use gpfarm_gp::Problem;
 use std::collections::HashSet;
 
 use super::buffers::{Device, FitBuffers, LoopBuffers, SIDE_STREAMS, grow_copy};
-use super::contract::{FIT_CODE_KERNEL, fit_rows, fit_tiles, fit_width, program_range, sums_of};
+use super::contract::{
+    FIT_CODE_KERNEL, FIT_SMALL_WIDTHS, FIT_WIDTHS, fit_rows, fit_tiles, fit_width, program_range, sums_of,
+};
 use super::{BLOCK, Fitted, GpuError, WireFit, driver, no_kernel};
 
 /// Whether `GPFARM_FIT_PROFILE` is set: each width's launch is then waited for and timed, and the
@@ -294,6 +296,24 @@ impl Device {
             by_request[k] = &ran[at[j] as usize..at[j + 1] as usize];
         }
         Ok(by_request.concat())
+    }
+
+    /// Launches every fitting kernel of the interpreter (each width's and each small-stack one)
+    /// and the tiles kernel once over `ncases` cases with a program of its width that the launch
+    /// does not run (the step kernel marks it so: no program code runs), so that what a kernel's
+    /// first launch costs, loading it and sizing its local memory, is paid here and not in the
+    /// first fit. Queued, not waited for.
+    pub(super) fn warm_fit(&mut self, problem: &Problem, ncases: usize) -> Result<(), GpuError> {
+        let mut fit = WireFit::new(0);
+        for w in FIT_WIDTHS {
+            fit.push_with(&[0], &vec![0.0; w], false, None);
+        }
+        for w in FIT_SMALL_WIDTHS {
+            fit.push_with(&[0], &vec![0.0; w], true, None);
+        }
+        let plan = self.upload_fit(&fit, ncases)?;
+        self.fit_step(&plan, 0)?;
+        self.run_fit(problem, &fit, &plan, Counts::Loop)
     }
 
     /// Queues the step kernel ([`super::contract::FIT_STEP_KERNEL`]) over every start of `plan` in `mode`, on the

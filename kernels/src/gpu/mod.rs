@@ -133,7 +133,12 @@ impl GpuEvaluator {
             ));
         }
         let (name, _) = probe()?;
-        let device = Device::new(problem, kernels)?;
+        let mut device = Device::new(problem, kernels)?;
+        if device.fit.is_some() {
+            // What each fitting kernel's first launch costs is paid here, not in the first fit.
+            device.warm_fit(problem, problem.cases().len())?;
+            device.stream.synchronize().map_err(driver)?;
+        }
         Ok(GpuEvaluator {
             problem: problem.clone(),
             device,

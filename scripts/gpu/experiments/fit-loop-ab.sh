@@ -5,11 +5,12 @@
 # alternately, ROUNDS times each; one JSON log per run in $r and, per run, its generation times,
 # the GPU worker's fitting times and the best. Then one run of the carried build with
 # GPFARM_FIT_PROFILE=1 (each launch waited for and timed) for GENS_PROFILE generations.
-# Env: GENS (10), ROUNDS (2), TESTS ("fit gpu_worker gpu_fault"), EXTRA (more evolve flags),
+# Env: GENS (10), ROUNDS (2), TESTS ("fit gpu_worker gpu_fault"; empty: none), EXTRA (more evolve flags),
 # GENS_PROFILE (1).
 set -uo pipefail
 here=$(dirname "${BASH_SOURCE[0]}")
-TESTS=${TESTS-"fit gpu_worker gpu_fault"} bash "$here/../harness/tests.sh"
+tests=${TESTS-"fit gpu_worker gpu_fault"}
+[[ -z $tests ]] || TESTS=$tests bash "$here/../harness/tests.sh"
 source "$here/../harness/env.sh" > /dev/null
 mkdir -p "$built/base" && cp .carry/base/* "$built/base/"
 dir=$(mktemp -d); cp examples/friedman1/{problem.toml,grammar.bnf,template.cu} "$dir/"
