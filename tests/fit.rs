@@ -381,8 +381,21 @@ fn the_fitting_loop_on_the_gpu_takes_the_host_s_values_bit_for_bit() {
     bad.push(&code.words, &[1.0]);
     bad.push(&code.words, &[9.0]);
     let got = gpu.fit(&bad, 5).unwrap();
-    assert!(got.first_sse[0].is_nan() && got.params[0] == 1.0, "{got:?}");
+    assert!(
+        got.first_sse[0] == f64::INFINITY && got.sse[0] == f64::INFINITY && got.params[0] == 1.0,
+        "{got:?}"
+    );
     assert!(got.first_sse[1].is_finite() && got.sse[1] <= got.first_sse[1], "{got:?}");
+    let (params, sse, first) = fit_on_the_host(&mut gpu, &bad, 5);
+    assert_eq!(
+        (bits32(&got.params), bits64(&got.sse), bits64(&got.first_sse)),
+        (bits32(&params), bits64(&sse), bits64(&first))
+    );
+    // Values that are not the start's own are refused.
+    let mut overlapping = bad.clone();
+    overlapping.param_offsets[1] = 0;
+    let why = gpu.fit(&overlapping, 3).unwrap_err().to_string();
+    assert!(why.contains("are not its own"), "{why}");
     // A negative count is refused, not taken as a start to skip.
     let mut negative = fit.clone();
     negative.nparams[0] = -1;

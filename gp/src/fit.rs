@@ -237,11 +237,10 @@ fn add_tile(a: &mut [f64], np: usize, i0: usize, j0: usize, rows: &[f64]) {
 }
 
 /// One start of Levenberg–Marquardt, as the module documentation states it, driven by whoever
-/// runs the program: [`fit`] on the CPU, one start at a time; the engine's GPU fitting, every
-/// start of a generation in one launch per iteration. [`LmStart::trial`] gives the values to run
-/// next, [`LmStart::judge`] takes what the run gave. The GPU's fitting loop
-/// (`gpfarm_kernels::interpreter::fit_source`'s step kernel) does the same on the GPU, bit for
-/// bit, from these constants: any change here must be made there too.
+/// runs the program: [`fit`] on the CPU, one start at a time. [`LmStart::trial`] gives the
+/// values to run next, [`LmStart::judge`] takes what the run gave. The GPU's fitting loop runs a
+/// copy of it in CUDA C (the step kernel of `gpfarm_kernels::interpreter::fit_source`), with the
+/// same constants and operations, bit for bit: any change here must be made there too.
 #[derive(Clone, Debug)]
 pub struct LmStart {
     params: Vec<f32>,

@@ -66,8 +66,28 @@ impl Device {
         let ncases = self.fit_cases.as_ref().map_or(ncases, |(_, n)| *n);
         let modules = self.fit.clone().ok_or_else(|| no_kernel("the fitting kernel"))?;
         let n = fit.offsets.len();
+        if fit.param_offsets.len() != n || fit.nparams.len() != n {
+            return Err(GpuError::Problem(format!(
+                "{n} programs with {} first values and {} parameter counts",
+                fit.param_offsets.len(),
+                fit.nparams.len()
+            )));
+        }
         if let Some(k) = (0..n).find(|&k| fit.nparams[k] < 0) {
             return Err(GpuError::Problem(format!("program {k} has {} parameters", fit.nparams[k])));
+        }
+        // Each program's values lie inside the values, after the last program's (the step
+        // kernel writes there).
+        let mut free = 0usize;
+        for k in 0..n {
+            let (at, np) = (fit.param_offsets[k] as usize, fit.nparams[k] as usize);
+            if at < free || at + np > fit.params.len() {
+                return Err(GpuError::Problem(format!(
+                    "program {k}'s {np} values from {at} are not its own among {} values",
+                    fit.params.len()
+                )));
+            }
+            free = at + np;
         }
         let width = |k: usize| fit_width(fit.nparams[k] as usize);
         if let Some(k) = (0..n).find(|&k| width(k).is_none()) {
@@ -108,7 +128,7 @@ impl Device {
         let mut at: Vec<i64> = Vec::with_capacity(n + 1);
         at.push(0);
         for &np in &nparams {
-            at.push(at[at.len() - 1] + sums_of(np.max(0) as usize) as i64);
+            at.push(at[at.len() - 1] + sums_of(np as usize) as i64);
         }
         let packed = at[n] as usize;
         if self.fit_buffers.is_none() {

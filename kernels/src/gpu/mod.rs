@@ -136,7 +136,12 @@ impl GpuEvaluator {
         let mut device = Device::new(problem, kernels)?;
         if device.fit.is_some() {
             // What each fitting kernel's first launch costs is paid here, not in the first fit.
-            device.warm_fit(problem, problem.cases().len())?;
+            // A kernel that cannot be launched fails the fits that need it, not the evaluator.
+            if let Err(e) = device.warm_fit(problem, problem.cases().len()) {
+                eprintln!(
+                    "gpfarm: the fitting kernels' first launch failed ({e}); fits will launch them again"
+                );
+            }
             device.stream.synchronize().map_err(driver)?;
         }
         Ok(GpuEvaluator {
@@ -337,13 +342,15 @@ impl GpuEvaluator {
 
     /// Fits every start of `fit` (a program with its starting values) by Levenberg–Marquardt,
     /// `iterations` iterations of [`gpfarm_gp::LmStart`], all on the GPU: one launch of the
-    /// fitting kernels at the starting values, then per iteration the step kernel
-    /// ([`contract::FIT_STEP_KERNEL`]: each start judges its last trial and solves for the
-    /// next, a warp each) and one launch of the starts still going, the host waiting only for
+    /// fitting kernels at the starting values and the step kernel
+    /// ([`contract::FIT_STEP_KERNEL`], a warp per start) to begin each start and solve for its
+    /// first trial; then per iteration one launch of the starts still going and the step kernel
+    /// again (each start judges its trial and solves for the next), the host waiting only for
     /// the end. Each start takes the values [`gpfarm_gp::LmStart`] on the host would from the
     /// sums [`linearize`](Self::linearize) gives, bit for bit (the step kernel's double
     /// operations are the host's, in its order). Per start, in order: its best values, their sum
-    /// of squares, and the sum of squares where it began.
+    /// of squares, and the sum of squares where it began (infinite where it is not finite, as
+    /// on the host).
     pub fn fit(&mut self, fit: &WireFit, iterations: usize) -> Result<Fitted, GpuError> {
         if let Some(why) = &self.poisoned {
             return Err(GpuError::Fault(why.clone()));

@@ -345,7 +345,10 @@ pub fn fits_on_gpu(words: &[u32], params: usize, depth: usize) -> bool {
 /// ([`crate::gpu::contract::sums_of`] per program, `at[0]` the first's) and the tile sums:
 /// `ntiles` blocks of a program's sums per program, from `(at[p] - at[0]) * ntiles`. The tiles
 /// kernel's: those tile sums, `int ntiles`, `int nprograms`, the programs' parameter counts,
-/// `at`, and the sums, each program's from `at[p]`.
+/// `at`, and the sums, each program's from `at[p]`. A negative count in either kernel's launch
+/// means the program is not run there and keeps its sums (the fitting loop's starts that have
+/// ended). The source also holds the fitting loop's step kernel ([`FIT_STEP_KERNEL`],
+/// [`fit_step_source`]).
 pub fn fit_source(problem: &Problem) -> Result<String, GpuError> {
     fit_source_for(problem, &FIT_WIDTHS)
 }
@@ -409,7 +412,9 @@ extern \"C\" __global__ void {FIT_TILES_KERNEL}(const double* __restrict__ parti
 /// (`__dadd_rn` and the like, never contracted into a fused multiply-add), so that a start
 /// fitted on the GPU takes the values the host's `LmStart` would, bit for bit, from the same
 /// sums. The Cholesky factor's rows below each column are shared among the lanes; each entry is
-/// still one sum in the host's order.
+/// still one sum in the host's order. (Compiler flags that flush subnormal floats to zero, such
+/// as `--use_fast_math`, would make a trial's rounding differ from the host's for values that
+/// small.)
 ///
 /// Its parameters: the number of starts, the mode (bits [`FIT_STEP_BEGIN`], [`FIT_STEP_JUDGE`],
 /// [`FIT_STEP_TRIAL`]), each start's parameter count, first value and first sum (as the fitting
@@ -505,17 +510,18 @@ extern "C" __global__ void __launch_bounds__(32) {FIT_STEP_KERNEL}(int nprograms
     double lam = lambda[j];
     int on = active[j];
     const int ran = running[j];
-    const double now = s[0], was = b[0];
+    // A sum of squares that is not finite counts as infinite, as the host's sums make it.
+    const double now = isfinite(s[0]) ? s[0] : __longlong_as_double(0x7ff0000000000000LL), was = b[0];
     __syncwarp();
     if (mode & {FIT_STEP_BEGIN}) {{
-        for (int i = lane; i < ns; i += 32) b[i] = s[i];
+        for (int i = lane; i < ns; i += 32) b[i] = i == 0 ? now : s[i];
         for (int i = lane; i < np; i += 32) bp[i] = p[i];
         lam = {LAMBDA_START:e};
         on = isfinite(now);
         if (lane == 0) {{ first[j] = now; sse[j] = now; }}
     }} else if ((mode & {FIT_STEP_JUDGE}) && ran >= 0) {{
         if (now < was) {{
-            for (int i = lane; i < ns; i += 32) b[i] = s[i];
+            for (int i = lane; i < ns; i += 32) b[i] = i == 0 ? now : s[i];
             for (int i = lane; i < np; i += 32) bp[i] = p[i];
             lam = fmax(__ddiv_rn(lam, {LAMBDA_FACTOR:e}), {LAMBDA_MIN:e});
             if (__dsub_rn(was, now) <= __dmul_rn({CONVERGED:e}, now)) on = 0;
