@@ -348,7 +348,7 @@ pub fn fits_on_gpu(words: &[u32], params: usize, depth: usize) -> bool {
 /// `at`, and the sums, each program's from `at[p]`. A negative count in either kernel's launch
 /// means the program is not run there and keeps its sums (the fitting loop's starts that have
 /// ended). The source also holds the fitting loop's step kernel ([`FIT_STEP_KERNEL`],
-/// [`fit_step_source`]).
+/// the private `fit_step_source`).
 pub fn fit_source(problem: &Problem) -> Result<String, GpuError> {
     fit_source_for(problem, &FIT_WIDTHS)
 }
