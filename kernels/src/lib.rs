@@ -1,4 +1,4 @@
-//! From phenotypes to GPU code and back: units for the compile routes ([`unit`], the one place
+//! From phenotypes to GPU code and back: units for the compile routes ([`unit`](mod@unit), the one place
 //! that matches on a unit's language and shape, over the CUDA C renderer and the PTX emitter),
 //! the GPU interpreter's bytecode and kernel ([`interpreter`]), and (where a GPU is present)
 //! evaluating compiled or interpreted individuals on it ([`gpu`], [`worker`]).

@@ -33,7 +33,7 @@ pub fn program_range(offsets: &[u32], nwords: usize, k: usize) -> std::ops::Rang
 }
 
 /// The interpreter's fitting kernels (`interpreter::fit_source`): least-squares sums of programs
-/// with free parameters, one kernel per width of [`FIT_WIDTHS`], named by [`fit_kernel`].
+/// with free parameters, one kernel per width of [`FIT_WIDTHS`], named by `fit_kernel`.
 pub const FIT_KERNEL: &str = "gpfarm_fit";
 /// The compiled fitting kernel of a unit of programs (`interpreter::fit_code_source`): the
 /// interpreter's fitting kernels' parameters, `offsets` naming each program's member of the unit.

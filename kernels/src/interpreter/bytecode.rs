@@ -8,7 +8,7 @@
 //! point of each program ([`Bytecode::depth`]).
 //!
 //! Each op is the C operation the NVRTC template and the PTX route compute for the same tree
-//! node, in the same type: the interpreter's CUDA C ([`super::source`]) is generated from the
+//! node, in the same type: the interpreter's CUDA C (`super::source`) is generated from the
 //! table below, one `case` per op.
 
 use gpfarm_gp::problem::{InputType, Kind, ScalarType};
@@ -375,7 +375,7 @@ pub fn array_layout(problem: &Problem) -> Vec<usize> {
 /// Whether constant subexpressions are computed when compiling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Folding {
-    /// As NVVM folds them when NVRTC compiles the harness ([`crate::fold`], the PTX route's
+    /// As NVVM folds them when NVRTC compiles the harness (`crate::fold`, the PTX route's
     /// rule): a math function of constants becomes the host's value, which can differ in the
     /// last bit from CUDA's function at run time. The GPU interpreter's bytecode, so that its
     /// fitness is the compiled routes' bit for bit.

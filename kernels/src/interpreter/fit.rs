@@ -306,7 +306,7 @@ fn fits_tape((ops, last): (usize, usize)) -> bool {
 
 /// Whether the fitting kernels differentiate `words` (a program [`super::assemble_structure`]
 /// wrote) in reverse: straight-line float code of at most [`FIT_TAPE`] ops, as the kernels'
-/// own scan decides. Programs of more than [`FIT_FORWARD_PARAMS`] parameters are fitted on the
+/// own scan decides. Programs of more than `FIT_FORWARD_PARAMS` parameters are fitted on the
 /// GPU only then.
 pub fn fitted_in_reverse(words: &[u32]) -> bool {
     straight_ops(words).is_some_and(fits_tape)
@@ -314,10 +314,10 @@ pub fn fitted_in_reverse(words: &[u32]) -> bool {
 
 /// Whether a program of `params` parameters and stack `depth` whose words are `words` (as
 /// [`super::assemble_structure`] wrote them) runs in its width's small-stack fitting kernel
-/// ([`fit_kernel_small`]), whose per-case arrays stay in the L1 cache: a width of
-/// [`FIT_SMALL_WIDTHS`], a stack under [`FIT_SMALL_DEPTH`] values, straight-line float code (the
+/// (`fit_kernel_small`), whose per-case arrays stay in the L1 cache: a width of
+/// `FIT_SMALL_WIDTHS`, a stack under `FIT_SMALL_DEPTH` values, straight-line float code (the
 /// small kernels' forward sweep knows only its ops) and, where the kernel differentiates the
-/// program in reverse, at most [`FIT_SMALL_TAPE`] ops. Such a program takes the same path
+/// program in reverse, at most `FIT_SMALL_TAPE` ops. Such a program takes the same path
 /// through either kernel (the same ops, forward or reverse alike), so its sums are the same bits
 /// in both.
 pub fn fits_small(words: &[u32], params: usize, depth: usize) -> bool {
@@ -337,7 +337,7 @@ pub fn fits_on_gpu(words: &[u32], params: usize, depth: usize) -> bool {
 }
 
 /// CUDA C of the fitting kernels for `problem` (one per width of [`FIT_WIDTHS`], named by
-/// [`fit_kernel`], and [`FIT_TILES_KERNEL`]). A fitting kernel's parameters, in order: one
+/// `fit_kernel`, and [`FIT_TILES_KERNEL`]). A fitting kernel's parameters, in order: one
 /// pointer per input of the problem's compiled kernels (in [`Problem::kernel_params`] order), the
 /// targets, `int ncases`, the programs' words, each program's first word, the parameter values,
 /// each program's first value, each program's number of parameters, the step limit per case,
