@@ -79,7 +79,7 @@ const FAILED_LINGER: Duration = Duration::from_secs(5);
 #[derive(Debug, Parser)]
 #[command(name = "gpfarmd", version, about = "gpfarm's resident compile daemon (one per core)")]
 pub struct Args {
-    /// Farm this daemon belongs to (its segment is gpfarm-<uid>-<farm>-<id> in the user's directory of segments).
+    /// Farm this daemon belongs to (its segment is gpfarm-UID-FARM-ID in the user's directory of segments).
     #[arg(long)]
     pub farm: FarmName,
     /// This daemon's id within the farm.

@@ -1,6 +1,6 @@
 //! `gpfarm._gpfarm`: the native half of the Python package. It binds the engine's own Rust API:
 //! `EvolveConfig` is a typed run configuration that becomes the engine's
-//! [`Options`](gpfarm_evolve::Options) and [`CompilerRequest`], the run is planned and run by
+//! [`Options`] and [`CompilerRequest`], the run is planned and run by
 //! [`gpfarm_evolve::plan`] (as `gpfarm evolve` runs it), and each generation's record reaches
 //! Python as a dict built from its serde serialisation (the same keys `gpfarm evolve --json`
 //! prints). No command line is parsed and no JSON text is passed.

@@ -260,7 +260,7 @@ impl Farm {
     /// when its segment was removed, cut short or its header overwritten or no longer names it,
     /// when it is stopped by a signal, when the client it was
     /// working for died (the unit is abandoned with the daemon), or when, idle, it holds more
-    /// memory than [`Farm::over_memory`] allows; a farm told to stop ([`FarmConfig::stop`])
+    /// memory than `Farm::over_memory` allows; a farm told to stop ([`FarmConfig::stop`])
     /// replaces none. Returns what was done.
     pub fn heal(&mut self) -> Vec<Healed> {
         let me = std::process::id();

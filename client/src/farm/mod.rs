@@ -196,7 +196,7 @@ impl Compiler for Farm {
     }
 
     /// Compiles in one balanced contiguous part per daemon (the paper's partition), each part
-    /// one request; see [`Farm::serve_queue`] for what happens when a daemon is lost.
+    /// one request; see `Farm::serve_queue` for what happens when a daemon is lost.
     fn compile(&mut self, units: &[Unit], options: &CompileOptions) -> Result<Batch, CompilerError> {
         let start = Instant::now();
         let mut results: Vec<Option<UnitResult>> = units.iter().map(too_large).collect();
