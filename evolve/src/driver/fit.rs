@@ -132,79 +132,44 @@ impl Driver<'_> {
             let fitted = fit(problem, program, &b.params, &settings, fit_seed)?;
             (fitted.params != b.params).then_some(fitted.params)
         };
-        // The GPU fits what its fitting kernels take; the CPU fits the rest at the same time, on
-        // its pool (the GPU worker's fit leaves the cores idle), and afterwards whatever the GPU
-        // did not fit after all.
-        let takes: Vec<Option<GpuProgram>> =
-            if self.gpu_fit { gpu_programs(self.problem, &born, &todo) } else { vec![None; todo.len()] };
-        let beside: Vec<usize> = (0..todo.len()).filter(|&i| takes[i].is_none()).collect();
-        let on_cpu = |items: &[usize]| -> Vec<Option<Vec<f32>>> {
-            match &pool {
-                Some(pool) => pool.install(|| items.par_iter().map(|&i| one(&todo[i])).collect()),
-                None => items.iter().map(|&i| one(&todo[i])).collect(),
-            }
-        };
+        // The GPU fits what its fitting kernel can; the CPU the rest.
         let mut fitted: Vec<Option<Option<Vec<f32>>>> = vec![None; todo.len()];
         let mut gpu_took = Duration::ZERO;
         let mut worker_took = Duration::ZERO;
         let mut by_code = vec![false; todo.len()];
         let mut compile_took = Duration::ZERO;
-        let (outcome, cpu_fitted) = std::thread::scope(|s| {
-            let cpu = (self.gpu_fit && !beside.is_empty())
-                .then(|| {
-                    std::thread::Builder::new()
-                        .name("gpfarm-fit-beside".into())
-                        .stack_size(gpfarm_gp::pipeline::PARSE_STACK)
-                        .spawn_scoped(s, || on_cpu(&beside))
-                        .ok()
-                })
-                .flatten();
-            let outcome = self.gpu_fit.then(|| {
-                let t = Instant::now();
-                let compiled = Compiled {
-                    kernels: self.settings.fit_kernels,
-                    store: &mut self.fit_code,
-                    options: self.options,
-                    toolchain: &self.fit_toolchain,
-                };
-                let outcome = gpu_fit(
-                    self.problem,
-                    &mut self.evaluator,
-                    &born,
-                    &todo,
-                    &takes,
-                    &config,
-                    compiled,
-                    &mut worker_took,
-                );
-                // Compiling fitting kernels is counted apart from the GPU's fitting.
-                gpu_took = t.elapsed();
-                outcome
-            });
-            // A thread that could not be started, or that panicked: the CPU fits them below.
-            (outcome, cpu.and_then(|h| h.join().ok()))
-        });
-        match outcome {
-            Some(Ok((done, code, compile))) => {
-                fitted = done;
-                by_code = code;
-                compile_took = compile;
+        if self.gpu_fit {
+            let t = Instant::now();
+            let compiled = Compiled {
+                kernels: self.settings.fit_kernels,
+                store: &mut self.fit_code,
+                options: self.options,
+                toolchain: &self.fit_toolchain,
+            };
+            let outcome =
+                gpu_fit(self.problem, &mut self.evaluator, &born, &todo, &config, compiled, &mut worker_took);
+            // Compiling fitting kernels is counted apart from the GPU's fitting.
+            gpu_took = t.elapsed();
+            match outcome {
+                Ok((done, code, compile)) => {
+                    fitted = done;
+                    by_code = code;
+                    compile_took = compile;
+                }
+                Err(e) => {
+                    tracing::warn!("fitting on the GPU failed ({e}); the CPU fits from now on");
+                    self.gpu_fit = false;
+                }
             }
-            Some(Err(e)) => {
-                tracing::warn!("fitting on the GPU failed ({e}); the CPU fits from now on");
-                self.gpu_fit = false;
-            }
-            None => {}
         }
         let by_gpu: Vec<bool> = fitted.iter().map(Option::is_some).collect();
-        if let Some(values) = cpu_fitted {
-            for (&i, values) in beside.iter().zip(values) {
-                fitted[i] = Some(values);
-            }
-        }
         let rest: Vec<usize> = (0..todo.len()).filter(|&i| fitted[i].is_none()).collect();
-        for (i, values) in rest.iter().zip(on_cpu(&rest)) {
-            fitted[*i] = Some(values);
+        let on_cpu: Vec<Option<Vec<f32>>> = match pool {
+            Some(pool) => pool.install(|| rest.par_iter().map(|&i| one(&todo[i])).collect()),
+            None => rest.iter().map(|&i| one(&todo[i])).collect(),
+        };
+        for (i, values) in rest.into_iter().zip(on_cpu) {
+            fitted[i] = Some(values);
         }
         let fitted: Vec<Option<Vec<f32>>> = fitted.into_iter().map(Option::flatten).collect();
         if self.fit_memo.len() + todo.len() > FIT_MEMO_CAPACITY {
@@ -258,44 +223,6 @@ impl Driver<'_> {
 /// took.
 type GpuFitted = (Vec<Option<Option<Vec<f32>>>>, Vec<bool>, Duration);
 
-/// A program the GPU's fitting kernels take: its words as they run them, and whether it runs in
-/// its width's small-stack kernel.
-#[derive(Clone)]
-struct GpuProgram {
-    code: Arc<Vec<u32>>,
-    small: bool,
-}
-
-/// Per individual of `todo` (indices into `born`), its program as the GPU's fitting kernels take
-/// it, or `None` where the CPU must fit it: more than [`FIT_PARAMS`] parameters, a phenotype the
-/// problem does not parse or assemble, or a program the kernels cannot run
-/// ([`fits_on_gpu`]).
-fn gpu_programs(problem: &Problem, born: &[Born], todo: &[(usize, blake3::Hash)]) -> Vec<Option<GpuProgram>> {
-    todo.iter()
-        .map(|&(k, _)| {
-            let b = &born[k];
-            if b.params.len() > FIT_PARAMS {
-                return None;
-            }
-            // Breeding's tree where it has one (the same parse), else parsed here.
-            let parsed;
-            let program = match &b.program {
-                Some(p) => p.as_ref(),
-                None => {
-                    parsed = Program::parse(problem, &b.phenotype).ok()?;
-                    &parsed
-                }
-            };
-            let code = assemble_structure(problem, program).ok()?;
-            if !fits_on_gpu(&code.words, b.params.len(), code.depth) {
-                return None;
-            }
-            let small = fits_small(&code.words, b.params.len(), code.depth);
-            Some(GpuProgram { code: Arc::new(code.words), small })
-        })
-        .collect()
-}
-
 /// What the GPU's fit needs to fit programs by compiled kernels: the run's choice, the store of
 /// compiled units, and how the run compiles.
 struct Compiled<'a> {
@@ -314,13 +241,11 @@ struct Compiled<'a> {
 /// individual, `None` where the CPU must fit it, else `Some` of its new values (`None` when the
 /// fit moved nothing); how many individuals compiled kernels fitted, and the time compiling
 /// took. The sums are the GPU's (outputs the interpreter's, derivatives floats), on all cases.
-#[allow(clippy::too_many_arguments)]
 fn gpu_fit(
     problem: &Problem,
     evaluator: &mut Evaluator,
     born: &[Born],
     todo: &[(usize, blake3::Hash)],
-    takes: &[Option<GpuProgram>],
     config: &FitConfig,
     compiled: Compiled<'_>,
     kernel_time: &mut Duration,
@@ -338,10 +263,27 @@ fn gpu_fit(
     let mut wants_code: Vec<Option<usize>> = Vec::new();
     // Whether each start's program runs in its width's small-stack kernel.
     let mut smalls: Vec<bool> = Vec::new();
-    for (i, (&(k, key), take)) in todo.iter().zip(takes).enumerate() {
+    for (i, &(k, key)) in todo.iter().enumerate() {
         let b = &born[k];
-        let Some(GpuProgram { code, small }) = take else { continue };
-        let (code, small) = (code.clone(), *small);
+        if b.params.len() > FIT_PARAMS {
+            continue;
+        }
+        // Breeding's tree where it has one (the same parse), else parsed here.
+        let parsed;
+        let program = match &b.program {
+            Some(p) => p.as_ref(),
+            None => {
+                let Ok(p) = Program::parse(problem, &b.phenotype) else { continue };
+                parsed = p;
+                &parsed
+            }
+        };
+        let Ok(code) = assemble_structure(problem, program) else { continue };
+        if !fits_on_gpu(&code.words, b.params.len(), code.depth) {
+            continue;
+        }
+        let small = fits_small(&code.words, b.params.len(), code.depth);
+        let code = Arc::new(code.words);
         // Where compiled kernels may fit it, its structure's key in their store.
         let structure = match compiled.kernels {
             FitKernels::Interpreter => None,
