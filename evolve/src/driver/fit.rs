@@ -164,7 +164,7 @@ impl Driver<'_> {
         }
         let by_gpu: Vec<bool> = fitted.iter().map(Option::is_some).collect();
         let rest: Vec<usize> = (0..todo.len()).filter(|&i| fitted[i].is_none()).collect();
-        let on_cpu: Vec<Option<Vec<f32>>> = match pool {
+        let on_cpu: Vec<Option<Vec<f32>>> = match &pool {
             Some(pool) => pool.install(|| rest.par_iter().map(|&i| one(&todo[i])).collect()),
             None => rest.iter().map(|&i| one(&todo[i])).collect(),
         };
@@ -194,12 +194,21 @@ impl Driver<'_> {
                 b.params = params;
                 self.account(b.generation).fitted += 1;
             }
-            // Compiled code takes the values as an argument (compiled once per structure); the
-            // interpreter and the CPU evaluator run them written in.
-            if !b.params.is_empty() && !self.settings.route.compiles_individuals() {
-                b.phenotype = instantiate(&b.phenotype, &b.params);
-                // The tree breeding parsed is not this text's: admitting parses it again.
-                b.program = None;
+        }
+        // Compiled code takes the values as an argument (compiled once per structure); the
+        // interpreter and the CPU evaluator run them written in. Each text is lexed again to
+        // write them, on the pool (long texts take microseconds each).
+        if !self.settings.route.compiles_individuals() {
+            let write = |b: &mut Born| {
+                if !b.params.is_empty() {
+                    b.phenotype = instantiate(&b.phenotype, &b.params);
+                    // The tree breeding parsed is not this text's: admitting parses it again.
+                    b.program = None;
+                }
+            };
+            match &pool {
+                Some(pool) => pool.install(|| born.par_iter_mut().for_each(write)),
+                None => born.iter_mut().for_each(write),
             }
         }
         if let Some(b) = born.first() {
