@@ -5,7 +5,7 @@
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 echo "== tests"
-for name in ${TESTS:-gpu interpreter gpu_fault gpu_worker faults farm evolve crash}; do
+for name in ${TESTS:-gpu interpreter gpu_fault gpu_worker faults farm evolve crash fit improve}; do
   timeout 300 "$carry/tests/$name" --include-ignored --test-threads=1 --nocapture > "$r/test_$name.log" 2>&1
   echo "$name: rc=$? $(grep -E '^test result' "$r/test_$name.log")"
 done
