@@ -288,6 +288,19 @@ impl Device {
     }
 }
 
+/// Makes `dev` hold at least `len` values (at least one), replacing it by a zeroed buffer of the
+/// next power of two when it is too small; its values are kept only when it is large enough.
+pub(super) fn grow<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    stream: &Arc<CudaStream>,
+    dev: &mut CudaSlice<T>,
+    len: usize,
+) -> Result<(), DriverError> {
+    if dev.len() < len.max(1) {
+        *dev = stream.alloc_zeros::<T>(len.max(1).next_power_of_two())?;
+    }
+    Ok(())
+}
+
 /// Copies `host` to the start of `dev`, first replacing `dev` by a buffer of the next power of
 /// two when it is too small.
 pub(super) fn grow_copy<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
@@ -295,9 +308,7 @@ pub(super) fn grow_copy<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZ
     host: &[T],
     dev: &mut CudaSlice<T>,
 ) -> Result<(), DriverError> {
-    if dev.len() < host.len() {
-        *dev = stream.alloc_zeros::<T>(host.len().next_power_of_two())?;
-    }
+    grow(stream, dev, host.len())?;
     if !host.is_empty() {
         stream.memcpy_htod(host, &mut dev.slice_mut(..host.len()))?;
     }

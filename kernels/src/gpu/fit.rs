@@ -2,8 +2,9 @@
 //! width, and compiled units of straight-line programs), and reading back their least-squares
 //! sums, each program's as many as its parameters need ([`sums_of`]: 45 for 8 parameters). The
 //! launches are spread over side streams that run side by side. A whole fit runs on the GPU
-//! without the host between its iterations: the step kernel ([`super::contract::FIT_STEP_KERNEL`]) judges each
-//! start's trial and solves for the next, and the next launches run only the starts it marked.
+//! without the host between its iterations: the step kernel
+//! ([`super::contract::FIT_STEP_KERNEL`]) judges each start's trial and solves for the next, and
+//! the next launches run only the starts it marked.
 //!
 //! This file knows nothing of bytecode beyond where each program starts ([`WireFit`]). Must never
 //! allocate when the buffers of an earlier, larger request will do.
@@ -13,7 +14,7 @@ use gpfarm_gp::Problem;
 
 use std::collections::HashSet;
 
-use super::buffers::{Device, FitBuffers, LoopBuffers, SIDE_STREAMS, grow_copy};
+use super::buffers::{Device, FitBuffers, LoopBuffers, SIDE_STREAMS, grow, grow_copy};
 use super::contract::{
     FIT_CODE_KERNEL, FIT_SMALL_WIDTHS, FIT_WIDTHS, fit_rows, fit_tiles, fit_width, program_range, sums_of,
 };
@@ -149,9 +150,7 @@ impl Device {
         grow_copy(&self.stream, &poffsets, &mut b.poffsets).map_err(driver)?;
         grow_copy(&self.stream, &nparams, &mut b.nparams).map_err(driver)?;
         grow_copy(&self.stream, &at, &mut b.at).map_err(driver)?;
-        if b.sums.len() < packed.max(1) {
-            b.sums = self.stream.alloc_zeros(packed.max(1).next_power_of_two()).map_err(driver)?;
-        }
+        grow(&self.stream, &mut b.sums, packed).map_err(driver)?;
         // Each stream's tile sums in a buffer of its own, so that the streams run side by side (a
         // kernel writing into a buffer waits for the last kernel that wrote into it).
         while b.partial.len() < SIDE_STREAMS {
@@ -203,9 +202,7 @@ impl Device {
             let end = first + groups[first..].iter().take_while(|&&g| stream_of(g) == s).count();
             let stream = &streams[s];
             let need = (at[end] - at[first]) as usize * nt;
-            if b.partial[s].len() < need {
-                b.partial[s] = stream.alloc_zeros(need.next_power_of_two()).map_err(driver)?;
-            }
+            grow(stream, &mut b.partial[s], need).map_err(driver)?;
             let mut g_first = first;
             while g_first < end {
                 let g = groups[g_first];
@@ -251,10 +248,11 @@ impl Device {
                     // the start of a program `assemble_structure` wrote, ending in `End`; for a
                     // compiled unit's, the program's member there, checked above to be loaded),
                     // the parameter values, each program's first value and count (at most this
-                    // kernel's width; -1 where the loop does not run it), the step limit, the tile count, the rows per thread (`nt`
-                    // tiles of them hold every case), where each program's sums start (`at`, one
-                    // per program of the launch) and the tile sums: `nt` blocks of `sums_of` each
-                    // program's parameters, from `(at[p] - at[0]) * nt` (sized above).
+                    // kernel's width; -1 where the loop does not run it), the step limit, the tile
+                    // count, the rows per thread (`nt` tiles of them hold every case), where each
+                    // program's sums start (`at`, one per program of the launch) and the tile sums:
+                    // `nt` blocks of `sums_of` each program's parameters, from
+                    // `(at[p] - at[0]) * nt` (sized above).
                     unsafe { launch.launch(cfg) }.map_err(driver)?;
                     if let Some(t) = t {
                         stream.synchronize().map_err(driver)?;
@@ -336,21 +334,15 @@ impl Device {
         self.run_fit(problem, &fit, &plan, Counts::Loop)
     }
 
-    /// Queues the step kernel ([`super::contract::FIT_STEP_KERNEL`]) over every start of `plan` in `mode`, on the
-    /// main stream (after the launches it joined), making the loop's buffers first where they
-    /// are too small.
+    /// Queues the step kernel ([`super::contract::FIT_STEP_KERNEL`]) over every start of `plan`
+    /// in `mode`, on the main stream (after the launches it joined), making the loop's buffers
+    /// first where they are too small.
     pub(super) fn fit_step(&mut self, plan: &FitLaunch, mode: i32) -> Result<(), GpuError> {
         let modules = self.fit.clone().ok_or_else(|| no_kernel("the fitting kernel"))?;
         let n = plan.order.len();
         let packed = plan.at[n] as usize;
         let b = self.fit_buffers.as_mut().ok_or_else(|| no_kernel("the fitting buffers"))?;
         let stream = &self.stream;
-        let grow_f64 = |v: &mut CudaSlice<f64>, len: usize| -> Result<(), GpuError> {
-            if v.len() < len.max(1) {
-                *v = stream.alloc_zeros(len.max(1).next_power_of_two()).map_err(driver)?;
-            }
-            Ok(())
-        };
         if b.looped.is_none() {
             b.looped = Some(LoopBuffers {
                 best: stream.alloc_zeros(1).map_err(driver)?,
@@ -364,19 +356,16 @@ impl Device {
             });
         }
         let l = b.looped.as_mut().expect("made above");
-        grow_f64(&mut l.best, packed)?;
-        grow_f64(&mut l.work, packed)?;
-        grow_f64(&mut l.lambda, n)?;
-        grow_f64(&mut l.first, n)?;
-        grow_f64(&mut l.sse, n)?;
-        if l.bestp.len() < plan.values.max(1) {
-            l.bestp = stream.alloc_zeros(plan.values.max(1).next_power_of_two()).map_err(driver)?;
+        for v in [&mut l.best, &mut l.work] {
+            grow(stream, v, packed).map_err(driver)?;
+        }
+        for v in [&mut l.lambda, &mut l.first, &mut l.sse] {
+            grow(stream, v, n).map_err(driver)?;
         }
         for v in [&mut l.active, &mut l.running] {
-            if v.len() < n.max(1) {
-                *v = stream.alloc_zeros(n.max(1).next_power_of_two()).map_err(driver)?;
-            }
+            grow(stream, v, n).map_err(driver)?;
         }
+        grow(stream, &mut l.bestp, plan.values).map_err(driver)?;
         let nprograms = n as i32;
         let mut launch = stream.launch_builder(&modules.step);
         launch.arg(&nprograms);
