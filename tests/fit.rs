@@ -37,6 +37,14 @@ fn fit_cubin(problem: &Problem, arch: SmArch) -> Vec<u8> {
         .to_vec()
 }
 
+/// The GPU's evaluator with `problem`'s fitting kernels, and the GPU's architecture; the test
+/// fails, saying why, without a GPU (`name` in its message).
+fn fitting_on_the_gpu(name: &str, problem: &Problem) -> (SmArch, GpuEvaluator) {
+    let arch = require_gpu(name);
+    let kernels = Kernels { fit: vec![fit_cubin(problem, arch)], ..Kernels::default() };
+    (arch, GpuEvaluator::with_kernels(problem, &kernels).unwrap())
+}
+
 #[test]
 fn the_fitting_kernel_compiles_where_fitting_applies_and_is_refused_elsewhere() {
     if !common::nvrtc_or_skip("fitting_kernel_compiles") {
@@ -324,10 +332,8 @@ fn fit_on_the_host(
 #[test]
 #[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
 fn the_fitting_loop_on_the_gpu_takes_the_host_s_values_bit_for_bit() {
-    let arch = require_gpu("gpu_fit_loop");
     let problem = friedman1();
-    let kernels = Kernels { fit: vec![fit_cubin(&problem, arch)], ..Kernels::default() };
-    let mut gpu = GpuEvaluator::with_kernels(&problem, &kernels).unwrap();
+    let (_, mut gpu) = fitting_on_the_gpu("gpu_fit_loop", &problem);
     let bits32 = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     let bits64 = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     let (fit, want) = request(&problem, &programs(), 23);
@@ -472,10 +478,8 @@ extern "C" __global__ void {{KERNEL}}(const float* __restrict__ in_x1,
 #[test]
 #[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
 fn gpu_sums_of_programs_with_statements_agree_with_the_cpu_s() {
-    let arch = require_gpu("gpu_fit_statements");
     let problem = statements_problem();
-    let kernels = Kernels { fit: vec![fit_cubin(&problem, arch)], ..Kernels::default() };
-    let mut gpu = GpuEvaluator::with_kernels(&problem, &kernels).unwrap();
+    let (_, mut gpu) = fitting_on_the_gpu("gpu_fit_statements", &problem);
     let texts: Vec<String> = [
         // A local read before it is written has no derivative; once written, the value's.
         "y = (acc + 1.0f) * p[0] + x1;",
@@ -660,10 +664,8 @@ fn compiled_fitting_kernels_compile_for_straight_line_programs_of_five_or_more_p
 #[test]
 #[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
 fn compiled_fitting_kernels_give_the_interpreter_s_sums_and_fits_bit_for_bit() {
-    let arch = require_gpu("gpu_fit_code");
     let problem = friedman1();
-    let kernels = Kernels { fit: vec![fit_cubin(&problem, arch)], ..Kernels::default() };
-    let mut gpu = GpuEvaluator::with_kernels(&problem, &kernels).unwrap();
+    let (arch, mut gpu) = fitting_on_the_gpu("gpu_fit_code", &problem);
     let texts = compiled_programs();
     let (units, at) = fit_code_units(&problem, &texts, arch);
     gpu.load_fit_code(&units).unwrap();
