@@ -6,8 +6,7 @@
 # Env: FIT_CASES ("0 16384"), SEEDS ("1 2"), GENS (10), FLAGS ("--tournament 7").
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../harness/env.sh" > /dev/null
-dir=$(mktemp -d); cp examples/friedman1/{problem.toml,grammar.bnf,template.cu} "$dir/"
-python3 examples/friedman1/make_cases.py 100000 "$dir" 1
+dir=$(friedman1_dir 100000)
 export CUDA_CACHE_DISABLE=1
 for seed in ${SEEDS:-1 2}; do
   for fc in ${FIT_CASES:-0 16384}; do
@@ -15,12 +14,6 @@ for seed in ${SEEDS:-1 2}; do
     # shellcheck disable=SC2086
     timeout 300 "$bin" evolve --problem-dir "$dir" --population 1000 --generations "${GENS:-10}" --seed "$seed" \
       --route interpreter --fit-cases "$fc" --json ${FLAGS---tournament 7} > "$log.jsonl" 2> "$log.err"
-    python3 - "$log.jsonl" "fit cases $fc, seed $seed (rc $?)" <<'PY'
-import json, sys
-gens = [g for g in (json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")) if "generation_ms" in g]
-mean = sum(g["generation_ms"] for g in gens) / max(len(gens), 1)
-print(f"{sys.argv[2]}: best {gens[-1]['best'] if gens else None}, mean generation {mean:.1f} ms")
-print("  generation ms: " + " ".join(f"{g['generation_ms']:.1f}" for g in gens))
-PY
+    python3 scripts/gpu/harness/generations.py "$log.jsonl" "fit cases $fc, seed $seed (rc $?)" generation_ms
   done
 done

@@ -6,26 +6,9 @@
 # "default: nomma:GPFARM_FIT_MMA=0". Env: GENS (2), ROUNDS (2), SEED (1), EXTRA.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../harness/env.sh" > /dev/null
-dir=$(mktemp -d); cp examples/friedman1/{problem.toml,grammar.bnf,template.cu} "$dir/"
-python3 examples/friedman1/make_cases.py 100000 "$dir" 1
+dir=$(friedman1_dir 100000)
 export CUDA_CACHE_DISABLE=1
-show() {
-  python3 - "$1" "$2" <<'PY'
-import json, sys
-gens = []
-for line in open(sys.argv[1]):
-    try:
-        g = json.loads(line)
-    except ValueError:
-        continue
-    if "generation_ms" in g:
-        gens.append(g)
-fmt = lambda k: " ".join(f"{g.get(k, 0):.1f}" for g in gens)
-print(f"{sys.argv[2]}: best {gens[-1]['best'] if gens else None}")
-print(f"  generation ms: {fmt('generation_ms')}")
-print(f"  worker fit ms: {fmt('fit_worker_ms')}")
-PY
-}
+show() { python3 scripts/gpu/harness/generations.py "$1" "$2" generation_ms fit_worker_ms; }
 run() { # name vars profile log
   local name=$1 vars=$2 profile=$3 log=$4
   # shellcheck disable=SC2086

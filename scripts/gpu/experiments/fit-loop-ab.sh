@@ -13,28 +13,9 @@ tests=${TESTS-"fit gpu_worker gpu_fault"}
 [[ -z $tests ]] || TESTS=$tests bash "$here/../harness/tests.sh"
 source "$here/../harness/env.sh" > /dev/null
 mkdir -p "$built/base" && cp .carry/base/* "$built/base/"
-dir=$(mktemp -d); cp examples/friedman1/{problem.toml,grammar.bnf,template.cu} "$dir/"
-python3 examples/friedman1/make_cases.py 100000 "$dir" 1
+dir=$(friedman1_dir 100000)
 export CUDA_CACHE_DISABLE=1
-show() {
-  python3 - "$1" "$2" <<'PY'
-import json, sys
-gens = []
-for line in open(sys.argv[1]):
-    try:
-        g = json.loads(line)
-    except ValueError:
-        continue
-    if "generation_ms" in g:
-        gens.append(g)
-fmt = lambda k: " ".join(f"{g.get(k, 0):.1f}" for g in gens)
-print(f"{sys.argv[2]}: best {gens[-1]['best'] if gens else None}")
-print(f"  generation ms: {fmt('generation_ms')}")
-print(f"  worker fit ms: {fmt('fit_worker_ms')}")
-print(f"  fit ms:        {fmt('fit_ms')}")
-print(f"  eval ms:       {fmt('eval_ms')}")
-PY
-}
+show() { python3 scripts/gpu/harness/generations.py "$@"; }
 n=0
 for _ in $(seq "${ROUNDS:-2}"); do
   for build in base new; do

@@ -13,3 +13,13 @@ bin=$built/gpfarm
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 } > "$r/machine.txt"
 cat "$r/machine.txt"
+
+# A Friedman-1 problem directory of $1 cases (make_cases.py, seed 1) in a fresh temporary folder;
+# prints its path.
+friedman1_dir() {
+  local d
+  d=$(mktemp -d)
+  cp examples/friedman1/{problem.toml,grammar.bnf,template.cu} "$d/"
+  python3 examples/friedman1/make_cases.py "$1" "$d" 1 >&2
+  echo "$d"
+}
