@@ -245,8 +245,9 @@ struct Compiled<'a> {
 /// keys) whose programs a fitting kernel takes: each start is a [`gpfarm_gp::LmStart`], as on
 /// the CPU, run in the GPU worker (one request for all iterations,
 /// `gpfarm_kernels::gpu::GpuEvaluator::fit`, its small solves on the GPU too), every start of
-/// every program in one round of launches per iteration, by the interpreter's fitting kernels or, where `compiled` says so
-/// ([`fit_compiled_pays`]), by kernels compiled for the programs' structures. Returns, per
+/// every program in one round of launches per iteration, by the interpreter's fitting kernels
+/// or, where `compiled` says so ([`fit_compiled_pays`]), by kernels compiled for the programs'
+/// structures. Returns, per
 /// individual, `None` where the CPU must fit it, else `Some` of its new values (`None` when the
 /// fit moved nothing); how many individuals compiled kernels fitted, and the time compiling
 /// took. The sums are the GPU's (outputs the interpreter's, derivatives floats), on all cases.
