@@ -142,14 +142,27 @@ fn hostile_units_each_get_a_clear_error_and_the_farm_keeps_working() {
     let hostile = [
         (
             "a non-UTF-8 byte after the first kernel",
-            Unit { name: "two.cu".into(), source: after_first, language: Default::default() },
+            Unit {
+                name: "two.cu".into(),
+                source: after_first,
+                language: Default::default(),
+                libraries: Vec::new(),
+            },
         ),
         (
             "include of a file on disk",
             Unit::new("inc.cu", "#include \"/etc/hostname\"\n__global__ void k() {}\n"),
         ),
         ("#error", Unit::new("err.cu", "#error stop here\n")),
-        ("invalid UTF-8", Unit { name: "utf.cu".into(), source: invalid_utf8, language: Default::default() }),
+        (
+            "invalid UTF-8",
+            Unit {
+                name: "utf.cu".into(),
+                source: invalid_utf8,
+                language: Default::default(),
+                libraries: Vec::new(),
+            },
+        ),
         (
             "undefined identifier",
             Unit::new("undef.cu", "extern \"C\" __global__ void k(float* y) { y[0] = nope; }\n"),
@@ -160,6 +173,7 @@ fn hostile_units_each_get_a_clear_error_and_the_farm_keeps_working() {
                 name: "nul.cu".into(),
                 source: b"__global__ void k() {}\0 junk".to_vec(),
                 language: Default::default(),
+                libraries: Vec::new(),
             },
         ),
         ("1 MB expression", Unit::new("huge.cu", huge)),
@@ -175,6 +189,7 @@ fn hostile_units_each_get_a_clear_error_and_the_farm_keeps_working() {
         name: "giant.cu".into(),
         source: vec![0; gpfarm_protocol::segment::MAX_CAPACITY + 1],
         language: Default::default(),
+        libraries: Vec::new(),
     });
     let started = Instant::now();
     let batch = farm.compile(&input, &options()).unwrap();

@@ -12,8 +12,8 @@ use gpfarm_client::{CompileOptions, Compiler, InProcess, SmArch, Unit};
 use gpfarm_gp::{Phenotype, Problem, Program};
 use gpfarm_kernels::gpu::{GpuEvaluator, Kernels, WireFit};
 use gpfarm_kernels::interpreter::{
-    FIT_PARAMS, FIT_WIDTHS, assemble_structure, fit_code_source, fit_compiles, fit_source, fit_supported,
-    fit_width, fits_on_gpu, fits_small, fitted_in_reverse, sums_of,
+    FIT_PARAMS, assemble_structure, fit_code_source, fit_compiles, fit_source, fit_supported, fits_on_gpu,
+    fits_small, fitted_in_reverse, sums_of,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -570,9 +570,15 @@ fn compiled_programs() -> Vec<String> {
         .collect()
 }
 
-/// The compiled fitting units of `texts` (one per width, in `FIT_WIDTHS` order), and each
-/// program's unit and member.
-fn fit_code_units(problem: &Problem, texts: &[String], arch: SmArch) -> (Vec<Vec<u8>>, Vec<(u32, u32)>) {
+/// The compiled fitting units of `texts` (one per width, in `FIT_WIDTHS` order), as the NVRTC
+/// route writes them or (`ptx`) as the PTX route does (PTX linked with the fitting template), and
+/// each program's unit and member.
+fn fit_code_units(
+    problem: &Problem,
+    texts: &[String],
+    arch: SmArch,
+    ptx: bool,
+) -> (Vec<Vec<u8>>, Vec<(u32, u32)>) {
     let toolchain = gpfarm_toolchain::Toolchain::discover(None).unwrap();
     let options =
         CompileOptions { flags: vec![gpfarm_evolve::NO_FMAD.into()], ..CompileOptions::cubin(arch) };
@@ -584,24 +590,27 @@ fn fit_code_units(problem: &Problem, texts: &[String], arch: SmArch) -> (Vec<Vec
             (assemble_structure(problem, &program).unwrap().words, program.params())
         })
         .collect();
+    let shapes: Vec<(&[u32], usize)> = codes.iter().map(|(w, np)| (w.as_slice(), *np)).collect();
     let mut units = Vec::new();
-    let mut at = vec![(0, 0); texts.len()];
-    for w in FIT_WIDTHS {
-        let members: Vec<usize> = (0..codes.len()).filter(|&k| fit_width(codes[k].1) == Some(w)).collect();
-        if members.is_empty() {
-            continue;
-        }
-        let words: Vec<&[u32]> = members.iter().map(|&k| codes[k].0.as_slice()).collect();
-        let source = fit_code_source(problem, w, &words).unwrap();
-        let batch = nvrtc.compile(&[Unit::new(format!("fit_code_{w}.cu"), source)], &options).unwrap();
-        let r = &batch.results[0];
-        let cubin =
-            r.cubin().unwrap_or_else(|| panic!("width {w} does not compile: {:?}\n{}", r.outcome, r.log));
-        for (m, &k) in members.iter().enumerate() {
+    let mut at = vec![(u32::MAX, 0); texts.len()];
+    // One worker: one unit per width.
+    let t = std::time::Instant::now();
+    let compiled =
+        gpfarm_evolve::FitUnits::default().compile(&mut nvrtc, problem, &options, &shapes, 1, ptx).unwrap();
+    eprintln!(
+        "{} fitting units ({}) in {:.2?}",
+        compiled.len(),
+        if ptx { "PTX" } else { "NVRTC" },
+        t.elapsed()
+    );
+    for (plan, cubin) in compiled {
+        let cubin = cubin.unwrap_or_else(|why| panic!("width {} does not compile: {why}", plan.width));
+        for (m, &k) in plan.members.iter().enumerate() {
             at[k] = (units.len() as u32, m as u32);
         }
-        units.push(cubin.to_vec());
+        units.push(cubin);
     }
+    assert!(at.iter().all(|a| a.0 != u32::MAX), "every program is in a unit");
     (units, at)
 }
 
@@ -627,12 +636,20 @@ fn compiled_fitting_kernels_compile_for_straight_line_programs_of_five_or_more_p
         let (words, np) = code(text);
         assert!(!fit_compiles(&words, np), "{text}");
     }
-    let (units, at) = fit_code_units(&problem, &texts, SmArch::SM_90);
+    let (units, at) = fit_code_units(&problem, &texts, SmArch::SM_90, false);
     assert!(units.len() >= 3, "{} units", units.len());
     for cubin in &units {
         assert!(String::from_utf8_lossy(cubin).contains(gpfarm_kernels::interpreter::FIT_CODE_KERNEL));
     }
     assert_eq!(at.len(), texts.len());
+    // The PTX route's: PTX linked with the template, the same kernel by name.
+    if common::nvjitlink_or_skip("fit_code_compiles_ptx") {
+        let (linked, at_linked) = fit_code_units(&problem, &texts, SmArch::SM_90, true);
+        assert_eq!((linked.len(), &at_linked), (units.len(), &at));
+        for cubin in &linked {
+            assert!(String::from_utf8_lossy(cubin).contains(gpfarm_kernels::interpreter::FIT_CODE_KERNEL));
+        }
+    }
     // A member that is not straight-line code, or wider than its unit, is refused in one line.
     let (branch, _) = code("x1 > p[0] ? p[1] * x2 + p[2] * x3 + p[3] * x4 + p[4] : p[5] * x5");
     let why = fit_code_source(&problem, 8, &[&branch]).unwrap_err().to_string();
@@ -667,9 +684,23 @@ fn compiled_fitting_kernels_give_the_interpreter_s_sums_and_fits_bit_for_bit() {
     let problem = friedman1();
     let (arch, mut gpu) = fitting_on_the_gpu("gpu_fit_code", &problem);
     let texts = compiled_programs();
-    let (units, at) = fit_code_units(&problem, &texts, arch);
+    // NVRTC's kernels, then the PTX route's.
+    for ptx in [false, true] {
+        eprintln!("{}", if ptx { "PTX linked with the template" } else { "NVRTC" });
+        compiled_fits_match(&problem, &mut gpu, &texts, fit_code_units(&problem, &texts, arch, ptx));
+    }
+}
+
+/// Compiled fitting kernels `units` (`at`: each of `texts`' unit and member) give the
+/// interpreter's sums and fits, bit for bit.
+fn compiled_fits_match(
+    problem: &Problem,
+    gpu: &mut GpuEvaluator,
+    texts: &[String],
+    (units, at): (Vec<Vec<u8>>, Vec<(u32, u32)>),
+) {
     gpu.load_fit_code(&units).unwrap();
-    let (interpreted, want) = request(&problem, &texts, 5);
+    let (interpreted, want) = request(problem, texts, 5);
     // The same starts, each by its compiled kernel.
     let mut compiled = WireFit::new(problem.max_steps());
     for k in 0..interpreted.offsets.len() {
@@ -710,12 +741,12 @@ fn compiled_fitting_kernels_give_the_interpreter_s_sums_and_fits_bit_for_bit() {
 #[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
 fn a_run_fitted_by_compiled_kernels_is_the_interpreter_fitted_run() {
     require_gpu("gpu_fit_code_run");
-    let run = |kernels: &str| {
+    let run = |route: &str, kernels: &str| {
         common::evolve_example(
             "friedman1",
             &[
                 "--route",
-                "interpreter",
+                route,
                 "--population",
                 "200",
                 "--generations",
@@ -727,22 +758,27 @@ fn a_run_fitted_by_compiled_kernels_is_the_interpreter_fitted_run() {
             ],
         )
     };
-    let (interpreted, a) = run("interpreter");
-    let (compiled, b) = run("compiled");
+    let (interpreted, a) = run("interpreter", "interpreter");
+    let (compiled, b) = run("interpreter", "compiled");
+    // The PTX route fits by its own code: PTX linked with the fitting template.
+    let (linked, c) = run("ptx", "compiled");
     let sum = |r: &[Value], key: &str| r.iter().map(|g| g[key].as_u64().unwrap()).sum::<u64>();
-    eprintln!(
-        "fitted on the GPU {} and {}, by compiled kernels {} and {}; fit {} ms and {} ms, compiling {} ms",
-        sum(&interpreted, "fitted_on_gpu"),
-        sum(&compiled, "fitted_on_gpu"),
-        sum(&interpreted, "fitted_compiled"),
-        sum(&compiled, "fitted_compiled"),
-        interpreted.iter().map(|g| g["fit_ms"].as_f64().unwrap()).sum::<f64>(),
-        compiled.iter().map(|g| g["fit_ms"].as_f64().unwrap()).sum::<f64>(),
-        compiled.iter().map(|g| g["fit_compile_ms"].as_f64().unwrap()).sum::<f64>(),
-    );
+    let ms = |r: &[Value], key: &str| r.iter().map(|g| g[key].as_f64().unwrap()).sum::<f64>();
+    for (what, r) in [("interpreter", &interpreted), ("compiled", &compiled), ("PTX route", &linked)] {
+        eprintln!(
+            "{what}: fitted on the GPU {}, by compiled kernels {}; fit {:.1} ms, compiling {:.1} ms",
+            sum(r, "fitted_on_gpu"),
+            sum(r, "fitted_compiled"),
+            ms(r, "fit_ms"),
+            ms(r, "fit_compile_ms"),
+        );
+    }
     assert_eq!(sum(&interpreted, "fitted_compiled"), 0);
     assert!(sum(&compiled, "fitted_compiled") > 0);
+    assert!(sum(&linked, "fitted_compiled") > 0);
     let best = |r: &[Value]| r.iter().map(|g| g["best"].as_f64().unwrap().to_bits()).collect::<Vec<_>>();
     assert_eq!(best(&interpreted), best(&compiled));
+    assert_eq!(best(&interpreted), best(&linked));
     assert_eq!(a["best_phenotype"], b["best_phenotype"]);
+    assert_eq!(a["best_phenotype"], c["best_phenotype"]);
 }

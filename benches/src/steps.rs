@@ -25,7 +25,7 @@ use gpfarm_gp::problem::ProblemSources;
 use gpfarm_gp::{Evolution, EvolutionConfig, Phenotype, Problem, Program};
 use gpfarm_kernels::gpu::{GpuEvaluator, Kernels, WireFit};
 use gpfarm_kernels::interpreter::{
-    Bytecode, PackedPopulation, assemble_structure, fit_code_units, fit_compiles, fits_on_gpu, fits_small,
+    Bytecode, PackedPopulation, assemble_structure, fit_compiles, fits_on_gpu, fits_small,
 };
 use gpfarm_protocol::{Route, SmArch};
 use serde::{Deserialize, Serialize};
@@ -52,7 +52,8 @@ pub struct StepsConfig {
     /// Fitting's steps instead of evaluation's: each step is one Levenberg–Marquardt
     /// linearization (residuals, `Jᵀr`, `JᵀJ`) of every expression a compiled fitting kernel takes
     /// (straight-line, 5 or more parameters), by the interpreter's fitting kernels
-    /// (`fit-interpreter`) and by kernels compiled for each structure (`fit-compiled`).
+    /// (`fit-interpreter`), by kernels compiled for each structure (`fit-compiled`) and by the PTX
+    /// route's (`fit-ptx`: PTX linked with the fitting template).
     pub fit: bool,
     /// nvJitLink option sets the PTX route is measured with, each a row of its own (`ptx` and
     /// the options, e.g. `ptx -O3`); none: [`gpfarm_evolve::default_link_flags`] of the
@@ -454,39 +455,41 @@ fn fit_rows(
     let stride = counts.iter().copied().max().unwrap_or(0);
     let ops = codes.iter().map(|(w, _)| w.len()).sum::<usize>() as f64 / n as f64;
     let mean_params = counts.iter().sum::<usize>() as f64 / n as f64;
-    // The compiled units, each program's unit and member.
-    let t = Instant::now();
+    // The compiled units (NVRTC's, then the PTX route's), each program's unit and member in each.
     let shapes: Vec<(&[u32], usize)> = codes.iter().map(|(w, np)| (w.as_slice(), *np)).collect();
-    let plans = fit_code_units(problem, &shapes, farm.workers());
-    let mut units = Vec::with_capacity(plans.len());
-    let mut at: Vec<Option<(u32, u32)>> = vec![None; n];
-    let sources: Vec<gpfarm_client::Unit> = plans
-        .iter()
-        .enumerate()
-        .filter_map(|(u, p)| {
-            Some(gpfarm_client::Unit::new(format!("fit_code_{u}.cu"), p.source.as_ref().ok()?.clone()))
-        })
-        .collect();
-    let batch = farm.compile(&sources, options)?;
-    let mut results = batch.results.into_iter();
-    for p in plans.iter().filter(|p| p.source.is_ok()) {
-        let r = results.next().ok_or_else(|| anyhow!("the farm returned too few units"))?;
-        let Some(cubin) = r.cubin() else {
-            progress(&format!("{size} x {points}: a compiled fitting unit failed: {}", r.log));
-            continue;
-        };
-        for (m, &k) in p.members.iter().enumerate() {
-            at[k] = Some((units.len() as u32, m as u32));
+    let mut units: Vec<Vec<u8>> = Vec::new();
+    let mut at: [Vec<Option<(u32, u32)>>; 2] = [vec![None; n], vec![None; n]];
+    let mut compile_ms = [0.0; 2];
+    let mut fit_units = gpfarm_evolve::FitUnits::default();
+    let workers = farm.workers();
+    for (w, ptx) in [false, true].into_iter().enumerate() {
+        let t = Instant::now();
+        for (plan, cubin) in fit_units.compile(farm, problem, options, &shapes, workers, ptx)? {
+            let cubin = match cubin {
+                Ok(c) => c,
+                Err(why) => {
+                    progress(&format!("{size} x {points}: a compiled fitting unit failed: {why}"));
+                    continue;
+                }
+            };
+            for (m, &k) in plan.members.iter().enumerate() {
+                at[w][k] = Some((units.len() as u32, m as u32));
+            }
+            units.push(cubin);
         }
-        units.push(cubin.to_vec());
+        // Loading the units counts with compiling them (those loaded before are not loaded again).
+        gpu.load_fit_code(&units)?;
+        compile_ms[w] = t.elapsed().as_secs_f64() * 1e3;
     }
-    gpu.load_fit_code(&units)?;
-    let compile_ms = t.elapsed().as_secs_f64() * 1e3;
-    let compiled = at.iter().filter(|a| a.is_some()).count();
+    let compiled = at[0].iter().filter(|a| a.is_some()).count();
+    let linked = at[1].iter().filter(|a| a.is_some()).count();
     let mut rows = Vec::new();
     let mut first: Vec<Vec<f64>> = Vec::new();
-    for (route, use_code, prepare_ms) in
-        [("fit-interpreter", false, assemble_ms), ("fit-compiled", true, compile_ms)]
+    let by = [None, Some(&at[0]), Some(&at[1])];
+    for ((route, prepare_ms), code_at) in
+        [("fit-interpreter", assemble_ms), ("fit-compiled", compile_ms[0]), ("fit-ptx", compile_ms[1])]
+            .into_iter()
+            .zip(by)
     {
         let mut times = Vec::with_capacity(steps);
         for s in 0..=steps {
@@ -494,7 +497,7 @@ fn fit_rows(
             let t = Instant::now();
             let mut wire = WireFit::new(problem.max_steps());
             for (i, (words, np)) in codes.iter().enumerate() {
-                let code = if use_code { at[i] } else { None };
+                let code = code_at.and_then(|a| a[i]);
                 wire.push_with(words, &v[i * stride..i * stride + np], code.is_none() && small[i], code);
             }
             let (sums, _) = gpu.linearize(&wire)?;
@@ -508,17 +511,19 @@ fn fit_rows(
         let workload = Workload { expressions: size, programs: n, points, mean_ops: ops, mean_params, steps };
         let r = workload.row(route, prepare_ms, times);
         progress(&format!(
-            "{size} expressions ({n} fitted, {compiled} compiled, {ops:.1} words, {mean_params:.1} params) x {points} points: {route} prepare {:.1} ms, step {:.3} ms, {steps} steps {:.1} ms",
+            "{size} expressions ({n} fitted, {compiled} compiled, {linked} linked, {ops:.1} words, {mean_params:.1} params) x {points} points: {route} prepare {:.1} ms, step {:.3} ms, {steps} steps {:.1} ms",
             r.compile_ms, r.step_ms, r.total_ms
         ));
         rows.push(r);
     }
-    let differ = first[0].iter().zip(&first[1]).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
-    if differ > 0 || first[0].len() != first[1].len() {
-        progress(&format!(
-            "{size} x {points}: {differ} of {} sums differ between the compiled and the interpreter's fitting kernels",
-            first[0].len()
-        ));
+    for (k, what) in [(1, "the compiled"), (2, "the PTX route's")] {
+        let differ = first[0].iter().zip(&first[k]).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        if differ > 0 || first[0].len() != first[k].len() {
+            progress(&format!(
+                "{size} x {points}: {differ} of {} sums differ between {what} and the interpreter's fitting kernels",
+                first[0].len()
+            ));
+        }
     }
     Ok(rows)
 }
@@ -541,14 +546,26 @@ fn row_of<'a>(rows: &'a [StepsRow], expressions: usize, points: usize, route: &s
 /// compiling pays.
 pub fn fit_table(rows: &[StepsRow], heading: &str) -> String {
     let mut s = format!(
-        "{heading}\n\n| expressions | fitted | points | words | params | interpreter prepare ms | interpreter step ms | compiled prepare ms | compiled step ms | step speed-up | compiled wins after k steps |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n"
+        "{heading}\n\n| expressions | fitted | points | words | params | interpreter prepare ms | interpreter step ms | compiled prepare ms | compiled step ms | compiled step speed-up | compiled wins after k steps | PTX prepare ms | PTX step ms | PTX step speed-up | PTX wins after k steps |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n"
     );
     for (e, p) in workloads(rows) {
         let of = |route: &str| row_of(rows, e, p, route);
         let (Some(i), Some(c)) = (of("fit-interpreter"), of("fit-compiled")) else { continue };
-        let wins = crossover_steps(c, i).map_or("never".into(), |k| format!("{k:.0}"));
+        let wins = |c: &StepsRow| crossover_steps(c, i).map_or("never".into(), |k| format!("{k:.0}"));
+        let ptx = of("fit-ptx").map_or_else(
+            || "| – | – | – | – |".to_owned(),
+            |x| {
+                format!(
+                    "| {:.1} | {:.3} | {:.2} | {} |",
+                    x.compile_ms,
+                    x.step_ms,
+                    i.step_ms / x.step_ms,
+                    wins(x)
+                )
+            },
+        );
         s.push_str(&format!(
-            "| {e} | {} | {p} | {:.1} | {:.1} | {:.1} | {:.3} | {:.1} | {:.3} | {:.2} | {wins} |\n",
+            "| {e} | {} | {p} | {:.1} | {:.1} | {:.1} | {:.3} | {:.1} | {:.3} | {:.2} | {} {ptx}\n",
             i.programs,
             i.mean_ops,
             i.mean_params,
@@ -557,6 +574,7 @@ pub fn fit_table(rows: &[StepsRow], heading: &str) -> String {
             c.compile_ms,
             c.step_ms,
             i.step_ms / c.step_ms,
+            wins(c),
         ));
     }
     s

@@ -69,6 +69,7 @@ pub mod plan;
 pub mod record;
 pub mod route;
 
+pub use driver::fit_code::FitUnits;
 pub use engine::{CallbackError, Engine, IslandPlace};
 pub use error::EvolveError;
 pub use gpfarm_client::ProblemRef;

@@ -256,17 +256,37 @@ pub struct Unit {
     pub source: Vec<u8>,
     /// What the source is, so the compiler knows which tool takes it.
     pub language: Language,
+    /// Relocatable CUBINs a PTX unit is linked with besides the math library (the fitting
+    /// template its functions complete, `gpfarm_kernels::interpreter::fit_link_source`); empty
+    /// for every other unit. Not part of a cache key ([`Unit::source`] is): a unit that has them
+    /// is compiled, never looked up in the disk cache.
+    pub libraries: Vec<Vec<u8>>,
 }
 
 impl Unit {
     /// A CUDA C unit from a name and its source text.
     pub fn new(name: impl Into<String>, source: impl Into<String>) -> Self {
-        Unit { name: name.into(), source: source.into().into_bytes(), language: Language::CudaC }
+        Unit {
+            name: name.into(),
+            source: source.into().into_bytes(),
+            language: Language::CudaC,
+            libraries: Vec::new(),
+        }
     }
 
     /// A PTX unit from a name and its PTX text.
     pub fn ptx(name: impl Into<String>, ptx: impl Into<String>) -> Self {
-        Unit { name: name.into(), source: ptx.into().into_bytes(), language: Language::Ptx }
+        Unit {
+            name: name.into(),
+            source: ptx.into().into_bytes(),
+            language: Language::Ptx,
+            libraries: Vec::new(),
+        }
+    }
+
+    /// A PTX unit linked with `libraries` (relocatable CUBINs) as well as the math library.
+    pub fn ptx_linked(name: impl Into<String>, ptx: impl Into<String>, libraries: Vec<Vec<u8>>) -> Self {
+        Unit { libraries, ..Unit::ptx(name, ptx) }
     }
 }
 

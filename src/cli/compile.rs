@@ -128,7 +128,12 @@ pub fn run(args: CompileArgs, cuda: Option<&Path>) -> Result<()> {
         let mut units = Vec::new();
         for path in &args.source {
             let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-            units.push(Unit { name: path.display().to_string(), source: bytes, language: language_of(path) });
+            units.push(Unit {
+                name: path.display().to_string(),
+                source: bytes,
+                language: language_of(path),
+                libraries: Vec::new(),
+            });
         }
         let n = units.len();
         (units, vec![None; n])

@@ -264,7 +264,8 @@ impl WarmNvrtc {
         }
     }
 
-    /// A PTX unit: its PTX and the math library for `options.arch`, linked by nvJitLink.
+    /// A PTX unit: its PTX, the math library for `options.arch` and the unit's own libraries
+    /// ([`Unit::libraries`]), linked by nvJitLink.
     fn compile_ptx(&self, unit: &Unit, options: &CompileOptions) -> UnitResult {
         if options.mode == CompileMode::PtxJit {
             return UnitResult::failed(FailureKind::Jit, PTX_IN_JIT_MODE);
@@ -293,6 +294,9 @@ impl WarmNvrtc {
         let mut inputs = vec![(unit.name.as_str(), Input::Ptx, &unit.source[..])];
         if let Some((library, _)) = &library {
             inputs.push(("gpfarm_ptx_math.cubin", Input::Cubin, &library[..]));
+        }
+        for l in &unit.libraries {
+            inputs.push(("gpfarm_unit_library.cubin", Input::Cubin, &l[..]));
         }
         match jitlink.link(&link_options(options), &inputs) {
             Ok(linked) => UnitResult {
@@ -498,15 +502,19 @@ mod tests {
         let at = bad.len() - 2;
         bad.insert(at, 0xff);
         let r = nvrtc.compile_unit(
-            &Unit { name: "latin.ptx".into(), source: bad, language: Language::Ptx },
+            &Unit { name: "latin.ptx".into(), source: bad, language: Language::Ptx, libraries: Vec::new() },
             &options,
             None,
         );
         let UnitOutcome::Failed(f) = &r.outcome else { panic!("linked: {}", r.log) };
         assert_eq!(f.kind, FailureKind::InvalidSource, "{f}");
         assert!(f.message.contains(&format!("not valid UTF-8 at byte offset {at}")), "{f}");
-        let nul =
-            Unit { name: "nul.ptx".into(), source: b".version 9.0\0".to_vec(), language: Language::Ptx };
+        let nul = Unit {
+            name: "nul.ptx".into(),
+            source: b".version 9.0\0".to_vec(),
+            language: Language::Ptx,
+            libraries: Vec::new(),
+        };
         let r = nvrtc.compile_unit(&nul, &options, None);
         assert!(
             matches!(&r.outcome, UnitOutcome::Failed(f) if f.kind == FailureKind::InvalidSource),

@@ -21,7 +21,7 @@ pub(super) const REQUEST_OVERHEAD: usize = 64 << 10;
 
 /// Why a unit cannot be sent at all, if it cannot: it does not fit in a segment on its own.
 pub(super) fn too_large(unit: &Unit) -> Option<UnitResult> {
-    let bytes = unit.source.len() + unit.name.len();
+    let bytes = unit.source.len() + unit.name.len() + unit.libraries.iter().map(Vec::len).sum::<usize>();
     (bytes + REQUEST_OVERHEAD > MAX_CAPACITY).then(|| {
         let why = format!(
             "unit of {bytes} bytes is larger than the largest request a segment holds ({} MiB)",

@@ -19,6 +19,7 @@ use gpfarm_gp::program::instantiate;
 use gpfarm_gp::{Born, FitConfig, FitSettings, Problem, Program, fit, moved_start};
 use gpfarm_kernels::gpu::WireFit;
 use gpfarm_kernels::interpreter::{FIT_PARAMS, assemble_structure, fit_compiles, fits_on_gpu, fits_small};
+use gpfarm_protocol::Route;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
@@ -142,6 +143,7 @@ impl Driver<'_> {
             let t = Instant::now();
             let compiled = Compiled {
                 kernels: self.settings.fit_kernels,
+                ptx: self.settings.route == Route::Ptx,
                 store: &mut self.fit_code,
                 options: self.options,
                 toolchain: &self.fit_toolchain,
@@ -236,6 +238,8 @@ type GpuFitted = (Vec<Option<Option<Vec<f32>>>>, Vec<bool>, Duration);
 /// compiled units, and how the run compiles.
 struct Compiled<'a> {
     kernels: FitKernels,
+    /// Whether the run takes the PTX route, whose own code fits (PTX linked with a template).
+    ptx: bool,
     store: &'a mut FitCode,
     options: &'a CompileOptions,
     toolchain: &'a str,
@@ -332,7 +336,7 @@ fn gpu_fit(
     let (code, compile_took) = if programs.is_empty() {
         (Vec::new(), Duration::ZERO)
     } else {
-        compiled.store.code_for(problem, compiled.options, compiled.toolchain, &programs)
+        compiled.store.code_for(problem, compiled.options, compiled.toolchain, &programs, compiled.ptx)
     };
     let mut units: Vec<u64> = Vec::new();
     let mut cubins: Vec<Vec<u8>> = Vec::new();

@@ -8,7 +8,10 @@
 //!
 //! Units are compiled by NVRTC on threads of this process ([`CompilerSpec::Threads`], one per
 //! core), with the run's options; a unit that does not compile leaves its programs to the
-//! interpreter's kernels. Must never change what a fit finds: only programs the interpreter's
+//! interpreter's kernels. On the PTX route a unit is the PTX route's own code: each member's
+//! sweeps emitted as PTX ([`gpfarm_kernels::ptx::fit_member_unit`]) and linked by nvJitLink, on
+//! the same threads, with the fitting template of its width (compiled by NVRTC once per run,
+//! [`gpfarm_kernels::interpreter::fit_link_source`]), so no C compiler runs per structure. Must never change what a fit finds: only programs the interpreter's
 //! kernels differentiate in reverse are compiled ([`gpfarm_kernels::interpreter::fit_compiles`]),
 //! whose sums the compiled kernel gives bit for bit, so a run is the same whichever fits them.
 
@@ -16,9 +19,13 @@ use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 
-use gpfarm_client::{BuildConfig, CompileOptions, Compiler, CompilerSpec, Unit, UnitOutcome, Workers};
+use gpfarm_client::{
+    BuildConfig, CompileOptions, Compiler, CompilerError, CompilerSpec, Unit, UnitOutcome, Workers,
+};
 use gpfarm_gp::Problem;
-use gpfarm_kernels::interpreter::fit_code_units;
+use gpfarm_kernels::interpreter::{
+    FIT_LINK_FLAGS, FitCodeUnit, FitCodeWriter, fit_code_units, fit_link_source,
+};
 
 use crate::options::NO_FMAD;
 
@@ -38,6 +45,7 @@ pub(super) struct FitCode {
     cubins: HashMap<u64, Arc<Vec<u8>>>,
     next: u64,
     bytes: usize,
+    units: FitUnits,
 }
 
 /// A structure's key in the store: its words and its parameter count.
@@ -72,12 +80,16 @@ impl FitCode {
     /// The unit and member of each of `programs` (key, words, parameters), compiling in one batch
     /// those not compiled before; `None` where a program has no compiled kernel (its unit did not
     /// compile, or no compiler could be started). The compile's wall time is the second value.
+    /// With `ptx` (the PTX route), each unit is PTX emitted from the programs' bytecode
+    /// ([`gpfarm_kernels::ptx::fit_member_unit`]) linked by nvJitLink with its width's fitting
+    /// template, which NVRTC compiles once per run; else CUDA C compiled by NVRTC.
     pub(super) fn code_for(
         &mut self,
         problem: &Problem,
         options: &CompileOptions,
         toolchain: &str,
         programs: &[(blake3::Hash, &[u32], usize)],
+        ptx: bool,
     ) -> (Vec<Option<(u64, u32)>>, std::time::Duration) {
         let started = std::time::Instant::now();
         if self.bytes > STORE_BYTES || self.by_structure.len() > STORE_STRUCTURES {
@@ -92,7 +104,7 @@ impl FitCode {
             .filter(|(key, _, _)| !self.by_structure.contains_key(key) && queued.insert(*key))
             .collect();
         if !todo.is_empty() {
-            self.compile(problem, options, toolchain, &todo);
+            self.compile(problem, options, toolchain, &todo, ptx);
         }
         let code = programs.iter().map(|(key, _, _)| self.by_structure.get(key).copied().flatten()).collect();
         (code, started.elapsed())
@@ -109,62 +121,36 @@ impl FitCode {
         options: &CompileOptions,
         toolchain: &str,
         todo: &[&(blake3::Hash, &[u32], usize)],
+        ptx: bool,
     ) {
         let compiler = self.compiler.get_or_insert_with(|| start(options, toolchain));
-        if compiler.is_none() {
+        let Some(compiler) = compiler.as_mut() else {
             for (key, _, _) in todo {
                 self.by_structure.insert(*key, None);
             }
             return;
-        }
+        };
         let shapes: Vec<(&[u32], usize)> = todo.iter().map(|(_, words, np)| (*words, *np)).collect();
-        let mut units: Vec<Unit> = Vec::new();
-        let mut members: Vec<Vec<blake3::Hash>> = Vec::new();
-        let mut planned = vec![false; todo.len()];
         let workers = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
-        for plan in fit_code_units(problem, &shapes, workers) {
-            let keys: Vec<blake3::Hash> = plan.members.iter().map(|&k| todo[k].0).collect();
-            plan.members.iter().for_each(|&k| planned[k] = true);
-            match plan.source {
-                Ok(source) => {
-                    let name = format!("gpfarm_fit_code_{}.cu", self.next + units.len() as u64);
-                    units.push(Unit::new(name, source));
-                    members.push(keys);
-                }
-                Err(e) => {
-                    tracing::debug!("no compiled fitting kernel: {e}");
-                    keys.into_iter().for_each(|k| {
-                        self.by_structure.insert(k, None);
-                    });
-                }
+        let compiled = match self.units.compile(compiler.as_mut(), problem, options, &shapes, workers, ptx) {
+            Ok(compiled) => compiled,
+            Err(e) => {
+                tracing::warn!("compiled fitting kernels are not used: {e}");
+                self.compiler = Some(None);
+                Vec::new()
             }
-        }
-        for (k, _) in planned.iter().enumerate().filter(|(_, p)| !**p) {
-            self.by_structure.insert(todo[k].0, None);
-        }
-        if units.is_empty() {
-            return;
-        }
-        let results =
-            match self.compiler.as_mut().and_then(|c| c.as_mut()).map(|c| c.compile(&units, options)) {
-                Some(Ok(batch)) => batch.results,
-                Some(Err(e)) => {
-                    tracing::warn!("compiled fitting kernels are not used: {e}");
-                    self.compiler = Some(None);
-                    Vec::new()
-                }
-                None => Vec::new(),
-            };
-        for (i, keys) in members.into_iter().enumerate() {
-            let cubin = match results.get(i).map(|r| (&r.outcome, &r.log)) {
-                Some((UnitOutcome::Cubin(c), _)) => Some(c.clone()),
-                Some((UnitOutcome::Failed(f), log)) => {
+        };
+        let mut planned = vec![false; todo.len()];
+        for (plan, cubin) in compiled {
+            plan.members.iter().for_each(|&k| planned[k] = true);
+            let cubin = match cubin {
+                Ok(c) => Some(c),
+                Err(why) => {
                     tracing::warn!(
-                        "a compiled fitting unit did not compile ({f:?}); the interpreter's kernels fit its programs: {log}"
+                        "no compiled fitting kernel; the interpreter's kernels fit its programs: {why}"
                     );
                     None
                 }
-                None => None,
             };
             let unit = self.next;
             self.next += 1;
@@ -173,10 +159,141 @@ impl FitCode {
                 self.cubins.insert(unit, Arc::new(c));
             }
             let compiled = self.cubins.contains_key(&unit);
-            for (m, k) in keys.into_iter().enumerate() {
-                self.by_structure.insert(k, compiled.then_some((unit, m as u32)));
+            for (m, &k) in plan.members.iter().enumerate() {
+                self.by_structure.insert(todo[k].0, compiled.then_some((unit, m as u32)));
             }
         }
+        for (k, _) in planned.iter().enumerate().filter(|(_, p)| !**p) {
+            self.by_structure.insert(todo[k].0, None);
+        }
+    }
+}
+
+/// A compiled fitting unit's plan and its CUBIN, or why it has none.
+pub type CompiledFitUnit = (FitCodeUnit, Result<Vec<u8>, String>);
+
+/// Compiles compiled fitting units ([`fit_code_units`]), keeping what every later batch reuses:
+/// the PTX route's fitting templates by width ([`fit_link_source`], relocatable CUBIN), which its
+/// units are linked with (`None`: it did not compile, and that width's programs are left to the
+/// interpreter's kernels).
+#[derive(Default)]
+pub struct FitUnits {
+    templates: HashMap<usize, Option<Vec<u8>>>,
+}
+
+impl FitUnits {
+    /// The compiled fitting units of `programs` (words and parameter count, each taken by
+    /// [`gpfarm_kernels::interpreter::fit_compiles`]) for `workers` compilers, compiled on
+    /// `compiler` in one batch: each unit's plan (its members are indices into `programs`) and
+    /// its CUBIN, or why it has none. With `ptx` (the PTX route) a unit is PTX emitted from the
+    /// programs' bytecode ([`gpfarm_kernels::ptx::fit_member_unit`]) that nvJitLink links with
+    /// its width's template, compiled here first where it is not yet (with the run's NVRTC flags
+    /// and [`FIT_LINK_FLAGS`]); PTX is linked at nvJitLink's default level (-O3) whatever the
+    /// run's link flags, since a fitting kernel runs over every case at every iteration. Without
+    /// `ptx`, CUDA C for NVRTC with the run's options.
+    pub fn compile(
+        &mut self,
+        compiler: &mut dyn Compiler,
+        problem: &Problem,
+        options: &CompileOptions,
+        programs: &[(&[u32], usize)],
+        workers: usize,
+        ptx: bool,
+    ) -> Result<Vec<CompiledFitUnit>, CompilerError> {
+        let writer = if ptx { FitCodeWriter::Ptx(options.arch) } else { FitCodeWriter::CudaC };
+        let plans = fit_code_units(problem, programs, workers, writer);
+        if ptx {
+            let widths: Vec<usize> = plans.iter().map(|p| p.width).collect();
+            self.compile_templates(compiler, problem, options, &widths)?;
+        }
+        let mut units: Vec<Unit> = Vec::new();
+        let mut out: Vec<CompiledFitUnit> = Vec::new();
+        // Indices into `out` of the units sent.
+        let mut sent = Vec::new();
+        for plan in plans {
+            let n = units.len();
+            let unit = match (&plan.source, ptx) {
+                (Err(e), _) => Err(e.to_string()),
+                (Ok(ptx_text), true) => match self.templates.get(&plan.width).cloned().flatten() {
+                    Some(t) => {
+                        Ok(Unit::ptx_linked(format!("gpfarm_fit_code_{n}.ptx"), ptx_text.clone(), vec![t]))
+                    }
+                    None => Err(format!("no fitting template of width {}", plan.width)),
+                },
+                (Ok(source), false) => Ok(Unit::new(format!("gpfarm_fit_code_{n}.cu"), source.clone())),
+            };
+            match unit {
+                Ok(u) => {
+                    units.push(u);
+                    sent.push(out.len());
+                    out.push((plan, Err(String::new())));
+                }
+                Err(why) => out.push((plan, Err(why))),
+            }
+        }
+        if units.is_empty() {
+            return Ok(out);
+        }
+        let options =
+            if ptx { CompileOptions { link_flags: Vec::new(), ..options.clone() } } else { options.clone() };
+        let batch = compiler.compile(&units, &options)?;
+        for (i, at) in sent.into_iter().enumerate() {
+            out[at].1 = match batch.results.get(i).map(|r| (&r.outcome, &r.log)) {
+                Some((UnitOutcome::Cubin(c), _)) => Ok(c.clone()),
+                Some((UnitOutcome::Failed(f), log)) => {
+                    Err(format!("the unit did not compile ({f:?}): {log}"))
+                }
+                None => Err("the compiler returned too few results".to_owned()),
+            };
+        }
+        Ok(out)
+    }
+
+    /// Compiles the fitting templates of `widths` not compiled yet, in one batch; a width whose
+    /// template does not compile is remembered as such.
+    fn compile_templates(
+        &mut self,
+        compiler: &mut dyn Compiler,
+        problem: &Problem,
+        options: &CompileOptions,
+        widths: &[usize],
+    ) -> Result<(), CompilerError> {
+        let mut missing: Vec<usize> =
+            widths.iter().copied().filter(|w| !self.templates.contains_key(w)).collect();
+        missing.sort_unstable();
+        missing.dedup();
+        let mut units = Vec::new();
+        let mut of = Vec::new();
+        for w in missing {
+            match fit_link_source(problem, w) {
+                Ok(source) => {
+                    units.push(Unit::new(format!("gpfarm_fit_link_{w}.cu"), source));
+                    of.push(w);
+                }
+                Err(e) => {
+                    tracing::warn!("no fitting template of width {w}: {e}");
+                    self.templates.insert(w, None);
+                }
+            }
+        }
+        if units.is_empty() {
+            return Ok(());
+        }
+        let mut flags = options.flags.clone();
+        flags.extend(FIT_LINK_FLAGS.iter().map(|f| f.to_string()));
+        let batch = compiler.compile(&units, &CompileOptions { flags, ..options.clone() })?;
+        for (i, w) in of.into_iter().enumerate() {
+            let cubin = match batch.results.get(i).map(|r| (&r.outcome, &r.log)) {
+                Some((UnitOutcome::Cubin(c), _)) => Some(c.clone()),
+                Some((UnitOutcome::Failed(f), log)) => {
+                    tracing::warn!("the fitting template of width {w} did not compile ({f:?}): {log}");
+                    None
+                }
+                None => None,
+            };
+            self.templates.insert(w, cubin);
+        }
+        Ok(())
     }
 }
 

@@ -17,7 +17,7 @@
 mod admit;
 mod evaluate;
 mod fit;
-mod fit_code;
+pub(crate) mod fit_code;
 mod structures;
 mod units;
 

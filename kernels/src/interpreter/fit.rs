@@ -359,7 +359,7 @@ pub fn fit_source_for(problem: &Problem, widths: &[usize]) -> Result<String, Gpu
     if let Some(w) = widths.iter().find(|w| !FIT_WIDTHS.contains(w)) {
         return Err(GpuError::Problem(format!("{w} is not a fitting kernel's width ({FIT_WIDTHS:?})")));
     }
-    let (template, decl, args) = fit_template(problem, None)?;
+    let (template, decl, args) = fit_template(problem, Members::Interpreted)?;
     let mut kernels = String::new();
     for &w in widths {
         writeln!(
@@ -567,7 +567,35 @@ pub fn fit_code_source(problem: &Problem, width: usize, members: &[&[u32]]) -> R
         })?;
         writeln!(cases, "            case {m}: {{\n{code}            }} break;").ok();
     }
-    let (template, decl, args) = fit_template(problem, Some(&cases))?;
+    let (template, decl, args) = fit_template(problem, Members::Written(&cases))?;
+    Ok(format!(
+        "{template}\nextern \"C\" __global__ void __launch_bounds__({}) {FIT_CODE_KERNEL}({decl})\n{{\n    gpfarm_fit_body<{width}, 2, 1>({args});\n}}\n",
+        fit_bounds(width)
+    ))
+}
+
+/// The function a PTX fitting unit defines ([`crate::ptx::fit_member_unit`]) for the template
+/// of [`fit_link_source`] to call: `int gpfarm_fit_member(unsigned member, const V* vars, const
+/// float* P, float* out0, float* grad)`, the case's output into `out0` and each parameter's
+/// derivative added into `grad`; 1 where `member` is not one of the unit's.
+pub const FIT_MEMBER_FUNCTION: &str = "gpfarm_fit_member";
+
+/// NVRTC's options for [`fit_link_source`] besides the run's: relocatable device code, so that
+/// nvJitLink can link it with a PTX unit that defines [`FIT_MEMBER_FUNCTION`].
+pub const FIT_LINK_FLAGS: &[&str] = &["-rdc=true"];
+
+/// CUDA C of the fitting template the PTX route's fitting units are linked with: the compiled
+/// fitting kernel ([`FIT_CODE_KERNEL`]) of width `width`, as [`fit_code_source`] writes it,
+/// except that each case calls [`FIT_MEMBER_FUNCTION`] (declared, not defined) where that writes
+/// the members in. Compiled once per problem and width with [`FIT_LINK_FLAGS`] into a
+/// relocatable CUBIN; each unit's PTX ([`crate::ptx::fit_member_unit`]) completes it. The
+/// member's ops are those [`fit_code_source`] writes, each rounded on its own, so the sums are
+/// the interpreter's in reverse bit for bit, as the compiled kernels' are.
+pub fn fit_link_source(problem: &Problem, width: usize) -> Result<String, GpuError> {
+    if !FIT_WIDTHS.contains(&width) {
+        return Err(GpuError::Problem(format!("{width} is not a fitting kernel's width ({FIT_WIDTHS:?})")));
+    }
+    let (template, decl, args) = fit_template(problem, Members::Linked)?;
     Ok(format!(
         "{template}\nextern \"C\" __global__ void __launch_bounds__({}) {FIT_CODE_KERNEL}({decl})\n{{\n    gpfarm_fit_body<{width}, 2, 1>({args});\n}}\n",
         fit_bounds(width)
@@ -600,16 +628,31 @@ pub struct FitCodeUnit {
     pub width: usize,
     /// Its members, in order.
     pub members: Vec<usize>,
-    /// [`fit_code_source`] of them.
+    /// [`fit_code_source`] or [`crate::ptx::fit_member_unit`] of them ([`FitCodeWriter`]).
     pub source: Result<String, GpuError>,
+}
+
+/// Which code a compiled fitting unit is ([`fit_code_units`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FitCodeWriter {
+    /// CUDA C for NVRTC, the whole kernel ([`fit_code_source`]).
+    CudaC,
+    /// PTX for nvJitLink to link with [`fit_link_source`] of the same width
+    /// ([`crate::ptx::fit_member_unit`]), for this architecture.
+    Ptx(gpfarm_protocol::SmArch),
 }
 
 /// `programs` (each its words and parameter count, each taken by [`fit_compiles`]) grouped into
 /// compiled fitting units for `workers` compilers side by side: by width, narrowest first, in the
 /// programs' order, each of at most [`FIT_CODE_MEMBERS`] and of no more than a worker's share of
-/// the programs (a unit is compiled by one worker, and each member adds to its time). A program
-/// of more than [`FIT_PARAMS`] parameters is in none.
-pub fn fit_code_units(problem: &Problem, programs: &[(&[u32], usize)], workers: usize) -> Vec<FitCodeUnit> {
+/// the programs (a unit is compiled by one worker, and each member adds to its time), each
+/// written as `writer` says. A program of more than [`FIT_PARAMS`] parameters is in none.
+pub fn fit_code_units(
+    problem: &Problem,
+    programs: &[(&[u32], usize)],
+    workers: usize,
+    writer: FitCodeWriter,
+) -> Vec<FitCodeUnit> {
     let per_unit = programs.len().div_ceil(workers.max(1)).clamp(1, FIT_CODE_MEMBERS);
     let mut units = Vec::new();
     for width in FIT_WIDTHS {
@@ -617,11 +660,11 @@ pub fn fit_code_units(problem: &Problem, programs: &[(&[u32], usize)], workers: 
             (0..programs.len()).filter(|&k| fit_width(programs[k].1) == Some(width)).collect();
         for chunk in of.chunks(per_unit) {
             let words: Vec<&[u32]> = chunk.iter().map(|&k| programs[k].0).collect();
-            units.push(FitCodeUnit {
-                width,
-                members: chunk.to_vec(),
-                source: fit_code_source(problem, width, &words),
-            });
+            let source = match writer {
+                FitCodeWriter::CudaC => fit_code_source(problem, width, &words),
+                FitCodeWriter::Ptx(arch) => crate::ptx::fit_member_unit(width, &words, arch),
+            };
+            units.push(FitCodeUnit { width, members: chunk.to_vec(), source });
         }
     }
     units
@@ -638,20 +681,20 @@ pub fn fit_compiles(words: &[u32], params: usize) -> bool {
 
 /// One op of a straight-line float program, its operands the values of earlier ops.
 #[derive(Clone, Copy)]
-struct Node {
-    op: Op,
-    arg: u32,
+pub(crate) struct Node {
+    pub(crate) op: Op,
+    pub(crate) arg: u32,
     /// A float literal's bits.
-    bits: u32,
-    a: Option<usize>,
-    b: Option<usize>,
+    pub(crate) bits: u32,
+    pub(crate) a: Option<usize>,
+    pub(crate) b: Option<usize>,
 }
 
 /// `words` (straight-line float code, [`adjoint`]'s ops) as a list of ops, each naming the ops
 /// whose values it takes, and the last `Out` of output 0; `None` where the program is not such
 /// code, reads a parameter beyond `width`, or stacks [`FIT_DEPTH`] values (where the
 /// interpreter's sweep fails its cases).
-fn straight_nodes(words: &[u32], width: usize) -> Option<(Vec<Node>, Option<usize>)> {
+pub(crate) fn straight_nodes(words: &[u32], width: usize) -> Option<(Vec<Node>, Option<usize>)> {
     if !fitted_in_reverse(words) {
         return None;
     }
@@ -845,11 +888,22 @@ fn fit_straight_macro() -> &'static str {
     }
 }
 
+/// How a fitting kernel computes each case's output and derivatives.
+#[derive(Clone, Copy)]
+enum Members<'a> {
+    /// By interpreting the block's program's bytecode.
+    Interpreted,
+    /// By the block's member (`offsets` names it) of these cases of a switch, straight-line
+    /// code written in ([`fit_code_source`]).
+    Written(&'a str),
+    /// By calling [`FIT_MEMBER_FUNCTION`], defined apart and linked in ([`fit_link_source`]).
+    Linked,
+}
+
 /// The fitting kernels' common source: the prelude and the `gpfarm_fit_body<NP>` template,
-/// interpreting bytecode (`compiled` `None`) or running compiled members (`compiled`: the cases
-/// of a switch on the member); with the kernels' parameter declarations and the names that pass
-/// them on.
-fn fit_template(problem: &Problem, compiled: Option<&str>) -> Result<(String, String, String), GpuError> {
+/// interpreting bytecode or running compiled members ([`Members`]); with the kernels' parameter
+/// declarations and the names that pass them on.
+fn fit_template(problem: &Problem, compiled: Members<'_>) -> Result<(String, String, String), GpuError> {
     fit_supported(problem).map_err(|why| {
         GpuError::Problem(format!("problem `{}` cannot be fitted on the GPU: {why}", problem.name()))
     })?;
@@ -938,7 +992,7 @@ fn fit_template(problem: &Problem, compiled: Option<&str>) -> Result<(String, St
     let nout = spec.outputs.len().max(1);
     // Where a block's program is, and how each of its cases is computed with its derivatives.
     let (scan, per_case) = match compiled {
-        None => (
+        Members::Interpreted => (
             format!(
                 "    const unsigned* __restrict__ prog = code + offsets[blockIdx.y];\n\
     if (threadIdx.x == 0) {{\n\
@@ -1031,7 +1085,7 @@ fn fit_template(problem: &Problem, compiled: Option<&str>) -> Result<(String, St
             ),
         ),
         // A compiled kernel: `offsets` names the block's member, the same for all its threads.
-        Some(members) => (
+        Members::Written(members) => (
             String::new(),
             format!(
                 "        if (c < ncases) {{\n\
@@ -1050,10 +1104,28 @@ fn fit_template(problem: &Problem, compiled: Option<&str>) -> Result<(String, St
         }}\n"
             ),
         ),
+        // A linked kernel: the member's function computes the case's output and adds its
+        // derivatives into `grad` (those of parameters it does not read stay 0).
+        Members::Linked => (
+            String::new(),
+            format!(
+                "        if (c < ncases) {{\n\
+        V vars[{nslots}];\n\
+{init}\
+        float grad[NP];\n\
+        FORK grad[k] = 0.0f;\n\
+        float out0 = 0.0f;\n\
+        const int failed = {FIT_MEMBER_FUNCTION}(offsets[blockIdx.y], vars, P, &out0, grad);\n\
+        FORK dout[k] = grad[k];\n\
+        r = failed ? __longlong_as_double(0x7ff8000000000000LL) : (double)out0 - (double)target[c];\n\
+        }}\n"
+            ),
+        ),
     };
     let template = format!(
         "// gpfarm fitting kernels for problem `{problem}`\n\
 union V {{ int i; float f; double d; }};\n\
+{linked}\
 #define FORK _Pragma(\"unroll\") for (int k = 0; k < NP; ++k)\n\
 #define MIX(s, d) ((s) == 0.0 ? 0.0 : (s) * (d))\n\
 #define MIXF(s, d) ((s) == 0.0f || (d) == 0.0f ? 0.0f : (s) * (d))\n\
@@ -1247,6 +1319,14 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
     }}\n\
 }}\n",
         problem = problem.name(),
+        linked = if matches!(compiled, Members::Linked) {
+            format!(
+                "// A member's output and derivatives (fit_link_source): 0, or 1 where member is not one.\n\
+extern \"C\" __device__ int {FIT_MEMBER_FUNCTION}(unsigned member, const V* vars, const float* P, float* out0, float* grad);\n"
+            )
+        } else {
+            String::new()
+        },
         stored_macros = stored_macros,
         mma = fit_mma_macro(),
         straight_small = fit_straight_macro(),

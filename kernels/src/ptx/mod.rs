@@ -52,6 +52,9 @@
 //! flat chains such as a 10,000-term sum are iterated, not recursed.
 
 mod emit;
+mod fit;
+
+pub use fit::fit_member_unit;
 
 use emit::Needs;
 

@@ -5,7 +5,8 @@
 # Env: CASES (100000), POP (1000), GENS (10), SEEDS ("1 2"), EXTRA (more evolve flags), TAG (in
 # the log names), MODES ("gpu-fit unfitted"; also ptx-fit and nvrtc-fit: fitted on the GPU, evaluated
 # by compiled code that takes the values as an argument; fit-interpreter and fit-compiled: fitted by
-# the interpreter's fitting kernels only, or by kernels compiled for each structure), STAGES
+# the interpreter's fitting kernels only, or by kernels compiled for each structure;
+# ptx-fit-compiled: the PTX route, fitted by its own PTX linked with the fitting template), STAGES
 # ("tests runs").
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../harness/env.sh"
@@ -26,6 +27,7 @@ if [[ " ${STAGES:-tests runs} " == *" runs "* ]]; then
         fit-compiled) flags="--route interpreter --fit-kernels compiled" ;;
         unfitted) flags="--route interpreter --fit-iterations 0" ;;
         ptx-fit) flags="--route ptx" ;;
+        ptx-fit-compiled) flags="--route ptx --fit-kernels compiled" ;;
         nvrtc-fit) flags="--route nvrtc" ;;
       esac
       # shellcheck disable=SC2086
