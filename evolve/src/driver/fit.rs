@@ -310,7 +310,12 @@ fn gpu_fit(
             // The cost model first: it costs less than going through the program.
             (FitKernels::Auto, Some(key)) => {
                 (compiled.store.known(&key)
-                    || fit_compiled_pays(&FitCosts::H100, code.len(), cases, launches))
+                    || fit_compiled_pays(
+                        if compiled.ptx { &FitCosts::H100_PTX } else { &FitCosts::H100 },
+                        code.len(),
+                        cases,
+                        launches,
+                    ))
                     && fit_compiles(&code, b.params.len())
             }
         };

@@ -24,7 +24,7 @@ use gpfarm_client::{
 };
 use gpfarm_gp::Problem;
 use gpfarm_kernels::interpreter::{
-    FIT_LINK_FLAGS, FitCodeUnit, FitCodeWriter, fit_code_units, fit_link_source,
+    FIT_LINK_FLAGS, FIT_LINK_MAX_REGISTERS, FitCodeUnit, FitCodeWriter, fit_code_units, fit_link_source,
 };
 
 use crate::options::NO_FMAD;
@@ -189,7 +189,8 @@ impl FitUnits {
     /// programs' bytecode ([`gpfarm_kernels::ptx::fit_member_unit`]) that nvJitLink links with
     /// its width's template, compiled here first where it is not yet (with the run's NVRTC flags
     /// and [`FIT_LINK_FLAGS`]); PTX is linked at nvJitLink's default level (-O3) whatever the
-    /// run's link flags, since a fitting kernel runs over every case at every iteration. Without
+    /// run's link flags, since a fitting kernel runs over every case at every iteration, with
+    /// at most [`FIT_LINK_MAX_REGISTERS`] registers (the wide templates' cap). Without
     /// `ptx`, CUDA C for NVRTC with the run's options.
     pub fn compile(
         &mut self,
@@ -234,8 +235,12 @@ impl FitUnits {
         if units.is_empty() {
             return Ok(out);
         }
-        let options =
-            if ptx { CompileOptions { link_flags: Vec::new(), ..options.clone() } } else { options.clone() };
+        let options = if ptx {
+            let link_flags = vec![format!("-maxrregcount={FIT_LINK_MAX_REGISTERS}")];
+            CompileOptions { link_flags, ..options.clone() }
+        } else {
+            options.clone()
+        };
         let batch = compiler.compile(&units, &options)?;
         for (i, at) in sent.into_iter().enumerate() {
             out[at].1 = match batch.results.get(i).map(|r| (&r.outcome, &r.log)) {
