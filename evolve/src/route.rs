@@ -464,7 +464,8 @@ mod tests {
 pub enum FitKernels {
     /// The interpreter's fitting kernels: nothing is compiled.
     Interpreter,
-    /// A kernel compiled for each program's structure (once per run), whatever it costs.
+    /// A kernel compiled for each program's structure (once per run), whatever it costs: on the
+    /// PTX route the route's own PTX linked with a fitting template, on the others NVRTC's.
     Compiled,
     /// Compiled where [`fit_compiled_pays`] says so, else the interpreter's.
     #[default]

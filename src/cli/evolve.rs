@@ -166,8 +166,9 @@ pub struct EvolveArgs {
     #[arg(long, value_name = "N", default_value_t = 0)]
     fit_cases: usize,
     /// Which kernels fit free parameters on the GPU: the interpreter's, kernels compiled for
-    /// each straight-line program's structure (once per run), or compiled where that pays for
-    /// itself over the fit's iterations and cases (auto).
+    /// each straight-line program's structure (once per run; on the PTX route its own PTX linked
+    /// with a fitting template, elsewhere NVRTC's), or compiled where that pays for itself over
+    /// the fit's iterations and cases (auto).
     #[arg(long, value_name = "KERNELS", default_value = "auto")]
     fit_kernels: gpfarm_evolve::route::FitKernels,
     /// Keep fitted values for the individual's own fitness only (Baldwinian); by default

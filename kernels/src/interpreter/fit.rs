@@ -613,7 +613,7 @@ const FIT_WIDE_WIDTHS: [usize; 3] = [16, 32, 64];
 const FIT_WIDE_BLOCKS: u32 = 2;
 
 /// nvJitLink's `-maxrregcount` for the PTX route's fitting units: the registers a thread of the
-/// wide fitting kernels may have (a multiprocessor's 65,536 shared by [`FIT_WIDE_BLOCKS`] blocks
+/// wide fitting kernels may have (a multiprocessor's 65,536 shared by two blocks
 /// of [`BLOCK`] threads, 128), which a function they call may not exceed (nvJitLink refuses the
 /// link otherwise).
 pub const FIT_LINK_MAX_REGISTERS: u32 = 65536 / (BLOCK * FIT_WIDE_BLOCKS);

@@ -37,7 +37,7 @@ const ONE_D: &str = "0d3FF0000000000000";
 
 /// PTX of one fitting unit of width `width` for `members` (each a program's words as
 /// [`crate::interpreter::assemble_structure`] wrote them, straight-line float code of at most
-/// `width` parameters, [`fit_compiles`]): a module for `arch` defining [`FIT_MEMBER_FUNCTION`],
+/// `width` parameters, [`crate::interpreter::fit_compiles`]): a module for `arch` defining [`FIT_MEMBER_FUNCTION`],
 /// member `m` the program `members[m]`. The caller links it with
 /// [`crate::interpreter::fit_link_source`] of the same problem and width.
 pub fn fit_member_unit(width: usize, members: &[&[u32]], arch: SmArch) -> Result<String, GpuError> {
@@ -400,15 +400,6 @@ mod tests {
         for k in 0..8 {
             assert_eq!(ptx.matches(&format!("[%rd3+{}]", 4 * k)).count(), 2, "parameter {k}");
         }
-    }
-
-    #[test]
-    #[ignore]
-    fn peek() {
-        let a = words(
-            "p[0] * sinf(x1 * p[1]) + p[2] / (x2 - p[3]) + powf(fabsf(p[4] * x3), p[5]) + fminf(p[6] * x4, x5) * p[7]",
-        );
-        eprintln!("{}", fit_member_unit(8, &[&a], SmArch::SM_90).unwrap());
     }
 
     #[test]
