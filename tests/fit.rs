@@ -284,12 +284,13 @@ fn gpu_sums_agree_with_the_cpu_s() {
 
 /// Levenberg–Marquardt on the host over the GPU's sums, one `linearize` per iteration of the
 /// starts still going: the reference the fitting loop on the GPU must match. Per start, in
-/// order: its best values, their sum of squares, the sum of squares where it began.
+/// order: its best values, their sum of squares, the sum of squares where it began, and the
+/// launches that ran it.
 fn fit_on_the_host(
     gpu: &mut GpuEvaluator,
     fit: &WireFit,
     iterations: usize,
-) -> (Vec<f32>, Vec<f64>, Vec<f64>) {
+) -> (Vec<f32>, Vec<f64>, Vec<f64>, Vec<u32>) {
     let np = |k: usize| fit.nparams[k] as usize;
     let unpack = |sums: &[f64], ks: &[usize]| -> Vec<gpfarm_gp::Sums> {
         let mut at = 0;
@@ -309,6 +310,7 @@ fn fit_on_the_host(
         .map(|(k, at)| gpfarm_gp::LmStart::new(fit.values_of(k).to_vec(), at))
         .collect();
     let first: Vec<f64> = starts.iter().map(|s| s.sse()).collect();
+    let mut launches = vec![1u32; starts.len()];
     for _ in 0..iterations {
         let trials: Vec<(usize, Vec<f32>)> =
             starts.iter_mut().enumerate().filter_map(|(k, s)| s.trial().map(|t| (k, t))).collect();
@@ -321,12 +323,13 @@ fn fit_on_the_host(
         }
         let (sums, _) = gpu.linearize(&next).unwrap();
         let ks: Vec<usize> = trials.iter().map(|(k, _)| *k).collect();
+        ks.iter().for_each(|&k| launches[k] += 1);
         for ((k, trial), at) in trials.into_iter().zip(unpack(&sums, &ks)) {
             starts[k].judge(trial, Some(at));
         }
     }
     let params = starts.iter().flat_map(|s| s.params().iter().copied()).collect();
-    (params, starts.iter().map(|s| s.sse()).collect(), first)
+    (params, starts.iter().map(|s| s.sse()).collect(), first, launches)
 }
 
 #[test]
@@ -342,13 +345,15 @@ fn the_fitting_loop_on_the_gpu_takes_the_host_s_values_bit_for_bit() {
         let got = gpu.fit(&fit, iterations).unwrap();
         let on_gpu = t.elapsed();
         let t = std::time::Instant::now();
-        let (params, sse, first) = fit_on_the_host(&mut gpu, &fit, iterations);
+        let (params, sse, first, launches) = fit_on_the_host(&mut gpu, &fit, iterations);
         eprintln!(
             "{} starts, {iterations} iterations: on the GPU {on_gpu:?}, on the host between launches {:?}",
             want.len(),
             t.elapsed()
         );
         assert_eq!(bits64(&got.first_sse), bits64(&first), "{iterations} iterations: starting sums");
+        // Each start ran as many launches as on the host: the first and one per trial.
+        assert_eq!(got.launches, launches, "{iterations} iterations: launches");
         for k in 0..fit.offsets.len() {
             let at = fit.param_offsets[k] as usize..fit.param_offsets[k] as usize + fit.nparams[k] as usize;
             assert_eq!(
@@ -392,11 +397,12 @@ fn the_fitting_loop_on_the_gpu_takes_the_host_s_values_bit_for_bit() {
         "{got:?}"
     );
     assert!(got.first_sse[1].is_finite() && got.sse[1] <= got.first_sse[1], "{got:?}");
-    let (params, sse, first) = fit_on_the_host(&mut gpu, &bad, 5);
+    let (params, sse, first, launches) = fit_on_the_host(&mut gpu, &bad, 5);
     assert_eq!(
-        (bits32(&got.params), bits64(&got.sse), bits64(&got.first_sse)),
-        (bits32(&params), bits64(&sse), bits64(&first))
+        (bits32(&got.params), bits64(&got.sse), bits64(&got.first_sse), &got.launches),
+        (bits32(&params), bits64(&sse), bits64(&first), &launches)
     );
+    assert_eq!(got.launches[0], 1, "a start that cannot run ran its first launch only");
     // Values that are not the start's own are refused.
     let mut overlapping = bad.clone();
     overlapping.param_offsets[1] = 0;
@@ -540,6 +546,16 @@ fn a_run_on_the_gpu_fits_its_parameters_there() {
     let moved: u64 = records.iter().map(|r| r["fitted"].as_u64().unwrap()).sum();
     eprintln!("fitted on the GPU: {on_gpu}, moved: {moved}, best {}", summary["best_fitness"]);
     assert!(on_gpu > 0 && moved > 0);
+    // Node-evaluations: each generation that fitted on the GPU ran some, at most every fitted
+    // individual's starts (1 + restarts, the default 0) over all cases at every launch (11 at
+    // the default 10 iterations), with programs of fewer than 1,000 ops (five generations).
+    let cases = friedman1().cases().len() as u64;
+    for r in &records {
+        let (n, evals) = (r["fitted_on_gpu"].as_u64().unwrap(), r["fit_node_evals"].as_u64().unwrap());
+        assert_eq!(n > 0, evals > 0, "{r}");
+        assert!(evals <= n * cases * 11 * 1000, "{r}");
+        assert!(evals >= n * cases, "{r}");
+    }
     // The GPU's sums are reduced in a fixed order: the same seed gives the same run.
     let (again_records, _) = run("interpreter");
     let best = |r: &[Value]| r.iter().map(|g| g["best"].as_f64().unwrap().to_bits()).collect::<Vec<_>>();

@@ -78,6 +78,9 @@ pub(crate) struct Account {
     pub fitted_on_gpu: usize,
     /// Of `fitted_on_gpu`, those fitted by compiled fitting kernels.
     pub fitted_compiled: usize,
+    /// Node-evaluations of the GPU's fit, derivatives included
+    /// ([`crate::record::GenerationRecord::fit_node_evals`]).
+    pub fit_node_evals: u64,
     /// Of `fit`, compiling fitting kernels.
     pub fit_compile: Duration,
     /// Of `fit`, the GPU's fitting (launches, copies and the host's solves between them).

@@ -176,6 +176,12 @@ pub struct GenerationRecord {
     /// Of `fitted_on_gpu`, those fitted by kernels compiled for their structure.
     #[serde(default)]
     pub fitted_compiled: usize,
+    /// Node-evaluations of the GPU's fit, each with its derivatives (the Jacobian's row): per
+    /// start, its program's ops × the cases it is fitted on × the launches that ran it (the
+    /// first and one per trial). For straight-line programs each op runs once a case, so this
+    /// is exact; a branch's untaken side counts too. Per second: divide by `fit_worker_ms`.
+    #[serde(default)]
+    pub fit_node_evals: u64,
     /// Of `fit_ms`, compiling fitting kernels.
     #[serde(default)]
     pub fit_compile_ms: f64,
@@ -255,6 +261,7 @@ impl GenerationRecord {
             fitted: a.fitted,
             fitted_on_gpu: a.fitted_on_gpu,
             fitted_compiled: a.fitted_compiled,
+            fit_node_evals: a.fit_node_evals,
             fit_compile_ms: a.fit_compile.as_secs_f64() * 1e3,
             fit_gpu_ms: ms(a.fit_gpu),
             fit_worker_ms: ms(a.fit_worker),

@@ -338,7 +338,7 @@ impl From<&CompiledUnit<'_>> for WireUnit {
 }
 
 /// What a [`Request::Fit`] found, per start in its order.
-#[derive(Debug, Clone, PartialEq, Encode, Decode)]
+#[derive(Debug, Clone, Default, PartialEq, Encode, Decode)]
 pub struct Fitted {
     /// Each start's best values, one after the other (as the request's `params`).
     pub params: Vec<f32>,
@@ -346,6 +346,9 @@ pub struct Fitted {
     pub sse: Vec<f64>,
     /// The sum of squares at each start's starting values.
     pub first_sse: Vec<f64>,
+    /// How many launches of the fitting kernels ran each start (its first, and one per trial:
+    /// at most the iterations + 1).
+    pub launches: Vec<u32>,
     /// The worker's time for it (launches, copies, the small solves), microseconds.
     pub took_us: u64,
 }

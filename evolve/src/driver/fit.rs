@@ -18,7 +18,9 @@ use gpfarm_client::CompileOptions;
 use gpfarm_gp::program::instantiate;
 use gpfarm_gp::{Born, FitConfig, FitSettings, Problem, Program, fit, moved_start};
 use gpfarm_kernels::gpu::WireFit;
-use gpfarm_kernels::interpreter::{FIT_PARAMS, assemble_structure, fit_compiles, fits_on_gpu, fits_small};
+use gpfarm_kernels::interpreter::{
+    FIT_PARAMS, Op, assemble_structure, fit_compiles, fits_on_gpu, fits_small, walk,
+};
 use gpfarm_protocol::Route;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -138,6 +140,7 @@ impl Driver<'_> {
         let mut gpu_took = Duration::ZERO;
         let mut worker_took = Duration::ZERO;
         let mut by_code = vec![false; todo.len()];
+        let mut node_evals = vec![0u64; todo.len()];
         let mut compile_took = Duration::ZERO;
         if self.gpu_fit {
             let t = Instant::now();
@@ -153,10 +156,11 @@ impl Driver<'_> {
             // Compiling fitting kernels is counted apart from the GPU's fitting.
             gpu_took = t.elapsed();
             match outcome {
-                Ok((done, code, compile)) => {
+                Ok((done, code, compile, evals)) => {
                     fitted = done;
                     by_code = code;
                     compile_took = compile;
+                    node_evals = evals;
                 }
                 Err(e) => {
                     tracing::warn!("fitting on the GPU failed ({e}); the CPU fits from now on");
@@ -177,9 +181,12 @@ impl Driver<'_> {
         if self.fit_memo.len() + todo.len() > FIT_MEMO_CAPACITY {
             self.fit_memo.clear();
         }
-        for ((((k, key), values), gpu), code) in todo.into_iter().zip(fitted).zip(by_gpu).zip(by_code) {
+        for (((((k, key), values), gpu), code), evals) in
+            todo.into_iter().zip(fitted).zip(by_gpu).zip(by_code).zip(node_evals)
+        {
             if gpu {
                 self.account(born[k].generation).fitted_on_gpu += 1;
+                self.account(born[k].generation).fit_node_evals += evals;
             }
             if code {
                 self.account(born[k].generation).fitted_compiled += 1;
@@ -232,7 +239,7 @@ impl Driver<'_> {
 /// Per individual, `None` where the CPU must fit it, else `Some` of its new values (`None` when
 /// the fit moved nothing); per individual, whether compiled kernels fitted it; the time compiling
 /// took.
-type GpuFitted = (Vec<Option<Option<Vec<f32>>>>, Vec<bool>, Duration);
+type GpuFitted = (Vec<Option<Option<Vec<f32>>>>, Vec<bool>, Duration, Vec<u64>);
 
 /// What the GPU's fit needs to fit programs by compiled kernels: the run's choice, the store of
 /// compiled units, and how the run compiles.
@@ -265,7 +272,8 @@ fn gpu_fit(
     kernel_time: &mut Duration,
 ) -> Result<GpuFitted, EvolveError> {
     let mut out: Vec<Option<Option<Vec<f32>>>> = vec![None; todo.len()];
-    let Some(worker) = evaluator.worker() else { return Ok((out, vec![false; todo.len()], Duration::ZERO)) };
+    let nothing = |out| Ok((out, vec![false; todo.len()], Duration::ZERO, vec![0; todo.len()]));
+    let Some(worker) = evaluator.worker() else { return nothing(out) };
     let max_steps = problem.max_steps();
     let cases =
         if config.cases == 0 { problem.cases().len() } else { config.cases.min(problem.cases().len()) };
@@ -333,7 +341,7 @@ fn gpu_fit(
         out[i] = Some(None);
     }
     if begin.is_empty() {
-        return Ok((out, vec![false; todo.len()], Duration::ZERO));
+        return nothing(out);
     }
     // The compiled units this fit uses, each once, by their index in the request.
     let programs: Vec<(blake3::Hash, &[u32], usize)> =
@@ -380,7 +388,7 @@ fn gpu_fit(
         }
         other => other?,
     };
-    let gpfarm_kernels::gpu::Fitted { params, sse, first_sse, took_us } = fitted;
+    let gpfarm_kernels::gpu::Fitted { params, sse, first_sse, launches, took_us } = fitted;
     *kernel_time += Duration::from_micros(took_us);
     if sse.len() != begin.len() || first_sse.len() != begin.len() || params.len() != fit.params.len() {
         return Err(EvolveError::Gpu(gpfarm_kernels::gpu::GpuError::Problem(format!(
@@ -388,6 +396,12 @@ fn gpu_fit(
             sse.len(),
             begin.len()
         ))));
+    }
+    // Node-evaluations per individual: each start's ops × cases × the launches that ran it.
+    let mut node_evals = vec![0u64; todo.len()];
+    for (j, (item, words, _)) in begin.iter().enumerate() {
+        let ops = walk(words).take_while(|op| *op != Some(Op::End)).count() as u64;
+        node_evals[*item] += ops * cases as u64 * u64::from(launches.get(j).copied().unwrap_or(0));
     }
     // Where each individual began (its first start, from its own values): a fit must beat it.
     let mut began: Vec<f64> = vec![f64::INFINITY; todo.len()];
@@ -407,7 +421,7 @@ fn gpu_fit(
             out[i] = Some(Some(params[at..at + begin[j].2.len()].to_vec()));
         }
     }
-    Ok((out, by_code, compile_took))
+    Ok((out, by_code, compile_took, node_evals))
 }
 
 #[cfg(test)]

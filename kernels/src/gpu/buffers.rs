@@ -175,7 +175,8 @@ pub(super) struct FitBuffers {
 /// What the fitting loop on the GPU keeps per start, in launch order: the sums at its best
 /// values and a scratch for its solve (each in the layout of the sums), its best values (in the
 /// layout of the values), its λ, whether it goes on, its parameter count for the next launches
-/// (-1: not run), and its sums of squares where it began and at its best values.
+/// (-1: not run), its sums of squares where it began and at its best values, and the launches
+/// that ran it.
 pub(super) struct LoopBuffers {
     pub(super) best: CudaSlice<f64>,
     pub(super) work: CudaSlice<f64>,
@@ -185,6 +186,7 @@ pub(super) struct LoopBuffers {
     pub(super) running: CudaSlice<i32>,
     pub(super) first: CudaSlice<f64>,
     pub(super) sse: CudaSlice<f64>,
+    pub(super) launches: CudaSlice<i32>,
 }
 
 /// Streams compiled individuals' launches are spread over ([`Device::side`]).

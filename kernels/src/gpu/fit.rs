@@ -353,6 +353,7 @@ impl Device {
                 running: stream.alloc_zeros(1).map_err(driver)?,
                 first: stream.alloc_zeros(1).map_err(driver)?,
                 sse: stream.alloc_zeros(1).map_err(driver)?,
+                launches: stream.alloc_zeros(1).map_err(driver)?,
             });
         }
         let l = b.looped.as_mut().expect("made above");
@@ -362,7 +363,7 @@ impl Device {
         for v in [&mut l.lambda, &mut l.first, &mut l.sse] {
             grow(stream, v, n).map_err(driver)?;
         }
-        for v in [&mut l.active, &mut l.running] {
+        for v in [&mut l.active, &mut l.running, &mut l.launches] {
             grow(stream, v, n).map_err(driver)?;
         }
         grow(stream, &mut l.bestp, plan.values).map_err(driver)?;
@@ -383,13 +384,15 @@ impl Device {
         launch.arg(&mut l.running);
         launch.arg(&mut l.first);
         launch.arg(&mut l.sse);
+        launch.arg(&mut l.launches);
         let cfg =
             LaunchConfig { grid_dim: (n.max(1) as u32, 1, 1), block_dim: (32, 1, 1), shared_mem_bytes: 0 };
         // SAFETY: the step kernel takes, for each of the `n` starts of `plan` (in its order, as
         // `upload_fit` wrote them): its parameter count (`nparams`, at most FIT_PARAMS), its
         // first value (`poffsets`, inside `params` and `bestp`, each sized for `plan.values`),
         // where its sums start (`at`, inside `sums`, `best` and `work`, each sized for `packed`),
-        // and one entry each of `lambda`, `active`, `running`, `first` and `sse` (sized for `n`).
+        // and one entry each of `lambda`, `active`, `running`, `first`, `sse` and `launches`
+        // (sized for `n`).
         // A block of 32 threads per start.
         unsafe { launch.launch(cfg) }.map_err(driver)?;
         Ok(())
@@ -420,7 +423,15 @@ impl Device {
             }
             Ok(by_request)
         };
-        Ok(Fitted { params, sse: read(&l.sse)?, first_sse: read(&l.first)?, took_us: 0 })
+        let mut ran = vec![0i32; n];
+        if n > 0 {
+            self.stream.memcpy_dtoh(&l.launches.slice(..n), &mut ran).map_err(driver)?;
+        }
+        let mut launches = vec![0u32; n];
+        for (j, &k) in plan.order.iter().enumerate() {
+            launches[k] = ran[j].max(0) as u32;
+        }
+        Ok(Fitted { params, sse: read(&l.sse)?, first_sse: read(&l.first)?, launches, took_us: 0 })
     }
 }
 

@@ -357,7 +357,7 @@ impl GpuEvaluator {
         }
         let t = Instant::now();
         if fit.offsets.is_empty() {
-            return Ok(Fitted { params: Vec::new(), sse: Vec::new(), first_sse: Vec::new(), took_us: 0 });
+            return Ok(Fitted::default());
         }
         let plan = self.device.launch_fit(&self.problem, fit, self.ncases)?;
         let trial = |more: bool| if more { contract::FIT_STEP_TRIAL } else { 0 };

@@ -496,7 +496,8 @@ extern "C" __global__ void __launch_bounds__(32) {FIT_STEP_KERNEL}(int nprograms
     const int* __restrict__ nparams, const unsigned* __restrict__ poffsets, const long long* __restrict__ at,
     const double* __restrict__ sums, double* __restrict__ best, double* __restrict__ work,
     float* __restrict__ params, float* __restrict__ bestp, double* __restrict__ lambda,
-    int* __restrict__ active, int* __restrict__ running, double* __restrict__ first, double* __restrict__ sse)
+    int* __restrict__ active, int* __restrict__ running, double* __restrict__ first, double* __restrict__ sse,
+    int* __restrict__ launches)
 {{
     const int j = blockIdx.x;
     if (j >= nprograms) return;
@@ -537,7 +538,11 @@ extern "C" __global__ void __launch_bounds__(32) {FIT_STEP_KERNEL}(int nprograms
         if (gpfarm_lm_trial(np, lam, b, work + at[j], bp, p, lane)) go = np;
         else on = 0;
     }}
-    if (lane == 0) {{ lambda[j] = lam; active[j] = on; running[j] = go; }}
+    if (lane == 0) {{
+        lambda[j] = lam; active[j] = on; running[j] = go;
+        // The launches that ran the start: the first, and one for each trial queued.
+        launches[j] = ((mode & {FIT_STEP_BEGIN}) ? 1 : launches[j]) + (go >= 0 ? 1 : 0);
+    }}
 }}
 "#
     )
