@@ -234,6 +234,38 @@ pub fn render_batch(
     Batch { units, refused }
 }
 
+/// Which code a compiled fitting unit is ([`fit_units`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FitCodeWriter {
+    /// CUDA C for NVRTC, the whole kernel ([`crate::interpreter::fit_code_source`]).
+    CudaC,
+    /// PTX for nvJitLink to link with [`crate::interpreter::fit_link_source`] of the same width
+    /// ([`crate::ptx::fit_member_unit`]), for this architecture.
+    Ptx(SmArch),
+}
+
+/// The compiled fitting units of `programs` (each its words and parameter count, each taken by
+/// [`crate::interpreter::fit_compiles`]) for `workers` compilers side by side
+/// ([`crate::interpreter::fit_code_groups`]), each written as `writer` says.
+pub fn fit_units(
+    problem: &Problem,
+    programs: &[(&[u32], usize)],
+    workers: usize,
+    writer: FitCodeWriter,
+) -> Vec<crate::interpreter::FitCodeUnit> {
+    crate::interpreter::fit_code_groups(programs, workers)
+        .into_iter()
+        .map(|(width, members)| {
+            let words: Vec<&[u32]> = members.iter().map(|&k| programs[k].0).collect();
+            let source = match writer {
+                FitCodeWriter::CudaC => crate::interpreter::fit_code_source(problem, width, &words),
+                FitCodeWriter::Ptx(arch) => ptx::fit_member_unit(width, &words, arch),
+            };
+            crate::interpreter::FitCodeUnit { width, members, source }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,9 +23,8 @@ use gpfarm_client::{
     BuildConfig, CompileOptions, Compiler, CompilerError, CompilerSpec, Unit, UnitOutcome, Workers,
 };
 use gpfarm_gp::Problem;
-use gpfarm_kernels::interpreter::{
-    FIT_LINK_FLAGS, FIT_LINK_MAX_REGISTERS, FitCodeUnit, FitCodeWriter, fit_code_units, fit_link_source,
-};
+use gpfarm_kernels::interpreter::{FIT_LINK_FLAGS, FIT_LINK_MAX_REGISTERS, FitCodeUnit, fit_link_source};
+use gpfarm_kernels::unit::{FitCodeWriter, fit_units};
 
 use crate::options::NO_FMAD;
 
@@ -172,7 +171,7 @@ impl FitCode {
 /// A compiled fitting unit's plan and its CUBIN, or why it has none.
 pub type CompiledFitUnit = (FitCodeUnit, Result<Vec<u8>, String>);
 
-/// Compiles compiled fitting units ([`fit_code_units`]), keeping what every later batch reuses:
+/// Compiles compiled fitting units ([`fit_units`]), keeping what every later batch reuses:
 /// the PTX route's fitting templates by width ([`fit_link_source`], relocatable CUBIN), which its
 /// units are linked with (`None`: it did not compile, and that width's programs are left to the
 /// interpreter's kernels).
@@ -202,7 +201,7 @@ impl FitUnits {
         ptx: bool,
     ) -> Result<Vec<CompiledFitUnit>, CompilerError> {
         let writer = if ptx { FitCodeWriter::Ptx(options.arch) } else { FitCodeWriter::CudaC };
-        let plans = fit_code_units(problem, programs, workers, writer);
+        let plans = fit_units(problem, programs, workers, writer);
         if ptx {
             let widths: Vec<usize> = plans.iter().map(|p| p.width).collect();
             self.compile_templates(compiler, problem, options, &widths)?;

@@ -628,57 +628,37 @@ fn fit_bounds(width: usize) -> String {
     if FIT_WIDE_WIDTHS.contains(&width) { format!("{BLOCK}, {FIT_WIDE_BLOCKS}") } else { BLOCK.to_string() }
 }
 
-/// Programs of one width per compiled fitting unit at most ([`fit_code_units`]).
+/// Programs of one width per compiled fitting unit at most ([`fit_code_groups`]).
 pub const FIT_CODE_MEMBERS: usize = 32;
 
 /// A compiled fitting unit's plan: its width, its members (indices into the programs given to
-/// [`fit_code_units`]) and its source (or why it has none).
+/// [`fit_code_groups`]) and its source (or why it has none).
 #[derive(Debug)]
 pub struct FitCodeUnit {
     /// The kernel's width.
     pub width: usize,
     /// Its members, in order.
     pub members: Vec<usize>,
-    /// [`fit_code_source`] or [`crate::ptx::fit_member_unit`] of them ([`FitCodeWriter`]).
+    /// [`fit_code_source`] or [`crate::ptx::fit_member_unit`] of them
+    /// ([`crate::unit::FitCodeWriter`]).
     pub source: Result<String, GpuError>,
 }
 
-/// Which code a compiled fitting unit is ([`fit_code_units`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FitCodeWriter {
-    /// CUDA C for NVRTC, the whole kernel ([`fit_code_source`]).
-    CudaC,
-    /// PTX for nvJitLink to link with [`fit_link_source`] of the same width
-    /// ([`crate::ptx::fit_member_unit`]), for this architecture.
-    Ptx(gpfarm_protocol::SmArch),
-}
-
-/// `programs` (each its words and parameter count, each taken by [`fit_compiles`]) grouped into
-/// compiled fitting units for `workers` compilers side by side: by width, narrowest first, in the
-/// programs' order, each of at most [`FIT_CODE_MEMBERS`] and of no more than a worker's share of
-/// the programs (a unit is compiled by one worker, and each member adds to its time), each
-/// written as `writer` says. A program of more than [`FIT_PARAMS`] parameters is in none.
-pub fn fit_code_units(
-    problem: &Problem,
-    programs: &[(&[u32], usize)],
-    workers: usize,
-    writer: FitCodeWriter,
-) -> Vec<FitCodeUnit> {
+/// `programs` (each its words and parameter count, each taken by [`fit_compiles`]) grouped for
+/// compiled fitting units for `workers` compilers side by side: each group a width and its
+/// members (indices into `programs`), by width, narrowest first, in the programs' order, each of
+/// at most [`FIT_CODE_MEMBERS`] and of no more than a worker's share of the programs (a unit is
+/// compiled by one worker, and each member adds to its time). A program of more than
+/// [`FIT_PARAMS`] parameters is in none. `crate::unit::fit_units` writes each group's code.
+pub fn fit_code_groups(programs: &[(&[u32], usize)], workers: usize) -> Vec<(usize, Vec<usize>)> {
     let per_unit = programs.len().div_ceil(workers.max(1)).clamp(1, FIT_CODE_MEMBERS);
-    let mut units = Vec::new();
+    let mut groups = Vec::new();
     for width in FIT_WIDTHS {
         let of: Vec<usize> =
             (0..programs.len()).filter(|&k| fit_width(programs[k].1) == Some(width)).collect();
-        for chunk in of.chunks(per_unit) {
-            let words: Vec<&[u32]> = chunk.iter().map(|&k| programs[k].0).collect();
-            let source = match writer {
-                FitCodeWriter::CudaC => fit_code_source(problem, width, &words),
-                FitCodeWriter::Ptx(arch) => crate::ptx::fit_member_unit(width, &words, arch),
-            };
-            units.push(FitCodeUnit { width, members: chunk.to_vec(), source });
-        }
+        groups.extend(of.chunks(per_unit).map(|chunk| (width, chunk.to_vec())));
     }
-    units
+    groups
 }
 
 /// Whether a program of `params` parameters whose words are `words` (as

@@ -39,7 +39,7 @@ pub use bytecode::{
 };
 pub use fit::{
     FIT_CODE_MEMBERS, FIT_DEPTH, FIT_LINK_FLAGS, FIT_LINK_MAX_REGISTERS, FIT_MEMBER_FUNCTION,
-    FIT_REVERSE_WIDTH, FIT_TAPE, FitCodeUnit, FitCodeWriter, fit_code_source, fit_code_units, fit_compiles,
+    FIT_REVERSE_WIDTH, FIT_TAPE, FitCodeUnit, fit_code_groups, fit_code_source, fit_compiles,
     fit_link_source, fit_source, fit_source_for, fit_supported, fits_on_gpu, fits_small, fitted_in_reverse,
 };
 pub use source::{
