@@ -683,7 +683,14 @@ fn cached_compile(
     cache: bool,
 ) -> Result<Vec<(UnitOutcome, String)>, EvolveError> {
     let toolchain = compiler.toolchain();
-    let keys: Vec<CacheKey> = units.iter().map(|u| CacheKey::new(&u.source, options, &toolchain)).collect();
+    // A unit's libraries are part of what it compiles to (none for the kernels compiled here).
+    let keys: Vec<CacheKey> = units
+        .iter()
+        .map(|u| match u.libraries.is_empty() {
+            true => CacheKey::new(&u.source, options, &toolchain),
+            false => CacheKey::new(&[&u.source[..], &u.libraries.concat()].concat(), options, &toolchain),
+        })
+        .collect();
     let disk = cache.then(DiskCache::default_dir).flatten().and_then(|dir| {
         match DiskCache::open(&dir.join("kernels"), DEFAULT_CACHE_LIMIT) {
             Ok(d) => Some(d),

@@ -33,7 +33,7 @@ pub use types::{
 };
 
 /// Version of the segment layout and message set; both sides must agree exactly.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// An error and its causes on one line, joined with ": ", for sending to another process as
 /// text (the receiver cannot walk the chain).

@@ -258,8 +258,7 @@ pub struct Unit {
     pub language: Language,
     /// Relocatable CUBINs a PTX unit is linked with besides the math library (the fitting
     /// template its functions complete, `gpfarm_kernels::interpreter::fit_link_source`); empty
-    /// for every other unit. Not part of a cache key ([`Unit::source`] is): a unit that has them
-    /// is compiled, never looked up in the disk cache.
+    /// for every other unit. A cache key of such a unit must take them in beside its source.
     pub libraries: Vec<Vec<u8>>,
 }
 

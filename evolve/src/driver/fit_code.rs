@@ -11,9 +11,11 @@
 //! interpreter's kernels. On the PTX route a unit is the PTX route's own code: each member's
 //! sweeps emitted as PTX ([`gpfarm_kernels::ptx::fit_member_unit`]) and linked by nvJitLink, on
 //! the same threads, with the fitting template of its width (compiled by NVRTC once per run,
-//! [`gpfarm_kernels::interpreter::fit_link_source`]), so no C compiler runs per structure. Must never change what a fit finds: only programs the interpreter's
-//! kernels differentiate in reverse are compiled ([`gpfarm_kernels::interpreter::fit_compiles`]),
-//! whose sums the compiled kernel gives bit for bit, so a run is the same whichever fits them.
+//! [`gpfarm_kernels::interpreter::fit_link_source`]), so no C compiler runs per structure.
+//!
+//! Must never change what a fit finds: only programs the interpreter's kernels differentiate in
+//! reverse are compiled ([`gpfarm_kernels::interpreter::fit_compiles`]), whose sums the compiled
+//! kernel gives bit for bit, so a run is the same whichever fits them.
 
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
@@ -172,12 +174,16 @@ impl FitCode {
 pub type CompiledFitUnit = (FitCodeUnit, Result<Vec<u8>, String>);
 
 /// Compiles compiled fitting units ([`fit_units`]), keeping what every later batch reuses:
-/// the PTX route's fitting templates by width ([`fit_link_source`], relocatable CUBIN), which its
-/// units are linked with (`None`: it did not compile, and that width's programs are left to the
-/// interpreter's kernels).
+/// the PTX route's fitting templates ([`fit_link_source`], relocatable CUBIN), which its units are
+/// linked with, by their source and options (so one `FitUnits` may serve several problems;
+/// `None`: it did not compile, and that width's programs are left to the interpreter's kernels).
+/// The units give the interpreter's sums bit for bit only when NVRTC's flags are the default
+/// `--fmad=false` alone (the driver's fits use nothing else).
 #[derive(Default)]
 pub struct FitUnits {
-    templates: HashMap<usize, Option<Vec<u8>>>,
+    templates: HashMap<blake3::Hash, Option<Vec<u8>>>,
+    /// Units named so far (each unit's name is its own, for logs).
+    named: u64,
 }
 
 impl FitUnits {
@@ -202,19 +208,23 @@ impl FitUnits {
     ) -> Result<Vec<CompiledFitUnit>, CompilerError> {
         let writer = if ptx { FitCodeWriter::Ptx(options.arch) } else { FitCodeWriter::CudaC };
         let plans = fit_units(problem, programs, workers, writer);
-        if ptx {
-            let widths: Vec<usize> = plans.iter().map(|p| p.width).collect();
-            self.compile_templates(compiler, problem, options, &widths)?;
-        }
+        let templates = match ptx {
+            true => {
+                let widths: Vec<usize> = plans.iter().map(|p| p.width).collect();
+                self.compile_templates(compiler, problem, options, &widths)?
+            }
+            false => HashMap::new(),
+        };
         let mut units: Vec<Unit> = Vec::new();
         let mut out: Vec<CompiledFitUnit> = Vec::new();
         // Indices into `out` of the units sent.
         let mut sent = Vec::new();
         for plan in plans {
-            let n = units.len();
+            let n = self.named;
+            self.named += 1;
             let unit = match (&plan.source, ptx) {
                 (Err(e), _) => Err(e.to_string()),
-                (Ok(ptx_text), true) => match self.templates.get(&plan.width).cloned().flatten() {
+                (Ok(ptx_text), true) => match templates.get(&plan.width).cloned().flatten() {
                     Some(t) => {
                         Ok(Unit::ptx_linked(format!("gpfarm_fit_code_{n}.ptx"), ptx_text.clone(), vec![t]))
                     }
@@ -253,51 +263,61 @@ impl FitUnits {
         Ok(out)
     }
 
-    /// Compiles the fitting templates of `widths` not compiled yet, in one batch; a width whose
-    /// template does not compile is remembered as such.
+    /// The fitting templates of `widths` for `problem` and `options` (`None` where one does not
+    /// compile), compiling in one batch those not compiled before.
     fn compile_templates(
         &mut self,
         compiler: &mut dyn Compiler,
         problem: &Problem,
         options: &CompileOptions,
         widths: &[usize],
-    ) -> Result<(), CompilerError> {
-        let mut missing: Vec<usize> =
-            widths.iter().copied().filter(|w| !self.templates.contains_key(w)).collect();
-        missing.sort_unstable();
-        missing.dedup();
+    ) -> Result<HashMap<usize, Option<Vec<u8>>>, CompilerError> {
+        let mut flags = options.flags.clone();
+        flags.extend(FIT_LINK_FLAGS.iter().map(|f| f.to_string()));
+        let options = CompileOptions { flags, ..options.clone() };
+        let mut wanted: Vec<usize> = widths.to_vec();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let mut keys = HashMap::new();
         let mut units = Vec::new();
         let mut of = Vec::new();
-        for w in missing {
+        for w in wanted {
             match fit_link_source(problem, w) {
                 Ok(source) => {
-                    units.push(Unit::new(format!("gpfarm_fit_link_{w}.cu"), source));
-                    of.push(w);
+                    let mut h = blake3::Hasher::new();
+                    h.update(source.as_bytes());
+                    h.update(format!("{options:?}").as_bytes());
+                    let key = h.finalize();
+                    keys.insert(w, Some(key));
+                    if !self.templates.contains_key(&key) && !of.iter().any(|(_, k)| *k == key) {
+                        units.push(Unit::new(format!("gpfarm_fit_link_{w}.cu"), source));
+                        of.push((w, key));
+                    }
                 }
                 Err(e) => {
                     tracing::warn!("no fitting template of width {w}: {e}");
-                    self.templates.insert(w, None);
+                    keys.insert(w, None);
                 }
             }
         }
-        if units.is_empty() {
-            return Ok(());
+        if !units.is_empty() {
+            let batch = compiler.compile(&units, &options)?;
+            for (i, (w, key)) in of.into_iter().enumerate() {
+                let cubin = match batch.results.get(i).map(|r| (&r.outcome, &r.log)) {
+                    Some((UnitOutcome::Cubin(c), _)) => Some(c.clone()),
+                    Some((UnitOutcome::Failed(f), log)) => {
+                        tracing::warn!("the fitting template of width {w} did not compile ({f:?}): {log}");
+                        None
+                    }
+                    None => None,
+                };
+                self.templates.insert(key, cubin);
+            }
         }
-        let mut flags = options.flags.clone();
-        flags.extend(FIT_LINK_FLAGS.iter().map(|f| f.to_string()));
-        let batch = compiler.compile(&units, &CompileOptions { flags, ..options.clone() })?;
-        for (i, w) in of.into_iter().enumerate() {
-            let cubin = match batch.results.get(i).map(|r| (&r.outcome, &r.log)) {
-                Some((UnitOutcome::Cubin(c), _)) => Some(c.clone()),
-                Some((UnitOutcome::Failed(f), log)) => {
-                    tracing::warn!("the fitting template of width {w} did not compile ({f:?}): {log}");
-                    None
-                }
-                None => None,
-            };
-            self.templates.insert(w, cubin);
-        }
-        Ok(())
+        Ok(keys
+            .into_iter()
+            .map(|(w, key)| (w, key.and_then(|k| self.templates.get(&k).cloned().flatten())))
+            .collect())
     }
 }
 

@@ -9,7 +9,7 @@
 //! This file knows nothing of bytecode beyond where each program starts ([`WireFit`]). Must never
 //! allocate when the buffers of an earlier, larger request will do.
 
-use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
 use gpfarm_gp::Problem;
 
 use std::collections::HashSet;
@@ -399,10 +399,9 @@ impl Device {
     }
 
     /// The fitting loop's outcome once its last step ran: each start's best values (in the
-    /// request's layout), their sums of squares and those where it began (in the request's
-    /// order); the time is left to the caller.
+    /// request's layout), their sums of squares, those where it began and the launches that ran
+    /// it (in the request's order); the time is left to the caller.
     pub(super) fn read_loop(&mut self, plan: &FitLaunch) -> Result<Fitted, GpuError> {
-        let n = plan.order.len();
         let l = self
             .fit_buffers
             .as_ref()
@@ -412,27 +411,34 @@ impl Device {
         if plan.values > 0 {
             self.stream.memcpy_dtoh(&l.bestp.slice(..plan.values), &mut params).map_err(driver)?;
         }
-        let read = |v: &CudaSlice<f64>| -> Result<Vec<f64>, GpuError> {
-            let mut ran = vec![0.0f64; n];
-            if n > 0 {
-                self.stream.memcpy_dtoh(&v.slice(..n), &mut ran).map_err(driver)?;
-            }
-            let mut by_request = vec![0.0f64; n];
-            for (j, &k) in plan.order.iter().enumerate() {
-                by_request[k] = ran[j];
-            }
-            Ok(by_request)
-        };
-        let mut ran = vec![0i32; n];
-        if n > 0 {
-            self.stream.memcpy_dtoh(&l.launches.slice(..n), &mut ran).map_err(driver)?;
-        }
-        let mut launches = vec![0u32; n];
-        for (j, &k) in plan.order.iter().enumerate() {
-            launches[k] = ran[j].max(0) as u32;
-        }
-        Ok(Fitted { params, sse: read(&l.sse)?, first_sse: read(&l.first)?, launches, took_us: 0 })
+        let launches: Vec<i32> = in_request_order(&self.stream, &l.launches, &plan.order)?;
+        Ok(Fitted {
+            params,
+            sse: in_request_order(&self.stream, &l.sse, &plan.order)?,
+            first_sse: in_request_order(&self.stream, &l.first, &plan.order)?,
+            launches: launches.into_iter().map(|n| n.max(0) as u32).collect(),
+            took_us: 0,
+        })
     }
+}
+
+/// The first `order.len()` values of `v`, one per start in launch order, copied back and put in
+/// the request's order (`order[j]`: the request's index of the start launched `j`-th).
+fn in_request_order<T: DeviceRepr + Default + Copy>(
+    stream: &std::sync::Arc<CudaStream>,
+    v: &CudaSlice<T>,
+    order: &[usize],
+) -> Result<Vec<T>, GpuError> {
+    let n = order.len();
+    let mut ran = vec![T::default(); n];
+    if n > 0 {
+        stream.memcpy_dtoh(&v.slice(..n), &mut ran).map_err(driver)?;
+    }
+    let mut by_request = vec![T::default(); n];
+    for (j, &k) in order.iter().enumerate() {
+        by_request[k] = ran[j];
+    }
+    Ok(by_request)
 }
 
 /// A fit's programs as [`Device::upload_fit`] laid them out: the order they run in (by side

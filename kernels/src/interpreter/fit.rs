@@ -421,7 +421,8 @@ extern \"C\" __global__ void {FIT_TILES_KERNEL}(const double* __restrict__ parti
 /// kernels take them), the sums the last launches wrote, the sums at each start's best values,
 /// a scratch of the same layout, the values the fitting kernels run (the trials), the best
 /// values, each start's λ, whether it goes on, its count for the next launches (-1: not run),
-/// its sum of squares where it began, and at its best values.
+/// its sum of squares where it began, and at its best values, and the launches that ran it
+/// (the first, and one for each trial queued; read back as `Fitted::launches`).
 fn fit_step_source() -> String {
     use gpfarm_gp::fit::{CONVERGED, DIAGONAL_MIN, LAMBDA_FACTOR, LAMBDA_MAX, LAMBDA_MIN, LAMBDA_START};
     format!(
@@ -560,9 +561,7 @@ extern "C" __global__ void __launch_bounds__(32) {FIT_STEP_KERNEL}(int nprograms
 /// differentiates in reverse too, [`fit_compiles`]). The tiles are summed by the
 /// interpreter's [`FIT_TILES_KERNEL`].
 pub fn fit_code_source(problem: &Problem, width: usize, members: &[&[u32]]) -> Result<String, GpuError> {
-    if !FIT_WIDTHS.contains(&width) {
-        return Err(GpuError::Problem(format!("{width} is not a fitting kernel's width ({FIT_WIDTHS:?})")));
-    }
+    known_width(width)?;
     let mut cases = String::new();
     for (m, words) in members.iter().enumerate() {
         let code = straight_code(words, width).ok_or_else(|| {
@@ -572,7 +571,20 @@ pub fn fit_code_source(problem: &Problem, width: usize, members: &[&[u32]]) -> R
         })?;
         writeln!(cases, "            case {m}: {{\n{code}            }} break;").ok();
     }
-    let (template, decl, args) = fit_template(problem, Members::Written(&cases))?;
+    fit_code_kernel(problem, width, Members::Written(&cases))
+}
+
+/// `width`, or why it is not one of [`FIT_WIDTHS`].
+pub(crate) fn known_width(width: usize) -> Result<(), GpuError> {
+    match FIT_WIDTHS.contains(&width) {
+        true => Ok(()),
+        false => Err(GpuError::Problem(format!("{width} is not a fitting kernel's width ({FIT_WIDTHS:?})"))),
+    }
+}
+
+/// The compiled fitting kernel ([`FIT_CODE_KERNEL`]) of width `width` around `members`.
+fn fit_code_kernel(problem: &Problem, width: usize, members: Members<'_>) -> Result<String, GpuError> {
+    let (template, decl, args) = fit_template(problem, members)?;
     Ok(format!(
         "{template}\nextern \"C\" __global__ void __launch_bounds__({}) {FIT_CODE_KERNEL}({decl})\n{{\n    gpfarm_fit_body<{width}, 2, 1>({args});\n}}\n",
         fit_bounds(width)
@@ -581,8 +593,9 @@ pub fn fit_code_source(problem: &Problem, width: usize, members: &[&[u32]]) -> R
 
 /// The function a PTX fitting unit defines ([`crate::ptx::fit_member_unit`]) for the template
 /// of [`fit_link_source`] to call: `int gpfarm_fit_member(unsigned member, const V* vars, const
-/// float* P, float* out0, float* grad)`, the case's output into `out0` and each parameter's
-/// derivative added into `grad`; 1 where `member` is not one of the unit's.
+/// float* P, float* out0, float* grad)`, the case's output into `out0` and the derivatives of
+/// the parameters the member reads stored into `grad` (the caller zeroes it, so the others stay
+/// 0); 1 where `member` is not one of the unit's.
 pub const FIT_MEMBER_FUNCTION: &str = "gpfarm_fit_member";
 
 /// NVRTC's options for [`fit_link_source`] besides the run's: relocatable device code, so that
@@ -597,14 +610,8 @@ pub const FIT_LINK_FLAGS: &[&str] = &["-rdc=true"];
 /// member's ops are those [`fit_code_source`] writes, each rounded on its own, so the sums are
 /// the interpreter's in reverse bit for bit, as the compiled kernels' are.
 pub fn fit_link_source(problem: &Problem, width: usize) -> Result<String, GpuError> {
-    if !FIT_WIDTHS.contains(&width) {
-        return Err(GpuError::Problem(format!("{width} is not a fitting kernel's width ({FIT_WIDTHS:?})")));
-    }
-    let (template, decl, args) = fit_template(problem, Members::Linked)?;
-    Ok(format!(
-        "{template}\nextern \"C\" __global__ void __launch_bounds__({}) {FIT_CODE_KERNEL}({decl})\n{{\n    gpfarm_fit_body<{width}, 2, 1>({args});\n}}\n",
-        fit_bounds(width)
-    ))
+    known_width(width)?;
+    fit_code_kernel(problem, width, Members::Linked)
 }
 
 /// The widths whose fitting kernels ask the compiler for [`FIT_WIDE_BLOCKS`] blocks per
@@ -1095,7 +1102,7 @@ fn fit_template(problem: &Problem, compiled: Members<'_>) -> Result<(String, Str
         }}\n"
             ),
         ),
-        // A linked kernel: the member's function computes the case's output and adds its
+        // A linked kernel: the member's function computes the case's output and stores its
         // derivatives into `grad` (those of parameters it does not read stay 0).
         Members::Linked => (
             String::new(),

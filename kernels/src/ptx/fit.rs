@@ -18,13 +18,12 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 use gpfarm_protocol::SmArch;
-use gpfarm_protocol::ptx_math::{self, FUNCTIONS};
+use gpfarm_protocol::ptx_math::FUNCTIONS;
 
 use super::PTX_VERSION;
 use crate::gpu::GpuError;
-use crate::interpreter::FIT_WIDTHS;
 use crate::interpreter::bytecode::Op;
-use crate::interpreter::fit::{FIT_MEMBER_FUNCTION, Node, straight_nodes};
+use crate::interpreter::fit::{FIT_MEMBER_FUNCTION, Node, known_width, straight_nodes};
 
 /// `1.0f`, `-1.0f`, `0.5f`, `0.0f` and `0.001f` (protected division's threshold) as PTX
 /// immediates.
@@ -41,9 +40,7 @@ const ONE_D: &str = "0d3FF0000000000000";
 /// member `m` the program `members[m]`. The caller links it with
 /// [`crate::interpreter::fit_link_source`] of the same problem and width.
 pub fn fit_member_unit(width: usize, members: &[&[u32]], arch: SmArch) -> Result<String, GpuError> {
-    if !FIT_WIDTHS.contains(&width) {
-        return Err(GpuError::Problem(format!("{width} is not a fitting kernel's width ({FIT_WIDTHS:?})")));
-    }
+    known_width(width)?;
     let mut e = Emitter::default();
     let mut bodies = String::new();
     for (m, words) in members.iter().enumerate() {
@@ -152,7 +149,7 @@ impl Emitter {
     fn call(&mut self, c_function: &str, args: &[&str]) -> String {
         let index = FUNCTIONS.iter().position(|m| m.c_function == c_function).expect("in the math library");
         self.calls.insert(index);
-        let symbol = ptx_math::FUNCTIONS[index].symbol;
+        let symbol = FUNCTIONS[index].symbol;
         let r = self.f();
         self.body.push_str("\t{\n");
         let mut params = Vec::new();
