@@ -528,11 +528,11 @@ impl FitCosts {
     };
 
     /// The PTX route's own fitting kernels (PTX linked with a fitting template), from the same
-    /// bench on the H100 host, 2026-11-27 (`results/2026-11-27-h100/fit-ptx/steps-first/`): 117 programs of 29
-    /// words and 6.7 parameters on average over 10^6 points, a step of 11.6 ms against the
-    /// interpreter's 19.0 (3.4e-12 s per word and point); linking about 180 ms for the 117 on the
-    /// bench's 16 daemons beyond compiling the templates (once per run; a run links on a thread
-    /// per core), about 25 ms per program on one.
+    /// bench on the H100 host, 2026-11-27 (`results/2026-11-27-h100/fit-ptx/steps-first/`): 117
+    /// programs of 29 words and 6.7 parameters on average over 10^6 points, a step of 11.6 ms
+    /// against the interpreter's 19.0 (3.4e-12 s per word and point); linking about 180 ms for
+    /// the 117 on the bench's 16 daemons beyond compiling the templates (once per run; a run
+    /// links on a thread per core), about 25 ms per program on one.
     pub const H100_PTX: FitCosts = FitCosts {
         interp_op_s: 6.0e-12,
         compiled_op_s: 3.4e-12,
