@@ -510,6 +510,7 @@ fn meet_daemon(
     let deadline = Instant::now() + config.start_timeout;
     let mut last = None;
     let mut keeper_held: Option<Instant> = None;
+    let mut damaged_since: Option<Instant> = None;
     loop {
         if let Some(pid) = process::find_daemon(&seg_name).filter(|&p| p != old) {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -519,6 +520,14 @@ fn meet_daemon(
                 Err(FarmError::InUse { holder, .. })
                     if holder == keeper
                         && keeper_held.get_or_insert_with(Instant::now).elapsed() < KEEPER_HOLD => {}
+                // Its header was written over after it opened: its keeper replaces such a daemon
+                // (`Farm::heal`), so it is waited past as one lost, for a moment, not longer.
+                Err(FarmError::Segment(e @ gpfarm_protocol::SegmentError::Invalid { .. }))
+                    if keeper > 1
+                        && damaged_since.get_or_insert_with(Instant::now).elapsed() < KEEPER_HOLD =>
+                {
+                    last = Some(format!("its replacement {pid}: {e}"));
+                }
                 // Another client holds it, or it is not a gpfarm daemon of this version: final.
                 Err(e) if !matches!(e, FarmError::Killed { .. }) && process::is_daemon_of(pid, &seg_name) => {
                     return Err(e);
