@@ -1083,42 +1083,37 @@ fn fit_template(problem: &Problem, compiled: Members<'_>) -> Result<(String, Str
             ),
         ),
         // A compiled kernel: `offsets` names the block's member, the same for all its threads.
-        Members::Written(members) => (
-            String::new(),
-            format!(
-                "        if (c < ncases) {{\n\
-        V vars[{nslots}];\n\
-{init}\
-        float grad[NP];\n\
-        FORK grad[k] = 0.0f;\n\
-        float out0 = 0.0f;\n\
-        int failed = 0;\n\
+        // Written in, it is a case of a switch; linked, a call of the member's function, which
+        // stores its derivatives into `grad` (those of parameters it does not read stay 0).
+        Members::Written(_) | Members::Linked => {
+            let member = match compiled {
+                Members::Written(members) => format!(
+                    "int failed = 0;\n\
         switch (offsets[blockIdx.y]) {{\n\
 {members}\
             default: failed = 1;\n\
-        }}\n\
-        FORK dout[k] = grad[k];\n\
-        r = failed ? __longlong_as_double(0x7ff8000000000000LL) : (double)out0 - (double)target[c];\n\
         }}\n"
-            ),
-        ),
-        // A linked kernel: the member's function computes the case's output and stores its
-        // derivatives into `grad` (those of parameters it does not read stay 0).
-        Members::Linked => (
-            String::new(),
-            format!(
-                "        if (c < ncases) {{\n\
+                ),
+                _ => format!(
+                    "const int failed = {FIT_MEMBER_FUNCTION}(offsets[blockIdx.y], vars, P, &out0, grad);\n"
+                ),
+            };
+            (
+                String::new(),
+                format!(
+                    "        if (c < ncases) {{\n\
         V vars[{nslots}];\n\
 {init}\
         float grad[NP];\n\
         FORK grad[k] = 0.0f;\n\
         float out0 = 0.0f;\n\
-        const int failed = {FIT_MEMBER_FUNCTION}(offsets[blockIdx.y], vars, P, &out0, grad);\n\
+{member}\
         FORK dout[k] = grad[k];\n\
         r = failed ? __longlong_as_double(0x7ff8000000000000LL) : (double)out0 - (double)target[c];\n\
         }}\n"
-            ),
-        ),
+                ),
+            )
+        }
     };
     let template = format!(
         "// gpfarm fitting kernels for problem `{problem}`\n\
