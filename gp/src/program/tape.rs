@@ -6,6 +6,11 @@
 //! programs). Programs it does not cover (statements, ints beyond arithmetic, comparisons, `?:`,
 //! arrays) are left to the tree walk.
 //!
+//! A step that reads no input (an operation on constants and parameters, such as the
+//! `sinf(p[0] * p[1])` of a fitted model) has the same value in every case: a block computes it,
+//! and its slopes, for its first case only and copies them to the others. The same operation on
+//! the same operands gives the same bits, so this changes no value.
+//!
 //! Values of every type are held as f64, which holds every `int` and `float` exactly; each
 //! operation converts its operands to its C type, computes there and widens the result back.
 //!
@@ -80,6 +85,11 @@ pub(super) struct Tape {
     /// For each step that calls a function (`sinf`, `powf`, ...), its place among them; `None`
     /// for the others.
     calls: Vec<Option<usize>>,
+    /// Whether a step's value is the same in every case: it reads no input (constants and
+    /// parameters only). A block computes such a step (and its slopes) for its first case and
+    /// copies it to the others: the same operation on the same operands, so the same bits, at a
+    /// share of the cost (a `sinf(p[0] * p[1])` calls `sinf` once a block, not once a case).
+    uniform: Vec<bool>,
 }
 
 /// What a run does with the values its calls give ([`Stack::memo`]): a plain run keeps them, a
@@ -125,8 +135,14 @@ impl Stack {
 impl Tape {
     /// The tape of `program`'s expression, when every part of it is covered.
     pub(super) fn compile(program: &Program, e: &Expr) -> Option<Tape> {
-        let mut tape =
-            Tape { steps: Vec::new(), depth: Vec::new(), height: 0, live: Vec::new(), calls: Vec::new() };
+        let mut tape = Tape {
+            steps: Vec::new(),
+            depth: Vec::new(),
+            height: 0,
+            live: Vec::new(),
+            calls: Vec::new(),
+            uniform: Vec::new(),
+        };
         let mut stack: Vec<usize> = Vec::new();
         tape.walk(program, e, &mut stack)?;
         let n = tape.steps.len();
@@ -151,6 +167,13 @@ impl Tape {
                 })
             })
             .collect();
+        for step in &tape.steps {
+            let uniform = match step.op {
+                Op::Input(_) => false,
+                _ => step.args.iter().all(|&a| a == NONE || tape.uniform[a]),
+            };
+            tape.uniform.push(uniform);
+        }
         Some(tape)
     }
 
@@ -321,7 +344,12 @@ impl Tape {
         while start < n {
             let len = BLOCK.min(n - start);
             for (i, step) in self.steps.iter().enumerate() {
-                self.exec(i, step, s, start, len, inputs, params, derivatives);
+                if self.uniform[i] && len > 1 && !matches!(step.op, Op::Const(_) | Op::Param(_)) {
+                    self.exec(i, step, s, start, 1, inputs, params, derivatives);
+                    self.broadcast(i, s, len, derivatives);
+                } else {
+                    self.exec(i, step, s, start, len, inputs, params, derivatives);
+                }
             }
             if np > 0 && s.magnitudes {
                 self.backward::<true>(s, len, np, &mut rows[..np * len]);
@@ -333,6 +361,21 @@ impl Tape {
         }
         s.rows = rows;
         Some(())
+    }
+
+    /// Copies a [`Tape::uniform`] step's value (and its slopes, where the backward sweep uses
+    /// them) from a block's first case to its other `len - 1`.
+    fn broadcast(&self, i: usize, s: &mut Stack, len: usize, derivatives: bool) {
+        let values = &mut s.values[self.depth[i]];
+        let v = values[0];
+        values[1..len].fill(v);
+        if derivatives && self.live[i] {
+            let at = i * BLOCK;
+            for slope in [&mut s.slope_a, &mut s.slope_b] {
+                let k = slope[at];
+                slope[at + 1..at + len].fill(k);
+            }
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -698,11 +741,18 @@ mod tests {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
         let (mut programs, mut non_finite) = (0, 0);
         let (mut derivatives, mut rounded, mut worst) = (0usize, 0usize, 0.0f64);
+        // Programs with a step computed once a block (an operation on constants and parameters).
+        let mut hoisted = 0;
         while programs < 3000 {
             let text = random(&mut rng, 6);
             let Ok(program) = Program::parse(&p, &Phenotype::new(&text)) else { continue };
             let Body::Expression(e) = program.body() else { panic!("{text}: not an expression") };
-            assert!(Tape::compile(&program, e).is_some(), "{text}: not covered");
+            let tape = Tape::compile(&program, e);
+            assert!(tape.is_some(), "{text}: not covered");
+            let tape = tape.unwrap();
+            hoisted += usize::from(
+                tape.steps.iter().zip(&tape.uniform).any(|(s, &u)| u && s.args[0] != super::NONE),
+            );
             programs += 1;
             let params: Vec<f32> = (0..program.params()).map(|_| rng.random_range(-4.0f32..4.0)).collect();
             let fast = program.run_params(&p, &params, 100).unwrap();
@@ -741,9 +791,11 @@ mod tests {
             }
         }
         eprintln!(
-            "{derivatives} nonzero derivatives, {rounded} rounded otherwise, at most {worst:e} of their scale"
+            "{derivatives} nonzero derivatives, {rounded} rounded otherwise, at most {worst:e} of their scale; \
+             {hoisted} programs with a step computed once a block"
         );
         assert!(non_finite > 1000, "only {non_finite} non-finite outputs: poles are not tried");
+        assert!(hoisted > 500, "only {hoisted} programs compute a step once a block");
         assert!(derivatives > 100_000, "only {derivatives} nonzero derivatives compared");
         assert!(
             rounded > 0,
