@@ -10,7 +10,11 @@
 //! run shows the sum of squares lower, the GPU for every trial; the steps are the same either
 //! way): a lower sum of squares is taken and λ shrinks
 //! tenfold, a higher one is refused and λ grows tenfold; a start ends early once a step gains
-//! less than a millionth of the sum of squares, or leaves the float values as they were. The sum of squares is computed from the
+//! less than a millionth of the sum of squares, or leaves the float values as they were, and
+//! without running a trial once the linear model predicts it can gain no more than a millionth
+//! ([`predicted_gain`]: λ only grows until a step is taken, and a larger λ predicts less, so
+//! every later trial would be refused or gain too little to go on; it ends the runs a start at
+//! its best would otherwise spend being refused). The sum of squares is computed from the
 //! float outputs exactly as the fitness is, so the fitness of the values returned is what the fit
 //! saw. The small system is solved by Cholesky's method, written here because the same few lines
 //! run for every individual at once and need no matrix library.
@@ -25,8 +29,8 @@ use crate::fitness::FitnessKind;
 use crate::problem::Problem;
 use crate::program::Program;
 
-/// A start ends once an iteration gains less than this share of the sum of squares: float
-/// outputs cannot improve much further.
+/// A start ends once an iteration gains less than this share of the sum of squares, or its next
+/// trial is predicted to gain no more: float outputs cannot improve much further.
 pub const CONVERGED: f64 = 1e-6;
 /// λ, the damping, where a start begins.
 pub const LAMBDA_START: f64 = 1e-3;
@@ -272,7 +276,8 @@ impl LmStart {
     }
 
     /// The next values to run, rounded to float; `None` once the start has ended (the step
-    /// cannot be solved, is not finite, or leaves the float values as they are).
+    /// cannot be solved, is not finite, leaves the float values as they are, or is predicted to
+    /// gain no more than `CONVERGED` of the sum of squares).
     pub fn trial(&mut self) -> Option<Vec<f32>> {
         if !self.active {
             return None;
@@ -282,7 +287,13 @@ impl LmStart {
             self.params.iter().zip(&step).map(|(&v, &d)| (f64::from(v) + d) as f32).collect::<Vec<f32>>()
         });
         match trial {
-            Some(t) if t != self.params && t.iter().all(|v| v.is_finite()) => Some(t),
+            Some(t)
+                if t != self.params
+                    && t.iter().all(|v| v.is_finite())
+                    && predicted_gain(&self.at, &self.params, &t) > CONVERGED * self.at.sse =>
+            {
+                Some(t)
+            }
             _ => {
                 self.active = false;
                 None
@@ -311,6 +322,24 @@ impl LmStart {
             }
         }
     }
+}
+
+/// The gain in the sum of squares the linear model at `at` predicts for moving from `params` to
+/// `trial` (the step as rounded to float, `d`): `−(2 dᵀJᵀr + dᵀJᵀJd)`, `JᵀJ`'s lower triangle (`a`) read
+/// row by row as `Σᵢ dᵢ (2 Σ_{k<i} aᵢₖ dₖ + aᵢᵢ dᵢ + 2 gᵢ)` with `g = Jᵀr`, each operation rounded on its own in
+/// that order (the GPU's step kernel computes it so too).
+pub fn predicted_gain(at: &Sums, params: &[f32], trial: &[f32]) -> f64 {
+    let np = params.len();
+    let d: Vec<f64> = trial.iter().zip(params).map(|(&t, &p)| f64::from(t) - f64::from(p)).collect();
+    let mut q = 0.0;
+    for i in 0..np {
+        let mut s = 0.0;
+        for (a, dk) in at.jtj[i * np..i * np + i].iter().zip(&d) {
+            s += a * dk;
+        }
+        q += d[i] * (2.0 * s + at.jtj[i * np + i] * d[i] + 2.0 * at.jtr[i]);
+    }
+    -q
 }
 
 /// The Levenberg–Marquardt step from the normal equations: `JᵀJ` in `a` (`np` × `np`, row-major;
@@ -409,6 +438,63 @@ mod tests {
                 assert_eq!(bits(&blocks), bits(&one), "{np} parameters, blocks of {block}");
             }
         }
+    }
+
+    /// For a model linear in its parameters the predicted gain is the gain: the sum of squares is
+    /// then exactly quadratic in the step.
+    #[test]
+    fn the_predicted_gain_of_a_linear_model_is_its_gain() {
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        for np in [1, 2, 5, 9] {
+            let n = 40;
+            let x: Vec<f64> = (0..n * np).map(|_| rng.random_range(-2.0..2.0)).collect();
+            let t: Vec<f64> = (0..n).map(|_| rng.random_range(-5.0..5.0)).collect();
+            let sse_at = |p: &[f32]| -> (Sums, f64) {
+                let mut sums = Sums::new(0.0, vec![0.0; np * np], vec![0.0; np]);
+                for c in 0..n {
+                    let row = &x[c * np..(c + 1) * np];
+                    let y: f64 = row.iter().zip(p).map(|(&a, &v)| a * f64::from(v)).sum();
+                    let r = y - t[c];
+                    sums.sse += r * r;
+                    for i in 0..np {
+                        sums.jtr[i] += row[i] * r;
+                        for j in 0..=i {
+                            sums.jtj[i * np + j] += row[i] * row[j];
+                        }
+                    }
+                }
+                let sse = sums.sse;
+                (sums, sse)
+            };
+            let p: Vec<f32> = (0..np).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+            let q: Vec<f32> = p.iter().map(|&v| v + rng.random_range(-0.5f32..0.5)).collect();
+            let (at, before) = sse_at(&p);
+            let (_, after) = sse_at(&q);
+            let predicted = predicted_gain(&at, &p, &q);
+            assert!(
+                (predicted - (before - after)).abs() <= 1e-9 * before,
+                "{np} parameters: predicted {predicted:e}, gained {:e}",
+                before - after
+            );
+        }
+    }
+
+    /// A start whose next step is predicted to gain no more than a millionth of its sum of
+    /// squares ends without that trial; the same step from a sum of squares a thousandth as large
+    /// is tried.
+    #[test]
+    fn a_start_ends_when_its_step_is_predicted_to_gain_too_little() {
+        // One parameter at 1: JᵀJ = 1, Jᵀr = 1e-4, so the step is about -1e-4 (the float value
+        // moves) and the predicted gain about 1e-8.
+        let sums = |sse: f64| Sums::new(sse, vec![1.0], vec![1e-4]);
+        let mut large = LmStart::new(vec![1.0], sums(1.0));
+        assert_eq!(large.trial(), None);
+        assert!(!large.is_active());
+        let mut small = LmStart::new(vec![1.0], sums(1e-3));
+        let trial = small.trial().expect("a trial");
+        assert!(trial[0] < 1.0 && small.is_active(), "{trial:?}");
+        let gain = predicted_gain(&sums(1e-3), &[1.0], &trial);
+        assert!(gain > 1e-9 && gain < 1e-6, "{gain:e}");
     }
 
     #[test]

@@ -430,7 +430,8 @@ fn fit_step_source() -> String {
 // One start's trial from its best values and their sums b (packed): the damped step
 // (JᵀJ + λ diag(JᵀJ)) δ = −Jᵀr by Cholesky in w (the layout of b), the values b's plus δ rounded
 // to float, written to p. False (the start ends) where a sum is not finite, the system is not
-// positive definite, or the values do not move or are not finite.
+// positive definite, the values do not move or are not finite, or the step is predicted to gain
+// no more than CONVERGED of the sum of squares.
 __device__ bool gpfarm_lm_trial(int np, double lam, const double* __restrict__ b, double* __restrict__ w,
     const float* __restrict__ bp, float* __restrict__ p, int lane)
 {{
@@ -490,7 +491,27 @@ __device__ bool gpfarm_lm_trial(int np, double lam, const double* __restrict__ b
         finite &= isfinite(t);
         p[i] = t;
     }}
-    return __any_sync(all, moved) && __all_sync(all, finite);
+    if (!(__any_sync(all, moved) && __all_sync(all, finite))) return false;
+    __syncwarp();
+    // The gain the linear model predicts for the step as rounded (gpfarm_gp::fit::predicted_gain,
+    // in its order): the start ends where it is no more than CONVERGED of the sum of squares.
+    int gains = 0;
+    if (lane == 0) {{
+        const double* __restrict__ g = b + 1;
+        const double* __restrict__ bt = b + 1 + np;
+        double q = 0.0;
+        for (int i = 0; i < np; ++i) {{
+            const double di = __dsub_rn((double)p[i], (double)bp[i]);
+            double s = 0.0;
+            for (int k = 0; k < i; ++k)
+                s = __dadd_rn(s, __dmul_rn(bt[i * (i + 1) / 2 + k], __dsub_rn((double)p[k], (double)bp[k])));
+            const double r = __dadd_rn(__dadd_rn(__dmul_rn(2.0, s), __dmul_rn(bt[i * (i + 1) / 2 + i], di)),
+                __dmul_rn(2.0, g[i]));
+            q = __dadd_rn(q, __dmul_rn(di, r));
+        }}
+        gains = -q > __dmul_rn({CONVERGED:e}, b[0]);
+    }}
+    return __shfl_sync(all, gains, 0) != 0;
 }}
 
 extern "C" __global__ void __launch_bounds__(32) {FIT_STEP_KERNEL}(int nprograms, int mode,
