@@ -323,8 +323,9 @@ fn fit_on_the_host(
         }
         let (sums, _) = gpu.linearize(&next).unwrap();
         let ks: Vec<usize> = trials.iter().map(|(k, _)| *k).collect();
-        ks.iter().for_each(|&k| launches[k] += 1);
         for ((k, trial), at) in trials.into_iter().zip(unpack(&sums, &ks)) {
+            // The GPU runs a trial plain, and again with its derivatives where it is lower.
+            launches[k] += if at.sse < starts[k].sse() { 2 } else { 1 };
             starts[k].judge(trial, Some(at));
         }
     }
@@ -352,7 +353,8 @@ fn the_fitting_loop_on_the_gpu_takes_the_host_s_values_bit_for_bit() {
             t.elapsed()
         );
         assert_eq!(bits64(&got.first_sse), bits64(&first), "{iterations} iterations: starting sums");
-        // Each start ran as many launches as on the host: the first and one per trial.
+        // Each start ran as many launches as on the host: the first, one per trial and one more
+        // per trial whose sum of squares is lower.
         assert_eq!(got.launches, launches, "{iterations} iterations: launches");
         for k in 0..fit.offsets.len() {
             let at = fit.param_offsets[k] as usize..fit.param_offsets[k] as usize + fit.nparams[k] as usize;
@@ -547,13 +549,14 @@ fn a_run_on_the_gpu_fits_its_parameters_there() {
     eprintln!("fitted on the GPU: {on_gpu}, moved: {moved}, best {}", summary["best_fitness"]);
     assert!(on_gpu > 0 && moved > 0);
     // Node-evaluations: each generation that fitted on the GPU ran some, at most every fitted
-    // individual's starts (1 + restarts, the default 0) over all cases at every launch (11 at
-    // the default 10 iterations), with programs of fewer than 1,000 ops (five generations).
+    // individual's starts (1 + restarts, the default 0) over all cases at every launch (at most
+    // 21 at the default 10 iterations: the first, and a plain run and a run with derivatives a
+    // trial), with programs of fewer than 1,000 ops (five generations).
     let cases = friedman1().cases().len() as u64;
     for r in &records {
         let (n, evals) = (r["fitted_on_gpu"].as_u64().unwrap(), r["fit_node_evals"].as_u64().unwrap());
         assert_eq!(n > 0, evals > 0, "{r}");
-        assert!(evals <= n * cases * 11 * 1000, "{r}");
+        assert!(evals <= n * cases * 21 * 1000, "{r}");
         assert!(evals >= n * cases, "{r}");
     }
     // The GPU's sums are reduced in a fixed order: the same seed gives the same run.

@@ -176,10 +176,11 @@ pub struct GenerationRecord {
     /// Of `fitted_on_gpu`, those fitted by kernels compiled for their structure.
     #[serde(default)]
     pub fitted_compiled: usize,
-    /// Node-evaluations of the GPU's fit, each with its derivatives (the Jacobian's row): per
-    /// start, its program's ops × the cases it is fitted on × the launches that ran it (the
-    /// first and one per trial). For straight-line programs each op runs once a case, so this
-    /// is exact; a branch's untaken side counts too. Per second: divide by `fit_worker_ms`.
+    /// Node-evaluations of the GPU's fit: per start, its program's ops × the cases it is fitted
+    /// on × the launches that ran it (the first and, for each trial taken, the run with
+    /// derivatives, the Jacobian's row; each trial's plain run, without). For straight-line
+    /// programs each op runs once a case, so this is exact; a branch's untaken side counts too.
+    /// Per second: divide by `fit_worker_ms`.
     #[serde(default)]
     pub fit_node_evals: u64,
     /// Of `fit_ms`, compiling fitting kernels.

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The cost of fitting on the CPU over several seeds: `gpfarm evolve` on Friedman-1 (1,000
 # cases), population 200, 10 generations, with and without fitting (10 iterations), seeds 1 to
-# SEEDS (default 5), for each build given; one JSON log per run and seeds.csv in OUT.
+# SEEDS (default 5), for each build given, REPEATS times each (default 1; seeds.csv then holds the
+# median of the repeats' ms per generation: a run of 2-7 ms generations varies by half from one
+# repeat to the next); one JSON log per run and seeds.csv in OUT.
 # Usage: scripts/cpu/fit-seeds.sh OUT NAME=GPFARM [NAME=GPFARM ...]
 set -euo pipefail
 out=$1; shift
@@ -11,10 +13,19 @@ for seed in $(seq 1 "${SEEDS:-5}"); do
   for spec in "$@"; do
     name=${spec%%=*} b=${spec#*=}
     for it in 0 10; do
-      f="$out/${name}_it${it}_s$seed.jsonl"
-      "$b" evolve --problem-dir examples/friedman1 --route cpu --population 200 --generations 10 \
-        --seed "$seed" --fit-iterations "$it" --json > "$f"
-      tail -1 "$f" | python3 -c 'import json,sys; s=json.load(sys.stdin); print("'"$name,$seed,$it"'," + "%.2f,%.3f,%r" % (s["mean_generation_ms"], s["totals"].get("fit_s", 0), s["best_fitness"]))' >> "$out/seeds.csv"
+      for rep in $(seq 1 "${REPEATS:-1}"); do
+        f="$out/${name}_it${it}_s${seed}_r$rep.jsonl"
+        "$b" evolve --problem-dir examples/friedman1 --route cpu --population 200 --generations 10 \
+          --seed "$seed" --fit-iterations "$it" --json > "$f"
+      done
+      python3 - "$out" "$name" "$seed" "$it" >> "$out/seeds.csv" <<'PY'
+import glob, json, statistics, sys
+out, name, seed, it = sys.argv[1:]
+runs = [json.loads(open(f).read().splitlines()[-1]) for f in sorted(glob.glob(f"{out}/{name}_it{it}_s{seed}_r*.jsonl"))]
+ms = statistics.median(s["mean_generation_ms"] for s in runs)
+fit = statistics.median(s["totals"].get("fit_s", 0) for s in runs)
+print(f"{name},{seed},{it},{ms:.2f},{fit:.3f},{runs[0]['best_fitness']!r}")
+PY
     done
   done
 done

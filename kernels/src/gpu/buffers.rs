@@ -175,8 +175,8 @@ pub(super) struct FitBuffers {
 /// What the fitting loop on the GPU keeps per start, in launch order: the sums at its best
 /// values and a scratch for its solve (each in the layout of the sums), its best values (in the
 /// layout of the values), its λ, whether it goes on, its parameter count for the next launches
-/// (-1: not run), its sums of squares where it began and at its best values, and the launches
-/// that ran it.
+/// (-1: not run, 0: a trial's sum of squares alone), its sums of squares where it began and at its
+/// best values, the launches that ran it and the trials it made.
 pub(super) struct LoopBuffers {
     pub(super) best: CudaSlice<f64>,
     pub(super) work: CudaSlice<f64>,
@@ -187,6 +187,7 @@ pub(super) struct LoopBuffers {
     pub(super) first: CudaSlice<f64>,
     pub(super) sse: CudaSlice<f64>,
     pub(super) launches: CudaSlice<i32>,
+    pub(super) trials: CudaSlice<i32>,
 }
 
 /// Streams compiled individuals' launches are spread over ([`Device::side`]).

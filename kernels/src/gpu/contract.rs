@@ -45,10 +45,13 @@ pub const FIT_TILES_KERNEL: &str = "gpfarm_fit_tiles";
 pub const FIT_STEP_KERNEL: &str = "gpfarm_fit_step";
 /// A step kernel's mode bit: the sums are those of the starting values; each start begins there.
 pub const FIT_STEP_BEGIN: i32 = 1;
-/// A step kernel's mode bit: each start that ran its trial takes it or refuses it by its sums.
+/// A step kernel's mode bit: each start that ran its trial plain refuses it where its sum of
+/// squares is not lower and otherwise marks itself to run it again with derivatives (its
+/// parameter count in the launches' counts); one that ran it with derivatives takes it.
 pub const FIT_STEP_JUDGE: i32 = 2;
-/// A step kernel's mode bit: each start still going solves for its next trial and marks itself
-/// to run it (its parameter count in the launches' counts, where a start not run has -1).
+/// A step kernel's mode bit: each start still going, with trials left and none to run again,
+/// solves for its next trial and marks itself to run it plain (a count of 0 in the launches'
+/// counts, where a start not run has -1).
 pub const FIT_STEP_TRIAL: i32 = 4;
 /// The parameter counts the fitting kernels are built for: a program runs in the narrowest that
 /// holds its parameters ([`fit_width`]), since a kernel's cost grows with its width.

@@ -330,14 +330,19 @@ impl Device {
             fit.push_with(&[0], &vec![0.0; w], true, None);
         }
         let plan = self.upload_fit(&fit, ncases)?;
-        self.fit_step(&plan, 0)?;
+        self.fit_step(&plan, 0, 0)?;
         self.run_fit(problem, &fit, &plan, Counts::Loop)
     }
 
     /// Queues the step kernel ([`super::contract::FIT_STEP_KERNEL`]) over every start of `plan`
-    /// in `mode`, on the main stream (after the launches it joined), making the loop's buffers
-    /// first where they are too small.
-    pub(super) fn fit_step(&mut self, plan: &FitLaunch, mode: i32) -> Result<(), GpuError> {
+    /// in `mode`, each start making at most `iterations` trials, on the main stream (after the
+    /// launches it joined), making the loop's buffers first where they are too small.
+    pub(super) fn fit_step(
+        &mut self,
+        plan: &FitLaunch,
+        mode: i32,
+        iterations: usize,
+    ) -> Result<(), GpuError> {
         let modules = self.fit.clone().ok_or_else(|| no_kernel("the fitting kernel"))?;
         let n = plan.order.len();
         let packed = plan.at[n] as usize;
@@ -354,6 +359,7 @@ impl Device {
                 first: stream.alloc_zeros(1).map_err(driver)?,
                 sse: stream.alloc_zeros(1).map_err(driver)?,
                 launches: stream.alloc_zeros(1).map_err(driver)?,
+                trials: stream.alloc_zeros(1).map_err(driver)?,
             });
         }
         let l = b.looped.as_mut().expect("made above");
@@ -363,7 +369,7 @@ impl Device {
         for v in [&mut l.lambda, &mut l.first, &mut l.sse] {
             grow(stream, v, n).map_err(driver)?;
         }
-        for v in [&mut l.active, &mut l.running, &mut l.launches] {
+        for v in [&mut l.active, &mut l.running, &mut l.launches, &mut l.trials] {
             grow(stream, v, n).map_err(driver)?;
         }
         grow(stream, &mut l.bestp, plan.values).map_err(driver)?;
@@ -385,14 +391,17 @@ impl Device {
         launch.arg(&mut l.first);
         launch.arg(&mut l.sse);
         launch.arg(&mut l.launches);
+        launch.arg(&mut l.trials);
+        let iterations = i32::try_from(iterations).unwrap_or(i32::MAX);
+        launch.arg(&iterations);
         let cfg =
             LaunchConfig { grid_dim: (n.max(1) as u32, 1, 1), block_dim: (32, 1, 1), shared_mem_bytes: 0 };
         // SAFETY: the step kernel takes, for each of the `n` starts of `plan` (in its order, as
         // `upload_fit` wrote them): its parameter count (`nparams`, at most FIT_PARAMS), its
         // first value (`poffsets`, inside `params` and `bestp`, each sized for `plan.values`),
         // where its sums start (`at`, inside `sums`, `best` and `work`, each sized for `packed`),
-        // and one entry each of `lambda`, `active`, `running`, `first`, `sse` and `launches`
-        // (sized for `n`).
+        // and one entry each of `lambda`, `active`, `running`, `first`, `sse`, `launches` and
+        // `trials` (sized for `n`), then the trials a start may make.
         // A block of 32 threads per start.
         unsafe { launch.launch(cfg) }.map_err(driver)?;
         Ok(())

@@ -344,9 +344,11 @@ impl GpuEvaluator {
     /// `iterations` iterations of [`gpfarm_gp::LmStart`], all on the GPU: one launch of the
     /// fitting kernels at the starting values and the step kernel
     /// ([`contract::FIT_STEP_KERNEL`], a warp per start) to begin each start and solve for its
-    /// first trial; then per iteration one launch of the starts still going and the step kernel
-    /// again (each start judges its trial and solves for the next), the host waiting only for
-    /// the end. Each start takes the values [`gpfarm_gp::LmStart`] on the host would from the
+    /// first trial; then two rounds per iteration of one launch of the starts marked and the
+    /// step kernel again: a trial runs plain first (the sum of squares alone), a start whose plain
+    /// run is lower runs it again with derivatives and takes it, one whose plain run is not
+    /// lower refuses it, and a start with trials left and nothing to run again solves for its
+    /// next trial. The host waits only for the end. Each start takes the values [`gpfarm_gp::LmStart`] on the host would from the
     /// sums [`linearize`](Self::linearize) gives, bit for bit (the step kernel's double
     /// operations are the host's, in its order). Per start, in order: its best values, their sum
     /// of squares, and the sum of squares where it began (infinite where it is not finite, as
@@ -360,11 +362,13 @@ impl GpuEvaluator {
             return Ok(Fitted::default());
         }
         let plan = self.device.launch_fit(&self.problem, fit, self.ncases)?;
-        let trial = |more: bool| if more { contract::FIT_STEP_TRIAL } else { 0 };
-        self.device.fit_step(&plan, contract::FIT_STEP_BEGIN | trial(iterations > 0))?;
-        for i in 0..iterations {
+        let (begin, judge) = (contract::FIT_STEP_BEGIN, contract::FIT_STEP_JUDGE);
+        self.device.fit_step(&plan, begin | contract::FIT_STEP_TRIAL, iterations)?;
+        // A trial runs plain, then again with its derivatives where it is lower: at most two
+        // launches a trial.
+        for _ in 0..2 * iterations {
             self.device.run_fit(&self.problem, fit, &plan, fit::Counts::Loop)?;
-            self.device.fit_step(&plan, contract::FIT_STEP_JUDGE | trial(i + 1 < iterations))?;
+            self.device.fit_step(&plan, judge | contract::FIT_STEP_TRIAL, iterations)?;
         }
         let queued = t.elapsed();
         self.wait()?;

@@ -8,6 +8,10 @@
 //! backward sweep adds the adjoints); the others forward ([`dual`]: a tangent of as many floats as
 //! the kernel's width beside each value, up to [`FIT_FORWARD_PARAMS`]).
 //! The programs' parameter values come in a buffer, so the same bytecode serves every iteration.
+//! A program launched with a count of 0 gets its sum of squares alone: the tangents and the
+//! backward sweep are skipped (a compiled member still computes its derivatives, unused), and the
+//! sum of squares is the same bits as with them, each sum being added on its own. The fitting
+//! loop runs each trial so first.
 //!
 //! Layout: one block of [`BLOCK`] threads per tile of `BLOCK × rows` cases (grid x;
 //! [`crate::gpu::contract::fit_rows`]) and program (grid y); a thread runs cases `l`,
@@ -77,12 +81,12 @@ fn dual(op: Op) -> String {
     let unary = |field: &str, call: &str, slope: &str| {
         let ty = if field == "f" { "float" } else { "double" };
         format!(
-            "{{ const {ty} x = t.{field}; t.{field} = {call}(x); const float s = (float)({slope}); FORK dt[k] *= s; }}"
+            "{{ const {ty} x = t.{field}; t.{field} = {call}(x); if (gpfarm_deriv) {{ const float s = (float)({slope}); FORK dt[k] *= s; }} }}"
         )
     };
     let binary = |field: &str, op: &str, da: &str, db: &str| {
         format!(
-            "{{ --sp; const V a = st[sp]; const float sa = (float)({da}), sb = (float)({db}); FORK dt[k] = MIXF(sa, sdt[sp][k]) + MIXF(sb, dt[k]); t.{field} = a.{field} {op} t.{field}; }}"
+            "{{ --sp; const V a = st[sp]; if (gpfarm_deriv) {{ const float sa = (float)({da}), sb = (float)({db}); FORK dt[k] = MIXF(sa, sdt[sp][k]) + MIXF(sb, dt[k]); }} t.{field} = a.{field} {op} t.{field}; }}"
         )
     };
     match op {
@@ -173,10 +177,10 @@ fn dual(op: Op) -> String {
             let (f, ty, pow, log) =
                 if op == Op::PowF { ("f", "float", "powf", "logf") } else { ("d", "double", "pow", "log") };
             format!(
-                "{{ --sp; const V a = st[sp]; const {ty} r = {pow}(a.{f}, t.{f}); \
+                "{{ --sp; const V a = st[sp]; const {ty} r = {pow}(a.{f}, t.{f}); if (gpfarm_deriv) {{ \
                  const double sa = (double)(t.{f} * {pow}(a.{f}, t.{f} - 1)); \
                  const double sb = a.{f} > 0 ? (double)(r * {log}(a.{f})) : 0.0; \
-                 FORK dt[k] = (float)(MIX(sa, (double)sdt[sp][k]) + MIX(sb, (double)dt[k])); t.{f} = r; }}"
+                 FORK dt[k] = (float)(MIX(sa, (double)sdt[sp][k]) + MIX(sb, (double)dt[k])); }} t.{f} = r; }}"
             )
         }
         Op::PdivF | Op::PdivD => {
@@ -186,10 +190,10 @@ fn dual(op: Op) -> String {
                 ("d", "fabs", "0.001", "1.0")
             };
             format!(
-                "{{ --sp; const V a = st[sp]; const bool on = {abs}(t.{f}) > {threshold}; \
+                "{{ --sp; const V a = st[sp]; const bool on = {abs}(t.{f}) > {threshold}; if (gpfarm_deriv) {{ \
                  const float sa = on ? (float)(1.0 / (double)t.{f}) : 0.0f, \
                  sb = on ? (float)(-(double)a.{f} / ((double)t.{f} * (double)t.{f})) : 0.0f; \
-                 FORK dt[k] = MIXF(sa, sdt[sp][k]) + MIXF(sb, dt[k]); t.{f} = on ? a.{f} / t.{f} : {one}; }}"
+                 FORK dt[k] = MIXF(sa, sdt[sp][k]) + MIXF(sb, dt[k]); }} t.{f} = on ? a.{f} / t.{f} : {one}; }}"
             )
         }
         Op::FminF | Op::FmaxF | Op::FminD | Op::FmaxD => {
@@ -420,9 +424,10 @@ extern \"C\" __global__ void {FIT_TILES_KERNEL}(const double* __restrict__ parti
 /// [`FIT_STEP_TRIAL`]), each start's parameter count, first value and first sum (as the fitting
 /// kernels take them), the sums the last launches wrote, the sums at each start's best values,
 /// a scratch of the same layout, the values the fitting kernels run (the trials), the best
-/// values, each start's λ, whether it goes on, its count for the next launches (-1: not run),
-/// its sum of squares where it began, and at its best values, and the launches that ran it
-/// (the first, and one for each trial queued; read back as `Fitted::launches`).
+/// values, each start's λ, whether it goes on, its count for the next launches (-1: not run, 0:
+/// a trial's plain run, the sum of squares alone), its sum of squares where it began, and at its
+/// best values, the launches that ran it (the first, and one for each run queued; read back as
+/// `Fitted::launches`) and the trials it made, then the trials a start may make.
 fn fit_step_source() -> String {
     use gpfarm_gp::fit::{CONVERGED, DIAGONAL_MIN, LAMBDA_FACTOR, LAMBDA_MAX, LAMBDA_MIN, LAMBDA_START};
     format!(
@@ -519,7 +524,7 @@ extern "C" __global__ void __launch_bounds__(32) {FIT_STEP_KERNEL}(int nprograms
     const double* __restrict__ sums, double* __restrict__ best, double* __restrict__ work,
     float* __restrict__ params, float* __restrict__ bestp, double* __restrict__ lambda,
     int* __restrict__ active, int* __restrict__ running, double* __restrict__ first, double* __restrict__ sse,
-    int* __restrict__ launches)
+    int* __restrict__ launches, int* __restrict__ trials, int iterations)
 {{
     const int j = blockIdx.x;
     if (j >= nprograms) return;
@@ -532,7 +537,10 @@ extern "C" __global__ void __launch_bounds__(32) {FIT_STEP_KERNEL}(int nprograms
     float* __restrict__ bp = bestp + poffsets[j];
     double lam = lambda[j];
     int on = active[j];
+    // The count the last launches ran the start with: np (with derivatives), 0 (a trial's sum of
+    // squares alone) or -1 (not run).
     const int ran = running[j];
+    int tried = trials[j];
     // A sum of squares that is not finite counts as infinite, as the host's sums make it.
     const double now = isfinite(s[0]) ? s[0] : __longlong_as_double(0x7ff0000000000000LL), was = b[0];
     __syncwarp();
@@ -541,9 +549,16 @@ extern "C" __global__ void __launch_bounds__(32) {FIT_STEP_KERNEL}(int nprograms
         for (int i = lane; i < np; i += 32) bp[i] = p[i];
         lam = {LAMBDA_START:e};
         on = isfinite(now);
+        tried = 0;
         if (lane == 0) {{ first[j] = now; sse[j] = now; }}
-    }} else if ((mode & {FIT_STEP_JUDGE}) && ran >= 0) {{
-        if (now < was) {{
+    }}
+    int go = -1;
+    if (!(mode & {FIT_STEP_BEGIN}) && (mode & {FIT_STEP_JUDGE}) && ran >= 0) {{
+        if (ran == 0 && now < was) {{
+            // A trial whose sum of squares alone is lower: run it again with its derivatives,
+            // then take it (the same sum of squares, bit for bit).
+            go = np;
+        }} else if (ran > 0 && now < was) {{
             for (int i = lane; i < ns; i += 32) b[i] = i == 0 ? now : s[i];
             for (int i = lane; i < np; i += 32) bp[i] = p[i];
             lam = fmax(__ddiv_rn(lam, {LAMBDA_FACTOR:e}), {LAMBDA_MIN:e});
@@ -555,14 +570,15 @@ extern "C" __global__ void __launch_bounds__(32) {FIT_STEP_KERNEL}(int nprograms
         }}
     }}
     __syncwarp();
-    int go = -1;
-    if ((mode & {FIT_STEP_TRIAL}) && on) {{
-        if (gpfarm_lm_trial(np, lam, b, work + at[j], bp, p, lane)) go = np;
+    if (go < 0 && (mode & {FIT_STEP_TRIAL}) && on && tried < iterations) {{
+        // The next trial runs plain first: its derivatives only if it is lower.
+        if (gpfarm_lm_trial(np, lam, b, work + at[j], bp, p, lane)) {{ go = 0; ++tried; }}
         else on = 0;
     }}
     if (lane == 0) {{
-        lambda[j] = lam; active[j] = on; running[j] = go;
-        // The launches that ran the start: the first, and one for each trial queued.
+        lambda[j] = lam; active[j] = on; running[j] = go; trials[j] = tried;
+        // The launches that ran the start: the first, and one for each run queued (a trial's plain
+        // run, and its run with derivatives where that is lower).
         launches[j] = ((mode & {FIT_STEP_BEGIN}) ? 1 : launches[j]) + (go >= 0 ? 1 : 0);
     }}
 }}
@@ -1046,7 +1062,7 @@ fn fit_template(problem: &Problem, compiled: Members<'_>) -> Result<(String, Str
 {forward}\
             }}\n\
         }}\n\
-        if (!failed) {{\n\
+        if (!failed && gpfarm_deriv) {{\n\
             FORK grad[k] = 0.0f;\n\
             for (int s = 0; s < sp; ++s) gs[s] = 0.0f;\n\
             int gp = sp;\n\
@@ -1126,7 +1142,8 @@ fn fit_template(problem: &Problem, compiled: Members<'_>) -> Result<(String, Str
         V vars[{nslots}];\n\
 {init}\
         float grad[NP];\n\
-        FORK grad[k] = 0.0f;\n\
+        // Cleared whatever the count: the member adds into it.\n\
+        _Pragma(\"unroll\") for (int k = 0; k < NP; ++k) grad[k] = 0.0f;\n\
         float out0 = 0.0f;\n\
 {member}\
         FORK dout[k] = grad[k];\n\
@@ -1140,7 +1157,9 @@ fn fit_template(problem: &Problem, compiled: Members<'_>) -> Result<(String, Str
         "// gpfarm fitting kernels for problem `{problem}`\n\
 union V {{ int i; float f; double d; }};\n\
 {linked}\
-#define FORK _Pragma(\"unroll\") for (int k = 0; k < NP; ++k)\n\
+// A loop over the derivatives; none where the launch asks for the sum of squares alone (a\n\
+// count of 0: the fitting loop's plain run of a trial).\n\
+#define FORK if (!gpfarm_deriv) {{}} else _Pragma(\"unroll\") for (int k = 0; k < NP; ++k)\n\
 #define MIX(s, d) ((s) == 0.0 ? 0.0 : (s) * (d))\n\
 #define MIXF(s, d) ((s) == 0.0f || (d) == 0.0f ? 0.0f : (s) * (d))\n\
 #define FIT_PARAMS {FIT_PARAMS}\n\
@@ -1198,6 +1217,9 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
 {scan}\
     const float* __restrict__ P = params + poffsets[blockIdx.y];\n\
     const int np = nparams[blockIdx.y];\n\
+    // A count of 0: the sum of squares alone, no derivatives (its bits are those the same launch\n\
+    // gives with derivatives: each sum is added on its own).\n\
+    const bool gpfarm_deriv = np > 0;\n\
     // The sums this program fills: the triangle's rows beyond its parameters stay zero.\n\
     const int used = 1 + NP + np * (np + 1) / 2;\n\
     auto gpfarm_read = [](unsigned, int, int) -> int {{ return 0; }};\n\
