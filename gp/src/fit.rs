@@ -12,9 +12,10 @@
 //! tenfold, a higher one is refused and λ grows tenfold; a start ends early once a step gains
 //! less than a millionth of the sum of squares, or leaves the float values as they were, and
 //! without running a trial once the linear model predicts it can gain no more than a millionth
-//! ([`predicted_gain`]: λ only grows until a step is taken, and a larger λ predicts less, so
-//! every later trial would be refused or gain too little to go on; it ends the runs a start at
-//! its best would otherwise spend being refused). The sum of squares is computed from the
+//! ([`predicted_gain`]). That is a heuristic: λ only grows until a step is taken, and a larger λ
+//! predicts less, so by the linear model such a start has nothing left to gain and would spend
+//! its remaining runs being refused; a step can gain more than the model says, and the rule then
+//! gives that up (rarely, and in the last digits of the sum of squares on Friedman-1). The sum of squares is computed from the
 //! float outputs exactly as the fitness is, so the fitness of the values returned is what the fit
 //! saw. The small system is solved by Cholesky's method, written here because the same few lines
 //! run for every individual at once and need no matrix library.

@@ -256,7 +256,8 @@ struct Compiled<'a> {
 /// keys) whose programs a fitting kernel takes: each start is a [`gpfarm_gp::LmStart`], as on
 /// the CPU, run in the GPU worker (one request for all iterations,
 /// `gpfarm_kernels::gpu::GpuEvaluator::fit`, its small solves on the GPU too), every start of
-/// every program in one round of launches per iteration, by the interpreter's fitting kernels
+/// every program in the same rounds of launches (a trial's plain run, then its run with
+/// derivatives where it is lower), by the interpreter's fitting kernels
 /// or, where `compiled` says so ([`fit_compiled_pays`]), by kernels compiled for the programs'
 /// structures. Returns, per
 /// individual, `None` where the CPU must fit it, else `Some` of its new values (`None` when the
@@ -277,6 +278,8 @@ fn gpu_fit(
     let max_steps = problem.max_steps();
     let cases =
         if config.cases == 0 { problem.cases().len() } else { config.cases.min(problem.cases().len()) };
+    // A start's launches, estimated: the first and one per iteration (a trial runs plain, and
+    // again where it is lower: about as many in all on Friedman-1, 1 + 6.9 + 3.4).
     let launches = (config.iterations + 1) * (config.restarts + 1);
     // Every start's program and values, then their sums there.
     let mut begin: Vec<(usize, Arc<Vec<u32>>, Vec<f32>)> = Vec::new();
