@@ -5,20 +5,20 @@
 //! the starting ones included, and never non-finite.
 //!
 //! One iteration solves `(JᵀJ + λ·diag(JᵀJ)) δ = −Jᵀr` for the residuals `r` (output − target)
-//! and Jacobian `J` at the current values, rounds `p + δ` to float, and runs the program there
-//! (with its derivatives, for the next iteration: [`fit`] on the CPU runs them only where a plain
-//! run shows the sum of squares lower, the GPU for every trial; the steps are the same either
-//! way): a lower sum of squares is taken and λ shrinks
-//! tenfold, a higher one is refused and λ grows tenfold; a start ends early once a step gains
-//! less than a millionth of the sum of squares, or leaves the float values as they were, and
-//! without running a trial once the linear model predicts it can gain no more than a millionth
-//! ([`predicted_gain`]). That is a heuristic: λ only grows until a step is taken, and a larger λ
-//! predicts less, so by the linear model such a start has nothing left to gain and would spend
-//! its remaining runs being refused; a step can gain more than the model says, and the rule then
-//! gives that up (rarely, and in the last digits of the sum of squares on Friedman-1). The sum of squares is computed from the
-//! float outputs exactly as the fitness is, so the fitness of the values returned is what the fit
-//! saw. The small system is solved by Cholesky's method, written here because the same few lines
-//! run for every individual at once and need no matrix library.
+//! and Jacobian `J` at the current values, rounds `p + δ` to float, and runs the program there,
+//! plainly first and, where that shows the sum of squares lower, again with its derivatives for
+//! the next iteration (on the CPU and on the GPU alike): a lower sum of squares is taken and λ
+//! shrinks tenfold, one not lower is refused and λ grows tenfold. A start ends early once a step
+//! gains no more than a millionth of the sum of squares, or leaves the float values as they were,
+//! and without running a trial once the linear model predicts it can gain no more than a
+//! millionth ([`predicted_gain`]). That is a heuristic: λ only grows until a step is taken, and a
+//! larger λ predicts less, so by the linear model such a start has nothing left to gain and would
+//! spend its remaining runs being refused; a step can gain more than the model says, and the rule
+//! then gives that up (rarely, and in the last digits of the sum of squares on Friedman-1). The
+//! sum of squares is computed from the float outputs exactly as the fitness is, so the fitness of
+//! the values returned is what the fit saw. The small system is solved by Cholesky's method,
+//! written here because the same few lines run for every individual at once and need no matrix
+//! library.
 //!
 //! Restarts run the same iterations from other starting values (each value moved by up to
 //! `max(1, |v|)` either way, drawn from the seed) and the best result of all is kept.
@@ -326,9 +326,9 @@ impl LmStart {
 }
 
 /// The gain in the sum of squares the linear model at `at` predicts for moving from `params` to
-/// `trial` (the step as rounded to float, `d`): `−(2 dᵀJᵀr + dᵀJᵀJd)`, `JᵀJ`'s lower triangle (`a`) read
-/// row by row as `Σᵢ dᵢ (2 Σ_{k<i} aᵢₖ dₖ + aᵢᵢ dᵢ + 2 gᵢ)` with `g = Jᵀr`, each operation rounded on its own in
-/// that order (the GPU's step kernel computes it so too).
+/// `trial` (the step as rounded to float, `d`): `−(2 dᵀJᵀr + dᵀJᵀJd)`, with `JᵀJ`'s lower
+/// triangle (`a`) read row by row as `Σᵢ dᵢ (2 Σ_{k<i} aᵢₖ dₖ + aᵢᵢ dᵢ + 2 gᵢ)` and `g = Jᵀr`,
+/// each operation rounded on its own in that order (the GPU's step kernel computes it so too).
 pub fn predicted_gain(at: &Sums, params: &[f32], trial: &[f32]) -> f64 {
     let np = params.len();
     let d: Vec<f64> = trial.iter().zip(params).map(|(&t, &p)| f64::from(t) - f64::from(p)).collect();

@@ -348,11 +348,12 @@ impl GpuEvaluator {
     /// step kernel again: a trial runs plain first (the sum of squares alone), a start whose plain
     /// run is lower runs it again with derivatives and takes it, one whose plain run is not
     /// lower refuses it, and a start with trials left and nothing to run again solves for its
-    /// next trial. The host waits only for the end. Each start takes the values [`gpfarm_gp::LmStart`] on the host would from the
-    /// sums [`linearize`](Self::linearize) gives, bit for bit (the step kernel's double
-    /// operations are the host's, in its order). Per start, in order: its best values, their sum
-    /// of squares, and the sum of squares where it began (infinite where it is not finite, as
-    /// on the host).
+    /// next trial. The host waits only for the end. Each start takes the values
+    /// [`gpfarm_gp::LmStart`] on the host would from the sums [`linearize`](Self::linearize)
+    /// gives, bit for bit (the step kernel's double operations are the host's, in its order; a
+    /// plain run's sum of squares is the same bits as one with derivatives). Per start, in
+    /// order: its best values, their sum of squares, and the sum of squares where it began
+    /// (infinite where it is not finite, as on the host).
     pub fn fit(&mut self, fit: &WireFit, iterations: usize) -> Result<Fitted, GpuError> {
         if let Some(why) = &self.poisoned {
             return Err(GpuError::Fault(why.clone()));
