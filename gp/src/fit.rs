@@ -7,7 +7,8 @@
 //! One iteration solves `(JᵀJ + λ·diag(JᵀJ)) δ = −Jᵀr` for the residuals `r` (output − target)
 //! and Jacobian `J` at the current values, rounds `p + δ` to float, and runs the program there,
 //! plainly first and, where that shows the sum of squares lower, again with its derivatives for
-//! the next iteration (on the CPU and on the GPU alike): a lower sum of squares is taken and λ
+//! the next iteration (on the CPU and on the GPU alike; on the CPU the plain run stops once its
+//! sum so far is no lower, a sum of squares only growing): a lower sum of squares is taken and λ
 //! shrinks tenfold, one not lower is refused and λ grows tenfold. A start ends early once a step
 //! gains no more than a millionth of the sum of squares, or leaves the float values as they were,
 //! and without running a trial once the linear model predicts it can gain no more than a
@@ -60,8 +61,8 @@ pub struct Fitted {
     pub params: Vec<f32>,
     /// Their sum of squared errors.
     pub sse: f64,
-    /// Runs of the program over every case (what the fit cost): a plain run counts 1, a run with
-    /// derivatives one per parameter.
+    /// Runs of the program over every case (what the fit cost): a plain run counts 1 (also one
+    /// stopped part way), a run with derivatives one per parameter.
     pub runs: usize,
 }
 
@@ -95,12 +96,17 @@ pub fn fit(
             .ok()?;
         Some(Sums::new(sums.sse, sums.jtj, sums.jtr))
     };
-    // The sum of squares alone, from a plain run (the same outputs, added as `run` adds them): a
-    // step that does not lower it is refused whatever its Jacobian.
-    let sse_at = |p: &[f32]| -> Option<f64> {
+    // Whether a plain run gives a sum of squares below `bound` (the same outputs, added as `run`
+    // adds them): a step that does not lower it is refused whatever its Jacobian. Each case adds
+    // a square, never less than 0, so a sum that reaches `bound` (or is NaN) part way stays there
+    // to the end, and the run stops: the same refusal, sooner.
+    let lower_at = |p: &[f32], bound: f64| -> bool {
         let mut sums = Sums::new(0.0, Vec::new(), Vec::new());
-        runs.borrow_mut().outputs(p, |c, ys| sums.add_block(ys, &targets[c..c + ys.len()], &[])).ok()?;
-        Some(Sums::new(sums.sse, sums.jtj, sums.jtr).sse)
+        let all = runs.borrow_mut().outputs_while(p, |c, ys| {
+            sums.add_block(ys, &targets[c..c + ys.len()], &[]);
+            sums.sse < bound
+        });
+        matches!(all, Ok(true)) && Sums::new(sums.sse, sums.jtj, sums.jtr).sse < bound
     };
     let first = run(start)?;
     let mut best = Fitted { params: start.to_vec(), sse: first.sse, runs: np };
@@ -118,12 +124,12 @@ pub fn fit(
             let Some(trial) = lm.trial() else { break };
             // Derivatives only where the step is taken: the same steps as running them always.
             best.runs += 1;
-            let at = match sse_at(&trial) {
-                Some(sse) if sse < lm.sse() => {
+            let at = match lower_at(&trial, lm.sse()) {
+                true => {
                     best.runs += np;
                     run(&trial)
                 }
-                _ => None,
+                false => None,
             };
             lm.judge(trial, at);
         }

@@ -365,6 +365,45 @@ fn runs_kept_over_many_values_give_run_params_and_linearize_bit_for_bit() {
     }
 }
 
+/// A plain run stopped part way (`outputs_while`) hands over the blocks up to the one that
+/// stopped it, says it stopped, and leaves nothing for a run with derivatives at the same values
+/// to take: that run gives `linearize`'s outputs and rows bit for bit, by the block evaluation
+/// and by the tree walk (a branch) alike.
+#[test]
+fn a_plain_run_stopped_part_way_keeps_nothing_for_the_next_run() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/friedman1");
+    let problem = Problem::load(&dir).unwrap();
+    let n = problem.cases().len();
+    assert!(n > 3 * 64, "more than three blocks of cases");
+    for text in ["sinf(x1 * p[0]) * p[1] + expf(p[2] / x2)", "x1 > p[0] ? p[1] * x2 : cosf(p[2] * x3)"] {
+        let program = Program::parse(&problem, &Phenotype::new(text)).unwrap();
+        let params = [0.7f32, -1.3, 0.25];
+        let mut runs = program.runs(&problem, 1000);
+        let mut blocks = Vec::new();
+        let all = runs
+            .outputs_while(&params, |start, ys| {
+                blocks.push((start, ys.len()));
+                blocks.len() < 3
+            })
+            .unwrap();
+        assert!(!all, "{text}: stopped");
+        assert_eq!(blocks.len(), 3, "{text}: the block that stopped it is the last handed over");
+        assert_eq!(blocks[2].0 + blocks[2].1, blocks.iter().map(|b| b.1).sum::<usize>(), "{text}");
+        let (mut outputs, mut rows) = (Vec::new(), Vec::new());
+        runs.linearize(&params, |_, ys, r| {
+            outputs.extend_from_slice(ys);
+            rows.extend_from_slice(r);
+        })
+        .unwrap();
+        let lin = program.linearize(&problem, &params, 1000).unwrap();
+        let bits32 = |v: &[f32]| v.iter().map(|d| d.to_bits()).collect::<Vec<_>>();
+        let bits64 = |v: &[f64]| v.iter().map(|d| d.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits32(&outputs), bits32(&lin.outputs), "{text}: outputs");
+        assert_eq!(bits64(&rows), bits64(&lin.jacobian), "{text}: rows");
+        assert!(runs.outputs_while(&params, |_, _| true).unwrap(), "{text}: a run to the end");
+    }
+}
+
 /// A run with derivatives takes the call values of the plain run before it only at the same
 /// values to the bit: after a plain run at `p[0] = 0`, one at `-0` calls `sinf(-0)` itself, and
 /// `1 / sinf(p[0])` is -inf there, as `linearize` gives it.

@@ -66,6 +66,21 @@ impl Runs<'_> {
     /// Runs the program, whose one output is a float ([`Program::differentiable`]), at `params`
     /// and hands `each` every block of cases in order: its first case and its outputs.
     pub fn outputs(&mut self, params: &[f32], mut each: impl FnMut(usize, &[f32])) -> Result<(), RunError> {
+        self.run(params, false, |start, ys, _| {
+            each(start, ys);
+            true
+        })
+        .map(|_| ())
+    }
+
+    /// As [`Runs::outputs`], stopping after the first block for which `each` returns false (a
+    /// fit's plain run of a trial, once the sum of squares so far shows it no better); whether
+    /// every block ran. A run stopped so keeps nothing for a run with derivatives to take.
+    pub fn outputs_while(
+        &mut self,
+        params: &[f32],
+        mut each: impl FnMut(usize, &[f32]) -> bool,
+    ) -> Result<bool, RunError> {
         self.run(params, false, |start, ys, _| each(start, ys))
     }
 
@@ -74,17 +89,22 @@ impl Runs<'_> {
     pub fn linearize(
         &mut self,
         params: &[f32],
-        each: impl FnMut(usize, &[f32], &[f64]),
+        mut each: impl FnMut(usize, &[f32], &[f64]),
     ) -> Result<(), RunError> {
-        self.run(params, true, each)
+        self.run(params, true, |start, ys, rows| {
+            each(start, ys, rows);
+            true
+        })
+        .map(|_| ())
     }
 
+    /// Runs every block until `each` returns false; whether every block ran.
     fn run(
         &mut self,
         params: &[f32],
         derivatives: bool,
-        mut each: impl FnMut(usize, &[f32], &[f64]),
-    ) -> Result<(), RunError> {
+        mut each: impl FnMut(usize, &[f32], &[f64]) -> bool,
+    ) -> Result<bool, RunError> {
         let (program, problem) = (self.program, self.problem);
         program.check(problem, params)?;
         if !program.differentiable() {
@@ -104,13 +124,14 @@ impl Runs<'_> {
             let done = tape.each_block(s, problem, params, derivatives, |start, values, rows| {
                 ys.clear();
                 ys.extend(values.iter().map(|&v| tape.convert(v, Ty::Float) as f32));
-                each(start, ys, rows);
+                each(start, ys, rows)
             });
-            if done.is_some() {
-                if s.memo_mode == Memo::Keep {
+            if let Some(all) = done {
+                // A run stopped early kept only some of its calls' values.
+                if s.memo_mode == Memo::Keep && all {
                     self.kept_at = Some(params.to_vec());
                 }
-                return Ok(());
+                return Ok(all);
             }
         }
         let np = if derivatives { params.len() } else { 0 };
@@ -125,9 +146,11 @@ impl Runs<'_> {
         };
         for (b, ys) in outputs.chunks(BLOCK).enumerate() {
             let start = b * BLOCK;
-            each(start, ys, &jacobian[start * np..(start + ys.len()) * np]);
+            if !each(start, ys, &jacobian[start * np..(start + ys.len()) * np]) {
+                return Ok(start + ys.len() >= outputs.len());
+            }
         }
-        Ok(())
+        Ok(true)
     }
 }
 

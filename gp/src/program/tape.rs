@@ -299,7 +299,10 @@ impl Tape {
     pub(super) fn run(&self, problem: &Problem, params: &[f32]) -> Option<Vec<f64>> {
         let mut out = Vec::with_capacity(problem.cases().len());
         let mut s = self.stack(false);
-        self.each_block(&mut s, problem, params, false, |_, values, _| out.extend_from_slice(values))?;
+        self.each_block(&mut s, problem, params, false, |_, values, _| {
+            out.extend_from_slice(values);
+            true
+        })?;
         Some(out)
     }
 
@@ -307,16 +310,16 @@ impl Tape {
     /// working memory `s` (from [`Tape::stack`] with the same `derivatives`), and hands `each` the
     /// block's first case, its values (the expression's own type, held as f64) and, with
     /// `derivatives`, its rows of d value / d `p[k]` one after the other (`params.len()` each;
-    /// empty without). `None` when an input the program reads is not a scalar
-    /// column of `problem`.
+    /// empty without); `each` returns whether to go on. Whether every block ran; `None` when an
+    /// input the program reads is not a scalar column of `problem`.
     pub(super) fn each_block(
         &self,
         s: &mut Stack,
         problem: &Problem,
         params: &[f32],
         derivatives: bool,
-        mut each: impl FnMut(usize, &[f64], &[f64]),
-    ) -> Option<()> {
+        mut each: impl FnMut(usize, &[f64], &[f64]) -> bool,
+    ) -> Option<bool> {
         let inputs = problem.cases().inputs();
         for step in &self.steps {
             if let Op::Input(i) = step.op {
@@ -356,11 +359,14 @@ impl Tape {
             } else if np > 0 {
                 self.backward::<false>(s, len, np, &mut rows[..np * len]);
             }
-            each(start, &s.values[0][..len], &rows[..np * len]);
+            let go_on = each(start, &s.values[0][..len], &rows[..np * len]);
             start += len;
+            if !go_on {
+                break;
+            }
         }
         s.rows = rows;
-        Some(())
+        Some(start >= n)
     }
 
     /// Copies a [`Tape::uniform`] step's value (and its slopes, where the backward sweep uses
@@ -723,7 +729,11 @@ mod tests {
         let mut s = tape.stack(true);
         s.magnitudes = true;
         let mut out = Vec::new();
-        tape.each_block(&mut s, p, params, true, |_, _, rows| out.extend_from_slice(rows)).unwrap();
+        tape.each_block(&mut s, p, params, true, |_, _, rows| {
+            out.extend_from_slice(rows);
+            true
+        })
+        .unwrap();
         out
     }
 
