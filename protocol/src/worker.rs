@@ -346,8 +346,9 @@ pub struct Fitted {
     pub sse: Vec<f64>,
     /// The sum of squares at each start's starting values.
     pub first_sse: Vec<f64>,
-    /// How many launches of the fitting kernels ran each start (its first, and one per trial:
-    /// at most the iterations + 1).
+    /// How many launches of the fitting kernels ran each start: its first (with derivatives),
+    /// a plain run per trial and one more with derivatives per trial whose plain run was lower;
+    /// at most 2 × the iterations + 1.
     pub launches: Vec<u32>,
     /// The worker's time for it (launches, copies, the small solves), microseconds.
     pub took_us: u64,
