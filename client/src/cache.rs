@@ -67,6 +67,18 @@ impl CacheKey {
     /// The key of `source` compiled with `options` by the compiler `toolchain` (see
     /// [`toolchain_identity`]).
     pub fn new(source: &[u8], options: &CompileOptions, toolchain: &str) -> CacheKey {
+        CacheKey::linked(source, &[], options, toolchain)
+    }
+
+    /// As [`CacheKey::new`], for a unit linked with `libraries` (relocatable CUBINs,
+    /// [`gpfarm_protocol::Unit::libraries`]): each taken in after the source, length-prefixed;
+    /// none gives [`CacheKey::new`]'s key.
+    pub fn linked(
+        source: &[u8],
+        libraries: &[Vec<u8>],
+        options: &CompileOptions,
+        toolchain: &str,
+    ) -> CacheKey {
         let mut h = blake3::Hasher::new();
         h.update(b"gpfarm cubin key v1\0");
         let mut field = |bytes: &[u8]| {
@@ -92,6 +104,14 @@ impl CacheKey {
             }
         }
         field(source);
+        // Only when there are any, so that every other unit's key stays as it was.
+        if !libraries.is_empty() {
+            field(b"libraries");
+            field(&(libraries.len() as u64).to_le_bytes());
+            for library in libraries {
+                field(library);
+            }
+        }
         CacheKey(*h.finalize().as_bytes())
     }
 
@@ -341,6 +361,17 @@ mod tests {
         let linked =
             CompileOptions { link_flags: vec!["-O0".into()], ..CompileOptions::cubin(SmArch::SM_90) };
         assert_ne!(base, CacheKey::new(b"a", &linked, "nvrtc 13.0"));
+        // Libraries: none is the plain key; each one, and where its bytes end, changes it.
+        let o = CompileOptions::cubin(SmArch::SM_90);
+        assert_eq!(CacheKey::linked(b"a", &[], &o, "nvrtc 13.0"), base);
+        let with = |libs: &[&[u8]]| {
+            let libs: Vec<Vec<u8>> = libs.iter().map(|l| l.to_vec()).collect();
+            CacheKey::linked(b"a", &libs, &o, "nvrtc 13.0")
+        };
+        assert_ne!(with(&[b"lib"]), base);
+        assert_ne!(with(&[b"lib"]), with(&[b"lib2"]));
+        assert_ne!(with(&[b"li", b"b"]), with(&[b"lib"]));
+        assert_eq!(with(&[b"lib"]), with(&[b"lib"]));
     }
 
     #[test]

@@ -684,13 +684,8 @@ fn cached_compile(
 ) -> Result<Vec<(UnitOutcome, String)>, EvolveError> {
     let toolchain = compiler.toolchain();
     // A unit's libraries are part of what it compiles to (none for the kernels compiled here).
-    let keys: Vec<CacheKey> = units
-        .iter()
-        .map(|u| match u.libraries.is_empty() {
-            true => CacheKey::new(&u.source, options, &toolchain),
-            false => CacheKey::new(&[&u.source[..], &u.libraries.concat()].concat(), options, &toolchain),
-        })
-        .collect();
+    let keys: Vec<CacheKey> =
+        units.iter().map(|u| CacheKey::linked(&u.source, &u.libraries, options, &toolchain)).collect();
     let disk = cache.then(DiskCache::default_dir).flatten().and_then(|dir| {
         match DiskCache::open(&dir.join("kernels"), DEFAULT_CACHE_LIMIT) {
             Ok(d) => Some(d),

@@ -258,7 +258,8 @@ pub struct Unit {
     pub language: Language,
     /// Relocatable CUBINs a PTX unit is linked with besides the math library (the fitting
     /// template its functions complete, `gpfarm_kernels::interpreter::fit_link_source`); empty
-    /// for every other unit. A cache key of such a unit must take them in beside its source.
+    /// for every other unit. A cache key of such a unit takes them in beside its source
+    /// (`gpfarm_client::CacheKey::linked`).
     pub libraries: Vec<Vec<u8>>,
 }
 
