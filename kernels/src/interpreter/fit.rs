@@ -495,6 +495,8 @@ __device__ bool gpfarm_lm_trial(int np, double lam, const double* __restrict__ b
         moved |= t != bp[i];
         finite &= isfinite(t);
         p[i] = t;
+        // The step as rounded, for the predicted gain (the solve's x is not read again).
+        x[i] = __dsub_rn((double)t, (double)bp[i]);
     }}
     if (!(__any_sync(all, moved) && __all_sync(all, finite))) return false;
     __syncwarp();
@@ -506,13 +508,11 @@ __device__ bool gpfarm_lm_trial(int np, double lam, const double* __restrict__ b
         const double* __restrict__ bt = b + 1 + np;
         double q = 0.0;
         for (int i = 0; i < np; ++i) {{
-            const double di = __dsub_rn((double)p[i], (double)bp[i]);
             double s = 0.0;
-            for (int k = 0; k < i; ++k)
-                s = __dadd_rn(s, __dmul_rn(bt[i * (i + 1) / 2 + k], __dsub_rn((double)p[k], (double)bp[k])));
-            const double r = __dadd_rn(__dadd_rn(__dmul_rn(2.0, s), __dmul_rn(bt[i * (i + 1) / 2 + i], di)),
+            for (int k = 0; k < i; ++k) s = __dadd_rn(s, __dmul_rn(bt[i * (i + 1) / 2 + k], x[k]));
+            const double r = __dadd_rn(__dadd_rn(__dmul_rn(2.0, s), __dmul_rn(bt[i * (i + 1) / 2 + i], x[i])),
                 __dmul_rn(2.0, g[i]));
-            q = __dadd_rn(q, __dmul_rn(di, r));
+            q = __dadd_rn(q, __dmul_rn(x[i], r));
         }}
         gains = -q > __dmul_rn({CONVERGED:e}, b[0]);
     }}
