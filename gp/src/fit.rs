@@ -191,47 +191,67 @@ impl Sums {
         if np == 0 {
             return;
         }
-        for (k, g) in self.jtr.iter_mut().enumerate() {
-            for (row, &r) in rows.chunks_exact(np).zip(&rs) {
-                *g += row[k] * r;
+        // `Jᵀr` four sums at a time, each held in a register over the block.
+        for k0 in (0..np).step_by(TILE) {
+            match np - k0 {
+                1 => add_jtr::<1>(&mut self.jtr, k0, rows, &rs),
+                2 => add_jtr::<2>(&mut self.jtr, k0, rows, &rs),
+                3 => add_jtr::<3>(&mut self.jtr, k0, rows, &rs),
+                _ => add_jtr::<TILE>(&mut self.jtr, k0, rows, &rs),
             }
         }
-        // `JᵀJ`'s lower triangle in tiles of 4 × 4 sums held in registers over the block.
+        // `JᵀJ`'s lower triangle in tiles of up to 4 × 4 sums held in registers over the block
+        // (the last rows' tiles as many rows high as are left).
         for i0 in (0..np).step_by(TILE) {
             for j0 in (0..=i0).step_by(TILE) {
-                if i0 + TILE <= np {
-                    add_tile(&mut self.jtj, np, i0, j0, rows);
-                } else {
-                    for i in i0..np {
-                        for j in j0..=i.min(j0 + TILE - 1) {
-                            let a = &mut self.jtj[i * np + j];
-                            for row in rows.chunks_exact(np) {
-                                *a += row[i] * row[j];
-                            }
-                        }
-                    }
+                let a = &mut self.jtj;
+                match (np - i0, j0 == i0) {
+                    (1, true) => add_tile::<1, 1>(a, np, i0, j0, rows),
+                    (1, false) => add_tile::<1, TILE>(a, np, i0, j0, rows),
+                    (2, true) => add_tile::<2, 2>(a, np, i0, j0, rows),
+                    (2, false) => add_tile::<2, TILE>(a, np, i0, j0, rows),
+                    (3, true) => add_tile::<3, 3>(a, np, i0, j0, rows),
+                    (3, false) => add_tile::<3, TILE>(a, np, i0, j0, rows),
+                    _ => add_tile::<TILE, TILE>(a, np, i0, j0, rows),
                 }
             }
         }
     }
 }
 
+/// Adds `rows` (one of `jtr.len()` values per case) times the residuals `rs` to `Jᵀr`'s sums
+/// `k0..k0 + K`, each held in a register over the block and added over the cases in order.
+fn add_jtr<const K: usize>(jtr: &mut [f64], k0: usize, rows: &[f64], rs: &[f64]) {
+    let np = jtr.len();
+    let mut acc: [f64; K] = jtr[k0..k0 + K].try_into().expect("K sums");
+    for (row, &r) in rows.chunks_exact(np).zip(rs) {
+        for (s, &x) in acc.iter_mut().zip(&row[k0..k0 + K]) {
+            *s += x * r;
+        }
+    }
+    jtr[k0..k0 + K].copy_from_slice(&acc);
+}
+
 /// Sums added at once by [`add_tile`]: a `TILE` × `TILE` block of `JᵀJ`.
 const TILE: usize = 4;
 
 /// Adds `rows` (one of `np` values per case) to the tile of `JᵀJ` (`a`, `np` × `np`, row-major)
-/// at rows `i0..i0 + TILE` and columns `j0..j0 + TILE`, `j0 <= i0`, `i0 + TILE <= np`; of a tile
-/// on the diagonal only the lower triangle is kept.
-fn add_tile(a: &mut [f64], np: usize, i0: usize, j0: usize, rows: &[f64]) {
-    let mut acc = [[0.0f64; TILE]; TILE];
+/// at rows `i0..i0 + R` and columns `j0..j0 + C` (`j0 <= i0`, `i0 + R <= np`, `j0 + C <= np`):
+/// of a tile on the diagonal only the lower triangle is kept. Each sum is held in a register over the block and added over the cases in
+/// order.
+fn add_tile<const R: usize, const C: usize>(a: &mut [f64], np: usize, i0: usize, j0: usize, rows: &[f64]) {
+    let mut acc = [[0.0f64; C]; R];
+    let keep = |ii: usize, jj: usize| j0 + jj <= i0 + ii;
     for (ii, acc) in acc.iter_mut().enumerate() {
         for (jj, x) in acc.iter_mut().enumerate() {
-            *x = a[(i0 + ii) * np + j0 + jj];
+            if keep(ii, jj) {
+                *x = a[(i0 + ii) * np + j0 + jj];
+            }
         }
     }
     for row in rows.chunks_exact(np) {
-        let ri: [f64; TILE] = row[i0..i0 + TILE].try_into().expect("a tile's rows");
-        let rj: [f64; TILE] = row[j0..j0 + TILE].try_into().expect("a tile's columns");
+        let ri: [f64; R] = row[i0..i0 + R].try_into().expect("a tile's rows");
+        let rj: [f64; C] = row[j0..j0 + C].try_into().expect("a tile's columns");
         for (acc, &x) in acc.iter_mut().zip(&ri) {
             for (s, &y) in acc.iter_mut().zip(&rj) {
                 *s += x * y;
@@ -240,7 +260,7 @@ fn add_tile(a: &mut [f64], np: usize, i0: usize, j0: usize, rows: &[f64]) {
     }
     for (ii, acc) in acc.iter().enumerate() {
         for (jj, &x) in acc.iter().enumerate() {
-            if j0 + jj <= i0 + ii {
+            if keep(ii, jj) {
                 a[(i0 + ii) * np + j0 + jj] = x;
             }
         }
