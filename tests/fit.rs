@@ -311,7 +311,7 @@ fn fit_on_the_host(
         .collect();
     let first: Vec<f64> = starts.iter().map(|s| s.sse()).collect();
     let mut launches = vec![1u32; starts.len()];
-    for _ in 0..iterations {
+    for it in 0..iterations {
         let trials: Vec<(usize, Vec<f32>)> =
             starts.iter_mut().enumerate().filter_map(|(k, s)| s.trial().map(|t| (k, t))).collect();
         if trials.is_empty() {
@@ -324,9 +324,14 @@ fn fit_on_the_host(
         let (sums, _) = gpu.linearize(&next).unwrap();
         let ks: Vec<usize> = trials.iter().map(|(k, _)| *k).collect();
         for ((k, trial), at) in trials.into_iter().zip(unpack(&sums, &ks)) {
-            // The GPU runs a trial plain, and again with its derivatives where it is lower.
-            launches[k] += if at.sse < starts[k].sse() { 2 } else { 1 };
-            starts[k].judge(trial, Some(at));
+            // The GPU runs a trial plain, and again with its derivatives where it is lower and
+            // the start goes on after it.
+            let lower = (at.sse < starts[k].sse()).then_some(at.sse);
+            launches[k] += 1;
+            if starts[k].judge_plain(&trial, lower, it + 1 == iterations) {
+                launches[k] += 1;
+                starts[k].judge(trial, Some(at));
+            }
         }
     }
     let params = starts.iter().flat_map(|s| s.params().iter().copied()).collect();
@@ -354,7 +359,7 @@ fn the_fitting_loop_on_the_gpu_takes_the_host_s_values_bit_for_bit() {
         );
         assert_eq!(bits64(&got.first_sse), bits64(&first), "{iterations} iterations: starting sums");
         // Each start ran as many launches as on the host: the first, one per trial and one more
-        // per trial whose sum of squares is lower.
+        // per trial whose sum of squares is lower and after which the start goes on.
         assert_eq!(got.launches, launches, "{iterations} iterations: launches");
         for k in 0..fit.offsets.len() {
             let at = fit.param_offsets[k] as usize..fit.param_offsets[k] as usize + fit.nparams[k] as usize;

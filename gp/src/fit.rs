@@ -6,11 +6,12 @@
 //!
 //! One iteration solves `(JᵀJ + λ·diag(JᵀJ)) δ = −Jᵀr` for the residuals `r` (output − target)
 //! and Jacobian `J` at the current values, rounds `p + δ` to float, and runs the program there,
-//! plainly first and, where that shows the sum of squares lower, again with its derivatives for
-//! the next iteration (on the CPU and on the GPU alike; on the CPU the plain run stops once its
-//! sum so far is no lower, a sum of squares only growing): a lower sum of squares is taken and λ
-//! shrinks tenfold, one not lower is refused and λ grows tenfold. A start ends early once a step
-//! gains no more than a millionth of the sum of squares, or leaves the float values as they were,
+//! plainly first and, where that shows the sum of squares lower and another iteration follows,
+//! again with its derivatives for it (on the CPU and on the GPU alike; on the CPU the plain run
+//! stops once its sum so far is no lower, a sum of squares only growing): a lower sum of squares
+//! is taken and λ shrinks tenfold, one not lower is refused and λ grows tenfold. A start ends
+//! early once a step gains no more than a millionth of the sum of squares (known from the plain
+//! run, so such a step's derivatives are not run either), or leaves the float values as they were,
 //! and without running a trial once the linear model predicts it can gain no more than a
 //! millionth ([`predicted_gain`]). That is a heuristic: λ only grows until a step is taken, and a
 //! larger λ predicts less, so by the linear model such a start has nothing left to gain and would
@@ -100,13 +101,14 @@ pub fn fit(
     // adds them): a step that does not lower it is refused whatever its Jacobian. Each case adds
     // a square, never less than 0, so a sum that reaches `bound` (or is NaN) part way stays there
     // to the end, and the run stops: the same refusal, sooner.
-    let lower_at = |p: &[f32], bound: f64| -> bool {
+    let lower_at = |p: &[f32], bound: f64| -> Option<f64> {
         let mut sums = Sums::new(0.0, Vec::new(), Vec::new());
         let all = runs.borrow_mut().outputs_while(p, |c, ys| {
             sums.add_block(ys, &targets[c..c + ys.len()], &[]);
             sums.sse < bound
         });
-        matches!(all, Ok(true)) && Sums::new(sums.sse, sums.jtj, sums.jtr).sse < bound
+        let sse = Sums::new(sums.sse, sums.jtj, sums.jtr).sse;
+        (matches!(all, Ok(true)) && sse < bound).then_some(sse)
     };
     let first = run(start)?;
     let mut best = Fitted { params: start.to_vec(), sse: first.sse, runs: np };
@@ -120,18 +122,17 @@ pub fn fit(
             best.runs += np;
             LmStart::new(p, at)
         };
-        for _ in 0..settings.iterations {
+        for it in 0..settings.iterations {
             let Some(trial) = lm.trial() else { break };
-            // Derivatives only where the step is taken: the same steps as running them always.
+            // Derivatives only where the step is taken and another trial follows: the same steps
+            // as running them always.
             best.runs += 1;
-            let at = match lower_at(&trial, lm.sse()) {
-                true => {
-                    best.runs += np;
-                    run(&trial)
-                }
-                false => None,
-            };
-            lm.judge(trial, at);
+            let sse = lower_at(&trial, lm.sse());
+            if lm.judge_plain(&trial, sse, it + 1 == settings.iterations) {
+                best.runs += np;
+                let at = run(&trial);
+                lm.judge(trial, at);
+            }
         }
         if lm.sse() < best.sse {
             best.sse = lm.sse();
@@ -324,6 +325,31 @@ impl LmStart {
             _ => {
                 self.active = false;
                 None
+            }
+        }
+    }
+
+    /// What `trial`'s plain run gave: its sum of squares where it is lower than the start's, else
+    /// `None`; `last` where no trial follows it. True where its run with derivatives is wanted,
+    /// to be handed to [`LmStart::judge`]: it is lower and the start goes on after it. Otherwise
+    /// it is judged here as `judge` would judge it, without derivatives: refused where it is not
+    /// lower; taken, ending the start, where it is lower and gains no more than `CONVERGED` or
+    /// is the last (its derivatives would serve no next trial).
+    pub fn judge_plain(&mut self, trial: &[f32], sse: Option<f64>, last: bool) -> bool {
+        match sse {
+            Some(sse) if sse < self.at.sse => {
+                // Both finite here: `>` is `judge`'s test negated.
+                if !last && self.at.sse - sse > CONVERGED * sse {
+                    return true;
+                }
+                self.params = trial.to_vec();
+                self.at = Sums::new(sse, Vec::new(), Vec::new());
+                self.active = false;
+                false
+            }
+            _ => {
+                self.judge(trial.to_vec(), None);
+                false
             }
         }
     }
@@ -533,5 +559,55 @@ mod tests {
         assert!((x[0] - 0.5).abs() < 1e-12 && x[1].abs() < 1e-12, "{x:?}");
         let mut a = vec![1.0, 0.0, 2.0, 1.0];
         assert!(!cholesky_solve(&mut a, &mut [1.0, 1.0], 2));
+    }
+
+    /// A fit runs no derivatives that no trial reads (a lower trial that is the last or ends its
+    /// start is taken from its plain run), and takes the values and sum of squares of the loop
+    /// that runs them for every lower trial, bit for bit.
+    #[test]
+    fn a_trial_that_ends_its_start_is_taken_without_its_derivatives() {
+        use crate::mapping::Phenotype;
+        let problem = Problem::builtin("keijzer6").unwrap();
+        let ts = problem.cases().targets();
+        let ts: Vec<f64> = (0..ts.len()).map(|c| ts.as_f64(c)).collect();
+        let sums_at = |program: &Program, p: &[f32]| -> Option<Sums> {
+            let at = program.linearize(&problem, p, problem.max_steps()).ok()?;
+            let mut sums = Sums::new(0.0, vec![0.0; p.len() * p.len()], vec![0.0; p.len()]);
+            sums.add_block(&at.outputs, &ts, &at.jacobian);
+            Some(Sums::new(sums.sse, sums.jtj, sums.jtr))
+        };
+        let mut fewer = 0;
+        for (text, start) in [
+            ("p[0] * x + p[1]", vec![0.5f32, 0.1]),
+            ("expf(p[0] * x) * p[1] + p[2]", vec![0.5, 3.0, -1.0]),
+            ("sinf(p[0] * x + p[1]) * p[2] + p[3] * x", vec![1.0, 0.2, 0.3, 0.1]),
+        ] {
+            let program = Program::parse(&problem, &Phenotype::new(text)).unwrap();
+            let np = start.len();
+            for iterations in [1, 2, 3, 10, 30] {
+                let settings = FitSettings { iterations, restarts: 0 };
+                let got = fit(&problem, &program, &start, &settings, 1).unwrap();
+                // The loop that runs every lower trial with its derivatives.
+                let mut lm = LmStart::new(start.clone(), sums_at(&program, &start).unwrap());
+                let mut runs = np;
+                for _ in 0..iterations {
+                    let Some(trial) = lm.trial() else { break };
+                    let at = sums_at(&program, &trial);
+                    runs += 1 + if at.as_ref().is_some_and(|a| a.sse < lm.sse()) { np } else { 0 };
+                    lm.judge(trial, at);
+                }
+                let bits = |p: &[f32]| p.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                assert_eq!(got.sse.to_bits(), lm.sse().to_bits(), "{text}, {iterations} iterations");
+                assert_eq!(bits(&got.params), bits(lm.params()), "{text}, {iterations} iterations");
+                assert!(
+                    got.runs <= runs,
+                    "{text}, {iterations} iterations: {} runs against {runs}",
+                    got.runs
+                );
+                fewer += usize::from(got.runs < runs);
+            }
+        }
+        // At one iteration a lower first trial is the last: taken without derivatives.
+        assert!(fewer >= 3, "only {fewer} fits ran fewer runs");
     }
 }

@@ -257,7 +257,7 @@ struct Compiled<'a> {
 /// the CPU, run in the GPU worker (one request for all iterations,
 /// `gpfarm_kernels::gpu::GpuEvaluator::fit`, its small solves on the GPU too), every start of
 /// every program in the same rounds of launches (a trial's plain run, then its run with
-/// derivatives where it is lower), by the interpreter's fitting kernels
+/// derivatives where it is lower and the start goes on), by the interpreter's fitting kernels
 /// or, where `compiled` says so ([`fit_compiled_pays`]), by kernels compiled for the programs'
 /// structures. Returns, per
 /// individual, `None` where the CPU must fit it, else `Some` of its new values (`None` when the

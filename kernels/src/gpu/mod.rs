@@ -346,9 +346,10 @@ impl GpuEvaluator {
     /// ([`contract::FIT_STEP_KERNEL`], a warp per start) to begin each start and solve for its
     /// first trial; then two rounds per iteration of one launch of the starts marked and the
     /// step kernel again: a trial runs plain first (the sum of squares alone), a start whose plain
-    /// run is lower runs it again with derivatives and takes it, one whose plain run is not
-    /// lower refuses it, and a start with trials left and nothing to run again solves for its
-    /// next trial. The host waits only for the end. Each start takes the values
+    /// run is lower runs it again with derivatives and takes it (or, where the start ends with it,
+    /// its last trial or one that gains no more than a millionth, takes it without:
+    /// [`gpfarm_gp::LmStart::judge_plain`]), one whose plain run is not lower refuses it, and a
+    /// start with trials left and nothing to run again solves for its next trial. The host waits only for the end. Each start takes the values
     /// [`gpfarm_gp::LmStart`] on the host would from the sums [`linearize`](Self::linearize)
     /// gives, bit for bit (the step kernel's double operations are the host's, in its order; a
     /// plain run's sum of squares is the same bits as one with derivatives). Per start, in
@@ -365,8 +366,8 @@ impl GpuEvaluator {
         let plan = self.device.launch_fit(&self.problem, fit, self.ncases)?;
         let (begin, judge) = (contract::FIT_STEP_BEGIN, contract::FIT_STEP_JUDGE);
         self.device.fit_step(&plan, begin | contract::FIT_STEP_TRIAL, iterations)?;
-        // A trial runs plain, then again with its derivatives where it is lower: at most two
-        // launches a trial.
+        // A trial runs plain, then again with its derivatives where it is lower and the start
+        // goes on: at most two launches a trial.
         for _ in 0..2 * iterations {
             self.device.run_fit(&self.problem, fit, &plan, fit::Counts::Loop)?;
             self.device.fit_step(&plan, judge | contract::FIT_STEP_TRIAL, iterations)?;

@@ -554,10 +554,19 @@ extern "C" __global__ void __launch_bounds__(32) {FIT_STEP_KERNEL}(int nprograms
     }}
     int go = -1;
     if (!(mode & {FIT_STEP_BEGIN}) && (mode & {FIT_STEP_JUDGE}) && ran >= 0) {{
-        if (ran == 0 && now < was) {{
-            // A trial whose sum of squares alone is lower: run it again with its derivatives,
+        if (ran == 0 && now < was && tried < iterations && !(__dsub_rn(was, now) <= __dmul_rn({CONVERGED:e}, now))) {{
+            // A trial whose sum of squares alone is lower, and after which the start goes on (it
+            // is not the last and gains more than CONVERGED): run it again with its derivatives,
             // then take it (the same sum of squares, bit for bit).
             go = np;
+        }} else if (ran == 0 && now < was) {{
+            // Lower, but the start ends with it (gpfarm_gp::LmStart::judge_plain): taken without
+            // derivatives, which no next trial would read (the best sums beyond the sum of squares
+            // are left as they were, and not read again).
+            if (lane == 0) b[0] = now;
+            for (int i = lane; i < np; i += 32) bp[i] = p[i];
+            on = 0;
+            if (lane == 0) sse[j] = now;
         }} else if (ran > 0 && now < was) {{
             for (int i = lane; i < ns; i += 32) b[i] = i == 0 ? now : s[i];
             for (int i = lane; i < np; i += 32) bp[i] = p[i];
@@ -571,14 +580,14 @@ extern "C" __global__ void __launch_bounds__(32) {FIT_STEP_KERNEL}(int nprograms
     }}
     __syncwarp();
     if (go < 0 && (mode & {FIT_STEP_TRIAL}) && on && tried < iterations) {{
-        // The next trial runs plain first: its derivatives only if it is lower.
+        // The next trial runs plain first: its derivatives only if it is lower and not the end.
         if (gpfarm_lm_trial(np, lam, b, work + at[j], bp, p, lane)) {{ go = 0; ++tried; }}
         else on = 0;
     }}
     if (lane == 0) {{
         lambda[j] = lam; active[j] = on; running[j] = go; trials[j] = tried;
         // The launches that ran the start: the first, and one for each run queued (a trial's plain
-        // run, and its run with derivatives where that is lower).
+        // run, and its run with derivatives where that is lower and the start goes on).
         launches[j] = ((mode & {FIT_STEP_BEGIN}) ? 1 : launches[j]) + (go >= 0 ? 1 : 0);
     }}
 }}
