@@ -39,6 +39,38 @@ pub const CPU_BESIDE_GPU_CASES: usize = 4096;
 /// Fits remembered (their values, or that the fit moved nothing) before the memo starts again.
 const FIT_MEMO_CAPACITY: usize = 200_000;
 
+/// The times of a fit's phases, written to stderr where `GPFARM_FIT_PROFILE` is set
+/// ([`gpfarm_kernels::gpu::fit_profiling`]; a diagnostic).
+struct Phases {
+    on: bool,
+    last: Instant,
+    times: Vec<(&'static str, Duration)>,
+}
+
+impl Phases {
+    fn new() -> Phases {
+        Phases { on: gpfarm_kernels::gpu::fit_profiling(), last: Instant::now(), times: Vec::new() }
+    }
+
+    /// Ends the phase `name` (begun at the last mark).
+    fn mark(&mut self, name: &'static str) {
+        if self.on {
+            let now = Instant::now();
+            self.times.push((name, now - self.last));
+            self.last = now;
+        }
+    }
+
+    /// Writes the phases' times under `what`.
+    fn show(&self, what: &str) {
+        if self.on {
+            let times: Vec<String> =
+                self.times.iter().map(|(n, t)| format!("{n} {:.3}", t.as_secs_f64() * 1e3)).collect();
+            eprintln!("gpfarm fit profile: {what} (ms): {}", times.join(", "));
+        }
+    }
+}
+
 /// The key of a fit: the run's seed, the phenotype and the starting values' bits.
 fn fit_key(seed: u64, b: &Born) -> blake3::Hash {
     let mut h = blake3::Hasher::new();
@@ -65,27 +97,34 @@ struct FitPlan {
 
 /// Plans the fits of `born` under `config` in a run of seed `seed`, with the fits remembered
 /// from earlier generations in `memo`: each individual with parameters is fitted with probability
-/// `config.share`, drawn from the seed, its generation and its slot.
+/// `config.share`, drawn from the seed, its generation and its slot. The draws and keys are
+/// computed on `pool` where there is one (each individual's its own: the same plan).
 fn plan_fits(
     born: &[Born],
     config: &FitConfig,
     seed: u64,
     memo: &std::collections::HashMap<blake3::Hash, Option<Vec<f32>>>,
+    pool: Option<&rayon::ThreadPool>,
 ) -> FitPlan {
     let mut plan = FitPlan { todo: Vec::new(), repeats: Vec::new(), known: vec![None; born.len()] };
     let mut queued: std::collections::HashSet<blake3::Hash> = std::collections::HashSet::new();
-    for (k, b) in born.iter().enumerate() {
+    // Per individual, its fit's key where it is to be fitted.
+    let drawn = |b: &Born| -> Option<blake3::Hash> {
         if b.params.is_empty() || config.iterations == 0 {
-            continue;
+            return None;
         }
         let mut draw = ChaCha8Rng::seed_from_u64(
             seed ^ (b.generation as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
                 ^ (b.slot as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F),
         );
-        if !draw.random_bool(config.share) {
-            continue;
-        }
-        let key = fit_key(seed, b);
+        draw.random_bool(config.share).then(|| fit_key(seed, b))
+    };
+    let keys: Vec<Option<blake3::Hash>> = match pool {
+        Some(pool) => pool.install(|| born.par_iter().map(drawn).collect()),
+        None => born.iter().map(drawn).collect(),
+    };
+    for (k, key) in keys.into_iter().enumerate() {
+        let Some(key) = key else { continue };
         match memo.get(&key) {
             Some(values) => plan.known[k] = Some(values.clone()),
             None if !queued.insert(key) => plan.repeats.push((k, key)),
@@ -103,6 +142,7 @@ impl Driver<'_> {
             return Ok(born);
         }
         let started = Instant::now();
+        let mut phases = Phases::new();
         // No pool (no threads could be started): fit on this thread.
         let pool = self.pool();
         let config = self.pipeline.config().fit;
@@ -120,7 +160,10 @@ impl Driver<'_> {
             self.fit_problem = Some(self.problem.strided(cases));
         }
         let problem = self.fit_problem.as_ref().expect("set above");
-        let FitPlan { todo, repeats, mut known } = plan_fits(&born, &config, seed, &self.fit_memo);
+        let FitPlan { todo, repeats, mut known } =
+            plan_fits(&born, &config, seed, &self.fit_memo, pool.as_deref());
+        phases.mark("plan");
+        let todo_len = todo.len();
         let one = |&(k, key): &(usize, blake3::Hash)| -> Option<Vec<f32>> {
             let b = &born[k];
             let fit_seed = u64::from_le_bytes(key.as_bytes()[..8].try_into().expect("8 bytes"));
@@ -151,8 +194,14 @@ impl Driver<'_> {
                 options: self.options,
                 toolchain: &self.fit_toolchain,
             };
-            let outcome =
-                gpu_fit(self.problem, &mut self.evaluator, &born, &todo, &config, compiled, &mut worker_took);
+            let outcome = gpu_fit(
+                self.problem,
+                &mut self.evaluator,
+                Batch { born: &born, todo: &todo, pool: pool.as_deref() },
+                &config,
+                compiled,
+                &mut worker_took,
+            );
             // Compiling fitting kernels is counted apart from the GPU's fitting.
             gpu_took = t.elapsed();
             match outcome {
@@ -168,6 +217,7 @@ impl Driver<'_> {
                 }
             }
         }
+        phases.mark("gpu");
         let by_gpu: Vec<bool> = fitted.iter().map(Option::is_some).collect();
         let rest: Vec<usize> = (0..todo.len()).filter(|&i| fitted[i].is_none()).collect();
         let on_cpu: Vec<Option<Vec<f32>>> = match &pool {
@@ -177,6 +227,7 @@ impl Driver<'_> {
         for (i, values) in rest.into_iter().zip(on_cpu) {
             fitted[i] = Some(values);
         }
+        phases.mark("cpu");
         let fitted: Vec<Option<Vec<f32>>> = fitted.into_iter().map(Option::flatten).collect();
         if self.fit_memo.len() + todo.len() > FIT_MEMO_CAPACITY {
             self.fit_memo.clear();
@@ -204,6 +255,7 @@ impl Driver<'_> {
                 self.account(b.generation).fitted += 1;
             }
         }
+        phases.mark("record");
         // Compiled code takes the values as an argument (compiled once per structure); the
         // interpreter and the CPU evaluator run them written in. Each text is lexed again to
         // write them, on the pool (long texts take microseconds each).
@@ -220,6 +272,8 @@ impl Driver<'_> {
                 None => born.iter_mut().for_each(write),
             }
         }
+        phases.mark("write");
+        phases.show(&format!("{} fitted of {}", todo_len, born.len()));
         if let Some(b) = born.first() {
             let a = self.account(b.generation);
             a.fit_gpu += gpu_took.saturating_sub(compile_took);
@@ -252,8 +306,15 @@ struct Compiled<'a> {
     toolchain: &'a str,
 }
 
-/// Levenberg–Marquardt on the GPU for the individuals `todo` (indices into `born`, with their fit
-/// keys) whose programs a fitting kernel takes: each start is a [`gpfarm_gp::LmStart`], as on
+/// The individuals a GPU fit is asked for: `todo` (indices into `born`, with their fit keys), and
+/// the threads that ready their programs (`pool`; none: this thread).
+struct Batch<'a> {
+    born: &'a [Born],
+    todo: &'a [(usize, blake3::Hash)],
+    pool: Option<&'a rayon::ThreadPool>,
+}
+
+/// Levenberg–Marquardt on the GPU for the individuals of `batch` whose programs a fitting kernel takes: each start is a [`gpfarm_gp::LmStart`], as on
 /// the CPU, run in the GPU worker (one request for all iterations,
 /// `gpfarm_kernels::gpu::GpuEvaluator::fit`, its small solves on the GPU too), every start of
 /// every program in the same rounds of launches (a trial's plain run, then its run with
@@ -266,12 +327,13 @@ struct Compiled<'a> {
 fn gpu_fit(
     problem: &Problem,
     evaluator: &mut Evaluator,
-    born: &[Born],
-    todo: &[(usize, blake3::Hash)],
+    batch: Batch<'_>,
     config: &FitConfig,
     compiled: Compiled<'_>,
     kernel_time: &mut Duration,
 ) -> Result<GpuFitted, EvolveError> {
+    let Batch { born, todo, pool } = batch;
+    let mut phases = Phases::new();
     let mut out: Vec<Option<Option<Vec<f32>>>> = vec![None; todo.len()];
     let nothing = |out| Ok((out, vec![false; todo.len()], Duration::ZERO, vec![0; todo.len()]));
     let Some(worker) = evaluator.worker() else { return nothing(out) };
@@ -288,27 +350,36 @@ fn gpu_fit(
     let mut wants_code: Vec<Option<usize>> = Vec::new();
     // Whether each start's program runs in its width's small-stack kernel.
     let mut smalls: Vec<bool> = Vec::new();
-    for (i, &(k, key)) in todo.iter().enumerate() {
+    // Each program's bytecode, where a fitting kernel takes it, and whether it runs in its width's
+    // small-stack kernel (on the pool, each its own).
+    let assemble = |&(k, _): &(usize, blake3::Hash)| -> Option<(Arc<Vec<u32>>, bool)> {
         let b = &born[k];
         if b.params.len() > FIT_PARAMS {
-            continue;
+            return None;
         }
         // Breeding's tree where it has one (the same parse), else parsed here.
         let parsed;
         let program = match &b.program {
             Some(p) => p.as_ref(),
             None => {
-                let Ok(p) = Program::parse(problem, &b.phenotype) else { continue };
-                parsed = p;
+                parsed = Program::parse(problem, &b.phenotype).ok()?;
                 &parsed
             }
         };
-        let Ok(code) = assemble_structure(problem, program) else { continue };
+        let code = assemble_structure(problem, program).ok()?;
         if !fits_on_gpu(&code.words, b.params.len(), code.depth) {
-            continue;
+            return None;
         }
         let small = fits_small(&code.words, b.params.len(), code.depth);
-        let code = Arc::new(code.words);
+        Some((Arc::new(code.words), small))
+    };
+    let assembled: Vec<Option<(Arc<Vec<u32>>, bool)>> = match pool {
+        Some(pool) => pool.install(|| todo.par_iter().map(assemble).collect()),
+        None => todo.iter().map(assemble).collect(),
+    };
+    for (i, (&(k, key), assembled)) in todo.iter().zip(assembled).enumerate() {
+        let b = &born[k];
+        let Some((code, small)) = assembled else { continue };
         // Where compiled kernels may fit it, its structure's key in their store.
         let structure = match compiled.kernels {
             FitKernels::Interpreter => None,
@@ -346,6 +417,7 @@ fn gpu_fit(
     if begin.is_empty() {
         return nothing(out);
     }
+    phases.mark("programs");
     // The compiled units this fit uses, each once, by their index in the request.
     let programs: Vec<(blake3::Hash, &[u32], usize)> =
         to_compile.iter().map(|(key, words, np)| (*key, words.as_slice(), *np)).collect();
@@ -373,6 +445,7 @@ fn gpu_fit(
         by_code[*item] |= at.is_some();
         fit.push_with(words, values, small, at);
     }
+    phases.mark("request");
     let fitted = match worker.fit(&fit, config.iterations, &cubins) {
         Err(e) if !cubins.is_empty() => {
             // A unit the worker could not load or run: the interpreter's kernels fit everything,
@@ -391,6 +464,7 @@ fn gpu_fit(
         }
         other => other?,
     };
+    phases.mark("worker");
     let gpfarm_kernels::gpu::Fitted { params, sse, first_sse, launches, took_us } = fitted;
     *kernel_time += Duration::from_micros(took_us);
     if sse.len() != begin.len() || first_sse.len() != begin.len() || params.len() != fit.params.len() {
@@ -424,6 +498,12 @@ fn gpu_fit(
             out[i] = Some(Some(params[at..at + begin[j].2.len()].to_vec()));
         }
     }
+    phases.mark("results");
+    phases.show(&format!(
+        "GPU fit of {} starts, the worker's own {:.3} ms",
+        begin.len(),
+        took_us as f64 / 1e3
+    ));
     Ok((out, by_code, compile_took, node_evals))
 }
 
@@ -449,18 +529,26 @@ mod tests {
         ];
         let mut memo = std::collections::HashMap::new();
         memo.insert(fit_key(7, &generation[4]), Some(vec![0.25f32]));
-        let plan = plan_fits(&generation, &config, 7, &memo);
+        let plan = plan_fits(&generation, &config, 7, &memo, None);
         let slots = |v: &[(usize, blake3::Hash)]| v.iter().map(|(k, _)| *k).collect::<Vec<_>>();
+        // Planned on threads, the same plan.
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+        let threaded = plan_fits(&generation, &FitConfig { share: 0.5, ..config }, 7, &memo, Some(&pool));
+        let alone = plan_fits(&generation, &FitConfig { share: 0.5, ..config }, 7, &memo, None);
+        assert_eq!(
+            (&threaded.todo, &threaded.repeats, &threaded.known),
+            (&alone.todo, &alone.repeats, &alone.known)
+        );
         assert_eq!(slots(&plan.todo), vec![0, 2]);
         assert_eq!(slots(&plan.repeats), vec![1, 5]);
         assert_eq!(plan.repeats[0].1, plan.todo[0].1, "a repeat takes the values of its twin's fit");
         assert_eq!(plan.known[4], Some(Some(vec![0.25])));
         assert!(plan.known.iter().enumerate().all(|(k, v)| v.is_some() == (k == 4)));
         // Another seed is another fit: nothing remembered applies.
-        let other = plan_fits(&generation, &config, 8, &memo);
+        let other = plan_fits(&generation, &config, 8, &memo, None);
         assert_eq!(slots(&other.todo), vec![0, 2, 4]);
         // No share, no fits.
-        let none = plan_fits(&generation, &FitConfig { share: 0.0, ..config }, 7, &memo);
+        let none = plan_fits(&generation, &FitConfig { share: 0.0, ..config }, 7, &memo, None);
         assert!(none.todo.is_empty() && none.repeats.is_empty() && none.known.iter().all(Option::is_none));
     }
 }

@@ -49,6 +49,7 @@ use thiserror::Error;
 // same types as this evaluator.
 pub use gpfarm_protocol::worker::{CompiledUnit, Fitted, GpuGeneration, KernelRef, WireFit, WirePopulation};
 
+pub use fit::profiling as fit_profiling;
 pub use fitness::{BLOCK, FITNESS_KERNEL, ROWS, TILE, TILES_KERNEL, fitness_source};
 pub(crate) use fitness::{block_sum, fitness_term, tiles_source};
 pub use probe::{device_count, probe};
