@@ -26,6 +26,6 @@ pub use grammar::{Grammar, GrammarError};
 pub use init::InitMethod;
 pub use mapping::{Derivation, Genome, InvalidReason, Mapping, MappingLimits, Phenotype, map};
 pub use pipeline::{Born, FrontPoint, GenerationStats, Migrant, Pipeline, choose, pareto_front};
-pub use population::{EvolutionConfig, EvolutionError, FitConfig, Individual, Seed};
+pub use population::{EvolutionConfig, EvolutionError, FIT_CASES, FitConfig, Individual, Seed};
 pub use problem::{Column, KernelName, KernelParam, ParamRole, Problem, ProblemError, Template};
 pub use program::{Evaluation, Program, evaluate, evaluate_all, evaluate_phenotype};

@@ -76,13 +76,19 @@ pub struct FitConfig {
     /// individual's own fitness (Baldwinian).
     pub lamarckian: bool,
     /// Fit on at most this many of the cases, evenly spaced (0: all); the fitness is still
-    /// computed on all of them.
+    /// computed on all of them. Default [`FIT_CASES`].
     pub cases: usize,
 }
 
+/// The cases a fit takes by default, evenly spaced, where a problem has more: 8,192. Fitting is
+/// local search; the fitness judges what it found on every case. On Friedman-1 with 100,000 cases
+/// (H100, population 1000, 11 generations, 3 seeds) fits on 8,192 cases gave a best RMSE of 0.93
+/// to 1.49 against 1.71 to 1.82 on all of them, with generations 4.6 to 5.3 times shorter.
+pub const FIT_CASES: usize = 8192;
+
 impl Default for FitConfig {
     fn default() -> Self {
-        Self { iterations: 10, restarts: 0, share: 1.0, lamarckian: true, cases: 0 }
+        Self { iterations: 10, restarts: 0, share: 1.0, lamarckian: true, cases: FIT_CASES }
     }
 }
 

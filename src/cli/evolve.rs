@@ -161,9 +161,9 @@ pub struct EvolveArgs {
     /// Share of the individuals bred whose parameters are fitted, in [0, 1].
     #[arg(long, value_name = "SHARE", default_value_t = 1.0, value_parser = probability)]
     fit_share: f64,
-    /// Fit on at most this many cases, evenly spaced (0: all; on the CPU beside the GPU, 4096),
-    /// on the GPU and the CPU; the fitness still uses all.
-    #[arg(long, value_name = "N", default_value_t = 0)]
+    /// Fit on at most this many cases, evenly spaced (0: all), on the GPU and the CPU (on the CPU
+    /// beside the GPU at most 4096); the fitness still uses all.
+    #[arg(long, value_name = "N", default_value_t = gpfarm_gp::FitConfig::default().cases)]
     fit_cases: usize,
     /// Which kernels fit free parameters on the GPU: the interpreter's, kernels compiled for
     /// each straight-line program's structure (once per run; on the PTX route its own PTX linked

@@ -33,7 +33,7 @@ use crate::error::EvolveError;
 use crate::route::{FitCosts, FitKernels, fit_compiled_pays};
 
 /// The most cases the CPU fits a program on while the GPU fits the others (the programs its
-/// fitting kernel cannot take), unless the run sets its own (`--fit-cases`).
+/// fitting kernel cannot take); fewer where the run's `--fit-cases` says so.
 pub const CPU_BESIDE_GPU_CASES: usize = 4096;
 
 /// Fits remembered (their values, or that the fit moved nothing) before the memo starts again.
@@ -149,10 +149,11 @@ impl Driver<'_> {
         let seed = self.pipeline.config().seed;
         let settings = FitSettings { iterations: config.iterations, restarts: config.restarts };
         // Beside the GPU, the CPU fits the programs its fitting kernel cannot take, on at most
-        // CPU_BESIDE_GPU_CASES cases unless --fit-cases says otherwise.
+        // CPU_BESIDE_GPU_CASES cases.
         let cases = match (config.cases, self.gpu_fit) {
             (0, true) => CPU_BESIDE_GPU_CASES,
-            (n, _) => n,
+            (n, true) => n.min(CPU_BESIDE_GPU_CASES),
+            (n, false) => n,
         };
         let all = self.problem.cases().len();
         let want = if cases == 0 { all } else { cases.min(all) };
