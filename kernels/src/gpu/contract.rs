@@ -86,14 +86,30 @@ pub fn sums_of(params: usize) -> usize {
 /// reduction of its sums, so a tile should not be too small).
 pub const FIT_ROWS: u32 = 16;
 /// Tiles a program's cases are split into where there are enough cases: enough blocks for the
-/// GPU's multiprocessors even when few programs are fitted at one width.
-const FIT_TILES_WANTED: usize = 32;
+/// GPU's multiprocessors even when few programs are fitted at one width, and rows enough per
+/// thread to pay for each tile's reduction. 16: on the H100, fits on 8,192 cases (population
+/// 1000, Friedman-1) took about 12% less GPU time a generation than with 32 tiles of one row
+/// each, and as little as with 8 or 4 tiles (`results/2026-11-27-h100/fit-trials/tiles/`).
+const FIT_TILES_WANTED: usize = 16;
+
+/// [`FIT_TILES_WANTED`], or `GPFARM_FIT_TILES` where it is set to a number from 1 (a diagnostic
+/// for tuning; the sums' bits follow the tiles).
+fn fit_tiles_wanted() -> usize {
+    static WANTED: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *WANTED.get_or_init(|| {
+        std::env::var("GPFARM_FIT_TILES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&n| n >= 1)
+            .unwrap_or(FIT_TILES_WANTED)
+    })
+}
 
 /// The cases each thread of a fitting kernel runs over `ncases` cases (1 to [`FIT_ROWS`]): a
 /// function of the case count only, so that a program's sums do not depend on the programs
 /// fitted beside it.
 pub fn fit_rows(ncases: usize) -> u32 {
-    ncases.div_ceil(super::BLOCK as usize * FIT_TILES_WANTED).clamp(1, FIT_ROWS as usize) as u32
+    ncases.div_ceil(super::BLOCK as usize * fit_tiles_wanted()).clamp(1, FIT_ROWS as usize) as u32
 }
 
 /// Tiles (blocks along x) of [`fit_rows`] rows of cases that `ncases` cases fill (at least one).
