@@ -650,7 +650,7 @@ impl Engine {
         };
         let (fitness, interpreter) =
             if self.route == Route::Interpreter { (None, Some(cubin)) } else { (Some(cubin), None) };
-        // The GPU fits on --fit-cases evenly spaced cases when set, else on all of them.
+        // The GPU fits on at most --fit-cases evenly spaced cases (0: all of them).
         let fit_cases = self.options.evolution.fit.cases;
         let init = gpfarm_client::init_request(fitness, interpreter, (fit, fit_cases));
         let kept = if self.options.keep_gpu_worker {

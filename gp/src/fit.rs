@@ -270,7 +270,8 @@ fn add_tile<const R: usize, const C: usize>(a: &mut [f64], np: usize, i0: usize,
 
 /// One start of Levenberg–Marquardt, as the module documentation states it, driven by whoever
 /// runs the program: [`fit`] on the CPU, one start at a time. [`LmStart::trial`] gives the
-/// values to run next, [`LmStart::judge`] takes what the run gave. The GPU's fitting loop runs a
+/// values to run next; [`LmStart::judge_plain`] takes what a plain run of them gave, and says
+/// whether to run them again with derivatives for [`LmStart::judge`]. The GPU's fitting loop runs a
 /// copy of it in CUDA C (the step kernel of `gpfarm_kernels::interpreter::fit_source`), with the
 /// same constants and operations, bit for bit: any change here must be made there too.
 #[derive(Clone, Debug)]
@@ -457,7 +458,7 @@ mod tests {
     #[test]
     fn blocks_add_the_sums_of_one_case_at_a_time_bit_for_bit() {
         let mut rng = ChaCha8Rng::seed_from_u64(7);
-        for np in [0, 1, 3, 4, 5, 8, 11, 13] {
+        for np in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14] {
             let n = 150;
             let ys: Vec<f32> = (0..n).map(|_| rng.random_range(-10.0f32..10.0)).collect();
             let ts: Vec<f64> = (0..n).map(|_| rng.random_range(-10.0..10.0)).collect();
@@ -576,38 +577,54 @@ mod tests {
             sums.add_block(&at.outputs, &ts, &at.jacobian);
             Some(Sums::new(sums.sse, sums.jtj, sums.jtr))
         };
-        let mut fewer = 0;
+        let (mut fewer, mut converged) = (0, 0);
+        let mut rng = ChaCha8Rng::seed_from_u64(11);
         for (text, start) in [
             ("p[0] * x + p[1]", vec![0.5f32, 0.1]),
             ("expf(p[0] * x) * p[1] + p[2]", vec![0.5, 3.0, -1.0]),
             ("sinf(p[0] * x + p[1]) * p[2] + p[3] * x", vec![1.0, 0.2, 0.3, 0.1]),
+            ("p[0] * x * x + p[1] * x + p[2]", vec![0.3, -0.2, 0.1]),
         ] {
             let program = Program::parse(&problem, &Phenotype::new(text)).unwrap();
             let np = start.len();
-            for iterations in [1, 2, 3, 10, 30] {
-                let settings = FitSettings { iterations, restarts: 0 };
-                let got = fit(&problem, &program, &start, &settings, 1).unwrap();
-                // The loop that runs every lower trial with its derivatives.
-                let mut lm = LmStart::new(start.clone(), sums_at(&program, &start).unwrap());
-                let mut runs = np;
-                for _ in 0..iterations {
-                    let Some(trial) = lm.trial() else { break };
-                    let at = sums_at(&program, &trial);
-                    runs += 1 + if at.as_ref().is_some_and(|a| a.sse < lm.sse()) { np } else { 0 };
-                    lm.judge(trial, at);
+            // The given start and others drawn around it.
+            let mut starts = vec![start.clone()];
+            starts.extend((0..8).map(|_| moved_start(&start, &mut rng)));
+            for start in &starts {
+                for iterations in [1, 2, 3, 10, 30] {
+                    let settings = FitSettings { iterations, restarts: 0 };
+                    let Some(got) = fit(&problem, &program, start, &settings, 1) else { continue };
+                    // The loop that runs every lower trial with its derivatives.
+                    let Some(at) = sums_at(&program, start) else { continue };
+                    let mut lm = LmStart::new(start.clone(), at);
+                    let (mut runs, mut ended) = (np, false);
+                    for it in 0..iterations {
+                        let Some(trial) = lm.trial() else { break };
+                        let at = sums_at(&program, &trial);
+                        let lower = at.as_ref().is_some_and(|a| a.sse < lm.sse());
+                        runs += 1 + if lower { np } else { 0 };
+                        lm.judge(trial, at);
+                        // A step taken that ended the start before its last trial: it gained
+                        // no more than a millionth.
+                        ended |= lower && !lm.is_active() && it + 1 < iterations;
+                    }
+                    let bits = |p: &[f32]| p.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                    let what = format!("{text} from {start:?}, {iterations} iterations");
+                    assert_eq!(got.sse.to_bits(), lm.sse().to_bits(), "{what}");
+                    assert_eq!(bits(&got.params), bits(lm.params()), "{what}");
+                    assert!(got.runs <= runs, "{what}: {} runs against {runs}", got.runs);
+                    fewer += usize::from(got.runs < runs);
+                    if ended {
+                        // That step's derivatives were not run.
+                        assert!(got.runs < runs, "{what}: ended on a small step, yet {runs} runs");
+                        converged += 1;
+                    }
                 }
-                let bits = |p: &[f32]| p.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-                assert_eq!(got.sse.to_bits(), lm.sse().to_bits(), "{text}, {iterations} iterations");
-                assert_eq!(bits(&got.params), bits(lm.params()), "{text}, {iterations} iterations");
-                assert!(
-                    got.runs <= runs,
-                    "{text}, {iterations} iterations: {} runs against {runs}",
-                    got.runs
-                );
-                fewer += usize::from(got.runs < runs);
             }
         }
-        // At one iteration a lower first trial is the last: taken without derivatives.
+        // At one iteration a lower first trial is the last; and some starts end on a step that
+        // gains no more than a millionth: both taken without derivatives.
         assert!(fewer >= 3, "only {fewer} fits ran fewer runs");
+        assert!(converged > 0, "no start ended on a step gaining no more than a millionth");
     }
 }

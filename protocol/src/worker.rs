@@ -348,7 +348,7 @@ pub struct Fitted {
     pub first_sse: Vec<f64>,
     /// How many launches of the fitting kernels ran each start: its first (with derivatives),
     /// a plain run per trial and one more with derivatives per trial whose plain run was lower
-    /// and after which the start went on; at most 2 × the iterations.
+    /// and after which the start went on; at most 2 × the iterations (1 with none).
     pub launches: Vec<u32>,
     /// The worker's time for it (launches, copies, the small solves), microseconds.
     pub took_us: u64,

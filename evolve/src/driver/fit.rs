@@ -324,7 +324,8 @@ struct Batch<'a> {
 /// structures. Returns, per
 /// individual, `None` where the CPU must fit it, else `Some` of its new values (`None` when the
 /// fit moved nothing); how many individuals compiled kernels fitted, and the time compiling
-/// took. The sums are the GPU's (outputs the interpreter's, derivatives floats), on all cases.
+/// took. The sums are the GPU's (outputs the interpreter's, derivatives floats), on the run's
+/// fitting cases (`--fit-cases` evenly spaced ones, or all).
 fn gpu_fit(
     problem: &Problem,
     evaluator: &mut Evaluator,
@@ -342,7 +343,8 @@ fn gpu_fit(
     let cases =
         if config.cases == 0 { problem.cases().len() } else { config.cases.min(problem.cases().len()) };
     // A start's launches, estimated: the first and one per iteration (a trial runs plain, and
-    // again where it is lower: about as many in all on Friedman-1, 1 + 6.9 + 3.4).
+    // again where it is lower and the start goes on: on Friedman-1 about as many in all, some
+    // 7 trials a start, about half of them lower).
     let launches = (config.iterations + 1) * (config.restarts + 1);
     // Every start's program and values, then their sums there.
     let mut begin: Vec<(usize, Arc<Vec<u32>>, Vec<f32>)> = Vec::new();

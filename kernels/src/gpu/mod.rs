@@ -345,7 +345,8 @@ impl GpuEvaluator {
     /// `iterations` iterations of [`gpfarm_gp::LmStart`], all on the GPU: one launch of the
     /// fitting kernels at the starting values and the step kernel
     /// ([`contract::FIT_STEP_KERNEL`], a warp per start) to begin each start and solve for its
-    /// first trial; then two rounds per iteration of one launch of the starts marked and the
+    /// first trial; then two rounds per iteration (one fewer in all: the last trial needs no
+    /// derivatives) of one launch of the starts marked and the
     /// step kernel again: a trial runs plain first (the sum of squares alone), a start whose plain
     /// run is lower runs it again with derivatives and takes it (or, where the start ends with it,
     /// its last trial or one that gains no more than a millionth, takes it without:
@@ -368,8 +369,8 @@ impl GpuEvaluator {
         let (begin, judge) = (contract::FIT_STEP_BEGIN, contract::FIT_STEP_JUDGE);
         self.device.fit_step(&plan, begin | contract::FIT_STEP_TRIAL, iterations)?;
         // A trial runs plain, then again with its derivatives where it is lower and the start
-        // goes on: at most two launches a trial.
-        for _ in 0..2 * iterations {
+        // goes on: at most two launches a trial, and one for the last (taken from its plain run).
+        for _ in 0..(2 * iterations).saturating_sub(1) {
             self.device.run_fit(&self.problem, fit, &plan, fit::Counts::Loop)?;
             self.device.fit_step(&plan, judge | contract::FIT_STEP_TRIAL, iterations)?;
         }
