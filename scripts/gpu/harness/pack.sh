@@ -15,10 +15,17 @@ mkdir -p .carry/fakecuda
 echo 'int gpfarm_no_driver_here;' | cc -shared -fPIC -x c - -Wl,-soname,libcuda.so.1 -o .carry/fakecuda/libcuda.so.1
 cargo test --release --workspace --no-run --message-format=json 2>/dev/null \
   | python3 -c '
-import json, sys
+import collections, json, sys
+tests = []
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
-        print(m["target"]["name"], m["executable"])' \
+        crate = m["package_id"].split("#")[-1].split("@")[0].split("/")[-1]
+        tests.append((crate, m["target"]["name"], m["executable"]))
+# A name two crates give their tests (ptx) is kept as the root crate'"'"'s, the other as NAME_CRATE.
+count = collections.Counter(name for _, name, _ in tests)
+for crate, name, exe in tests:
+    shared = count[name] > 1 and crate != "gpfarm"
+    print(name + "_" + crate.removeprefix("gpfarm-") if shared else name, exe)' \
   | while read -r name exe; do strip -o ".carry/tests/$name" "$exe"; done
 du -sh .carry
