@@ -337,22 +337,22 @@ impl LmStart {
     /// lower; taken, ending the start, where it is lower and gains no more than `CONVERGED` or
     /// is the last (its derivatives would serve no next trial).
     pub fn judge_plain(&mut self, trial: &[f32], sse: Option<f64>, last: bool) -> bool {
-        match sse {
-            Some(sse) if sse < self.at.sse => {
-                // Both finite here: `>` is `judge`'s test negated.
-                if !last && self.at.sse - sse > CONVERGED * sse {
-                    return true;
-                }
-                self.params = trial.to_vec();
-                self.at = Sums::new(sse, Vec::new(), Vec::new());
-                self.active = false;
-                false
-            }
-            _ => {
-                self.judge(trial.to_vec(), None);
-                false
-            }
+        let lower = sse.filter(|&sse| sse < self.at.sse);
+        if lower.is_some_and(|sse| !last && !self.gains_too_little(sse)) {
+            return true;
         }
+        // Taken (with no `JᵀJ` or `Jᵀr`, which nothing reads once the start ends) or refused.
+        self.judge(trial.to_vec(), lower.map(|sse| Sums::new(sse, Vec::new(), Vec::new())));
+        if lower.is_some() {
+            self.active = false;
+        }
+        false
+    }
+
+    /// Whether taking a sum of squares of `sse` (lower than the start's) gains no more than
+    /// `CONVERGED` of it, which ends the start.
+    fn gains_too_little(&self, sse: f64) -> bool {
+        self.at.sse - sse <= CONVERGED * sse
     }
 
     /// What running `trial` gave (`None`: the program did not run there): a lower sum of squares
@@ -361,10 +361,10 @@ impl LmStart {
     pub fn judge(&mut self, trial: Vec<f32>, at: Option<Sums>) {
         match at {
             Some(at) if at.sse < self.at.sse => {
-                let gain = self.at.sse - at.sse;
+                let ends = self.gains_too_little(at.sse);
                 (self.params, self.at) = (trial, at);
                 self.lambda = (self.lambda / LAMBDA_FACTOR).max(LAMBDA_MIN);
-                if gain <= CONVERGED * self.at.sse {
+                if ends {
                     self.active = false;
                 }
             }
