@@ -4,8 +4,8 @@
 //! gradient `Jᵀr` and the lower triangle of `JᵀJ`, with the Jacobian by automatic
 //! differentiation: one kernel per width of [`FIT_WIDTHS`], a program in the narrowest that holds
 //! its parameters. Straight-line float programs of 8 or more parameters are differentiated in
-//! reverse ([`adjoint`], [`fitted_in_reverse`]: a forward sweep keeps each op's operands, a
-//! backward sweep adds the adjoints); the others forward ([`dual`]: a tangent of as many floats as
+//! reverse ([`adjoint`], [`fitted_in_reverse`]: a forward sweep with derivatives keeps the
+//! operands of each op whose slopes read them, a backward sweep adds the adjoints); the others forward ([`dual`]: a tangent of as many floats as
 //! the kernel's width beside each value, up to [`FIT_FORWARD_PARAMS`]).
 //! The programs' parameter values come in a buffer, so the same bytecode serves every iteration.
 //! A program launched with a count of 0 gets its sum of squares alone: the tangents and the
@@ -218,23 +218,32 @@ fn dual(op: Op) -> String {
 /// the evaluating kernel's ops, so the outputs are the interpreter's bit for bit; the slopes are
 /// [`dual`]'s.
 fn adjoint(op: Op) -> Option<(String, String)> {
+    // The tape is written only where the backward sweep follows (a run with derivatives), and
+    // only for ops whose slopes read their operands (not `+` and `-`).
+    let keep = |a: &str, b: &str| format!("if (gpfarm_deriv) {{ ta[i] = {a}; tb[i] = {b}; }}");
+    // `+` and `-`, whose slopes are constants, keep nothing and read nothing.
     let binary = |sym: &str, sa: &str, sb: &str| {
+        let constant = [sa, sb].iter().all(|s| s.trim_start_matches('-') == "1.0f");
+        let (kept, read) = match constant {
+            true => (String::new(), ""),
+            false => (keep("a", "tv"), "const float a = ta[i], b = tb[i]; "),
+        };
         (
-            format!("{{ const float a = fst[--sp]; ta[i] = a; tb[i] = tv; tv = a {sym} tv; }}"),
+            format!("{{ const float a = fst[--sp]; {kept} tv = a {sym} tv; }}"),
             format!(
-                "{{ const float a = ta[i], b = tb[i]; const float sa = {sa}, sb = {sb}; gs[gp++] = MIXF(sa, gt); gt = MIXF(sb, gt); }}"
+                "{{ {read}const float sa = {sa}, sb = {sb}; gs[gp++] = MIXF(sa, gt); gt = MIXF(sb, gt); }}"
             ),
         )
     };
     let unary = |call: &str, slope: &str| {
         (
-            format!("{{ ta[i] = tv; tv = {call}(tv); tb[i] = tv; }}"),
+            format!("{{ const float x = tv; tv = {call}(tv); {} }}", keep("x", "tv")),
             format!("{{ const float x = ta[i], y = tb[i]; gt *= (float)({slope}); }}"),
         )
     };
     let pair = |call: &str| {
         (
-            format!("{{ const float a = fst[--sp]; ta[i] = a; tb[i] = tv; tv = {call}(a, tv); }}"),
+            format!("{{ const float a = fst[--sp]; {} tv = {call}(a, tv); }}", keep("a", "tv")),
             format!(
                 "{{ const float a = ta[i], b = tb[i]; const float r = {call}(a, b); const bool first = r == a || isnan(b); \
                  gs[gp++] = first ? gt : 0.0f; gt = first ? 0.0f : gt; }}"
@@ -265,13 +274,13 @@ fn adjoint(op: Op) -> Option<(String, String)> {
         Op::FabsF => unary("fabsf", "x < 0.0f ? -1.0f : 1.0f"),
         Op::TanhF => unary("tanhf", "1.0f - y * y"),
         Op::PowF => (
-            "{ const float a = fst[--sp]; ta[i] = a; tb[i] = tv; tv = powf(a, tv); }".into(),
+            format!("{{ const float a = fst[--sp]; {} tv = powf(a, tv); }}", keep("a", "tv")),
             "{ const float a = ta[i], b = tb[i]; const float r = powf(a, b); const double sa = (double)(b * powf(a, b - 1)); \
              const double sb = a > 0 ? (double)(r * logf(a)) : 0.0; gs[gp++] = (float)MIX(sa, (double)gt); gt = (float)MIX(sb, (double)gt); }"
                 .into(),
         ),
         Op::PdivF => (
-            "{ const float a = fst[--sp]; ta[i] = a; tb[i] = tv; tv = fabsf(tv) > 0.001f ? a / tv : 1.0f; }".into(),
+            format!("{{ const float a = fst[--sp]; {} tv = fabsf(tv) > 0.001f ? a / tv : 1.0f; }}", keep("a", "tv")),
             binary(
                 "/",
                 "fabsf(b) > 0.001f ? (float)(1.0 / (double)b) : 0.0f",
@@ -1214,7 +1223,8 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
     __shared__ double jsh[S][LD];\n\
     __shared__ int gpfarm_abort;\n\
     // Programs of 8 or more parameters that are straight-line float code (fewer than TAPE ops)\n\
-    // are differentiated in reverse: a forward sweep keeps each op's operands on a tape, a\n\
+    // are differentiated in reverse: a forward sweep keeps on a tape the operands of each op whose\n\
+    // slopes read them (none in a run without derivatives, none for + and -), a\n\
     // backward sweep adds the output's adjoint into each parameter's derivative, so a case\n\
     // costs a few sweeps of the program however many parameters (forward, every op carries\n\
     // NP derivatives). opat: where each op starts; nops: how many, or -1 (forward).\n\
