@@ -235,10 +235,12 @@ fn adjoint(op: Op) -> Option<(String, String)> {
             ),
         )
     };
-    let unary = |call: &str, slope: &str| {
+    // `f(x)` whose slope reads `x` (its operand) or `y` (its value), the one kept.
+    let unary = |call: &str, slope: &str, reads: &str| {
+        let kept = if reads == "x" { "x" } else { "tv" };
         (
-            format!("{{ const float x = tv; tv = {call}(tv); {} }}", keep("x", "tv")),
-            format!("{{ const float x = ta[i], y = tb[i]; gt *= (float)({slope}); }}"),
+            format!("{{ const float x = tv; tv = {call}(tv); if (gpfarm_deriv) ta[i] = {kept}; }}"),
+            format!("{{ const float {reads} = ta[i]; gt *= (float)({slope}); }}"),
         )
     };
     let pair = |call: &str| {
@@ -266,13 +268,13 @@ fn adjoint(op: Op) -> Option<(String, String)> {
         Op::SubF => binary("-", "1.0f", "-1.0f"),
         Op::MulF => binary("*", "b", "a"),
         Op::DivF => binary("/", "(float)(1.0 / (double)b)", "(float)(-(double)a / ((double)b * (double)b))"),
-        Op::SinF => unary("sinf", "cosf(x)"),
-        Op::CosF => unary("cosf", "-sinf(x)"),
-        Op::ExpF => unary("expf", "y"),
-        Op::LogF => unary("logf", "1.0f / x"),
-        Op::SqrtF => unary("sqrtf", "0.5f / y"),
-        Op::FabsF => unary("fabsf", "x < 0.0f ? -1.0f : 1.0f"),
-        Op::TanhF => unary("tanhf", "1.0f - y * y"),
+        Op::SinF => unary("sinf", "cosf(x)", "x"),
+        Op::CosF => unary("cosf", "-sinf(x)", "x"),
+        Op::ExpF => unary("expf", "y", "y"),
+        Op::LogF => unary("logf", "1.0f / x", "x"),
+        Op::SqrtF => unary("sqrtf", "0.5f / y", "y"),
+        Op::FabsF => unary("fabsf", "x < 0.0f ? -1.0f : 1.0f", "x"),
+        Op::TanhF => unary("tanhf", "1.0f - y * y", "y"),
         Op::PowF => (
             format!("{{ const float a = fst[--sp]; {} tv = powf(a, tv); }}", keep("a", "tv")),
             "{ const float a = ta[i], b = tb[i]; const float r = powf(a, b); const double sa = (double)(b * powf(a, b - 1)); \
