@@ -380,7 +380,7 @@ pub fn fit_source_for(problem: &Problem, widths: &[usize]) -> Result<String, Gpu
         writeln!(
             kernels,
             "extern \"C\" __global__ void __launch_bounds__({}) {}({decl})\n{{\n    gpfarm_fit_body<{w}, {}, {FIT_TAPE}>({args});\n}}\n",
-            fit_bounds(w),
+            fit_bounds(w, true),
             fit_kernel(w),
             FIT_DEPTH + 2,
         )
@@ -644,7 +644,7 @@ fn fit_code_kernel(problem: &Problem, width: usize, members: Members<'_>) -> Res
     let (template, decl, args) = fit_template(problem, members)?;
     Ok(format!(
         "{template}\nextern \"C\" __global__ void __launch_bounds__({}) {FIT_CODE_KERNEL}({decl})\n{{\n    gpfarm_fit_body<{width}, 2, 1>({args});\n}}\n",
-        fit_bounds(width)
+        fit_bounds(width, false)
     ))
 }
 
@@ -687,9 +687,34 @@ const FIT_WIDE_BLOCKS: u32 = 2;
 /// link otherwise).
 pub const FIT_LINK_MAX_REGISTERS: u32 = 65536 / (BLOCK * FIT_WIDE_BLOCKS);
 
-/// The `__launch_bounds__` of the fitting kernel of width `width`.
-fn fit_bounds(width: usize) -> String {
-    if FIT_WIDE_WIDTHS.contains(&width) { format!("{BLOCK}, {FIT_WIDE_BLOCKS}") } else { BLOCK.to_string() }
+/// Blocks per multiprocessor the interpreter's fitting kernels of widths 16 and 32 ask for: 85
+/// registers a thread instead of 128, a few more spilled, a block more on each multiprocessor.
+/// On an H100 (Friedman-1, 100,000 cases, population 1000, seeds 1 and 3, two runs each), the GPU
+/// worker's fitting at generation 10 took 36.0–36.1 and 47.8–48.0 ms against 39.2–39.4 and
+/// 51.0–51.5 with two blocks, the same runs (`results/2026-11-27-h100/fit-trials/bounds/`);
+/// width 64 spilled so much more with three that generation 10 took 47.9 against 39.5 ms (seed
+/// 1), and keeps two. The compiled fitting kernels keep [`FIT_WIDE_BLOCKS`], the bound their
+/// linked members are held to ([`FIT_LINK_MAX_REGISTERS`]).
+const FIT_INTERPRETED_BLOCKS: u32 = 3;
+
+/// The `__launch_bounds__` of the fitting kernel of width `width`, the interpreter's where
+/// `interpreted`: [`FIT_WIDE_BLOCKS`] blocks per multiprocessor for the wide widths,
+/// [`FIT_INTERPRETED_BLOCKS`] for the interpreter's below 64, or `GPFARM_FIT_WIDE_BLOCKS` for
+/// the interpreter's wide widths where it is set to a number from 1 to 8 (a diagnostic for tuning;
+/// the values do not depend on it).
+fn fit_bounds(width: usize, interpreted: bool) -> String {
+    if !FIT_WIDE_WIDTHS.contains(&width) {
+        return BLOCK.to_string();
+    }
+    let blocks = match interpreted {
+        false => FIT_WIDE_BLOCKS,
+        true => std::env::var("GPFARM_FIT_WIDE_BLOCKS")
+            .ok()
+            .and_then(|v| v.parse::<u32>().ok())
+            .filter(|n| (1..=8).contains(n))
+            .unwrap_or(if width < 64 { FIT_INTERPRETED_BLOCKS } else { FIT_WIDE_BLOCKS }),
+    };
+    format!("{BLOCK}, {blocks}")
 }
 
 /// Programs of one width per compiled fitting unit at most ([`fit_code_groups`]).

@@ -2,7 +2,7 @@
 # Trial settings of the fitting kernels (GPFARM_FIT_* in the environment), each run in turn
 # ROUNDS times on the same host: Friedman-1 over CASES (100000) cases, population 1000, GENS (2)
 # generations, seed 1, the interpreter route, fitted on the GPU. Per run: the best, each
-# generation's time and its GPU fitting time. Env: CONFIGS (space-separated; each a comma-separated
+# generation's time and its GPU fitting time. SEED (1) picks the seed. Env: CONFIGS (space-separated; each a comma-separated
 # list of VAR=VALUE for the carried build, "new" for it as it is, or "base" for the build in
 # .carry/base), ROUNDS (2).
 set -uo pipefail
@@ -18,7 +18,7 @@ for round in $(seq "${ROUNDS:-2}"); do
     [[ $config == base ]] && b=$built/base
     log="$r/tune_${config//[,=]/_}_$round"
     env "${vars[@]}" GPFARMD=$b/gpfarmd GPFARM_GPU_WORKER=$b/gpfarm-gpu-worker timeout 300 "$b/gpfarm" evolve --problem-dir "$dir" --population 1000 \
-      --generations "${GENS:-2}" --seed 1 --route interpreter --json > "$log.jsonl" 2> "$log.err"
+      --generations "${GENS:-2}" --seed "${SEED:-1}" --route interpreter --json > "$log.jsonl" 2> "$log.err"
     python3 - "$log.jsonl" "$config" <<'PY'
 import json, sys
 gens = [json.loads(l) for l in open(sys.argv[1]) if '"generation"' in l]
