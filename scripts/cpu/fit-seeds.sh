@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The cost of fitting on the CPU over several seeds: `gpfarm evolve` on Friedman-1 (1,000
-# cases), population 200, 10 generations, with and without fitting (10 iterations), seeds 1 to
+# cases), population POP (default 200), 10 generations, with and without fitting (10 iterations), seeds 1 to
 # SEEDS (default 5), for each build given, REPEATS times each (default 1; seeds.csv then holds the
 # median of the repeats' ms per generation: a run of 2-7 ms generations varies by half from one
 # repeat to the next); one JSON log per run and seeds.csv in OUT.
@@ -15,7 +15,7 @@ for seed in $(seq 1 "${SEEDS:-5}"); do
     for it in 0 10; do
       for rep in $(seq 1 "${REPEATS:-1}"); do
         f="$out/${name}_it${it}_s${seed}_r$rep.jsonl"
-        "$b" evolve --problem-dir examples/friedman1 --route cpu --population 200 --generations 10 \
+        "$b" evolve --problem-dir examples/friedman1 --route cpu --population "${POP:-200}" --generations 10 \
           --seed "$seed" --fit-iterations "$it" --json > "$f"
       done
       python3 - "$out" "$name" "$seed" "$it" >> "$out/seeds.csv" <<'PY'
