@@ -678,7 +678,8 @@ pub fn fit_link_source(problem: &Problem, width: usize) -> Result<String, GpuErr
 /// keeps its registers.
 const FIT_WIDE_WIDTHS: [usize; 3] = [16, 32, 64];
 /// Blocks per multiprocessor the wide fitting kernels ask for (`__launch_bounds__`): their
-/// registers capped so that two blocks fit, where one did, latency-bound.
+/// registers capped so that two blocks fit, where one did, latency-bound. The interpreter's
+/// widths 16 and 32 ask for more ([`FIT_INTERPRETED_BLOCKS`]).
 const FIT_WIDE_BLOCKS: u32 = 2;
 
 /// nvJitLink's `-maxrregcount` for the PTX route's fitting units: the registers a thread of the
