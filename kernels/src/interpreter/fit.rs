@@ -5,8 +5,9 @@
 //! differentiation: one kernel per width of [`FIT_WIDTHS`], a program in the narrowest that holds
 //! its parameters. Straight-line float programs of 8 or more parameters are differentiated in
 //! reverse ([`adjoint`], [`fitted_in_reverse`]: a forward sweep with derivatives keeps the
-//! operands of each op whose slopes read them, a backward sweep adds the adjoints); the others forward ([`dual`]: a tangent of as many floats as
-//! the kernel's width beside each value, up to [`FIT_FORWARD_PARAMS`]).
+//! operands of each op whose slopes read them, a backward sweep adds the adjoints); the others
+//! forward ([`dual`]: a tangent of as many floats as the kernel's width beside each value, up to
+//! [`FIT_FORWARD_PARAMS`]).
 //! The programs' parameter values come in a buffer, so the same bytecode serves every iteration.
 //! A program launched with a count of 0 gets its sum of squares alone: the tangents and the
 //! backward sweep are skipped (a compiled member still computes its derivatives, unused), and the
@@ -688,14 +689,15 @@ const FIT_WIDE_BLOCKS: u32 = 2;
 /// link otherwise).
 pub const FIT_LINK_MAX_REGISTERS: u32 = 65536 / (BLOCK * FIT_WIDE_BLOCKS);
 
-/// Blocks per multiprocessor the interpreter's fitting kernels of widths 16 and 32 ask for: 85
-/// registers a thread instead of 128, a few more spilled, a block more on each multiprocessor.
+/// Blocks per multiprocessor the interpreter's fitting kernels of widths 16 and 32 ask for: at
+/// most 85 registers a thread instead of 128, a block more on each multiprocessor.
 /// On an H100 (Friedman-1, 100,000 cases, population 1000, seeds 1 and 3, two runs each), the GPU
 /// worker's fitting at generation 10 took 36.0–36.1 and 47.8–48.0 ms against 39.2–39.4 and
 /// 51.0–51.5 with two blocks, the same runs (`results/2026-11-27-h100/fit-trials/bounds/`);
-/// width 64 spilled so much more with three that generation 10 took 47.9 against 39.5 ms (seed
-/// 1), and keeps two. The compiled fitting kernels keep [`FIT_WIDE_BLOCKS`], the bound their
-/// linked members are held to ([`FIT_LINK_MAX_REGISTERS`]).
+/// width 64, whose registers already spill at two, was slower with three (all three widths at
+/// three: generation 10 took 47.9 against 39.5 ms, seed 1), and keeps two. The compiled fitting
+/// kernels keep [`FIT_WIDE_BLOCKS`], the bound their linked members are held to
+/// ([`FIT_LINK_MAX_REGISTERS`]).
 const FIT_INTERPRETED_BLOCKS: u32 = 3;
 
 /// The `__launch_bounds__` of the fitting kernel of width `width`, the interpreter's where
