@@ -12,7 +12,10 @@
 //! the same operands gives the same bits, so this changes no value.
 //!
 //! Values of every type are held as f64, which holds every `int` and `float` exactly; each
-//! operation converts its operands to its C type, computes there and widens the result back.
+//! operation converts its operands to its C type, computes there and widens the result back. A
+//! plain run (no derivatives) of a tape that is float arithmetic alone over float inputs (the
+//! programs of a grammar like Friedman-1's) holds its values as f32 instead: the same operations
+//! on the same operands, without the conversions, at half the memory ([`Tape::exec_f32`]).
 //!
 //! Derivatives are taken in reverse (adjoint) mode: the forward sweep keeps each step's slopes
 //! (the same slopes [`super::tangent`] takes, held as f64), the backward sweep carries each step's
@@ -73,6 +76,16 @@ struct Step {
 /// No operand.
 const NONE: usize = usize::MAX;
 
+/// The cases a step runs over: `len` of them from `start`, with the problem's inputs and the
+/// run's parameter values.
+#[derive(Clone, Copy)]
+struct Cases<'a> {
+    start: usize,
+    len: usize,
+    inputs: &'a [InputColumn],
+    params: &'a [f32],
+}
+
 /// A program flattened for block evaluation ([`Tape::compile`]).
 #[derive(Clone, Debug)]
 pub(super) struct Tape {
@@ -92,6 +105,11 @@ pub(super) struct Tape {
     /// copies it to the others: the same operation on the same operands, so the same bits, at a
     /// share of the cost (a `sinf(p[0] * p[1])` calls `sinf` once a block, not once a case).
     uniform: Vec<bool>,
+    /// Whether every step is float arithmetic a plain run can hold in f32 ([`Tape::exec_f32`]):
+    /// float constants, inputs and parameters, arithmetic, negation and float calls. Such a run
+    /// computes the same operations on the same operands, so the same bits, with half the memory
+    /// and no conversions.
+    float_only: bool,
 }
 
 /// What a run does with the values its calls give ([`Stack::memo`]): a plain run keeps them, a
@@ -107,6 +125,8 @@ pub(super) enum Memo {
 /// The per-block working memory of a run; kept by [`super::Runs`] between the runs of a fit.
 pub(super) struct Stack {
     values: Vec<Vec<f64>>,
+    /// A [`Tape::float_only`] plain run's values.
+    values32: Vec<Vec<f32>>,
     /// With derivatives: each step's slopes in its first and second operand, and its adjoint,
     /// [`BLOCK`] cases a step.
     slope_a: Vec<f64>,
@@ -126,7 +146,8 @@ pub(super) struct Stack {
 impl Stack {
     /// The f64 values it holds room for.
     pub(super) fn capacity(&self) -> usize {
-        let rows: usize = self.values.iter().map(Vec::capacity).sum();
+        let rows: usize = self.values.iter().map(Vec::capacity).sum::<usize>()
+            + self.values32.iter().map(|v| v.capacity().div_ceil(2)).sum::<usize>();
         rows + [&self.slope_a, &self.slope_b, &self.adjoint, &self.rows, &self.memo]
             .iter()
             .map(|v| v.capacity())
@@ -144,6 +165,7 @@ impl Tape {
             live: Vec::new(),
             calls: Vec::new(),
             uniform: Vec::new(),
+            float_only: false,
         };
         let mut stack: Vec<usize> = Vec::new();
         tape.walk(program, e, &mut stack)?;
@@ -176,6 +198,16 @@ impl Tape {
             };
             tape.uniform.push(uniform);
         }
+        tape.float_only = tape.steps.iter().all(|step| {
+            let float = step.ty == Ty::Float && step.from == Ty::Float;
+            float
+                && match step.op {
+                    Op::Const(v) => f64::from(v as f32).to_bits() == v.to_bits(),
+                    Op::Input(_) | Op::Param(_) | Op::Neg | Op::Call1(_) => true,
+                    Op::Arith(_, ta, tb) | Op::Call2(_, ta, tb) => ta == Ty::Float && tb == Ty::Float,
+                    Op::Convert(_) => false,
+                }
+        });
         Some(tape)
     }
 
@@ -270,6 +302,7 @@ impl Tape {
     pub(super) fn stack_from(&self, spare: Option<Stack>) -> Stack {
         let Some(mut s) = spare else { return self.stack(true) };
         s.values.resize_with(self.height, || vec![0.0; BLOCK]);
+        s.values32.resize_with(self.height, || vec![0.0; BLOCK]);
         let per_step = self.steps.len() * BLOCK;
         for v in [&mut s.slope_a, &mut s.slope_b, &mut s.adjoint] {
             if v.len() < per_step {
@@ -285,6 +318,7 @@ impl Tape {
         let per_step = if derivatives { self.steps.len() * BLOCK } else { 0 };
         Stack {
             values: vec![vec![0.0; BLOCK]; self.height],
+            values32: vec![vec![0.0; BLOCK]; self.height],
             slope_a: vec![0.0; per_step],
             slope_b: vec![0.0; per_step],
             adjoint: vec![0.0; per_step],
@@ -345,15 +379,42 @@ impl Tape {
             Memo::Take => assert_eq!(s.memo.len(), calls * n, "a run takes the values its plain run kept"),
             Memo::Off => {}
         }
+        // A plain run of float arithmetic over float columns runs in f32.
+        let in_f32 = !derivatives
+            && self.float_only
+            && self.steps.iter().all(|step| match step.op {
+                Op::Input(k) => matches!(inputs[k], InputColumn::Scalar(Column::Float(_))),
+                _ => true,
+            });
         let mut start = 0;
         while start < n {
             let len = BLOCK.min(n - start);
+            if in_f32 {
+                for (i, step) in self.steps.iter().enumerate() {
+                    if self.uniform[i] && len > 1 && !matches!(step.op, Op::Const(_) | Op::Param(_)) {
+                        self.exec_f32(i, step, s, &Cases { start, len: 1, inputs, params });
+                        let values = &mut s.values32[self.depth[i]];
+                        let v = values[0];
+                        values[1..len].fill(v);
+                    } else {
+                        self.exec_f32(i, step, s, &Cases { start, len, inputs, params });
+                    }
+                }
+                let (out, out32) = (&mut s.values[0][..len], &s.values32[0][..len]);
+                out.iter_mut().zip(out32).for_each(|(o, &v)| *o = f64::from(v));
+                let go_on = each(start, &s.values[0][..len], &[]);
+                start += len;
+                if !go_on {
+                    break;
+                }
+                continue;
+            }
             for (i, step) in self.steps.iter().enumerate() {
                 if self.uniform[i] && len > 1 && !matches!(step.op, Op::Const(_) | Op::Param(_)) {
-                    self.exec(i, step, s, start, 1, inputs, params, derivatives);
+                    self.exec(i, step, s, &Cases { start, len: 1, inputs, params }, derivatives);
                     self.broadcast(i, s, len, derivatives);
                 } else {
-                    self.exec(i, step, s, start, len, inputs, params, derivatives);
+                    self.exec(i, step, s, &Cases { start, len, inputs, params }, derivatives);
                 }
             }
             if np > 0 && s.magnitudes {
@@ -386,18 +447,8 @@ impl Tape {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn exec(
-        &self,
-        i: usize,
-        step: &Step,
-        s: &mut Stack,
-        start: usize,
-        len: usize,
-        inputs: &[InputColumn],
-        params: &[f32],
-        derivatives: bool,
-    ) {
+    fn exec(&self, i: usize, step: &Step, s: &mut Stack, cases: &Cases<'_>, derivatives: bool) {
+        let Cases { start, len, inputs, params } = *cases;
         let d = self.depth[i];
         // Slopes where the backward sweep will use them.
         let slopes_of = derivatives && self.live[i];
@@ -494,6 +545,58 @@ impl Tape {
                     }
                 }
             }
+        }
+    }
+
+    /// [`Tape::exec`] of a [`Tape::float_only`] tape's step in a plain run, its values in f32:
+    /// each value the f32 that `exec` holds widened to f64, computed by the same operation on the
+    /// same operands.
+    fn exec_f32(&self, i: usize, step: &Step, s: &mut Stack, cases: &Cases<'_>) {
+        let Cases { start, len, inputs, params } = *cases;
+        let d = self.depth[i];
+        match step.op {
+            Op::Const(v) => s.values32[d][..len].fill(v as f32),
+            Op::Input(k) => {
+                let InputColumn::Scalar(Column::Float(v)) = &inputs[k] else {
+                    unreachable!("checked before the run")
+                };
+                s.values32[d][..len].copy_from_slice(&v[start..start + len]);
+            }
+            Op::Param(k) => s.values32[d][..len].fill(params[k]),
+            Op::Neg => s.values32[d][..len].iter_mut().for_each(|v| *v = -*v),
+            Op::Arith(op, ..) => {
+                let (lower, upper) = s.values32.split_at_mut(d + 1);
+                let (a, b) = (&mut lower[d][..len], &upper[0][..len]);
+                let zip = a.iter_mut().zip(b);
+                match op {
+                    ArithOp::Add => zip.for_each(|(x, &y)| *x += y),
+                    ArithOp::Sub => zip.for_each(|(x, &y)| *x -= y),
+                    ArithOp::Mul => zip.for_each(|(x, &y)| *x *= y),
+                    ArithOp::Div => zip.for_each(|(x, &y)| *x /= y),
+                }
+            }
+            Op::Call1(f) => {
+                let values = &mut s.values32[d][..len];
+                let (memo, kept) = memo_of(&mut s.memo, s.memo_mode, self.calls[i], start, len, s.memo_cases);
+                for (r, v) in values.iter_mut().enumerate() {
+                    *v = fn1_f32(f, *v);
+                    if memo == Memo::Keep {
+                        kept[r] = f64::from(*v);
+                    }
+                }
+            }
+            Op::Call2(f, ..) => {
+                let (lower, upper) = s.values32.split_at_mut(d + 1);
+                let (a, b) = (&mut lower[d][..len], &upper[0][..len]);
+                let (memo, kept) = memo_of(&mut s.memo, s.memo_mode, self.calls[i], start, len, s.memo_cases);
+                for r in 0..len {
+                    a[r] = fn2_f32(f, a[r], b[r]);
+                    if memo == Memo::Keep {
+                        kept[r] = f64::from(a[r]);
+                    }
+                }
+            }
+            Op::Convert(_) => unreachable!("not float_only"),
         }
     }
 
@@ -680,9 +783,19 @@ mod tests {
 
     /// A random expression of about `depth` levels over the inputs, three parameters, float,
     /// double and int literals and every operation the tape covers.
-    fn random(rng: &mut impl Rng, depth: usize) -> String {
+    /// With `float`, only what a float-only tape holds ([`Tape::float_only`]): no `n`, no double
+    /// or int literals, no `cos`, `pdiv` or `fmax` of doubles.
+    fn random(rng: &mut impl Rng, depth: usize, float: bool) -> String {
+        // A draw from `0..n`, with `skip` left out where `float`.
+        let pick = |rng: &mut dyn rand::RngCore, n: usize, skip: &[usize]| -> usize {
+            let mut r = rng.random_range(0..n - if float { skip.len() } else { 0 });
+            for &k in skip.iter().filter(|_| float) {
+                r += usize::from(r >= k);
+            }
+            r
+        };
         if depth == 0 || rng.random_range(0..6) == 0 {
-            return match rng.random_range(0..9) {
+            return match pick(rng, 9, &[2, 7, 8]) {
                 0 => "x".into(),
                 1 => "y".into(),
                 2 => "n".into(),
@@ -692,9 +805,9 @@ mod tests {
                 _ => format!("{}", rng.random_range(-3..4)),
             };
         }
-        let a = random(rng, depth - 1);
-        let b = random(rng, depth - 1);
-        match rng.random_range(0..20) {
+        let a = random(rng, depth - 1, float);
+        let b = random(rng, depth - 1, float);
+        match pick(rng, 20, &[9, 18, 19]) {
             0 | 1 => format!("({a} + {b})"),
             2 | 3 => format!("({a} - {b})"),
             4 | 5 => format!("({a} * {b})"),
@@ -756,7 +869,7 @@ mod tests {
         // Programs with a step computed once a block (an operation on constants and parameters).
         let mut hoisted = 0;
         while programs < 3000 {
-            let text = random(&mut rng, 6);
+            let text = random(&mut rng, 6, false);
             let Ok(program) = Program::parse(&p, &Phenotype::new(&text)) else { continue };
             let Body::Expression(e) = program.body() else { panic!("{text}: not an expression") };
             let tape = Tape::compile(&program, e);
@@ -813,5 +926,53 @@ mod tests {
             rounded > 0,
             "every derivative rounded as forward mode rounds it: the modes are not told apart"
         );
+    }
+
+    /// A plain run of a float-only tape holds its values in f32: the same outputs, bit for bit
+    /// (NaN for NaN), as the tree walk and as the same tape's run with derivatives (held in f64),
+    /// whole and stopped part way, and the same call values kept for the run with derivatives.
+    #[test]
+    fn float_only_plain_runs_compute_what_the_f64_runs_compute() {
+        let p = problem();
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(12);
+        let (mut programs, mut uniform, mut non_finite) = (0, 0, 0);
+        let same = |a: &[f32], b: &[f32]| {
+            a.len() == b.len()
+                && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits() || x.is_nan() && y.is_nan())
+        };
+        while programs < 2000 {
+            let text = random(&mut rng, 5, true);
+            let program = Program::parse(&p, &Phenotype::new(&text)).unwrap();
+            let Body::Expression(e) = program.body() else { panic!("{text}: not an expression") };
+            let tape = Tape::compile(&program, e).unwrap();
+            assert!(tape.float_only, "{text}: not float-only");
+            programs += 1;
+            uniform += usize::from(
+                tape.steps.iter().zip(&tape.uniform).any(|(s, &u)| u && s.args[0] != super::NONE),
+            );
+            let params: Vec<f32> = (0..program.params()).map(|_| rng.random_range(-4.0f32..4.0)).collect();
+            let Column::Float(tree) = program.run_tree(&p, &params, 100).unwrap().remove(0) else { panic!() };
+            non_finite += tree.iter().filter(|x| !x.is_finite()).count();
+            let Column::Float(fast) = program.run_params(&p, &params, 100).unwrap().remove(0) else {
+                panic!()
+            };
+            assert!(same(&fast, &tree), "{text} at {params:?}");
+            let mut runs = program.runs(&p, 100);
+            let mut plain = Vec::new();
+            runs.outputs(&params, |_, ys| plain.extend_from_slice(ys)).unwrap();
+            let mut linear = Vec::new();
+            // Takes the call values the plain run kept.
+            runs.linearize(&params, |_, ys, _| linear.extend_from_slice(ys)).unwrap();
+            assert!(same(&plain, &tree) && same(&linear, &tree), "{text} at {params:?}");
+            let mut part = Vec::new();
+            let all = runs.outputs_while(&params, |_, ys| {
+                part.extend_from_slice(ys);
+                false
+            });
+            assert!(!all.unwrap(), "{text}: a run stopped after its first block ran every block");
+            assert!(same(&part, &tree[..part.len()]), "{text}");
+        }
+        assert!(uniform > 200, "only {uniform} programs compute a step once a block");
+        assert!(non_finite > 1000, "only {non_finite} non-finite outputs: poles are not tried");
     }
 }
