@@ -389,33 +389,20 @@ impl Tape {
         let mut start = 0;
         while start < n {
             let len = BLOCK.min(n - start);
-            if in_f32 {
-                for (i, step) in self.steps.iter().enumerate() {
-                    if self.uniform[i] && len > 1 && !matches!(step.op, Op::Const(_) | Op::Param(_)) {
-                        self.exec_f32(i, step, s, &Cases { start, len: 1, inputs, params });
-                        let values = &mut s.values32[self.depth[i]];
-                        let v = values[0];
-                        values[1..len].fill(v);
-                    } else {
-                        self.exec_f32(i, step, s, &Cases { start, len, inputs, params });
-                    }
+            for (i, step) in self.steps.iter().enumerate() {
+                let once = self.uniform[i] && len > 1 && !matches!(step.op, Op::Const(_) | Op::Param(_));
+                let cases = Cases { start, len: if once { 1 } else { len }, inputs, params };
+                match in_f32 {
+                    true => self.exec_f32(i, step, s, &cases),
+                    false => self.exec(i, step, s, &cases, derivatives),
                 }
+                if once {
+                    self.broadcast(i, s, len, derivatives, in_f32);
+                }
+            }
+            if in_f32 {
                 let (out, out32) = (&mut s.values[0][..len], &s.values32[0][..len]);
                 out.iter_mut().zip(out32).for_each(|(o, &v)| *o = f64::from(v));
-                let go_on = each(start, &s.values[0][..len], &[]);
-                start += len;
-                if !go_on {
-                    break;
-                }
-                continue;
-            }
-            for (i, step) in self.steps.iter().enumerate() {
-                if self.uniform[i] && len > 1 && !matches!(step.op, Op::Const(_) | Op::Param(_)) {
-                    self.exec(i, step, s, &Cases { start, len: 1, inputs, params }, derivatives);
-                    self.broadcast(i, s, len, derivatives);
-                } else {
-                    self.exec(i, step, s, &Cases { start, len, inputs, params }, derivatives);
-                }
             }
             if np > 0 && s.magnitudes {
                 self.backward::<true>(s, len, np, &mut rows[..np * len]);
@@ -433,8 +420,14 @@ impl Tape {
     }
 
     /// Copies a [`Tape::uniform`] step's value (and its slopes, where the backward sweep uses
-    /// them) from a block's first case to its other `len - 1`.
-    fn broadcast(&self, i: usize, s: &mut Stack, len: usize, derivatives: bool) {
+    /// them) from a block's first case to its other `len - 1`; in the f32 values where `in_f32`.
+    fn broadcast(&self, i: usize, s: &mut Stack, len: usize, derivatives: bool, in_f32: bool) {
+        if in_f32 {
+            let values = &mut s.values32[self.depth[i]];
+            let v = values[0];
+            values[1..len].fill(v);
+            return;
+        }
         let values = &mut s.values[self.depth[i]];
         let v = values[0];
         values[1..len].fill(v);
