@@ -315,8 +315,9 @@ struct Batch<'a> {
     pool: Option<&'a rayon::ThreadPool>,
 }
 
-/// Levenberg–Marquardt on the GPU for the individuals of `batch` whose programs a fitting kernel takes: each start is a [`gpfarm_gp::LmStart`], as on
-/// the CPU, run in the GPU worker (one request for all iterations,
+/// Levenberg–Marquardt on the GPU for the individuals of `batch` whose programs a fitting kernel
+/// takes: each start is a [`gpfarm_gp::LmStart`], as on the CPU, run in the GPU worker (one
+/// request for all iterations,
 /// `gpfarm_kernels::gpu::GpuEvaluator::fit`, its small solves on the GPU too), every start of
 /// every program in the same rounds of launches (a trial's plain run, then its run with
 /// derivatives where it is lower and the start goes on), by the interpreter's fitting kernels

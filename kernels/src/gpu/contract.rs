@@ -96,13 +96,18 @@ const FIT_TILES_WANTED: usize = 16;
 /// for tuning; the sums' bits follow the tiles).
 fn fit_tiles_wanted() -> usize {
     static WANTED: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *WANTED.get_or_init(|| {
-        std::env::var("GPFARM_FIT_TILES")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|&n| n >= 1)
-            .unwrap_or(FIT_TILES_WANTED)
-    })
+    *WANTED.get_or_init(|| tuning("GPFARM_FIT_TILES", 1..=usize::MAX).unwrap_or(FIT_TILES_WANTED))
+}
+
+/// Whether the environment variable `var`, a diagnostic switch of the fitting kernels, is `0`.
+pub(crate) fn switched_off(var: &str) -> bool {
+    std::env::var_os(var).is_some_and(|v| v == "0")
+}
+
+/// The number the environment variable `name` sets, where it is set to one in `valid`: a setting
+/// of the fitting kernels for tuning them (a diagnostic), the built-in one otherwise.
+pub(crate) fn tuning(name: &str, valid: std::ops::RangeInclusive<usize>) -> Option<usize> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).filter(|n| valid.contains(n))
 }
 
 /// The cases each thread of a fitting kernel runs over `ncases` cases (1 to [`FIT_ROWS`]): a

@@ -711,11 +711,8 @@ fn fit_bounds(width: usize, interpreted: bool) -> String {
     }
     let blocks = match interpreted {
         false => FIT_WIDE_BLOCKS,
-        true => std::env::var("GPFARM_FIT_WIDE_BLOCKS")
-            .ok()
-            .and_then(|v| v.parse::<u32>().ok())
-            .filter(|n| (1..=8).contains(n))
-            .unwrap_or(if width < 64 { FIT_INTERPRETED_BLOCKS } else { FIT_WIDE_BLOCKS }),
+        true => crate::gpu::contract::tuning("GPFARM_FIT_WIDE_BLOCKS", 1..=8)
+            .map_or(if width < 64 { FIT_INTERPRETED_BLOCKS } else { FIT_WIDE_BLOCKS }, |n| n as u32),
     };
     format!("{BLOCK}, {blocks}")
 }
@@ -944,16 +941,11 @@ fn binary_slopes(op: Op) -> Option<(&'static str, &'static str)> {
     })
 }
 
-/// Whether the environment variable `var`, a diagnostic switch of the fitting kernels, is `0`.
-fn switched_off(var: &str) -> bool {
-    std::env::var_os(var).is_some_and(|v| v == "0")
-}
-
 /// The macro that says whether the wide fitting kernels add their products on the tensor cores
 /// (`GPFARM_FIT_MMA`: 1 from compute capability 8.0, which has double-precision `mma`, unless the
 /// environment variable `GPFARM_FIT_MMA` is `0`; a diagnostic switch), else one sum per thread.
 fn fit_mma_macro() -> &'static str {
-    if switched_off("GPFARM_FIT_MMA") {
+    if crate::gpu::contract::switched_off("GPFARM_FIT_MMA") {
         "#define GPFARM_FIT_MMA 0\n"
     } else {
         "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800\n#define GPFARM_FIT_MMA 0\n#else\n#define GPFARM_FIT_MMA 1\n#endif\n"
@@ -964,7 +956,7 @@ fn fit_mma_macro() -> &'static str {
 /// ops of straight-line float code only (`GPFARM_FIT_STRAIGHT`: 1, unless the environment
 /// variable `GPFARM_FIT_STRAIGHT` is `0`, a diagnostic switch that keeps every op there).
 fn fit_straight_macro() -> &'static str {
-    if switched_off("GPFARM_FIT_STRAIGHT") {
+    if crate::gpu::contract::switched_off("GPFARM_FIT_STRAIGHT") {
         "#define GPFARM_FIT_STRAIGHT false\n"
     } else {
         "#define GPFARM_FIT_STRAIGHT true\n"
