@@ -371,8 +371,7 @@ class SymbolicRegressor(_Mixin, _Base):
     free parameters fitted by Levenberg-Marquardt, `optimizer_iterations` (default 10) times per
     individual, on at most 8,192 evenly spaced rows (`options={"fit_cases": 0}`: all; the error
     is always on every row); with it False constants are digit strings that only evolution
-    changes. `options`
-    passes any other `gpfarm evolve` option, as `gpfarm.evolve` takes it (e.g. `fit_restarts`,
+    changes. `options` passes any other `gpfarm evolve` option, as `gpfarm.evolve` takes it (e.g. `fit_restarts`,
     `fit_cases`, `no_lamarck`, `fit_kernels`). `max_size` (0: none) is the largest model (nodes of its syntax
     tree) evaluated, `parsimony` a cost per node added to the error in tournaments, and
     `select_tolerance` the share of the best training error within which the smallest model of
