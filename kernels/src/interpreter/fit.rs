@@ -5,7 +5,8 @@
 //! differentiation: one kernel per width of [`FIT_WIDTHS`], a program in the narrowest that holds
 //! its parameters. Straight-line float programs of 8 or more parameters are differentiated in
 //! reverse ([`adjoint`], [`fitted_in_reverse`]: a forward sweep with derivatives keeps the
-//! operands of each op whose slopes read them, a backward sweep adds the adjoints); the others
+//! operands of each op whose slopes read them, but for those a leaf pushed just before, which the
+//! backward sweep reads again, and a backward sweep adds the adjoints); the others
 //! forward ([`dual`]: a tangent of as many floats as the kernel's width beside each value, up to
 //! [`FIT_FORWARD_PARAMS`]).
 //! The programs' parameter values come in a buffer, so the same bytecode serves every iteration.
@@ -221,13 +222,20 @@ fn dual(op: Op) -> String {
 fn adjoint(op: Op) -> Option<(String, String)> {
     // The tape is written only where the backward sweep follows (a run with derivatives), and
     // only for ops whose slopes read their operands (not `+` and `-`).
-    let keep = |a: &str, b: &str| format!("if (gpfarm_deriv) {{ ta[i] = {a}; tb[i] = {b}; }}");
+    // An operand that a leaf pushed just before (`lfl`, see the scan) is not kept: the backward
+    // sweep reads it again where the leaf did (`gpfarm_leaf`), the same value.
+    let keep = |a: &str, b: &str| {
+        format!(
+            "if (gpfarm_deriv) {{ const unsigned lf = lfl[i]; if (!(lf & 2u)) ta[i] = {a}; if (!(lf & 1u)) tb[i] = {b}; }}"
+        )
+    };
+    let kept_pair = "const unsigned lf = lfl[i]; const float a = (lf & 2u) ? gpfarm_leaf(i - 2) : ta[i], b = (lf & 1u) ? gpfarm_leaf(i - 1) : tb[i]; ";
     // `+` and `-`, whose slopes are constants, keep nothing and read nothing.
     let binary = |sym: &str, sa: &str, sb: &str| {
         let constant = [sa, sb].iter().all(|s| s.trim_start_matches('-') == "1.0f");
         let (kept, read) = match constant {
             true => (String::new(), ""),
-            false => (keep("a", "tv"), "const float a = ta[i], b = tb[i]; "),
+            false => (keep("a", "tv"), kept_pair),
         };
         (
             format!("{{ const float a = fst[--sp]; {kept} tv = a {sym} tv; }}"),
@@ -238,17 +246,23 @@ fn adjoint(op: Op) -> Option<(String, String)> {
     };
     // `f(x)` whose slope reads `x` (its operand) or `y` (its value), the one kept.
     let unary = |call: &str, slope: &str, reads: &str| {
-        let kept = if reads == "x" { "x" } else { "tv" };
+        let (kept, read) = match reads {
+            "x" => (
+                "if (gpfarm_deriv && !(lfl[i] & 1u)) ta[i] = x;",
+                "(lfl[i] & 1u) ? gpfarm_leaf(i - 1) : ta[i]",
+            ),
+            _ => ("if (gpfarm_deriv) ta[i] = tv;", "ta[i]"),
+        };
         (
-            format!("{{ const float x = tv; tv = {call}(tv); if (gpfarm_deriv) ta[i] = {kept}; }}"),
-            format!("{{ const float {reads} = ta[i]; gt *= (float)({slope}); }}"),
+            format!("{{ const float x = tv; tv = {call}(tv); {kept} }}"),
+            format!("{{ const float {reads} = {read}; gt *= (float)({slope}); }}"),
         )
     };
     let pair = |call: &str| {
         (
             format!("{{ const float a = fst[--sp]; {} tv = {call}(a, tv); }}", keep("a", "tv")),
             format!(
-                "{{ const float a = ta[i], b = tb[i]; const float r = {call}(a, b); const bool first = r == a || isnan(b); \
+                "{{ {kept_pair}const float r = {call}(a, b); const bool first = r == a || isnan(b); \
                  gs[gp++] = first ? gt : 0.0f; gt = first ? 0.0f : gt; }}"
             ),
         )
@@ -278,12 +292,16 @@ fn adjoint(op: Op) -> Option<(String, String)> {
         Op::TanhF => unary("tanhf", "1.0f - y * y", "y"),
         Op::PowF => (
             format!("{{ const float a = fst[--sp]; {} tv = powf(a, tv); }}", keep("a", "tv")),
-            "{ const float a = ta[i], b = tb[i]; const float r = powf(a, b); const double sa = (double)(b * powf(a, b - 1)); \
-             const double sb = a > 0 ? (double)(r * logf(a)) : 0.0; gs[gp++] = (float)MIX(sa, (double)gt); gt = (float)MIX(sb, (double)gt); }"
-                .into(),
+            format!(
+                "{{ {kept_pair}const float r = powf(a, b); const double sa = (double)(b * powf(a, b - 1)); \
+                 const double sb = a > 0 ? (double)(r * logf(a)) : 0.0; gs[gp++] = (float)MIX(sa, (double)gt); gt = (float)MIX(sb, (double)gt); }}"
+            ),
         ),
         Op::PdivF => (
-            format!("{{ const float a = fst[--sp]; {} tv = fabsf(tv) > 0.001f ? a / tv : 1.0f; }}", keep("a", "tv")),
+            format!(
+                "{{ const float a = fst[--sp]; {} tv = fabsf(tv) > 0.001f ? a / tv : 1.0f; }}",
+                keep("a", "tv")
+            ),
             binary(
                 "/",
                 "fabsf(b) > 0.001f ? (float)(1.0 / (double)b) : 0.0f",
@@ -1047,7 +1065,7 @@ fn fit_template(problem: &Problem, compiled: Members<'_>) -> Result<(String, Str
             }
         }
     }
-    let (end, push_f) = (Op::End as usize, Op::PushF as usize);
+    let (end, push_f, load) = (Op::End as usize, Op::PushF as usize, Op::Load as usize);
     let nslots = layout.len().max(1);
     // A slot's derivatives are read only once a Store wrote them (a mask of the slots written),
     // so that no case writes every slot's tangent first; with more slots than the mask holds,
@@ -1075,11 +1093,16 @@ fn fit_template(problem: &Problem, compiled: Members<'_>) -> Result<(String, Str
         int n = -1;\n\
         if constexpr (ADJ) {{\n\
             unsigned pc = 0;\n\
+            // lfl: bit 0 where the op before pushed a leaf (a parameter, a constant or an\n\
+            // input), the op's top operand; bit 1 where the two ops before did, its other one.\n\
+            bool l1 = false, l2 = false;\n\
             for (n = 0;; ++n) {{\n\
                 const unsigned op = prog[pc] & 0xffu;\n\
                 if (op == {end}) break;\n\
                 if (n >= TAPE || pc > 0xffffu || !gpfarm_straight(op)) {{ n = -1; break; }}\n\
                 opat[n] = (unsigned short)pc;\n\
+                lfl[n] = (unsigned char)((l1 ? 1u : 0u) | (l1 && l2 ? 2u : 0u));\n\
+                l2 = l1; l1 = op == {push_f} || op == {load};\n\
                 pc += op == {push_f} ? 2 : 1;\n\
             }}\n\
         }}\n\
@@ -1093,6 +1116,12 @@ fn fit_template(problem: &Problem, compiled: Members<'_>) -> Result<(String, Str
 {init}\
         float fst[DEPTH], gs[DEPTH], ta[ADJ ? TAPE : 1], tb[ADJ ? TAPE : 1], grad[NP];\n\
         float tv = 0.0f, out0 = 0.0f;\n\
+        // The value the leaf op j pushed (a parameter, a constant or an input), as it pushed it.\n\
+        auto gpfarm_leaf = [&](int j) -> float {{\n\
+            const unsigned w = prog[opat[j]], a = w >> 8;\n\
+            if ((w & 0xffu) != {push_f}) return vars[a].f;\n\
+            return a ? P[a - 1] : __int_as_float((int)prog[opat[j] + 1]);\n\
+        }};\n\
         fst[0] = 0.0f;\n\
         int sp = 1, failed = 0;\n\
         for (int i = 0; i < nops; ++i) {{\n\
@@ -1252,6 +1281,7 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
     // NP derivatives). opat: where each op starts; nops: how many, or -1 (forward).\n\
     constexpr bool ADJ = NP >= {FIT_REVERSE_WIDTH};\n\
     __shared__ unsigned short opat[ADJ ? TAPE : 1];\n\
+    __shared__ unsigned char lfl[ADJ ? TAPE : 1];\n\
     __shared__ int nops;\n\
     // A start not run this round (the fitting loop's, a negative count) is left as it is.\n\
     if (nparams[blockIdx.y] < 0) return;\n\
