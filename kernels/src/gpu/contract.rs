@@ -72,8 +72,14 @@ pub fn fit_kernel_small(width: usize) -> String {
 pub const FIT_PARAMS: usize = FIT_WIDTHS[FIT_WIDTHS.len() - 1];
 /// The most parameters of a program the fitting kernels differentiate forward (a tangent per
 /// value); wider kernels take only programs they differentiate in reverse (straight-line float
-/// code, `interpreter::fitted_in_reverse`).
-pub const FIT_FORWARD_PARAMS: usize = 64;
+/// code, `interpreter::fitted_in_reverse`), and others are fitted on the CPU. The kernels of
+/// widths 32 to 128 have no forward sweep, which held registers their reverse sweep needed. On an
+/// H100 (Friedman-1, 100,000 cases, seeds 1 and 3, two runs each), with 16 here instead of 64,
+/// the GPU worker's fitting took 184.3–184.7 and 210.5–211.0 ms over generations 0–10, against
+/// 200.4–203.2 and 232.0–232.3. At generation 10 it took 31.6–31.9 and 41.0 ms, against
+/// 35.5 and 46.3–46.5. The runs were the same
+/// (`results/2026-11-27-h100/fit-trials/forward-16/`).
+pub const FIT_FORWARD_PARAMS: usize = 16;
 /// The sums a program with `params` parameters has: the sum of squares, `Jᵀr` (`params`), and
 /// the lower triangle of `JᵀJ` row by row (`[1 + params + k * (k + 1) / 2 + l]` for `l <= k`).
 /// Every tile of a fitting kernel writes a program's sums in this layout, and so do the tiles

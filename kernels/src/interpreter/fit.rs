@@ -698,7 +698,7 @@ pub fn fit_link_source(problem: &Problem, width: usize) -> Result<String, GpuErr
 const FIT_WIDE_WIDTHS: [usize; 3] = [16, 32, 64];
 /// Blocks per multiprocessor the wide fitting kernels ask for (`__launch_bounds__`): their
 /// registers capped so that two blocks fit, where one did, latency-bound. The interpreter's
-/// widths 16 and 32 ask for more ([`FIT_INTERPRETED_BLOCKS`]).
+/// kernels ask for more ([`interpreted_blocks`]).
 const FIT_WIDE_BLOCKS: u32 = 2;
 
 /// nvJitLink's `-maxrregcount` for the PTX route's fitting units: the registers a thread of the
@@ -707,30 +707,41 @@ const FIT_WIDE_BLOCKS: u32 = 2;
 /// link otherwise).
 pub const FIT_LINK_MAX_REGISTERS: u32 = 65536 / (BLOCK * FIT_WIDE_BLOCKS);
 
-/// Blocks per multiprocessor the interpreter's fitting kernels of widths 16 and 32 ask for: at
-/// most 85 registers a thread instead of 128, a block more on each multiprocessor.
-/// On an H100 (Friedman-1, 100,000 cases, population 1000, seeds 1 and 3, two runs each), the GPU
-/// worker's fitting at generation 10 took 36.0–36.1 and 47.8–48.0 ms against 39.2–39.4 and
-/// 51.0–51.5 with two blocks, the same runs (`results/2026-11-27-h100/fit-trials/bounds/`);
-/// width 64, whose registers already spill at two, was slower with three (all three widths at
-/// three: generation 10 took 47.9 against 39.5 ms, seed 1), and keeps two. The compiled fitting
-/// kernels keep [`FIT_WIDE_BLOCKS`], the bound their linked members are held to
-/// ([`FIT_LINK_MAX_REGISTERS`]).
-const FIT_INTERPRETED_BLOCKS: u32 = 3;
+/// Blocks per multiprocessor the interpreter's fitting kernels of the wide widths ask for, by
+/// width (16, 32, 64): at most 85, 64 and 85 registers a thread instead of 128.
+/// - Widths 16 and 32 at three blocks: on an H100 (Friedman-1, 100,000 cases, population 1000,
+///   seeds 1 and 3, two runs each), the GPU worker's fitting at generation 10 took 36.0–36.1 and
+///   47.8–48.0 ms against 39.2–39.4 and 51.0–51.5 with two blocks, the same runs
+///   (`results/2026-11-27-h100/fit-trials/bounds/`).
+/// - Once widths 32 and 64 lost their forward sweep (every program they take is differentiated
+///   in reverse, [`FIT_FORWARD_PARAMS`]), width 32 fits four blocks (64 registers, a few bytes
+///   spilled) and width 64 three (80 registers). Each took the worker's fitting at generation 10
+///   from 41.5–41.6 ms to 39.2–39.4 (32 at four) and 39.6–39.7 (64 at three) for seed 3, and from
+///   32.0 to 30.5 and 31.3 for seed 1, the same runs (`fit-trials/blocks-by-width/`).
+///
+/// The compiled fitting kernels keep [`FIT_WIDE_BLOCKS`], the bound their linked members are held
+/// to ([`FIT_LINK_MAX_REGISTERS`]).
+fn interpreted_blocks(width: usize) -> u32 {
+    match width {
+        32 => 4,
+        _ => 3,
+    }
+}
 
 /// The `__launch_bounds__` of the fitting kernel of width `width`, the interpreter's where
 /// `interpreted`: [`FIT_WIDE_BLOCKS`] blocks per multiprocessor for the wide widths,
-/// [`FIT_INTERPRETED_BLOCKS`] for the interpreter's below 64, or `GPFARM_FIT_WIDE_BLOCKS` for
-/// the interpreter's wide widths where it is set to a number from 1 to 8 (a diagnostic for tuning;
-/// the values do not depend on it).
+/// [`interpreted_blocks`] for the interpreter's, or, for the interpreter's wide widths,
+/// `GPFARM_FIT_WIDE_BLOCKS_<width>` or else `GPFARM_FIT_WIDE_BLOCKS` where set to a number from 1
+/// to 8 (diagnostics for tuning; the values do not depend on them).
 fn fit_bounds(width: usize, interpreted: bool) -> String {
     if !FIT_WIDE_WIDTHS.contains(&width) {
         return BLOCK.to_string();
     }
     let blocks = match interpreted {
         false => FIT_WIDE_BLOCKS,
-        true => crate::gpu::contract::tuning("GPFARM_FIT_WIDE_BLOCKS", 1..=8)
-            .map_or(if width < 64 { FIT_INTERPRETED_BLOCKS } else { FIT_WIDE_BLOCKS }, |n| n as u32),
+        true => crate::gpu::contract::tuning(&format!("GPFARM_FIT_WIDE_BLOCKS_{width}"), 1..=8)
+            .or_else(|| crate::gpu::contract::tuning("GPFARM_FIT_WIDE_BLOCKS", 1..=8))
+            .map_or(interpreted_blocks(width), |n| n as u32),
     };
     format!("{BLOCK}, {blocks}")
 }

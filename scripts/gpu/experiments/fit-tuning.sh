@@ -4,7 +4,7 @@
 # generations, seed 1, the interpreter route, fitted on the GPU. Per run: the best, each
 # generation's time and its GPU fitting time. SEED (1) picks the seed. Env: CONFIGS (space-separated; each a comma-separated
 # list of VAR=VALUE for the carried build, "new" for it as it is, or "base" for the build in
-# .carry/base), ROUNDS (2).
+# .carry/base), ROUNDS (2). Logs: $r/tune_CONFIG_sSEED_ROUND.jsonl.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../harness/env.sh" > /dev/null
 dir=$(mktemp -d); cp examples/friedman1/{problem.toml,grammar.bnf,template.cu} "$dir/"
@@ -16,7 +16,7 @@ for round in $(seq "${ROUNDS:-2}"); do
     vars=() b=$built
     [[ $config != base && $config != new ]] && IFS=, read -ra vars <<< "$config"
     [[ $config == base ]] && b=$built/base
-    log="$r/tune_${config//[,=]/_}_$round"
+    log="$r/tune_${config//[,=]/_}_s${SEED:-1}_$round"
     env "${vars[@]}" GPFARMD=$b/gpfarmd GPFARM_GPU_WORKER=$b/gpfarm-gpu-worker timeout 300 "$b/gpfarm" evolve --problem-dir "$dir" --population 1000 \
       --generations "${GENS:-2}" --seed "${SEED:-1}" --route interpreter --json > "$log.jsonl" 2> "$log.err"
     python3 - "$log.jsonl" "$config" <<'PY'
