@@ -12,8 +12,8 @@ use gpfarm_client::{CompileOptions, Compiler, InProcess, SmArch, Unit};
 use gpfarm_gp::{Phenotype, Problem, Program};
 use gpfarm_kernels::gpu::{GpuEvaluator, Kernels, WireFit};
 use gpfarm_kernels::interpreter::{
-    FIT_PARAMS, assemble_structure, fit_code_source, fit_compiles, fit_source, fit_supported, fits_on_gpu,
-    fits_small, fitted_in_reverse, sums_of,
+    FIT_FORWARD_PARAMS, FIT_PARAMS, assemble_structure, fit_code_source, fit_compiles, fit_source,
+    fit_supported, fits_on_gpu, fits_small, fitted_in_reverse, sums_of,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -78,10 +78,17 @@ fn wide_programs_go_to_the_gpu_only_where_they_are_differentiated_in_reverse() {
     let (straight, np) = code(&format!("sinf({}) + p[{}] / x2", sum(90), 90));
     assert!(fitted_in_reverse(&straight.words));
     assert!(fits_on_gpu(&straight.words, np, straight.depth));
-    // A branch (or a double) runs forward: beyond 64 parameters, on the CPU.
+    // A branch (or a double) runs forward: up to FIT_FORWARD_PARAMS parameters on the GPU, beyond
+    // them on the CPU (the wider kernels have no forward sweep).
     let (branch, np) = code(&format!("x1 > p[90] ? {} : p[91]", sum(90)));
     assert!(!fitted_in_reverse(&branch.words));
     assert!(!fits_on_gpu(&branch.words, np, branch.depth));
+    let branch_of = |n: usize| code(&format!("x1 > p[{}] ? {} : p[{}]", n - 2, sum(n - 2), n - 1));
+    let (edge, np) = branch_of(FIT_FORWARD_PARAMS);
+    assert_eq!(np, FIT_FORWARD_PARAMS);
+    assert!(!fitted_in_reverse(&edge.words) && fits_on_gpu(&edge.words, np, edge.depth));
+    let (past, np) = branch_of(FIT_FORWARD_PARAMS + 1);
+    assert!(!fitted_in_reverse(&past.words) && !fits_on_gpu(&past.words, np, past.depth));
     let (narrow, np) = code("x1 > p[0] ? p[1] * x2 : p[2]");
     assert!(!fitted_in_reverse(&narrow.words) && fits_on_gpu(&narrow.words, np, narrow.depth));
     let (double, _) = code("p[0] * 07.35 * x1");

@@ -48,9 +48,9 @@ pub use source::{
 // The evaluator launches by these names and flags; the interpreter's kernels and its population
 // layout follow them.
 pub use crate::gpu::contract::{
-    DEEP, FIT_CODE_KERNEL, FIT_KERNEL, FIT_PARAMS, FIT_STEP_BEGIN, FIT_STEP_JUDGE, FIT_STEP_KERNEL,
-    FIT_STEP_TRIAL, FIT_TILES_KERNEL, FIT_WIDTHS, FLAGS, INTERP_KERNEL_LARGE, INTERP_KERNEL_SMALL, STRAIGHT,
-    fit_width, program_range, sums_of,
+    DEEP, FIT_CODE_KERNEL, FIT_FORWARD_PARAMS, FIT_KERNEL, FIT_PARAMS, FIT_STEP_BEGIN, FIT_STEP_JUDGE,
+    FIT_STEP_KERNEL, FIT_STEP_TRIAL, FIT_TILES_KERNEL, FIT_WIDTHS, FLAGS, INTERP_KERNEL_LARGE,
+    INTERP_KERNEL_SMALL, STRAIGHT, fit_width, program_range, sums_of,
 };
 
 use gpfarm_gp::Problem;
