@@ -44,7 +44,7 @@ use super::bytecode::{Op, slot_layout};
 use crate::gpu::contract::{
     FIT_CODE_KERNEL, FIT_FORWARD_PARAMS, FIT_PARAMS, FIT_SMALL_DEPTH, FIT_SMALL_TAPE, FIT_SMALL_WIDTHS,
     FIT_STEP_BEGIN, FIT_STEP_JUDGE, FIT_STEP_KERNEL, FIT_STEP_TRIAL, FIT_TILES_KERNEL, FIT_WIDTHS,
-    fit_kernel, fit_kernel_small, fit_width,
+    fit_kernel, fit_kernel_small, fit_width, switched_off, tuning,
 };
 
 /// The narrowest fitting kernel that differentiates straight-line float programs in reverse
@@ -690,8 +690,9 @@ pub fn fit_link_source(problem: &Problem, width: usize) -> Result<String, GpuErr
     fit_code_kernel(problem, width, Members::Linked)
 }
 
-/// The widths whose fitting kernels ask the compiler for [`FIT_WIDE_BLOCKS`] blocks per
-/// multiprocessor, as measured on an H100 (`results/2026-11-26-h100/fit-wide/`): width 32 went
+/// The widths whose fitting kernels ask the compiler for a number of blocks per multiprocessor
+/// ([`FIT_WIDE_BLOCKS`] for the compiled kernels, [`interpreted_blocks`] for the interpreter's):
+/// first two, as measured on an H100 (`results/2026-11-26-h100/fit-wide/`): width 32 went
 /// from 1.66 to 1.3 ms a launch (184 → 128 registers, a few hundred bytes spilled), width 64 from
 /// 1.70 to 1.60 (though ptxas spills some 4 KB a thread under the cap). Width 128, not measured,
 /// keeps its registers.
@@ -739,8 +740,8 @@ fn fit_bounds(width: usize, interpreted: bool) -> String {
     }
     let blocks = match interpreted {
         false => FIT_WIDE_BLOCKS,
-        true => crate::gpu::contract::tuning(&format!("GPFARM_FIT_WIDE_BLOCKS_{width}"), 1..=8)
-            .or_else(|| crate::gpu::contract::tuning("GPFARM_FIT_WIDE_BLOCKS", 1..=8))
+        true => tuning(&format!("GPFARM_FIT_WIDE_BLOCKS_{width}"), 1..=8)
+            .or_else(|| tuning("GPFARM_FIT_WIDE_BLOCKS", 1..=8))
             .map_or(interpreted_blocks(width), |n| n as u32),
     };
     format!("{BLOCK}, {blocks}")
@@ -974,7 +975,7 @@ fn binary_slopes(op: Op) -> Option<(&'static str, &'static str)> {
 /// (`GPFARM_FIT_MMA`: 1 from compute capability 8.0, which has double-precision `mma`, unless the
 /// environment variable `GPFARM_FIT_MMA` is `0`; a diagnostic switch), else one sum per thread.
 fn fit_mma_macro() -> &'static str {
-    if crate::gpu::contract::switched_off("GPFARM_FIT_MMA") {
+    if switched_off("GPFARM_FIT_MMA") {
         "#define GPFARM_FIT_MMA 0\n"
     } else {
         "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800\n#define GPFARM_FIT_MMA 0\n#else\n#define GPFARM_FIT_MMA 1\n#endif\n"
@@ -985,7 +986,7 @@ fn fit_mma_macro() -> &'static str {
 /// ops of straight-line float code only (`GPFARM_FIT_STRAIGHT`: 1, unless the environment
 /// variable `GPFARM_FIT_STRAIGHT` is `0`, a diagnostic switch that keeps every op there).
 fn fit_straight_macro() -> &'static str {
-    if crate::gpu::contract::switched_off("GPFARM_FIT_STRAIGHT") {
+    if switched_off("GPFARM_FIT_STRAIGHT") {
         "#define GPFARM_FIT_STRAIGHT false\n"
     } else {
         "#define GPFARM_FIT_STRAIGHT true\n"
