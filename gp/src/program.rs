@@ -31,6 +31,7 @@ pub(crate) use run::{fn1_f64, fn2_f32, fn2_f64};
 pub use runs::Runs;
 mod tangent;
 mod tape;
+mod trig;
 mod value;
 
 /// The typed tree a phenotype parses into ([`Program::parse`]), read-only, for code
@@ -49,6 +50,7 @@ pub mod tree {
 /// for other runners of the same programs (the interpreter's CPU run) to share.
 pub mod semantics {
     pub use super::run::wrapped;
+    pub use super::trig::{REDUCED, cosf, sin_cos_block, sinf};
     pub use super::value::{int_div, int_rem, shl, shr};
 }
 

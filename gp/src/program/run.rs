@@ -183,8 +183,8 @@ pub(super) fn compare(op: CmpOp, a: Value, b: Value) -> bool {
 
 pub(super) fn fn1_f32(f: Fn1, x: f32) -> f32 {
     match f {
-        Fn1::Sin => x.sin(),
-        Fn1::Cos => x.cos(),
+        Fn1::Sin => super::trig::sinf(x),
+        Fn1::Cos => super::trig::cosf(x),
         Fn1::Exp => x.exp(),
         Fn1::Log => x.ln(),
         Fn1::Sqrt => x.sqrt(),

@@ -253,8 +253,8 @@ impl Tangent<'_> {
 /// in float as the functions are (`cosf`, `-sinf`), those of `sin` and `cos` in double.
 pub(super) fn fn1_slope(f: Fn1, ty: Ty, x: f64, v: f64) -> f64 {
     match f {
-        Fn1::Sin if ty == Ty::Float => f64::from((x as f32).cos()),
-        Fn1::Cos if ty == Ty::Float => -f64::from((x as f32).sin()),
+        Fn1::Sin if ty == Ty::Float => f64::from(super::trig::cosf(x as f32)),
+        Fn1::Cos if ty == Ty::Float => -f64::from(super::trig::sinf(x as f32)),
         Fn1::Sin => x.cos(),
         Fn1::Cos => -x.sin(),
         Fn1::Exp => v,

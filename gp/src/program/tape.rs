@@ -35,6 +35,7 @@
 use super::parse::{ArithOp, Bin, Expr, Fn1, Fn2};
 use super::run::{fn1_f32, fn1_f64, fn2_f32, fn2_f64};
 use super::tangent::{fn1_slope, fn2_slopes};
+use super::trig::sin_cos_block;
 use super::value::{Ty, int_div};
 use super::{Program, Source};
 use crate::problem::{Column, InputColumn, Problem};
@@ -139,6 +140,11 @@ pub(super) struct Stack {
     magnitudes: bool,
     /// The calls' values, call after call, case after case, and what this run does with them.
     memo: Vec<f64>,
+    /// Laid out as `memo`: the slopes of the calls of `sinf` and `cosf`, which come with their
+    /// values ([`sin_cos_block`]); the other calls' slopes are taken from their values.
+    memo_slopes: Vec<f64>,
+    /// A block's arguments of `sinf` or `cosf`, and their sines and cosines.
+    trig: [Vec<f32>; 3],
     memo_cases: usize,
     pub(super) memo_mode: Memo,
 }
@@ -148,10 +154,11 @@ impl Stack {
     pub(super) fn capacity(&self) -> usize {
         let rows: usize = self.values.iter().map(Vec::capacity).sum::<usize>()
             + self.values32.iter().map(|v| v.capacity().div_ceil(2)).sum::<usize>();
-        rows + [&self.slope_a, &self.slope_b, &self.adjoint, &self.rows, &self.memo]
+        rows + [&self.slope_a, &self.slope_b, &self.adjoint, &self.rows, &self.memo, &self.memo_slopes]
             .iter()
             .map(|v| v.capacity())
             .sum::<usize>()
+            + self.trig.iter().map(|v| v.capacity().div_ceil(2)).sum::<usize>()
     }
 }
 
@@ -325,6 +332,8 @@ impl Tape {
             rows: Vec::new(),
             magnitudes: false,
             memo: Vec::new(),
+            memo_slopes: Vec::new(),
+            trig: [vec![0.0; BLOCK], vec![0.0; BLOCK], vec![0.0; BLOCK]],
             memo_cases: 0,
             memo_mode: Memo::Off,
         }
@@ -374,7 +383,10 @@ impl Tape {
         let calls = self.calls.iter().flatten().count();
         s.memo_cases = n;
         match s.memo_mode {
-            Memo::Keep if calls * n <= MEMO_LIMIT => s.memo.resize(calls * n, 0.0),
+            Memo::Keep if calls * n <= MEMO_LIMIT => {
+                s.memo.resize(calls * n, 0.0);
+                s.memo_slopes.resize(calls * n, 0.0);
+            }
             Memo::Keep => s.memo_mode = Memo::Off,
             Memo::Take => assert_eq!(s.memo.len(), calls * n, "a run takes the values its plain run kept"),
             Memo::Off => {}
@@ -476,6 +488,38 @@ impl Tape {
                 let values = &mut s.values[d][..len];
                 let slope = &mut s.slope_a[if slopes_of { at..at + len } else { 0..0 }];
                 let (memo, kept) = memo_of(&mut s.memo, s.memo_mode, self.calls[i], start, len, s.memo_cases);
+                if let Some(cos_of) = trig_call(f, ty) {
+                    let (_, kept_slopes) =
+                        memo_of(&mut s.memo_slopes, memo, self.calls[i], start, len, s.memo_cases);
+                    if memo == Memo::Take {
+                        values.copy_from_slice(kept);
+                        if slopes_of {
+                            slope.copy_from_slice(kept_slopes);
+                        }
+                        return;
+                    }
+                    let [xs, sin, cos] = &mut s.trig;
+                    xs[..len]
+                        .iter_mut()
+                        .zip(values.iter())
+                        .for_each(|(x, &v)| *x = convert(v, from, ty) as f32);
+                    sin_cos_block(&xs[..len], &mut sin[..len], &mut cos[..len]);
+                    let (ys, ks) =
+                        if cos_of { (&cos[..len], &sin[..len]) } else { (&sin[..len], &cos[..len]) };
+                    for (r, v) in values.iter_mut().enumerate() {
+                        // The slope of sinf is cosf, that of cosf is -sinf.
+                        let (y, k) =
+                            (f64::from(ys[r]), if cos_of { -f64::from(ks[r]) } else { f64::from(ks[r]) });
+                        *v = y;
+                        if slopes_of {
+                            slope[r] = k;
+                        }
+                        if memo == Memo::Keep {
+                            (kept[r], kept_slopes[r]) = (y, k);
+                        }
+                    }
+                    return;
+                }
                 for (r, v) in values.iter_mut().enumerate() {
                     let x = *v;
                     let y = match (memo, ty) {
@@ -571,6 +615,22 @@ impl Tape {
             Op::Call1(f) => {
                 let values = &mut s.values32[d][..len];
                 let (memo, kept) = memo_of(&mut s.memo, s.memo_mode, self.calls[i], start, len, s.memo_cases);
+                if let Some(cos_of) = trig_call(f, Ty::Float) {
+                    let [_, sin, cos] = &mut s.trig;
+                    sin_cos_block(values, &mut sin[..len], &mut cos[..len]);
+                    let (ys, ks) =
+                        if cos_of { (&cos[..len], &sin[..len]) } else { (&sin[..len], &cos[..len]) };
+                    values.copy_from_slice(ys);
+                    if memo == Memo::Keep {
+                        let (_, kept_slopes) =
+                            memo_of(&mut s.memo_slopes, memo, self.calls[i], start, len, s.memo_cases);
+                        for r in 0..len {
+                            kept[r] = f64::from(ys[r]);
+                            kept_slopes[r] = if cos_of { -f64::from(ks[r]) } else { f64::from(ks[r]) };
+                        }
+                    }
+                    return;
+                }
                 for (r, v) in values.iter_mut().enumerate() {
                     *v = fn1_f32(f, *v);
                     if memo == Memo::Keep {
@@ -676,6 +736,16 @@ fn memo_of(
     match (mode, call) {
         (Memo::Off, _) | (_, None) => (Memo::Off, &mut []),
         (mode, Some(c)) => (mode, &mut memo[c * n + start..c * n + start + len]),
+    }
+}
+
+/// For a call of `sinf` (`Some(false)`) or `cosf` (`Some(true)`), computed a block at a time
+/// with its slope ([`sin_cos_block`]); `None` for the other calls, computed a value at a time.
+fn trig_call(f: Fn1, ty: Ty) -> Option<bool> {
+    match (f, ty) {
+        (Fn1::Sin, Ty::Float) => Some(false),
+        (Fn1::Cos, Ty::Float) => Some(true),
+        _ => None,
     }
 }
 

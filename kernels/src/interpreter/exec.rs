@@ -1,13 +1,13 @@
 //! Runs bytecode on the CPU, op for op as the interpreter kernel does, with the CPU evaluator's
 //! arithmetic (its `/` and `%` by zero give 0, where the GPU's `div.s32` and `rem.s32` give
-//! what the compiled routes give; no built-in grammar divides an int by zero) and the host's
-//! math library. It exists to hold the compiler to the CPU evaluator: both must produce the
+//! what the compiled routes give; no built-in grammar divides an int by zero) and its math
+//! functions (its own `sinf` and `cosf`, the host's math library for the others). It exists to hold the compiler to the CPU evaluator: both must produce the
 //! same outputs, bit for bit, for every program.
 
 use gpfarm_gp::Problem;
 use gpfarm_gp::problem::{Column, InputColumn, ScalarType};
 use gpfarm_gp::program::RunError;
-use gpfarm_gp::program::semantics::{int_div, int_rem, shl, shr, wrapped};
+use gpfarm_gp::program::semantics::{cosf, int_div, int_rem, shl, shr, sinf, wrapped};
 use gpfarm_gp::program::tree::{Source, Ty};
 
 use super::bytecode::{Bytecode, Op, array_layout, slot_layout, writable_slots};
@@ -327,8 +327,8 @@ impl<'a> Machine<'a> {
                     }
                     t
                 }
-                Op::SinF => Cell::float(t.f().sin()),
-                Op::CosF => Cell::float(t.f().cos()),
+                Op::SinF => Cell::float(sinf(t.f())),
+                Op::CosF => Cell::float(cosf(t.f())),
                 Op::ExpF => Cell::float(t.f().exp()),
                 Op::LogF => Cell::float(t.f().ln()),
                 Op::SqrtF => Cell::float(t.f().sqrt()),
