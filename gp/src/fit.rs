@@ -203,6 +203,8 @@ impl Sums {
         }
         // `JᵀJ`'s lower triangle in tiles of up to 4 × 4 sums held in registers over the block
         // (the last rows' tiles as many rows high as are left).
+        #[cfg(target_arch = "x86_64")]
+        let avx2 = std::arch::is_x86_feature_detected!("avx2");
         for i0 in (0..np).step_by(TILE) {
             for j0 in (0..=i0).step_by(TILE) {
                 let a = &mut self.jtj;
@@ -213,6 +215,9 @@ impl Sums {
                     (2, false) => add_tile::<2, TILE>(a, np, i0, j0, rows),
                     (3, true) => add_tile::<3, 3>(a, np, i0, j0, rows),
                     (3, false) => add_tile::<3, TILE>(a, np, i0, j0, rows),
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: the CPU has AVX2, checked above.
+                    _ if avx2 => unsafe { add_tile_avx2(a, np, i0, j0, rows) },
                     _ => add_tile::<TILE, TILE>(a, np, i0, j0, rows),
                 }
             }
@@ -265,6 +270,38 @@ fn add_tile<const R: usize, const C: usize>(a: &mut [f64], np: usize, i0: usize,
                 a[(i0 + ii) * np + j0 + jj] = x;
             }
         }
+    }
+}
+
+/// [`add_tile`] of a full 4 × 4 tile with AVX2: a row of the tile's sums in one register, each
+/// sum still `s += x * y` over the cases in order (no fused multiply-add), so the same bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn add_tile_avx2(a: &mut [f64], np: usize, i0: usize, j0: usize, rows: &[f64]) {
+    use std::arch::x86_64::{
+        __m256d, _mm256_add_pd, _mm256_loadu_pd, _mm256_mul_pd, _mm256_set1_pd, _mm256_storeu_pd,
+    };
+    assert!(i0 + TILE <= np && j0 + TILE <= np && a.len() >= np * np, "a tile inside JᵀJ");
+    let mut acc: [__m256d; TILE] = std::array::from_fn(|ii| {
+        let at: &[f64; TILE] = a[(i0 + ii) * np + j0..][..TILE].try_into().expect("a tile's row");
+        // SAFETY: `at` holds four f64.
+        unsafe { _mm256_loadu_pd(at.as_ptr()) }
+    });
+    for row in rows.chunks_exact(np) {
+        let rj: &[f64; TILE] = row[j0..j0 + TILE].try_into().expect("a tile's columns");
+        // SAFETY: `rj` holds four f64.
+        let rj = unsafe { _mm256_loadu_pd(rj.as_ptr()) };
+        for (ii, acc) in acc.iter_mut().enumerate() {
+            *acc = _mm256_add_pd(*acc, _mm256_mul_pd(_mm256_set1_pd(row[i0 + ii]), rj));
+        }
+    }
+    for (ii, acc) in acc.iter().enumerate() {
+        let mut sums = [0.0f64; TILE];
+        // SAFETY: `sums` holds four f64.
+        unsafe { _mm256_storeu_pd(sums.as_mut_ptr(), *acc) };
+        // Of a tile on the diagonal only the lower triangle is kept.
+        let keep = if j0 == i0 { ii + 1 } else { TILE };
+        a[(i0 + ii) * np + j0..][..keep].copy_from_slice(&sums[..keep]);
     }
 }
 
