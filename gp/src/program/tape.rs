@@ -410,7 +410,7 @@ impl Tape {
             });
         let pass = Pass { n, np, in_f32, derivatives, inputs, params };
         #[cfg(target_arch = "x86_64")]
-        let start = if std::arch::is_x86_feature_detected!("avx2") {
+        let start = if std::arch::is_x86_feature_detected!("avx2") && !portable_only() {
             // SAFETY: the CPU has AVX2, checked just above.
             unsafe { self.blocks_avx2(s, &pass, &mut rows, &mut each) }
         } else {
@@ -865,14 +865,33 @@ fn arith(op: ArithOp, ty: Ty, x: f64, y: f64) -> f64 {
     }
 }
 
+/// Whether this thread's blocks run without AVX2 where the CPU has it: only in tests, which
+/// compare the two paths.
+#[cfg(not(test))]
+fn portable_only() -> bool {
+    false
+}
+
+#[cfg(test)]
+fn portable_only() -> bool {
+    tests::PORTABLE.get()
+}
+
 #[cfg(test)]
 mod tests {
+    use std::cell::Cell;
+
     use rand::{Rng, SeedableRng};
 
     use super::Tape;
     use crate::mapping::Phenotype;
     use crate::problem::{Column, Problem, ProblemSources, ProblemSpec};
     use crate::program::{Body, Program};
+
+    thread_local! {
+        /// Runs this thread's blocks without AVX2 even where the CPU has it, to compare the paths.
+        pub(super) static PORTABLE: Cell<bool> = const { Cell::new(false) };
+    }
 
     /// Float inputs x and y, int input n, over 200 cases (three full blocks and a part), with
     /// zeros, negatives, large values and a NaN-free spread.
@@ -998,6 +1017,10 @@ mod tests {
             let fast = program.run_params(&p, &params, 100).unwrap();
             let tree = program.run_tree(&p, &params, 100).unwrap();
             assert_eq!(bits(&fast[0]), bits(&tree[0]), "{text} at {params:?}");
+            PORTABLE.set(true);
+            let portable = program.run_params(&p, &params, 100).unwrap();
+            PORTABLE.set(false);
+            assert_eq!(bits(&portable[0]), bits(&tree[0]), "{text} at {params:?} without AVX2");
             if let Column::Float(v) = &tree[0] {
                 non_finite += v.iter().filter(|x| !x.is_finite()).count();
             }
@@ -1007,6 +1030,16 @@ mod tests {
             }
             let fast = program.linearize(&p, &params, 100).unwrap();
             let tree = program.linearize_tree(&p, &params, 100).unwrap();
+            // The blocks without AVX2 give the same bits.
+            PORTABLE.set(true);
+            let portable = program.linearize(&p, &params, 100).unwrap();
+            PORTABLE.set(false);
+            let jb =
+                |v: &[f64]| v.iter().map(|x| if x.is_nan() { 1 } else { x.to_bits() }).collect::<Vec<_>>();
+            let ob =
+                |v: &[f32]| v.iter().map(|x| if x.is_nan() { 1 } else { x.to_bits() }).collect::<Vec<_>>();
+            assert_eq!(jb(&portable.jacobian), jb(&fast.jacobian), "{text}: derivatives without AVX2");
+            assert_eq!(ob(&portable.outputs), ob(&fast.outputs), "{text}: outputs without AVX2");
             let f =
                 |v: &[f32]| v.iter().map(|x| if x.is_nan() { 1 } else { x.to_bits() }).collect::<Vec<u32>>();
             assert_eq!(f(&fast.outputs), f(&tree.outputs), "{text}");

@@ -144,10 +144,15 @@ mod tests {
     }
 
     /// Checks `x`: the scalar functions give the correctly rounded float where the double
-    /// library's value decides it, and the block gives the scalar functions' bits.
+    /// library's value decides it, and the block gives the scalar functions' bits, with and
+    /// without AVX2.
     fn check(xs: &[f32]) -> usize {
         let (mut sin, mut cos) = (vec![0.0; xs.len()], vec![0.0; xs.len()]);
         sin_cos_block(xs, &mut sin, &mut cos);
+        // The path without AVX2 too, whatever this CPU has.
+        let (mut sin2, mut cos2) = (vec![0.0; xs.len()], vec![0.0; xs.len()]);
+        sin_cos_lanes(xs, &mut sin2, &mut cos2);
+        assert!(sin.iter().zip(&sin2).chain(cos.iter().zip(&cos2)).all(|(a, b)| a.to_bits() == b.to_bits()));
         let mut undecided = 0;
         for (k, &x) in xs.iter().enumerate() {
             assert_eq!(sin[k].to_bits(), sinf(x).to_bits(), "block sin of {x:e}");
