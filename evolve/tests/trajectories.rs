@@ -5,7 +5,8 @@
 //! checked equal with `--no-cache --no-overlap`) at the commit before the engine moved out of
 //! the command line. Caching and overlap must not change a value, so every combination is run.
 //! Four of Keijzer-6's means (seed 1 generation 11, seed 2 generations 18 and 20, seed 3
-//! generation 15) were written again, from the same command, when the evaluator's `sinf` and
+//! generation 15) were written again, by `gpfarm evolve --problem P --seed S --generations 20
+//! --population 300 --route cpu --json` (the same run), when the evaluator's `sinf` and
 //! `cosf` became its own, correctly rounded, instead of the C library's: they moved in their
 //! eleventh to thirteenth digit; every best and every other mean stayed as recorded.
 
