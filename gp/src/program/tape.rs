@@ -77,10 +77,9 @@ struct Step {
 /// No operand.
 const NONE: usize = usize::MAX;
 
-/// The cases a step runs over: `len` of them from `start`, with the problem's inputs and the
-/// run's parameter values.
+/// What every block of a run shares ([`Tape::blocks`]): the cases, the parameters (`np` of them
+/// differentiated, 0 for a plain run), and how the run holds its values.
 #[derive(Clone, Copy)]
-/// What every block of a run shares ([`Tape::blocks`]).
 struct Pass<'a> {
     n: usize,
     np: usize,
@@ -90,6 +89,9 @@ struct Pass<'a> {
     params: &'a [f32],
 }
 
+/// The cases a step runs over: `len` of them from `start`, with the problem's inputs and the
+/// run's parameter values.
+#[derive(Clone, Copy)]
 struct Cases<'a> {
     start: usize,
     len: usize,
