@@ -7,21 +7,17 @@
 use std::hint::black_box;
 use std::time::Instant;
 
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
 use gpfarm_gp::program::semantics::sin_cos_block;
 
 fn main() {
     let n = 1 << 20;
-    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
     println!("scale,c_library_sinf_ns,sin_cos_block_ns");
     for scale in [3.0f64, 30.0, 1000.0] {
-        let xs: Vec<f32> = (0..n)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                (((state >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) * scale) as f32
-            })
-            .collect();
+        let xs: Vec<f32> = (0..n).map(|_| (rng.random_range(-1.0..1.0) * scale) as f32).collect();
         let (mut sin, mut cos) = (vec![0.0f32; n], vec![0.0f32; n]);
         let (mut libc, mut ours) = (f64::INFINITY, f64::INFINITY);
         for _ in 0..5 {

@@ -556,12 +556,9 @@ impl Tape {
                         .zip(values.iter())
                         .for_each(|(x, &v)| *x = convert(v, from, ty) as f32);
                     sin_cos_block(&xs[..len], &mut sin[..len], &mut cos[..len]);
-                    let (ys, ks) =
-                        if cos_of { (&cos[..len], &sin[..len]) } else { (&sin[..len], &cos[..len]) };
+                    let (ys, slope_at) = trig_values(cos_of, &sin[..len], &cos[..len]);
                     for (r, v) in values.iter_mut().enumerate() {
-                        // The slope of sinf is cosf, that of cosf is -sinf.
-                        let (y, k) =
-                            (f64::from(ys[r]), if cos_of { -f64::from(ks[r]) } else { f64::from(ks[r]) });
+                        let (y, k) = (f64::from(ys[r]), slope_at(r));
                         *v = y;
                         if slopes_of {
                             slope[r] = k;
@@ -671,15 +668,13 @@ impl Tape {
                 if let Some(cos_of) = trig_call(f, Ty::Float) {
                     let [_, sin, cos] = &mut s.trig;
                     sin_cos_block(values, &mut sin[..len], &mut cos[..len]);
-                    let (ys, ks) =
-                        if cos_of { (&cos[..len], &sin[..len]) } else { (&sin[..len], &cos[..len]) };
+                    let (ys, slope_at) = trig_values(cos_of, &sin[..len], &cos[..len]);
                     values.copy_from_slice(ys);
                     if memo == Memo::Keep {
                         let (_, kept_slopes) =
                             memo_of(&mut s.memo_slopes, memo, self.calls[i], start, len, s.memo_cases);
                         for r in 0..len {
-                            kept[r] = f64::from(ys[r]);
-                            kept_slopes[r] = if cos_of { -f64::from(ks[r]) } else { f64::from(ks[r]) };
+                            (kept[r], kept_slopes[r]) = (f64::from(ys[r]), slope_at(r));
                         }
                     }
                     return;
@@ -801,6 +796,13 @@ fn trig_call(f: Fn1, ty: Ty) -> Option<bool> {
         (Fn1::Cos, Ty::Float) => Some(true),
         _ => None,
     }
+}
+
+/// Of a block's sines and cosines, a trig call's values and its slope in each case: `sinf`'s
+/// values are the sines and its slopes the cosines, `cosf`'s the cosines and the sines negated.
+fn trig_values<'a>(cos_of: bool, sin: &'a [f32], cos: &'a [f32]) -> (&'a [f32], impl Fn(usize) -> f64 + 'a) {
+    let (values, other) = if cos_of { (cos, sin) } else { (sin, cos) };
+    (values, move |r| if cos_of { -f64::from(other[r]) } else { f64::from(other[r]) })
 }
 
 /// `a[r] = f(a[r], b[r])`.

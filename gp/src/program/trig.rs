@@ -126,6 +126,9 @@ fn sin_cos_lanes(xs: &[f32], sin: &mut [f32], cos: &mut [f32]) {
 
 #[cfg(test)]
 mod tests {
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
     use super::*;
 
     /// Whether `wide` (within a unit in its last place of the true value) rounds to float as the
@@ -219,16 +222,10 @@ mod tests {
     /// and their neighbours, the edges of the reduction.
     #[test]
     fn sines_and_cosines_are_correctly_rounded_and_every_path_agrees() {
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
         let mut xs: Vec<f32> = (0..1 << 20)
             .map(|_| {
-                let bits = next();
+                let bits: u64 = rng.random();
                 let e = (bits % 170) as i32 - 149; // 2^-149 to 2^21
                 let m = 1.0 + ((bits >> 8) & 0x7F_FFFF) as f32 / 8_388_608.0;
                 let x = m * 2f32.powi(e);
