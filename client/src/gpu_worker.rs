@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use gpfarm_protocol::worker::{
     CompiledUnit, Fitted, FrameError, GpuGeneration, KernelJob, ProblemRef, Reply, Request, VariantRun,
-    WireFit, WirePopulation, WireUnit, read_frame, write_frame,
+    WireFit, WirePopulation, WireUnit, profiling, read_frame, read_frame_timed, write_frame,
 };
 use thiserror::Error;
 
@@ -342,16 +342,31 @@ impl GpuWorker {
     /// Sends `request` and waits for its reply, each wait bounded by the deadline; a
     /// [`Reply::Started`] frame restarts the clock and names the kernel that runs.
     fn ask(&mut self, request: &Request) -> Result<Reply, Unanswered> {
+        let asked = Instant::now();
         write_frame(&mut self.stdin, request).map_err(|e| Unanswered::Died(death(&mut self.child, &e)))?;
+        let written = asked.elapsed();
         let mut running = None;
         loop {
             if !readable_within(&self.stdout, self.deadline) {
                 self.child.kill();
                 return Err(Unanswered::Timeout(running));
             }
-            match read_frame(&mut self.stdout) {
-                Ok(Reply::Started { individual }) => running = Some(individual as usize),
-                Ok(reply) => return Ok(reply),
+            let readable = asked.elapsed();
+            match read_frame_timed(&mut self.stdout) {
+                Ok((Reply::Started { individual }, _, _)) => running = Some(individual as usize),
+                Ok((reply, bytes, read)) => {
+                    if profiling() {
+                        eprintln!(
+                            "gpfarm worker profile: asked: request written in {:.3} ms, a reply readable at {:.3} \
+                             ms, its {bytes} bytes read in {:.3} ms, {:.3} ms in all",
+                            written.as_secs_f64() * 1e3,
+                            readable.as_secs_f64() * 1e3,
+                            read.as_secs_f64() * 1e3,
+                            asked.elapsed().as_secs_f64() * 1e3
+                        );
+                    }
+                    return Ok(reply);
+                }
                 Err(e) => return Err(Unanswered::Died(death(&mut self.child, &e))),
             }
         }
@@ -664,12 +679,22 @@ fn death(child: &mut Supervised, e: &FrameError) -> String {
 
 type Pipes = (BufWriter<ChildStdin>, BufReader<ChildStdout>, String);
 
+/// The capacity asked for each pipe to and from a worker.
+const PIPE_BYTES: libc::c_int = 1 << 20;
+
 /// Takes a fresh worker's pipes and waits until it has made its context and loaded the fitness
 /// kernel; a worker that refuses is killed and reaped.
 fn handshake(child: &mut Supervised, init: &Request) -> Result<Pipes, WorkerError> {
     let (Some(stdin), Some(stdout)) = child.take_pipes() else {
         unreachable!("both pipes are requested in worker_command");
     };
+    // A request of a late generation is a few hundred kilobytes: pipes of 1 MiB take it whole,
+    // where the default 64 KiB would pass it in turns between the two processes. Where the
+    // system refuses (a lower `pipe-max-size`), the pipe keeps its size; only speed differs.
+    for fd in [stdin.as_raw_fd(), stdout.as_raw_fd()] {
+        // SAFETY: F_SETPIPE_SZ on a pipe this process holds open changes only its capacity.
+        unsafe { libc::fcntl(fd, libc::F_SETPIPE_SZ, PIPE_BYTES) };
+    }
     let (mut stdin, mut stdout) = (BufWriter::new(stdin), BufReader::new(stdout));
     let reply = write_frame(&mut stdin, init).and_then(|()| {
         if readable_within(&stdout, READY_DEADLINE) {

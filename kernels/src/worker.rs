@@ -14,7 +14,7 @@
 use std::io::{BufReader, BufWriter};
 
 use gpfarm_gp::{Problem, ProblemError};
-use gpfarm_protocol::worker::{FrameError, ProblemRef, Reply, Request, read_frame, write_frame};
+use gpfarm_protocol::worker::{FrameError, ProblemRef, Reply, Request, read_frame_timed, write_frame};
 
 use crate::gpu::variants::KernelBench;
 use crate::gpu::{CompiledUnit, GpuError, GpuEvaluator, GpuGeneration, Kernels};
@@ -132,14 +132,28 @@ fn serve_frames(
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
     let mut input = BufReader::new(std::io::stdin().lock());
     let mut output = BufWriter::new(std::io::stdout().lock());
+    let profile = gpfarm_protocol::worker::profiling();
     loop {
-        let request = match read_frame::<Request>(&mut input) {
+        let (request, bytes, read) = match read_frame_timed::<Request>(&mut input) {
             Ok(r) => r,
             Err(FrameError::Closed) => return Ok(()),
             Err(e) => return Err(e.into()),
         };
+        let t = std::time::Instant::now();
         match answer(request, &mut output)? {
-            Some(reply) => write_frame(&mut output, &reply)?,
+            Some(reply) => {
+                let answered = t.elapsed();
+                write_frame(&mut output, &reply)?;
+                if profile {
+                    eprintln!(
+                        "gpfarm worker profile: a request of {bytes} bytes: read {:.3} ms, answered in {:.3} ms, \
+                         the reply written in {:.3} ms",
+                        read.as_secs_f64() * 1e3,
+                        answered.as_secs_f64() * 1e3,
+                        (t.elapsed() - answered).as_secs_f64() * 1e3
+                    );
+                }
+            }
             None => return Ok(()),
         }
     }

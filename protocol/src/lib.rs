@@ -20,6 +20,7 @@ pub mod message;
 pub mod names;
 pub mod process;
 pub mod ptx_math;
+mod raw;
 pub mod segment;
 pub mod types;
 pub mod worker;

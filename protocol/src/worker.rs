@@ -13,10 +13,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use bincode::config::{self, Configuration, Limit, LittleEndian, Varint};
+use bincode::de::Decoder;
+use bincode::enc::Encoder;
+use bincode::error::{DecodeError, EncodeError};
 use bincode::{Decode, Encode};
 use thiserror::Error;
 
 use crate::message::MessageError;
+use crate::raw;
 
 pub use crate::limits::MAX_WORKER_FRAME;
 
@@ -218,7 +222,7 @@ pub enum VariantRun {
 
 /// Programs with free parameters and their values, for the fitting kernel: each program's
 /// bytecode as the interpreter's fitting kernel reads it (parameters marked), one after the other.
-#[derive(Debug, Clone, PartialEq, Encode, Decode)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct WireFit {
     /// All programs' words.
     pub words: Vec<u32>,
@@ -305,7 +309,7 @@ impl WireFit {
 }
 
 /// A population's bytecode for the interpreter: every program's words one after the other.
-#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WirePopulation {
     /// All programs' words.
     pub words: Vec<u32>,
@@ -338,7 +342,7 @@ impl From<&CompiledUnit<'_>> for WireUnit {
 }
 
 /// What a [`Request::Fit`] found, per start in its order.
-#[derive(Debug, Clone, Default, PartialEq, Encode, Decode)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Fitted {
     /// Each start's best values, one after the other (as the request's `params`).
     pub params: Vec<f32>,
@@ -483,6 +487,89 @@ pub enum FrameError {
     Message(#[from] MessageError),
 }
 
+// The bulk messages' arrays cross the pipe as raw bytes ([`crate::raw`]); the rest as bincode
+// writes it.
+
+impl Encode for WireFit {
+    fn encode<E: Encoder>(&self, e: &mut E) -> Result<(), EncodeError> {
+        raw::encode(&self.words, e)?;
+        raw::encode(&self.offsets, e)?;
+        raw::encode(&self.params, e)?;
+        raw::encode(&self.param_offsets, e)?;
+        raw::encode(&self.nparams, e)?;
+        self.max_steps.encode(e)?;
+        raw::encode(&self.unit, e)?;
+        raw::encode(&self.member, e)?;
+        self.small.encode(e)
+    }
+}
+
+impl<C> Decode<C> for WireFit {
+    fn decode<D: Decoder<Context = C>>(d: &mut D) -> Result<Self, DecodeError> {
+        Ok(WireFit {
+            words: raw::decode(d)?,
+            offsets: raw::decode(d)?,
+            params: raw::decode(d)?,
+            param_offsets: raw::decode(d)?,
+            nparams: raw::decode(d)?,
+            max_steps: u64::decode(d)?,
+            unit: raw::decode(d)?,
+            member: raw::decode(d)?,
+            small: Vec::decode(d)?,
+        })
+    }
+}
+
+bincode::impl_borrow_decode!(WireFit);
+
+impl Encode for WirePopulation {
+    fn encode<E: Encoder>(&self, e: &mut E) -> Result<(), EncodeError> {
+        raw::encode(&self.words, e)?;
+        raw::encode(&self.offsets, e)?;
+        self.max_steps.encode(e)
+    }
+}
+
+impl<C> Decode<C> for WirePopulation {
+    fn decode<D: Decoder<Context = C>>(d: &mut D) -> Result<Self, DecodeError> {
+        Ok(WirePopulation { words: raw::decode(d)?, offsets: raw::decode(d)?, max_steps: u64::decode(d)? })
+    }
+}
+
+bincode::impl_borrow_decode!(WirePopulation);
+
+impl Encode for Fitted {
+    fn encode<E: Encoder>(&self, e: &mut E) -> Result<(), EncodeError> {
+        raw::encode(&self.params, e)?;
+        raw::encode(&self.sse, e)?;
+        raw::encode(&self.first_sse, e)?;
+        raw::encode(&self.launches, e)?;
+        self.took_us.encode(e)
+    }
+}
+
+impl<C> Decode<C> for Fitted {
+    fn decode<D: Decoder<Context = C>>(d: &mut D) -> Result<Self, DecodeError> {
+        Ok(Fitted {
+            params: raw::decode(d)?,
+            sse: raw::decode(d)?,
+            first_sse: raw::decode(d)?,
+            launches: raw::decode(d)?,
+            took_us: u64::decode(d)?,
+        })
+    }
+}
+
+bincode::impl_borrow_decode!(Fitted);
+
+/// Whether `GPFARM_FIT_PROFILE` is set: the GPU worker and its client then time their frames and
+/// phases and write the times to stderr (a diagnostic; the fitting kernels' launches are then
+/// each waited for, which slows the fit).
+pub fn profiling() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("GPFARM_FIT_PROFILE").is_some_and(|v| !v.is_empty() && v != "0"))
+}
+
 /// Writes one frame and flushes it.
 pub fn write_frame<T: Encode>(w: &mut (impl Write + ?Sized), msg: &T) -> Result<(), FrameError> {
     let bytes = bincode::encode_to_vec(msg, config()).map_err(MessageError::from)?;
@@ -494,6 +581,12 @@ pub fn write_frame<T: Encode>(w: &mut (impl Write + ?Sized), msg: &T) -> Result<
 
 /// Reads one frame; [`FrameError::Closed`] when the pipe ended cleanly before it.
 pub fn read_frame<T: Decode<()>>(r: &mut impl Read) -> Result<T, FrameError> {
+    read_frame_timed(r).map(|(msg, _, _)| msg)
+}
+
+/// As [`read_frame`], with the frame's length in bytes and the time from its length to its
+/// message (reading the rest and decoding it).
+pub fn read_frame_timed<T: Decode<()>>(r: &mut impl Read) -> Result<(T, usize, Duration), FrameError> {
     let mut len = [0u8; 8];
     let mut got = 0;
     while got < len.len() {
@@ -505,11 +598,14 @@ pub fn read_frame<T: Decode<()>>(r: &mut impl Read) -> Result<T, FrameError> {
             Err(e) => return Err(e.into()),
         }
     }
+    let begun = std::time::Instant::now();
     let len = u64::from_le_bytes(len);
     if len > MAX_WORKER_FRAME {
         return Err(FrameError::TooLarge(len));
     }
-    let mut bytes = Vec::new();
+    // Room for the frame at once (up to 16 MiB before any byte of it arrives), not grown by
+    // doubling as it comes.
+    let mut bytes = Vec::with_capacity(len.min(1 << 24) as usize);
     r.take(len).read_to_end(&mut bytes)?;
     if bytes.len() as u64 != len {
         return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
@@ -518,7 +614,7 @@ pub fn read_frame<T: Decode<()>>(r: &mut impl Read) -> Result<T, FrameError> {
     if used != bytes.len() {
         return Err(MessageError::Trailing(bytes.len() - used).into());
     }
-    Ok(msg)
+    Ok((msg, bytes.len(), begun.elapsed()))
 }
 
 #[cfg(test)]
@@ -578,6 +674,76 @@ mod tests {
     fn an_oversized_length_is_refused_before_allocating() {
         let bytes = u64::MAX.to_le_bytes();
         assert!(matches!(read_frame::<Reply>(&mut &bytes[..]), Err(FrameError::TooLarge(_))));
+    }
+
+    /// The messages whose arrays cross as raw bytes: a fit, a population and a fit's outcome,
+    /// with values whose bits a lossy encoding would change (NaN payloads, -0.0, subnormals).
+    fn bulk() -> (Request, Request, Reply) {
+        let mut fit = WireFit::new(9);
+        fit.push_with(&[1, u32::MAX, 0x8000_0000], &[f32::from_bits(0x7fc0_1234), -0.0, 1e-45], true, None);
+        fit.push_with(&[7], &[], false, Some((2, 5)));
+        let population =
+            WirePopulation { words: vec![3, 0, u32::MAX], offsets: vec![0, 1 | 1 << 31], max_steps: 77 };
+        let fitted = Fitted {
+            params: vec![f32::NAN, -3.5, f32::MIN_POSITIVE],
+            sse: vec![f64::from_bits(0x7ff8_0000_0000_0abc), -0.0],
+            first_sse: vec![f64::INFINITY, 2.0],
+            launches: vec![0, u32::MAX],
+            took_us: 1234,
+        };
+        (
+            Request::Fit { fit, iterations: 10, code: vec![vec![1, 2, 3]] },
+            Request::Interpret(population),
+            Reply::Fitted(fitted),
+        )
+    }
+
+    /// Equal bit for bit (NaN is not equal to itself as a float).
+    fn same_bits<T: std::fmt::Debug>(a: &T, b: &T) -> bool {
+        format!("{a:?}") == format!("{b:?}")
+    }
+
+    #[test]
+    fn bulk_arrays_round_trip_bit_for_bit() {
+        let (fit, population, fitted) = bulk();
+        let mut pipe = Vec::new();
+        write_frame(&mut pipe, &fit).unwrap();
+        write_frame(&mut pipe, &population).unwrap();
+        write_frame(&mut pipe, &fitted).unwrap();
+        let mut r = pipe.as_slice();
+        let back = read_frame::<Request>(&mut r).unwrap();
+        let Request::Fit { fit: got, .. } = &back else { panic!("{back:?}") };
+        let Request::Fit { fit: sent, .. } = &fit else { unreachable!() };
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&got.params), bits(&sent.params));
+        assert!(same_bits(&back, &fit));
+        assert_eq!(read_frame::<Request>(&mut r).unwrap(), population);
+        let back = read_frame::<Reply>(&mut r).unwrap();
+        let (Reply::Fitted(got), Reply::Fitted(sent)) = (&back, &fitted) else { panic!("{back:?}") };
+        assert_eq!(got.sse[0].to_bits(), sent.sse[0].to_bits());
+        assert_eq!(got.params[0].to_bits(), sent.params[0].to_bits());
+        assert!(same_bits(&back, &fitted));
+        // Cut anywhere, each frame is an error, not a message.
+        for frame in [&fit, &population] {
+            let mut pipe = Vec::new();
+            write_frame(&mut pipe, frame).unwrap();
+            for cut in 1..pipe.len() {
+                assert!(read_frame::<Request>(&mut &pipe[..cut]).is_err(), "prefix of {cut}");
+            }
+        }
+    }
+
+    #[test]
+    fn an_array_longer_than_its_frame_is_refused_before_allocating() {
+        // An interpret request whose words claim 2^40 elements in a frame of a few bytes.
+        let mut body = Vec::new();
+        bincode::encode_into_std_write(2u32, &mut body, config()).unwrap();
+        bincode::encode_into_std_write(1u64 << 40, &mut body, config()).unwrap();
+        body.extend_from_slice(&[0; 16]);
+        let mut frame = (body.len() as u64).to_le_bytes().to_vec();
+        frame.extend(body);
+        let got = read_frame::<Request>(&mut frame.as_slice());
+        assert!(matches!(got, Err(FrameError::Message(_)) | Err(FrameError::Io(_))), "{got:?}");
     }
 
     #[test]

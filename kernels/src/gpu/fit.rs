@@ -23,8 +23,7 @@ use super::{BLOCK, Fitted, GpuError, WireFit, driver, no_kernel};
 /// Whether `GPFARM_FIT_PROFILE` is set: each width's launch is then waited for and timed, and the
 /// times written to stderr (a diagnostic; it slows the fit).
 pub fn profiling() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("GPFARM_FIT_PROFILE").is_some_and(|v| !v.is_empty() && v != "0"))
+    gpfarm_protocol::worker::profiling()
 }
 
 /// The most blocks a launch may have along y.
