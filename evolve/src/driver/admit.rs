@@ -11,6 +11,7 @@ use rayon::prelude::*;
 
 use gpfarm_client::CacheKey;
 use gpfarm_gp::Born;
+use gpfarm_gp::program::instantiate;
 use gpfarm_gp::{Fitness, Program};
 use gpfarm_kernels::interpreter::Bytecode;
 use gpfarm_kernels::unit::key_text;
@@ -31,6 +32,13 @@ impl Driver<'_> {
         let mut compiled = Gather::default();
         let now = Instant::now();
         let prepared = self.prepare(&mut born);
+        if gpfarm_kernels::gpu::fit_profiling() {
+            eprintln!(
+                "gpfarm admit profile: {} prepared in {:.3} ms",
+                born.len(),
+                now.elapsed().as_secs_f64() * 1e3
+            );
+        }
         // Counted per generation once, not per individual: a generation holds up to 10^6.
         let mut counted: Vec<(usize, usize)> = Vec::new();
         for b in &born {
@@ -157,7 +165,8 @@ impl Driver<'_> {
     }
 }
 
-/// What admitting an individual computes before placing it: its typed tree (on every route but
+/// What admitting an individual computes before placing it (after writing its values into its
+/// phenotype on the routes that do not compile individuals): its typed tree (on every route but
 /// NVRTC; `Err` when the parser refuses it), its bytecode (on the interpreter and CPU routes;
 /// `Err` when the interpreter cannot hold it) and its key.
 struct Prepared {
@@ -191,6 +200,13 @@ fn prepare_one(
     (route, cache): (Route, bool),
     b: &mut Born,
 ) -> Prepared {
+    // Compiled code takes the values as an argument (compiled once per structure); the
+    // interpreter and the CPU evaluator run them written in. The text is lexed again to write
+    // them; the tree breeding parsed is not that text's, so it is parsed again below.
+    if !route.compiles_individuals() && !b.params.is_empty() {
+        b.phenotype = instantiate(&b.phenotype, &b.params);
+        b.program = None;
+    }
     // The tree breeding parsed, where it did (taken, so that it is freed on this thread where
     // nothing keeps it); else parsed here (for its error).
     let parsed = match b.program.take() {

@@ -174,7 +174,18 @@ impl Driver<'_> {
             let t = Instant::now();
             let wire = PackedPopulation::new(coded.iter().filter_map(|m| m.code.as_deref()))
                 .into_wire(self.problem.max_steps());
-            match worker.interpret(&wire) {
+            let packed = t.elapsed();
+            let answer = worker.interpret(&wire);
+            if gpfarm_kernels::gpu::fit_profiling() {
+                eprintln!(
+                    "gpfarm eval profile: {} programs of {} words packed in {:.3} ms, interpreted in {:.3} ms",
+                    coded.len(),
+                    wire.words.len(),
+                    packed.as_secs_f64() * 1e3,
+                    (t.elapsed() - packed).as_secs_f64() * 1e3
+                );
+            }
+            match answer {
                 Ok(out) => {
                     let took = t.elapsed();
                     self.totals.eval_s += took.as_secs_f64();

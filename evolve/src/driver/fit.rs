@@ -2,7 +2,7 @@
 //! Levenberg–Marquardt on the CPU reference evaluator's forward-mode derivatives
 //! ([`gpfarm_gp::fit`]), one individual per task on a pool of threads. Each individual then goes on
 //! with its values: on the compiled routes as its kernel's argument (a structure compiles once,
-//! see [`super::structures`]), on the others written into its phenotype
+//! see [`super::structures`]), on the others written into its phenotype when it is admitted
 //! ([`gpfarm_gp::program::instantiate`]); every route evaluates exactly the values fitted, and
 //! caching keys it by them. Must never let the
 //! thread count or the order of work change a value: whether an individual is fitted is drawn
@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gpfarm_client::CompileOptions;
-use gpfarm_gp::program::instantiate;
 use gpfarm_gp::{Born, FitConfig, FitSettings, Problem, Program, fit, moved_start};
 use gpfarm_kernels::gpu::WireFit;
 use gpfarm_kernels::interpreter::{
@@ -135,8 +134,9 @@ fn plan_fits(
 }
 
 impl Driver<'_> {
-    /// Fits the parameters of those of `born` the run's [`gpfarm_gp::FitConfig`] selects, records
-    /// the values with the pipeline, and writes every individual's values into its phenotype.
+    /// Fits the parameters of those of `born` the run's [`gpfarm_gp::FitConfig`] selects and
+    /// records the values with the pipeline and in each individual; admitting writes them into
+    /// the phenotypes of the routes that run them written in.
     pub(super) fn fit(&mut self, mut born: Vec<Born>) -> Result<Vec<Born>, EvolveError> {
         if born.iter().all(|b| b.params.is_empty()) {
             return Ok(born);
@@ -257,23 +257,6 @@ impl Driver<'_> {
             }
         }
         phases.mark("record");
-        // Compiled code takes the values as an argument (compiled once per structure); the
-        // interpreter and the CPU evaluator run them written in. Each text is lexed again to
-        // write them, on the pool (long texts take microseconds each).
-        if !self.settings.route.compiles_individuals() {
-            let write = |b: &mut Born| {
-                if !b.params.is_empty() {
-                    b.phenotype = instantiate(&b.phenotype, &b.params);
-                    // The tree breeding parsed is not this text's: admitting parses it again.
-                    b.program = None;
-                }
-            };
-            match &pool {
-                Some(pool) => pool.install(|| born.par_iter_mut().for_each(write)),
-                None => born.iter_mut().for_each(write),
-            }
-        }
-        phases.mark("write");
         phases.show(&format!("{} fitted of {}", todo_len, born.len()));
         if let Some(b) = born.first() {
             let a = self.account(b.generation);
@@ -354,9 +337,14 @@ fn gpu_fit(
     let mut wants_code: Vec<Option<usize>> = Vec::new();
     // Whether each start's program runs in its width's small-stack kernel.
     let mut smalls: Vec<bool> = Vec::new();
-    // Each program's bytecode, where a fitting kernel takes it, and whether it runs in its width's
-    // small-stack kernel (on the pool, each its own).
-    let assemble = |&(k, _): &(usize, blake3::Hash)| -> Option<(Arc<Vec<u32>>, bool)> {
+    // Whether compiled kernels may fit programs: then each program's structure is keyed.
+    let keyed = !matches!(compiled.kernels, FitKernels::Interpreter) && compiled.store.usable();
+    // Each program's bytecode, where a fitting kernel takes it, whether it runs in its width's
+    // small-stack kernel, and its structure's key where compiled kernels may fit it (on the
+    // pool, each its own).
+    // And its ops (for the count of node-evaluations).
+    type Assembled = (Arc<Vec<u32>>, bool, Option<blake3::Hash>, u64);
+    let assemble = |&(k, _): &(usize, blake3::Hash)| -> Option<Assembled> {
         let b = &born[k];
         if b.params.len() > FIT_PARAMS {
             return None;
@@ -375,21 +363,20 @@ fn gpu_fit(
             return None;
         }
         let small = fits_small(&code.words, b.params.len(), code.depth);
-        Some((Arc::new(code.words), small))
+        let structure = keyed.then(|| structure_key(&code.words, b.params.len()));
+        let ops = walk(&code.words).take_while(|op| *op != Some(Op::End)).count() as u64;
+        Some((Arc::new(code.words), small, structure, ops))
     };
-    let assembled: Vec<Option<(Arc<Vec<u32>>, bool)>> = match pool {
+    let mut program_ops = vec![0u64; todo.len()];
+    let assembled: Vec<Option<Assembled>> = match pool {
         Some(pool) => pool.install(|| todo.par_iter().map(assemble).collect()),
         None => todo.iter().map(assemble).collect(),
     };
+    phases.mark("assemble");
     for (i, (&(k, key), assembled)) in todo.iter().zip(assembled).enumerate() {
         let b = &born[k];
-        let Some((code, small)) = assembled else { continue };
-        // Where compiled kernels may fit it, its structure's key in their store.
-        let structure = match compiled.kernels {
-            FitKernels::Interpreter => None,
-            _ if !compiled.store.usable() => None,
-            _ => Some(structure_key(&code, b.params.len())),
-        };
+        let Some((code, small, structure, ops)) = assembled else { continue };
+        program_ops[i] = ops;
         let compile = match (compiled.kernels, structure) {
             (_, None) | (FitKernels::Interpreter, _) => false,
             (FitKernels::Compiled, _) => fit_compiles(&code, b.params.len()),
@@ -480,9 +467,9 @@ fn gpu_fit(
     }
     // Node-evaluations per individual: each start's ops × cases × the launches that ran it.
     let mut node_evals = vec![0u64; todo.len()];
-    for (j, (item, words, _)) in begin.iter().enumerate() {
-        let ops = walk(words).take_while(|op| *op != Some(Op::End)).count() as u64;
-        node_evals[*item] += ops * cases as u64 * u64::from(launches.get(j).copied().unwrap_or(0));
+    for (j, (item, _, _)) in begin.iter().enumerate() {
+        node_evals[*item] +=
+            program_ops[*item] * cases as u64 * u64::from(launches.get(j).copied().unwrap_or(0));
     }
     // Where each individual began (its first start, from its own values): a fit must beat it.
     let mut began: Vec<f64> = vec![f64::INFINITY; todo.len()];

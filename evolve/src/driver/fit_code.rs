@@ -51,12 +51,12 @@ pub(super) struct FitCode {
 
 /// A structure's key in the store: its words and its parameter count.
 pub(super) fn structure_key(words: &[u32], params: usize) -> blake3::Hash {
-    let mut h = blake3::Hasher::new();
-    h.update(&(params as u64).to_le_bytes());
-    for w in words {
-        h.update(&w.to_le_bytes());
-    }
-    h.finalize()
+    // The same key as hashing word by word, in one update (a call per word cost about 2 µs a
+    // program).
+    let mut bytes = Vec::with_capacity(8 + 4 * words.len());
+    bytes.extend_from_slice(&(params as u64).to_le_bytes());
+    bytes.extend(words.iter().flat_map(|w| w.to_le_bytes()));
+    blake3::hash(&bytes)
 }
 
 impl FitCode {
@@ -348,5 +348,23 @@ fn start(options: &CompileOptions, toolchain: &str) -> Option<Box<dyn Compiler +
             tracing::warn!("compiled fitting kernels are not used: no compiler started ({e})");
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_structure_s_key_is_its_count_and_words_hashed_as_one_stream() {
+        let words = [0x0102_0304u32, 7, 0xffff_ffff, 0];
+        let mut h = blake3::Hasher::new();
+        h.update(&3u64.to_le_bytes());
+        for w in words {
+            h.update(&w.to_le_bytes());
+        }
+        assert_eq!(structure_key(&words, 3), h.finalize());
+        assert_ne!(structure_key(&words, 4), structure_key(&words, 3));
+        assert_ne!(structure_key(&words[..3], 3), structure_key(&words, 3));
     }
 }
