@@ -55,7 +55,7 @@ pub(super) fn lex(src: &str) -> Result<Vec<Token>, ParseError> {
             let (tok, len) = number(&src[i..]).map_err(|message| ParseError::Literal { at: i, message })?;
             out.push(Token { tok, at: i });
             i += len;
-        } else if let Some(p) = PUNCTS.iter().find(|p| src[i..].starts_with(**p)) {
+        } else if let Some(p) = PUNCTS.iter().find(|p| p.as_bytes()[0] == b && src[i..].starts_with(**p)) {
             out.push(Token { tok: Tok::Punct(p), at: i });
             i += p.len();
         } else {
