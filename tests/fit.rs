@@ -193,6 +193,8 @@ fn programs() -> Vec<String> {
          + pdivf(p[6], x1 - 0.5f) * p[7] + p[8] * x2"
             .into(),
     );
+    // Wider than 16: width 32, in reverse only.
+    all.push(format!("cosf({}) * p[20] + p[21] * x2 * x3 - p[22] / (x4 + 2.0f)", wide[..20].join(" + ")));
     // Wider than 32.
     all.push(format!("sinf({}) * p[40] + p[41]", wide.join(" + ")));
     // Wider than 64: the widest kernel, in reverse only.
@@ -653,8 +655,8 @@ fn compiled_fitting_kernels_compile_for_straight_line_programs_of_five_or_more_p
     let problem = friedman1();
     let texts = compiled_programs();
     // The straight-line programs of 5 or more parameters: reverse mode and protected division,
-    // 12, 13, 42 and 82 parameters; a branch, a double or 4 parameters are not taken.
-    assert_eq!(texts.len(), 6, "{texts:#?}");
+    // 12, 13, 23, 42 and 82 parameters; a branch, a double or 4 parameters are not taken.
+    assert_eq!(texts.len(), 7, "{texts:#?}");
     let code = |text: &str| {
         let program = Program::parse(&problem, &Phenotype::new(text)).unwrap();
         (assemble_structure(&problem, &program).unwrap().words, program.params())

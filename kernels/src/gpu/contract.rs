@@ -133,6 +133,19 @@ pub fn fit_kernel(width: usize) -> String {
     format!("{FIT_KERNEL}_{width}")
 }
 
+/// The widths whose fitting kernel has a plain twin ([`fit_kernel_plain`]): the wide ones, whose
+/// registers go mostly to derivatives.
+pub const FIT_PLAIN_WIDTHS: [usize; 4] = [16, 32, 64, 128];
+
+/// The plain twin of the fitting kernel of width `width` (one of [`FIT_PLAIN_WIDTHS`]): it runs
+/// the starts of a count of 0 (a trial's plain run, the sum of squares alone), compiled without
+/// the derivatives; the kernel of that width then runs only the starts with derivatives. Its
+/// sums of squares are the width's kernel's, bit for bit. Where a module has no such kernel,
+/// the width's kernel runs both.
+pub fn fit_kernel_plain(width: usize) -> String {
+    format!("{FIT_KERNEL}_{width}_plain")
+}
+
 /// The narrowest of [`FIT_WIDTHS`] that holds `params` parameters; `None` beyond [`FIT_PARAMS`].
 pub fn fit_width(params: usize) -> Option<usize> {
     FIT_WIDTHS.iter().copied().find(|&w| params <= w)

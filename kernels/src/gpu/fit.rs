@@ -211,6 +211,8 @@ impl Device {
                     g if g < nw + ns => &modules.small[g - nw].1,
                     g => &self.fit_code[g - nw - ns].1,
                 };
+                // The width's plain twin, where it has one, runs the starts of a count of 0.
+                let twin = if g < nw { modules.plain[g].as_ref() } else { None };
                 for start in (g_first..g_end).step_by(MAX_GRID_Y) {
                     let rows = (g_end - start).min(MAX_GRID_Y);
                     let offsets = self.offsets.slice(start..start + rows);
@@ -222,37 +224,41 @@ impl Device {
                     let mut partial = b.partial[s].slice_mut(from..to.max(from + 1));
                     let words = self.words.slice(..plan.words.max(1));
                     let params = b.params.slice(..plan.values.max(1));
-                    let mut launch = stream.launch_builder(kernel);
-                    self.fit_cases.as_ref().map_or(&self.cases, |(c, _)| c).pass(problem, &mut launch);
-                    launch.arg(&nc);
-                    launch.arg(&words);
-                    launch.arg(&offsets);
-                    launch.arg(&params);
-                    launch.arg(&poffsets);
-                    launch.arg(&nparams);
-                    launch.arg(&fit.max_steps);
-                    launch.arg(&ntiles);
-                    launch.arg(&rows_per_thread);
-                    launch.arg(&at_view);
-                    launch.arg(&mut partial);
                     let cfg = LaunchConfig {
                         grid_dim: (nt as u32, rows as u32, 1),
                         block_dim: (BLOCK, 1, 1),
                         shared_mem_bytes: 0,
                     };
                     let t = profile.then(std::time::Instant::now);
-                    // SAFETY: `fit_source` and `fit_code_source` declare the problem's input and
-                    // length pointers in kernel-parameter order, the targets, the case count, the
-                    // words, one offset per program of the launch (for the interpreter's kernels
-                    // the start of a program `assemble_structure` wrote, ending in `End`; for a
-                    // compiled unit's, the program's member there, checked above to be loaded),
-                    // the parameter values, each program's first value and count (at most this
-                    // kernel's width; -1 where the loop does not run it), the step limit, the tile
-                    // count, the rows per thread (`nt` tiles of them hold every case), where each
-                    // program's sums start (`at`, one per program of the launch) and the tile sums:
-                    // `nt` blocks of `sums_of` each program's parameters, from
-                    // `(at[p] - at[0]) * nt` (sized above).
-                    unsafe { launch.launch(cfg) }.map_err(driver)?;
+                    for function in std::iter::once(kernel).chain(twin) {
+                        let mut launch = stream.launch_builder(function);
+                        self.fit_cases.as_ref().map_or(&self.cases, |(c, _)| c).pass(problem, &mut launch);
+                        launch.arg(&nc);
+                        launch.arg(&words);
+                        launch.arg(&offsets);
+                        launch.arg(&params);
+                        launch.arg(&poffsets);
+                        launch.arg(&nparams);
+                        launch.arg(&fit.max_steps);
+                        launch.arg(&ntiles);
+                        launch.arg(&rows_per_thread);
+                        launch.arg(&at_view);
+                        launch.arg(&mut partial);
+                        // SAFETY: `fit_source` and `fit_code_source` declare the problem's input and
+                        // length pointers in kernel-parameter order, the targets, the case count, the
+                        // words, one offset per program of the launch (for the interpreter's kernels
+                        // the start of a program `assemble_structure` wrote, ending in `End`; for a
+                        // compiled unit's, the program's member there, checked above to be loaded),
+                        // the parameter values, each program's first value and count (at most this
+                        // kernel's width; -1 where the loop does not run it), the step limit, the tile
+                        // count, the rows per thread (`nt` tiles of them hold every case), where each
+                        // program's sums start (`at`, one per program of the launch) and the tile sums:
+                        // `nt` blocks of `sums_of` each program's parameters, from
+                        // `(at[p] - at[0]) * nt` (sized above).
+                        // (The twin takes the same arguments: the starts of a count of 0, which the
+                        // width's kernel then leaves to it.)
+                        unsafe { launch.launch(cfg) }.map_err(driver)?;
+                    }
                     if let Some(t) = t {
                         stream.synchronize().map_err(driver)?;
                         let len: usize = order[start..start + rows]

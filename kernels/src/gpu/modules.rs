@@ -15,7 +15,7 @@ use cudarc::nvrtc::Ptx;
 
 use super::contract::{
     FIT_SMALL_WIDTHS, FIT_STEP_KERNEL, FIT_TILES_KERNEL, FIT_WIDTHS, INTERP_KERNEL_LARGE,
-    INTERP_KERNEL_SMALL, fit_kernel, fit_kernel_small,
+    INTERP_KERNEL_SMALL, fit_kernel, fit_kernel_plain, fit_kernel_small,
 };
 use super::{CompiledUnit, FITNESS_KERNEL, GpuError, KernelRef, TILES_KERNEL, driver};
 
@@ -102,6 +102,9 @@ pub(super) fn load_interpreter(
 pub(super) struct FitModules {
     /// The kernel of each width, in [`FIT_WIDTHS`] order.
     pub(super) kernels: Vec<(usize, CudaFunction)>,
+    /// Each width's plain twin, where the modules have one (the width's kernel then runs only
+    /// the starts with derivatives, and the twin the others), in [`FIT_WIDTHS`] order.
+    pub(super) plain: Vec<Option<CudaFunction>>,
     /// The small-stack kernel of each width of [`FIT_SMALL_WIDTHS`], in that order.
     pub(super) small: Vec<(usize, CudaFunction)>,
     pub(super) tiles: CudaFunction,
@@ -125,12 +128,17 @@ pub(super) fn load_fit(ctx: &Arc<CudaContext>, cubins: &[Vec<u8>]) -> Result<Fit
     };
     let kernels =
         FIT_WIDTHS.iter().map(|&w| Ok((w, find(&fit_kernel(w))?))).collect::<Result<_, GpuError>>()?;
+    let plain = FIT_WIDTHS
+        .iter()
+        .map(|&w| modules.iter().find_map(|m| m.load_function(&fit_kernel_plain(w)).ok()))
+        .collect();
     let small = FIT_SMALL_WIDTHS
         .iter()
         .map(|&w| Ok((w, find(&fit_kernel_small(w))?)))
         .collect::<Result<_, GpuError>>()?;
     Ok(FitModules {
         kernels,
+        plain,
         small,
         tiles: find(FIT_TILES_KERNEL)?,
         step: find(FIT_STEP_KERNEL)?,

@@ -42,9 +42,9 @@ use gpfarm_gp::{FitnessKind, Problem};
 
 use super::bytecode::{Op, slot_layout};
 use crate::gpu::contract::{
-    FIT_CODE_KERNEL, FIT_FORWARD_PARAMS, FIT_PARAMS, FIT_SMALL_DEPTH, FIT_SMALL_TAPE, FIT_SMALL_WIDTHS,
-    FIT_STEP_BEGIN, FIT_STEP_JUDGE, FIT_STEP_KERNEL, FIT_STEP_TRIAL, FIT_TILES_KERNEL, FIT_WIDTHS,
-    fit_kernel, fit_kernel_small, fit_width, switched_off, tuning,
+    FIT_CODE_KERNEL, FIT_FORWARD_PARAMS, FIT_PARAMS, FIT_PLAIN_WIDTHS, FIT_SMALL_DEPTH, FIT_SMALL_TAPE,
+    FIT_SMALL_WIDTHS, FIT_STEP_BEGIN, FIT_STEP_JUDGE, FIT_STEP_KERNEL, FIT_STEP_TRIAL, FIT_TILES_KERNEL,
+    FIT_WIDTHS, fit_kernel, fit_kernel_plain, fit_kernel_small, fit_width, switched_off, tuning,
 };
 
 /// The narrowest fitting kernel that differentiates straight-line float programs in reverse
@@ -395,15 +395,28 @@ pub fn fit_source_for(problem: &Problem, widths: &[usize]) -> Result<String, Gpu
     }
     let (template, decl, args) = fit_template(problem, Members::Interpreted)?;
     let mut kernels = String::new();
+    let plain = fit_plain();
     for &w in widths {
+        // With a plain twin, the width's kernel runs only the starts with derivatives.
+        let twin = plain.is_some() && FIT_PLAIN_WIDTHS.contains(&w);
         writeln!(
             kernels,
-            "extern \"C\" __global__ void __launch_bounds__({}) {}({decl})\n{{\n    gpfarm_fit_body<{w}, {}, {FIT_TAPE}>({args});\n}}\n",
+            "extern \"C\" __global__ void __launch_bounds__({}) {}({decl})\n{{\n    gpfarm_fit_body<{w}, {}, {FIT_TAPE}, false, {}>({args});\n}}\n",
             fit_bounds(w, true),
             fit_kernel(w),
             FIT_DEPTH + 2,
+            if twin { 2 } else { 0 },
         )
         .ok();
+        if let (true, Some(blocks)) = (twin, plain) {
+            writeln!(
+                kernels,
+                "extern \"C\" __global__ void __launch_bounds__({BLOCK}, {blocks}) {}({decl})\n{{\n    gpfarm_fit_body<{w}, {}, {FIT_TAPE}, false, 1>({args});\n}}\n",
+                fit_kernel_plain(w),
+                FIT_DEPTH + 2,
+            )
+            .ok();
+        }
         if FIT_SMALL_WIDTHS.contains(&w) {
             writeln!(
                 kernels,
@@ -745,6 +758,20 @@ fn fit_bounds(width: usize, interpreted: bool) -> String {
             .map_or(interpreted_blocks(width), |n| n as u32),
     };
     format!("{BLOCK}, {blocks}")
+}
+
+/// Blocks per multiprocessor the plain twins of the wide fitting kernels ask for
+/// ([`crate::gpu::contract::fit_kernel_plain`]): without derivatives a thread needs far fewer
+/// registers, and a block's shared memory is a row of 12 doubles per thread.
+const FIT_PLAIN_BLOCKS: usize = 6;
+
+/// The blocks per multiprocessor of the wide kernels' plain twins, or `None` where there are
+/// none: [`FIT_PLAIN_BLOCKS`], or `GPFARM_FIT_PLAIN_BLOCKS` where set to a number from 1 to 8;
+/// `GPFARM_FIT_PLAIN=0` leaves them out (each width's kernel then runs its plain runs too).
+/// Diagnostics for tuning: the sums are the same bits either way.
+fn fit_plain() -> Option<usize> {
+    (!switched_off("GPFARM_FIT_PLAIN"))
+        .then(|| tuning("GPFARM_FIT_PLAIN_BLOCKS", 1..=8).unwrap_or(FIT_PLAIN_BLOCKS))
 }
 
 /// Programs of one width per compiled fitting unit at most ([`fit_code_groups`]).
@@ -1260,23 +1287,32 @@ __device__ __forceinline__ bool gpfarm_straight(unsigned op)\n\
     switch (op) {{ {straight}return true; default: return false; }}\n\
 }}\n\n\
 // STRAIGHT: the program is straight-line float code (the small-stack kernels' programs), so the\n\
-// forward sweep's switch holds only those ops.\n\
-template <int NP, int DEPTH, int TAPE, bool STRAIGHT = false>\n\
+// forward sweep's switch holds only those ops. RUNS: which starts the kernel runs, every one\n\
+// with a count of 0 or more (0), only those of a count of 0 (1: a trial's plain run, the sum of\n\
+// squares alone, compiled without derivatives, so with fewer registers and more blocks to a\n\
+// multiprocessor), or only those with derivatives (2: beside a kernel of RUNS 1).\n\
+template <int NP, int DEPTH, int TAPE, bool STRAIGHT = false, int RUNS = 0>\n\
 __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
 {{\n\
     constexpr int NSUMS = 1 + NP + NP * (NP + 1) / 2;\n\
     constexpr bool NARROW = NP <= {UNROLLED};\n\
+    constexpr bool PLAIN = RUNS == 1;\n\
+    static_assert(!PLAIN || !NARROW, \"only the wide kernels have a plain twin\");\n\
+    // The row's width in shared memory: a plain run's row holds its residual alone, in the\n\
+    // place of a column block of 8 the wide kernel's residual heads (zeros after it), so its\n\
+    // tensor cores add the same products in the same order: the same sum of squares, bit for bit.\n\
+    constexpr int NPL = PLAIN ? 0 : NP;\n\
     // Rows of the wide kernels' shared memory (a row: the case's Jacobian row and residual, as\n\
     // doubles): as many of the block's as fit in 40 KiB, a power of two.\n\
     // With the tensor cores (GPFARM_FIT_MMA), a row is NP + 1 values padded to whole blocks of\n\
     // 8 (MP), its stride LD = 4 mod 8 doubles so that a fragment's 32 loads hit distinct banks.\n\
-    constexpr int MP = GPFARM_FIT_MMA ? (NP + 8) / 8 * 8 : NP + 1;\n\
-    constexpr int LD = GPFARM_FIT_MMA ? MP + (12 - MP % 8) % 8 : NP + 1;\n\
+    constexpr int MP = GPFARM_FIT_MMA ? (NPL + 8) / 8 * 8 : NPL + 1;\n\
+    constexpr int LD = GPFARM_FIT_MMA ? MP + (12 - MP % 8) % 8 : NPL + 1;\n\
     constexpr int ROWB = LD * 8;\n\
     constexpr int S = NARROW ? 1 : ROWB * {BLOCK} <= 40960 ? {BLOCK} : ROWB * ({BLOCK} / 2) <= 40960 ? {BLOCK} / 2 : ROWB * ({BLOCK} / 4) <= 40960 ? {BLOCK} / 4 : ROWB * ({BLOCK} / 8) <= 40960 ? {BLOCK} / 8 : {BLOCK} / 16;\n\
     static_assert(NARROW || ROWB * S <= 40960, \"the rows of a wide kernel must fit its shared memory\");\n\
     static_assert(NARROW || S % 4 == 0, \"the tensor cores take rows 4 at a time\");\n\
-    constexpr int OWN = NARROW || GPFARM_FIT_MMA ? 1 : (NSUMS + {BLOCK} - 1) / {BLOCK};\n\
+    constexpr int OWN = NARROW || GPFARM_FIT_MMA || PLAIN ? 1 : (NSUMS + {BLOCK} - 1) / {BLOCK};\n\
     // The tensor cores' tiles: 8 x 8 blocks (I, J), J <= I, of the lower triangle of the\n\
     // (NP + 1)-square of a row's products with itself; warp w takes tiles w, w + WARPS, ...\n\
     constexpr int MB = MP / 8;\n\
@@ -1295,14 +1331,15 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
     __shared__ unsigned short opat[ADJ ? TAPE : 1];\n\
     __shared__ unsigned char lfl[ADJ ? TAPE : 1];\n\
     __shared__ int nops;\n\
-    // A start not run this round (the fitting loop's, a negative count) is left as it is.\n\
-    if (nparams[blockIdx.y] < 0) return;\n\
+    // A start not run this round (the fitting loop's, a negative count) is left as it is; so is\n\
+    // one the kernel's twin runs (RUNS).\n\
+    if (RUNS == 1 ? nparams[blockIdx.y] != 0 : RUNS == 2 ? nparams[blockIdx.y] <= 0 : nparams[blockIdx.y] < 0) return;\n\
 {scan}\
     const float* __restrict__ P = params + poffsets[blockIdx.y];\n\
-    const int np = nparams[blockIdx.y];\n\
+    const int np = PLAIN ? 0 : nparams[blockIdx.y];\n\
     // A count of 0: the sum of squares alone, no derivatives (its bits are those the same launch\n\
     // gives with derivatives: each sum is added on its own).\n\
-    const bool gpfarm_deriv = np > 0;\n\
+    const bool gpfarm_deriv = !PLAIN && np > 0;\n\
     // The sums this program fills: the triangle's rows beyond its parameters stay zero.\n\
     const int used = 1 + NP + np * (np + 1) / 2;\n\
     auto gpfarm_read = [](unsigned, int, int) -> int {{ return 0; }};\n\
@@ -1325,20 +1362,20 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
         int i = 0;\n\
         while ((i + 1) * (i + 2) / 2 <= tt) ++i;\n\
         ti[t] = i; tj[t] = tt - i * (i + 1) / 2;\n\
-        auto live = [&](int b) {{ return 8 * b < np || (8 * b <= NP && NP < 8 * b + 8); }};\n\
+        auto live = [&](int b) {{ return 8 * b < np || (8 * b <= NPL && NPL < 8 * b + 8); }};\n\
         tl[t] = tt < NT && live(ti[t]) && live(tj[t]);\n\
         tc[t][0] = 0.0; tc[t][1] = 0.0;\n\
     }}\n\
     if constexpr (GPFARM_FIT_MMA && !NARROW) {{\n\
         // The padding columns stay zero.\n\
-        for (int q = threadIdx.x; q < S * (LD - NP - 1); q += {BLOCK}) jsh[q / (LD - NP - 1)][NP + 1 + q % (LD - NP - 1)] = 0.0;\n\
+        for (int q = threadIdx.x; q < S * (LD - NPL - 1); q += {BLOCK}) jsh[q / (LD - NPL - 1)][NPL + 1 + q % (LD - NPL - 1)] = 0.0;\n\
     }}\n\
 #pragma unroll\n\
     for (int s = 0; s < OWN; ++s) {{\n\
         own[s] = 0.0;\n\
         const int q = (int)threadIdx.x + s * {BLOCK};\n\
-        if (q == 0 || q >= NSUMS) {{ fa[s] = NP; fb[s] = NP; }}\n\
-        else if (q <= NP) {{ fa[s] = q - 1; fb[s] = NP; }}\n\
+        if (q == 0 || q >= NSUMS || PLAIN) {{ fa[s] = NPL; fb[s] = NPL; }}\n\
+        else if (q <= NP) {{ fa[s] = q - 1; fb[s] = NPL; }}\n\
         else {{ int t = q - 1 - NP, k = 0; while (t > k) {{ t -= k + 1; ++k; }} fa[s] = k; fb[s] = t; }}\n\
     }}\n\
     for (int j = 0; j < rows; ++j) {{\n\
@@ -1366,7 +1403,7 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
                 if ((int)threadIdx.x / S == half) {{\n\
                     const int row = (int)threadIdx.x % S;\n\
                     FORK jsh[row][k] = (double)dout[k];\n\
-                    jsh[row][NP] = r;\n\
+                    jsh[row][NPL] = r;\n\
                 }}\n\
                 __syncthreads();\n\
                 if constexpr (GPFARM_FIT_MMA) {{\n\
@@ -1424,8 +1461,8 @@ __device__ __forceinline__ void gpfarm_fit_body({decl})\n\
 #pragma unroll\n\
             for (int e = 0; e < 2; ++e) {{\n\
                 const int a = 8 * ti[t] + (lane >> 2), b = 8 * tj[t] + 2 * (lane & 3) + e;\n\
-                if (!tl[t] || a > NP || b > a) continue;\n\
-                const int q = a == NP ? (b == NP ? 0 : 1 + b) : 1 + NP + a * (a + 1) / 2 + b;\n\
+                if (!tl[t] || a > NPL || b > a) continue;\n\
+                const int q = a == NPL ? (b == NPL ? 0 : 1 + b) : 1 + NP + a * (a + 1) / 2 + b;\n\
                 if (q < used && place(q) >= 0) partial[base + place(q)] = tc[t][e];\n\
             }}\n\
         }}\n\
