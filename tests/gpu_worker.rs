@@ -216,3 +216,32 @@ fn a_kept_worker_serves_the_next_run_as_a_fresh_one_would() {
     assert_eq!(reused, 1, "the worker kept by the keijzer6 run");
     assert_eq!(kept, fresh);
 }
+
+/// On the interpreter route a generation is admitted in two halves, the second while the GPU
+/// interprets the first (two requests in flight to the worker): every generation's best, mean and
+/// median are those of the run admitted whole (`GPFARM_ADMIT_HALVES=0`), bit for bit.
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
+fn admitting_in_halves_changes_no_value() {
+    common::require_gpu("halves");
+    let run = |halves: &str| -> Vec<(String, String, String)> {
+        let out = Command::new(env!("CARGO_BIN_EXE_gpfarm"))
+            .args(["evolve", "--json", "--problem", "keijzer6", "--route", "interpreter"])
+            .args(["--population", "700", "--generations", "5", "--seed", "4"])
+            .env("GPFARM_ADMIT_HALVES", halves)
+            .env("GPFARM_GPU_WORKER", env!("CARGO_BIN_EXE_gpfarm-gpu-worker"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|r| r.get("generation").is_some())
+            .map(|r| (r["best"].to_string(), r["mean"].to_string(), r["median"].to_string()))
+            .collect()
+    };
+    let halved = run("1");
+    assert_eq!(halved.len(), 6, "{halved:?}");
+    assert_eq!(halved, run("0"));
+}

@@ -147,6 +147,9 @@ pub struct GpuWorker {
     spares: Vec<std::thread::JoinHandle<Result<(Supervised, Pipes), WorkerError>>>,
     /// How many spares to keep.
     spare_count: usize,
+    /// When each request sent and not answered yet was sent, oldest first
+    /// ([`GpuWorker::send_interpret`]); a replaced worker's are dropped.
+    in_flight: std::collections::VecDeque<Instant>,
 }
 
 /// Why a request got no reply.
@@ -217,6 +220,7 @@ impl GpuWorker {
             deadline: DEFAULT_GPU_DEADLINE,
             spares: Vec::new(),
             spare_count: 0,
+            in_flight: std::collections::VecDeque::new(),
         })
     }
 
@@ -308,6 +312,8 @@ impl GpuWorker {
             (self.child, self.stdin, self.stdout) = (child, stdin, stdout);
             self.fill_spares();
         }
+        // The old worker's unanswered requests are never answered.
+        self.in_flight.clear();
         self.restarts += 1;
         self.restart_time += started.elapsed();
         Ok(())
@@ -342,8 +348,25 @@ impl GpuWorker {
     /// Sends `request` and waits for its reply, each wait bounded by the deadline; a
     /// [`Reply::Started`] frame restarts the clock and names the kernel that runs.
     fn ask(&mut self, request: &Request) -> Result<Reply, Unanswered> {
+        debug_assert!(
+            self.in_flight.is_empty(),
+            "a request asked before the populations in flight were answered"
+        );
+        let asked = self.send(request)?;
+        self.answer(asked)
+    }
+
+    /// Sends `request` without waiting for its reply; returns when it was sent, for
+    /// [`GpuWorker::answer`].
+    fn send(&mut self, request: &Request) -> Result<Instant, Unanswered> {
         let asked = Instant::now();
         write_frame(&mut self.stdin, request).map_err(|e| Unanswered::Died(death(&mut self.child, &e)))?;
+        Ok(asked)
+    }
+
+    /// Waits for the reply to the request sent at `asked` (the oldest one not answered yet: the
+    /// worker answers in order), each wait bounded by the deadline.
+    fn answer(&mut self, asked: Instant) -> Result<Reply, Unanswered> {
         let written = asked.elapsed();
         let mut running = None;
         loop {
@@ -468,7 +491,31 @@ impl GpuWorker {
     /// The interpreter cannot fault by design; if the GPU faults all the same, the worker is
     /// replaced and the error returned, for the caller to evaluate elsewhere.
     pub fn interpret(&mut self, population: &WirePopulation) -> Result<GpuGeneration, WorkerError> {
-        match self.ask(&Request::Interpret(population.clone())) {
+        self.send_interpret(population)?;
+        self.interpreted()
+    }
+
+    /// Sends a population to be interpreted and returns at once; [`GpuWorker::interpreted`] waits
+    /// for the answer. Several may be sent before their answers are read: the worker answers them
+    /// one after another, in the order sent. A worker replaced meanwhile ([`GpuWorker::restarts`]
+    /// grew) never answers what was sent to the one before it.
+    pub fn send_interpret(&mut self, population: &WirePopulation) -> Result<(), WorkerError> {
+        match self.send(&Request::Interpret(population.clone())) {
+            Ok(asked) => {
+                self.in_flight.push_back(asked);
+                Ok(())
+            }
+            Err(e) => Err(self.not_served(Err(e), "the interpreter")),
+        }
+    }
+
+    /// The answer to the oldest population sent by [`GpuWorker::send_interpret`] and not answered
+    /// yet, as [`GpuWorker::interpret`] gives it.
+    pub fn interpreted(&mut self) -> Result<GpuGeneration, WorkerError> {
+        let Some(asked) = self.in_flight.pop_front() else {
+            return Err(WorkerError::Unexpected);
+        };
+        match self.answer(asked) {
             Ok(Reply::Done { fitness, faults, load_us, launch_us, readback_us }) => Ok(GpuGeneration {
                 fitness,
                 faults: faults.into_iter().map(|(i, w)| (i as usize, w)).collect(),

@@ -16,6 +16,29 @@ use crate::account::Chain;
 use crate::error::EvolveError;
 use crate::record::EvaluatorKind;
 
+/// Members sent to the interpreter ([`Driver::send_uncompiled`]) and those the CPU evaluates.
+pub(super) struct Uncompiled {
+    sent: Option<Sent>,
+    rest: Vec<Member>,
+}
+
+impl Uncompiled {
+    /// Whether it holds no member.
+    pub(super) fn is_empty(&self) -> bool {
+        self.sent.is_none() && self.rest.is_empty()
+    }
+}
+
+/// Members whose bytecode went to the GPU worker: the words sent, when packing began and how long
+/// it took, and the worker's restart count at the send (or why the send failed).
+struct Sent {
+    coded: Vec<Member>,
+    words: usize,
+    t: Instant,
+    packed: std::time::Duration,
+    sent: Result<usize, WorkerError>,
+}
+
 /// Where fitness is computed.
 pub(crate) enum Evaluator {
     /// The CPU reference evaluator.
@@ -166,58 +189,106 @@ impl Driver<'_> {
     /// Evaluates members that were not compiled: by the interpreter on the GPU when the run has
     /// it (members without bytecode, and all of them after a fault, on the CPU), else on the CPU.
     pub(super) fn evaluate_uncompiled(&mut self, members: Vec<Member>) -> Result<(), EvolveError> {
+        let sent = self.send_uncompiled(members)?;
+        self.finish_uncompiled(sent)
+    }
+
+    /// Sends the members with bytecode to the interpreter on the GPU, where the run has it, and
+    /// returns without waiting, for [`Driver::finish_uncompiled`] to take the answer: what runs
+    /// on the CPU meanwhile (admitting more) overlaps the GPU's evaluation. The sends'
+    /// answers must be finished in the order sent.
+    pub(super) fn send_uncompiled(&mut self, members: Vec<Member>) -> Result<Uncompiled, EvolveError> {
         let Evaluator::Interpreter(worker) = &mut self.evaluator else {
-            return self.evaluate_on_cpu(members);
+            return Ok(Uncompiled { sent: None, rest: members });
         };
         let (coded, rest): (Vec<Member>, Vec<Member>) = members.into_iter().partition(|m| m.code.is_some());
-        if !coded.is_empty() {
-            let t = Instant::now();
-            let wire = PackedPopulation::new(coded.iter().filter_map(|m| m.code.as_deref()))
-                .into_wire(self.problem.max_steps());
-            let packed = t.elapsed();
-            let answer = worker.interpret(&wire);
+        if coded.is_empty() {
+            return Ok(Uncompiled { sent: None, rest });
+        }
+        let t = Instant::now();
+        let wire = PackedPopulation::new(coded.iter().filter_map(|m| m.code.as_deref()))
+            .into_wire(self.problem.max_steps());
+        let packed = t.elapsed();
+        let restarts = worker.restarts;
+        let sent = match worker.send_interpret(&wire) {
+            Ok(()) => Ok(restarts),
+            Err(e) => Err(e),
+        };
+        Ok(Uncompiled { sent: Some(Sent { coded, words: wire.words.len(), t, packed, sent }), rest })
+    }
+
+    /// Takes the answer to what [`Driver::send_uncompiled`] sent and hands the fitness values to
+    /// the pipeline; evaluates the rest on the CPU. Where the worker was replaced since the send
+    /// (a fault in an earlier answer), or the send failed, it is evaluated as a fault is.
+    pub(super) fn finish_uncompiled(&mut self, sent: Uncompiled) -> Result<(), EvolveError> {
+        let Uncompiled { sent, rest } = sent;
+        if let Some(Sent { coded, words, t, packed, sent }) = sent {
+            let answer = match (sent, &mut self.evaluator) {
+                (Ok(restarts), Evaluator::Interpreter(worker)) if worker.restarts == restarts => {
+                    worker.interpreted()
+                }
+                // The worker that was sent it is gone, and with it the answer; the GPU is no
+                // longer trusted (the fault that replaced it moved the run to the CPU).
+                (Ok(_), _) => Err(WorkerError::Fault(
+                    self.fell_back.clone().unwrap_or_else(|| "the GPU worker was replaced".into()),
+                )),
+                (Err(e), _) => Err(e),
+            };
             if gpfarm_kernels::gpu::fit_profiling() {
                 eprintln!(
-                    "gpfarm eval profile: {} programs of {} words packed in {:.3} ms, interpreted in {:.3} ms",
+                    "gpfarm eval profile: {} programs of {words} words packed in {:.3} ms, interpreted in {:.3} ms",
                     coded.len(),
-                    wire.words.len(),
                     packed.as_secs_f64() * 1e3,
                     (t.elapsed() - packed).as_secs_f64() * 1e3
                 );
             }
-            match answer {
-                Ok(out) => {
-                    let took = t.elapsed();
-                    self.totals.eval_s += took.as_secs_f64();
-                    let now = Instant::now();
-                    let n = coded.len() as u32;
-                    let worst = Fitness::worst(self.problem.direction());
-                    for (m, v) in coded.iter().zip(out.fitness) {
-                        let f = match v {
-                            Some(v) if v.is_finite() => Fitness::new(v, self.problem.direction()),
-                            _ => worst,
-                        };
-                        let a = self.account(m.generation);
-                        a.eval += took / n;
-                        a.launch += out.launch / n;
-                        a.readback += out.readback / n;
-                        self.resolve(m, f, true, Chain::without_compile(m.born, now))?;
-                    }
-                    self.discard(coded);
-                }
-                Err(WorkerError::Fault(why)) => {
-                    tracing::warn!(
-                        "the GPU faulted in the interpreter ({why}); falling back to the CPU evaluator for the \
-                         rest of the run"
-                    );
-                    self.evaluator = Evaluator::Cpu;
-                    self.fell_back = Some(why);
-                    self.evaluate_on_cpu(coded)?;
-                }
-                Err(e) => return Err(e.into()),
-            }
+            self.take_interpreted(coded, answer, t)?;
         }
         if rest.is_empty() { Ok(()) } else { self.evaluate_on_cpu(rest) }
+    }
+
+    /// Hands the interpreter's `answer` for `coded` (sent at `t`) to the pipeline: the fitness
+    /// values, or, after a fault, the CPU's for the rest of the run.
+    fn take_interpreted(
+        &mut self,
+        coded: Vec<Member>,
+        answer: Result<gpfarm_client::GpuGeneration, WorkerError>,
+        t: Instant,
+    ) -> Result<(), EvolveError> {
+        match answer {
+            Ok(out) => {
+                let took = t.elapsed();
+                self.totals.eval_s += took.as_secs_f64();
+                let now = Instant::now();
+                let n = coded.len() as u32;
+                let worst = Fitness::worst(self.problem.direction());
+                for (m, v) in coded.iter().zip(out.fitness) {
+                    let f = match v {
+                        Some(v) if v.is_finite() => Fitness::new(v, self.problem.direction()),
+                        _ => worst,
+                    };
+                    let a = self.account(m.generation);
+                    a.eval += took / n;
+                    a.launch += out.launch / n;
+                    a.readback += out.readback / n;
+                    self.resolve(m, f, true, Chain::without_compile(m.born, now))?;
+                }
+                self.discard(coded);
+            }
+            Err(WorkerError::Fault(why)) => {
+                if self.fell_back.is_none() {
+                    tracing::warn!(
+                        "the GPU faulted in the interpreter ({why}); falling back to the CPU evaluator for \
+                     the rest of the run"
+                    );
+                    self.fell_back = Some(why);
+                }
+                self.evaluator = Evaluator::Cpu;
+                self.evaluate_on_cpu(coded)?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        Ok(())
     }
 
     pub(super) fn evaluate_on_cpu(&mut self, members: Vec<Member>) -> Result<(), EvolveError> {

@@ -10,6 +10,8 @@
 //!   next generation's pairs are bred, rendered and compiled as soon as their parents are
 //!   evaluated, filling daemons that would otherwise wait for the slowest units of this
 //!   generation. Without overlap a generation is compiled whole, then evaluated whole, then bred.
+//! - **Nothing to compile** (the interpreter on the GPU): a generation is admitted in two halves,
+//!   the second while the GPU interprets the first.
 //!
 //! Must never let caching or overlap change a fitness value: the same seed gives the same
 //! generations with any combination of them.
@@ -43,6 +45,19 @@ use crate::memo::{self, FitnessMemo};
 use crate::record::{EvalSplit, GenerationRecord, Totals};
 
 pub(crate) use evaluate::Evaluator;
+use evaluate::Uncompiled;
+
+/// The fewest individuals in each half of a generation admitted in two, the second while the GPU
+/// interprets the first; smaller generations are admitted whole (a second request would cost more
+/// than it hides).
+const HALF_AT_LEAST: usize = 256;
+
+/// Whether generations are admitted in halves ([`HALF_AT_LEAST`]): yes unless
+/// `GPFARM_ADMIT_HALVES=0` (a diagnostic; the values are the same either way).
+fn halves() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("GPFARM_ADMIT_HALVES").is_none_or(|v| v != "0"))
+}
 
 /// How the run treats its individuals.
 #[derive(Debug, Clone)]
@@ -405,7 +420,36 @@ impl<'a> Driver<'a> {
             if self.pipeline.is_finished() {
                 return Ok(());
             }
-            let born = self.fit(born)?;
+            let mut born = self.fit(born)?;
+            if submitter.is_none()
+                && self.link.is_none()
+                && matches!(self.evaluator, Evaluator::Interpreter(_))
+                && born.len() >= 2 * HALF_AT_LEAST
+                && halves()
+            {
+                // Nothing to compile and the interpreter on the GPU: the second half is admitted
+                // while the GPU evaluates the first. Each half in the order bred, each member's
+                // fitness its own: the same values, given in the same order.
+                let second = born.split_off(born.len() / 2);
+                let mut progress = false;
+                let mut sent = Vec::with_capacity(2);
+                for half in [born, second] {
+                    let admitted_at = Instant::now();
+                    let generations: Vec<usize> = half.iter().map(|b| b.generation).collect();
+                    progress |= self.admit(half)?;
+                    self.charge_admitting(&generations, admitted_at.elapsed());
+                    let pools = std::mem::take(&mut self.pools);
+                    sent.push(self.send_uncompiled(pools.into_values().flatten().collect())?);
+                }
+                let none = sent.iter().all(Uncompiled::is_empty);
+                for s in sent {
+                    self.finish_uncompiled(s)?;
+                }
+                if none && !progress {
+                    return Err(EvolveError::Stalled);
+                }
+                continue;
+            }
             let admitted_at = Instant::now();
             let generations: Vec<usize> = born.iter().map(|b| b.generation).collect();
             let progress = self.admit(born)?;
