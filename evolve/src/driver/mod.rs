@@ -10,8 +10,8 @@
 //!   next generation's pairs are bred, rendered and compiled as soon as their parents are
 //!   evaluated, filling daemons that would otherwise wait for the slowest units of this
 //!   generation. Without overlap a generation is compiled whole, then evaluated whole, then bred.
-//! - **Nothing to compile** (the interpreter on the GPU): a generation is admitted in two halves,
-//!   the second while the GPU interprets the first.
+//! - **Nothing to compile** (the interpreter on the GPU): a generation is admitted in parts,
+//!   each while the GPU interprets the one before.
 //!
 //! Must never let caching or overlap change a fitness value: the same seed gives the same
 //! generations with any combination of them.
@@ -47,16 +47,25 @@ use crate::record::{EvalSplit, GenerationRecord, Totals};
 pub(crate) use evaluate::Evaluator;
 use evaluate::Uncompiled;
 
-/// The fewest individuals in each half of a generation admitted in two, the second while the GPU
-/// interprets the first; smaller generations are admitted whole (a second request would cost more
-/// than it hides).
-const HALF_AT_LEAST: usize = 256;
+/// The fewest individuals in each part of a generation admitted in parts, each while the GPU
+/// interprets the one before; a generation of fewer than two parts' is admitted whole (another
+/// request would cost more than it hides).
+const PART_AT_LEAST: usize = 128;
 
-/// Whether generations are admitted in halves ([`HALF_AT_LEAST`]): yes unless
-/// `GPFARM_ADMIT_HALVES=0` (a diagnostic; the values are the same either way).
-fn halves() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("GPFARM_ADMIT_HALVES").is_none_or(|v| v != "0"))
+/// The most parts a generation is admitted in.
+const PARTS: usize = 4;
+
+/// [`PARTS`], or `GPFARM_ADMIT_PARTS` where set to a number from 1 to 64 (1: whole; a diagnostic,
+/// the values are the same either way).
+fn parts() -> usize {
+    static PARTS_SET: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *PARTS_SET.get_or_init(|| {
+        std::env::var("GPFARM_ADMIT_PARTS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|n| (1..=64).contains(n))
+            .unwrap_or(PARTS)
+    })
 }
 
 /// How the run treats its individuals.
@@ -420,23 +429,26 @@ impl<'a> Driver<'a> {
             if self.pipeline.is_finished() {
                 return Ok(());
             }
-            let mut born = self.fit(born)?;
+            let born = self.fit(born)?;
+            let parts = (born.len() / PART_AT_LEAST).min(parts());
             if submitter.is_none()
                 && self.link.is_none()
                 && matches!(self.evaluator, Evaluator::Interpreter(_))
-                && born.len() >= 2 * HALF_AT_LEAST
-                && halves()
+                && parts >= 2
             {
-                // Nothing to compile and the interpreter on the GPU: the second half is admitted
-                // while the GPU evaluates the first. Each half in the order bred, each member's
+                // Nothing to compile and the interpreter on the GPU: each part is admitted while
+                // the GPU evaluates the one before. Each part in the order bred, each member's
                 // fitness its own: the same values, given in the same order.
-                let second = born.split_off(born.len() / 2);
+                let size = born.len().div_ceil(parts);
+                let mut rest = born;
                 let mut progress = false;
-                let mut sent = Vec::with_capacity(2);
-                for half in [born, second] {
+                let mut sent = Vec::with_capacity(parts);
+                while !rest.is_empty() {
+                    let later = rest.split_off(size.min(rest.len()));
+                    let part = std::mem::replace(&mut rest, later);
                     let admitted_at = Instant::now();
-                    let generations: Vec<usize> = half.iter().map(|b| b.generation).collect();
-                    progress |= self.admit(half)?;
+                    let generations: Vec<usize> = part.iter().map(|b| b.generation).collect();
+                    progress |= self.admit(part)?;
                     self.charge_admitting(&generations, admitted_at.elapsed());
                     let pools = std::mem::take(&mut self.pools);
                     sent.push(self.send_uncompiled(pools.into_values().flatten().collect())?);
