@@ -192,32 +192,41 @@ impl Sums {
         if np == 0 {
             return;
         }
+        #[cfg(target_arch = "x86_64")]
+        let avx2 = std::arch::is_x86_feature_detected!("avx2");
         // `Jᵀr` four sums at a time, each held in a register over the block.
         for k0 in (0..np).step_by(TILE) {
             match np - k0 {
                 1 => add_jtr::<1>(&mut self.jtr, k0, rows, &rs),
                 2 => add_jtr::<2>(&mut self.jtr, k0, rows, &rs),
                 3 => add_jtr::<3>(&mut self.jtr, k0, rows, &rs),
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: the CPU has AVX2, checked above.
+                _ if avx2 => unsafe { add_jtr_avx2(&mut self.jtr, k0, rows, &rs) },
                 _ => add_jtr::<TILE>(&mut self.jtr, k0, rows, &rs),
             }
         }
         // `JᵀJ`'s lower triangle in tiles of up to 4 × 4 sums held in registers over the block
         // (the last rows' tiles as many rows high as are left).
-        #[cfg(target_arch = "x86_64")]
-        let avx2 = std::arch::is_x86_feature_detected!("avx2");
         for i0 in (0..np).step_by(TILE) {
             for j0 in (0..=i0).step_by(TILE) {
                 let a = &mut self.jtj;
                 match (np - i0, j0 == i0) {
                     (1, true) => add_tile::<1, 1>(a, np, i0, j0, rows),
-                    (1, false) => add_tile::<1, TILE>(a, np, i0, j0, rows),
                     (2, true) => add_tile::<2, 2>(a, np, i0, j0, rows),
-                    (2, false) => add_tile::<2, TILE>(a, np, i0, j0, rows),
                     (3, true) => add_tile::<3, 3>(a, np, i0, j0, rows),
+                    // SAFETY (each AVX2 tile): the CPU has AVX2, checked above.
+                    #[cfg(target_arch = "x86_64")]
+                    (1, false) if avx2 => unsafe { add_tile_avx2::<1>(a, np, i0, j0, rows) },
+                    #[cfg(target_arch = "x86_64")]
+                    (2, false) if avx2 => unsafe { add_tile_avx2::<2>(a, np, i0, j0, rows) },
+                    #[cfg(target_arch = "x86_64")]
+                    (3, false) if avx2 => unsafe { add_tile_avx2::<3>(a, np, i0, j0, rows) },
+                    (1, false) => add_tile::<1, TILE>(a, np, i0, j0, rows),
+                    (2, false) => add_tile::<2, TILE>(a, np, i0, j0, rows),
                     (3, false) => add_tile::<3, TILE>(a, np, i0, j0, rows),
                     #[cfg(target_arch = "x86_64")]
-                    // SAFETY: the CPU has AVX2, checked above.
-                    _ if avx2 => unsafe { add_tile_avx2(a, np, i0, j0, rows) },
+                    _ if avx2 => unsafe { add_tile_avx2::<TILE>(a, np, i0, j0, rows) },
                     _ => add_tile::<TILE, TILE>(a, np, i0, j0, rows),
                 }
             }
@@ -273,16 +282,40 @@ fn add_tile<const R: usize, const C: usize>(a: &mut [f64], np: usize, i0: usize,
     }
 }
 
-/// [`add_tile`] of a full 4 × 4 tile with AVX2: a row of the tile's sums in one register, each
-/// sum still `s += x * y` over the cases in order (no fused multiply-add), so the same bits.
+/// [`add_jtr`] of four sums with AVX2: the four in one register, each still `s += x * r` over
+/// the cases in order (no fused multiply-add), so the same bits.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn add_tile_avx2(a: &mut [f64], np: usize, i0: usize, j0: usize, rows: &[f64]) {
+fn add_jtr_avx2(jtr: &mut [f64], k0: usize, rows: &[f64], rs: &[f64]) {
+    use std::arch::x86_64::{
+        _mm256_add_pd, _mm256_loadu_pd, _mm256_mul_pd, _mm256_set1_pd, _mm256_storeu_pd,
+    };
+    let np = jtr.len();
+    let at: &mut [f64; TILE] = (&mut jtr[k0..k0 + TILE]).try_into().expect("four sums");
+    // SAFETY: `at` holds four f64.
+    let mut acc = unsafe { _mm256_loadu_pd(at.as_ptr()) };
+    for (row, &r) in rows.chunks_exact(np).zip(rs) {
+        let x: &[f64; TILE] = row[k0..k0 + TILE].try_into().expect("four values");
+        // SAFETY: `x` holds four f64.
+        let x = unsafe { _mm256_loadu_pd(x.as_ptr()) };
+        acc = _mm256_add_pd(acc, _mm256_mul_pd(x, _mm256_set1_pd(r)));
+    }
+    // SAFETY: `at` holds four f64.
+    unsafe { _mm256_storeu_pd(at.as_mut_ptr(), acc) };
+}
+
+/// [`add_tile`] of a tile `R` rows high and 4 wide with AVX2 (a full 4 × 4 tile, or the last rows'
+/// tile off the diagonal): a row of the tile's sums in one register, each sum still `s += x * y`
+/// over the cases in order (no fused multiply-add), so the same bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn add_tile_avx2<const R: usize>(a: &mut [f64], np: usize, i0: usize, j0: usize, rows: &[f64]) {
     use std::arch::x86_64::{
         __m256d, _mm256_add_pd, _mm256_loadu_pd, _mm256_mul_pd, _mm256_set1_pd, _mm256_storeu_pd,
     };
-    assert!(i0 + TILE <= np && j0 + TILE <= np && a.len() >= np * np, "a tile inside JᵀJ");
-    let mut acc: [__m256d; TILE] = std::array::from_fn(|ii| {
+    assert!(i0 + R <= np && j0 + TILE <= np && a.len() >= np * np, "a tile inside JᵀJ");
+    assert!(R == TILE || j0 < i0, "a tile on the diagonal is a full one");
+    let mut acc: [__m256d; R] = std::array::from_fn(|ii| {
         let at: &[f64; TILE] = a[(i0 + ii) * np + j0..][..TILE].try_into().expect("a tile's row");
         // SAFETY: `at` holds four f64.
         unsafe { _mm256_loadu_pd(at.as_ptr()) }
