@@ -70,3 +70,31 @@ pub(crate) fn decode<T: Plain, D: Decoder>(d: &mut D) -> Result<Vec<T>, DecodeEr
 
 /// Bytes read at a time.
 const CHUNK: usize = 8192;
+
+/// `Encode`, `Decode` and `BorrowDecode` for a struct from one list of its fields, in order: each
+/// an array of numbers sent as its bytes (`raw`, [`encode`]) or anything bincode writes (`plain`).
+/// One list serves both ways, so they cannot disagree on the order.
+macro_rules! raw_message {
+    ($name:ident { $($kind:ident $field:ident),* $(,)? }) => {
+        impl bincode::Encode for $name {
+            fn encode<E: bincode::enc::Encoder>(&self, e: &mut E) -> Result<(), bincode::error::EncodeError> {
+                $( $crate::raw::raw_message!(@encode $kind, &self.$field, e); )*
+                Ok(())
+            }
+        }
+
+        impl<C> bincode::Decode<C> for $name {
+            fn decode<D: bincode::de::Decoder<Context = C>>(d: &mut D) -> Result<Self, bincode::error::DecodeError> {
+                Ok($name { $( $field: $crate::raw::raw_message!(@decode $kind, d), )* })
+            }
+        }
+
+        bincode::impl_borrow_decode!($name);
+    };
+    (@encode raw, $v:expr, $e:ident) => { $crate::raw::encode($v, $e)? };
+    (@encode plain, $v:expr, $e:ident) => { bincode::Encode::encode($v, $e)? };
+    (@decode raw, $d:ident) => { $crate::raw::decode($d)? };
+    (@decode plain, $d:ident) => { bincode::Decode::decode($d)? };
+}
+
+pub(crate) use raw_message;

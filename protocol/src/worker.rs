@@ -13,14 +13,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use bincode::config::{self, Configuration, Limit, LittleEndian, Varint};
-use bincode::de::Decoder;
-use bincode::enc::Encoder;
-use bincode::error::{DecodeError, EncodeError};
 use bincode::{Decode, Encode};
 use thiserror::Error;
 
 use crate::message::MessageError;
-use crate::raw;
+use crate::raw::raw_message;
 
 pub use crate::limits::MAX_WORKER_FRAME;
 
@@ -490,77 +487,21 @@ pub enum FrameError {
 // The bulk messages' arrays cross the pipe as raw bytes ([`crate::raw`]); the rest as bincode
 // writes it.
 
-impl Encode for WireFit {
-    fn encode<E: Encoder>(&self, e: &mut E) -> Result<(), EncodeError> {
-        raw::encode(&self.words, e)?;
-        raw::encode(&self.offsets, e)?;
-        raw::encode(&self.params, e)?;
-        raw::encode(&self.param_offsets, e)?;
-        raw::encode(&self.nparams, e)?;
-        self.max_steps.encode(e)?;
-        raw::encode(&self.unit, e)?;
-        raw::encode(&self.member, e)?;
-        self.small.encode(e)
-    }
-}
+raw_message!(WireFit {
+    raw words,
+    raw offsets,
+    raw params,
+    raw param_offsets,
+    raw nparams,
+    plain max_steps,
+    raw unit,
+    raw member,
+    plain small,
+});
 
-impl<C> Decode<C> for WireFit {
-    fn decode<D: Decoder<Context = C>>(d: &mut D) -> Result<Self, DecodeError> {
-        Ok(WireFit {
-            words: raw::decode(d)?,
-            offsets: raw::decode(d)?,
-            params: raw::decode(d)?,
-            param_offsets: raw::decode(d)?,
-            nparams: raw::decode(d)?,
-            max_steps: u64::decode(d)?,
-            unit: raw::decode(d)?,
-            member: raw::decode(d)?,
-            small: Vec::decode(d)?,
-        })
-    }
-}
+raw_message!(WirePopulation { raw words, raw offsets, plain max_steps });
 
-bincode::impl_borrow_decode!(WireFit);
-
-impl Encode for WirePopulation {
-    fn encode<E: Encoder>(&self, e: &mut E) -> Result<(), EncodeError> {
-        raw::encode(&self.words, e)?;
-        raw::encode(&self.offsets, e)?;
-        self.max_steps.encode(e)
-    }
-}
-
-impl<C> Decode<C> for WirePopulation {
-    fn decode<D: Decoder<Context = C>>(d: &mut D) -> Result<Self, DecodeError> {
-        Ok(WirePopulation { words: raw::decode(d)?, offsets: raw::decode(d)?, max_steps: u64::decode(d)? })
-    }
-}
-
-bincode::impl_borrow_decode!(WirePopulation);
-
-impl Encode for Fitted {
-    fn encode<E: Encoder>(&self, e: &mut E) -> Result<(), EncodeError> {
-        raw::encode(&self.params, e)?;
-        raw::encode(&self.sse, e)?;
-        raw::encode(&self.first_sse, e)?;
-        raw::encode(&self.launches, e)?;
-        self.took_us.encode(e)
-    }
-}
-
-impl<C> Decode<C> for Fitted {
-    fn decode<D: Decoder<Context = C>>(d: &mut D) -> Result<Self, DecodeError> {
-        Ok(Fitted {
-            params: raw::decode(d)?,
-            sse: raw::decode(d)?,
-            first_sse: raw::decode(d)?,
-            launches: raw::decode(d)?,
-            took_us: u64::decode(d)?,
-        })
-    }
-}
-
-bincode::impl_borrow_decode!(Fitted);
+raw_message!(Fitted { raw params, raw sse, raw first_sse, raw launches, plain took_us });
 
 /// Whether `GPFARM_FIT_PROFILE` is set: the GPU worker and its client then time their frames and
 /// phases and write the times to stderr (a diagnostic; the fitting kernels' launches are then
