@@ -24,7 +24,8 @@ use crate::error::EvolveError;
 
 impl Driver<'_> {
     /// Takes newly bred individuals: reused, merged, found on disk, or put in a pool to compile.
-    /// Returns whether any fitness became known.
+    /// Returns whether any fitness became known. Its time is charged to the individuals'
+    /// generations, an equal share each.
     pub(super) fn admit(&mut self, mut born: Vec<Born>) -> Result<bool, EvolveError> {
         let mut progress = false;
         // Units found on disk (numbered by their object) and structures compiled before.
@@ -47,7 +48,7 @@ impl Driver<'_> {
                 _ => counted.push((b.generation, 1)),
             }
         }
-        for (g, n) in counted {
+        for &(g, n) in &counted {
             self.account(g).born += n;
             self.totals.individuals_evaluated += n;
         }
@@ -160,6 +161,10 @@ impl Driver<'_> {
             for r in ready {
                 self.held.entry(r.members[0].generation).or_default().push(r);
             }
+        }
+        let share = now.elapsed() / counted.iter().map(|(_, n)| *n).sum::<usize>().max(1) as u32;
+        for (g, n) in counted {
+            self.account(g).admit += share * n as u32;
         }
         Ok(progress)
     }

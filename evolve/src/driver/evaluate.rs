@@ -30,13 +30,13 @@ impl Uncompiled {
 }
 
 /// Members whose bytecode went to the GPU worker: the words sent, when packing began and how long
-/// it took, and the worker's restart count at the send (or why the send failed).
+/// it took, and whether the send failed.
 struct Sent {
     coded: Vec<Member>,
     words: usize,
     t: Instant,
     packed: std::time::Duration,
-    sent: Result<usize, WorkerError>,
+    sent: Result<(), WorkerError>,
 }
 
 /// Where fitness is computed.
@@ -209,27 +209,20 @@ impl Driver<'_> {
         let wire = PackedPopulation::new(coded.iter().filter_map(|m| m.code.as_deref()))
             .into_wire(self.problem.max_steps());
         let packed = t.elapsed();
-        let restarts = worker.restarts;
-        let sent = match worker.send_interpret(&wire) {
-            Ok(()) => Ok(restarts),
-            Err(e) => Err(e),
-        };
+        let sent = worker.send_interpret(&wire);
         Ok(Uncompiled { sent: Some(Sent { coded, words: wire.words.len(), t, packed, sent }), rest })
     }
 
     /// Takes the answer to what [`Driver::send_uncompiled`] sent and hands the fitness values to
-    /// the pipeline; evaluates the rest on the CPU. Where the worker was replaced since the send
-    /// (a fault in an earlier answer), or the send failed, it is evaluated as a fault is.
+    /// the pipeline; evaluates the rest on the CPU. Where the send failed, or an earlier answer
+    /// faulted (which replaced the worker, losing this answer, and moved the run to the CPU), it
+    /// is evaluated as a fault is.
     pub(super) fn finish_uncompiled(&mut self, sent: Uncompiled) -> Result<(), EvolveError> {
         let Uncompiled { sent, rest } = sent;
         if let Some(Sent { coded, words, t, packed, sent }) = sent {
             let answer = match (sent, &mut self.evaluator) {
-                (Ok(restarts), Evaluator::Interpreter(worker)) if worker.restarts == restarts => {
-                    worker.interpreted()
-                }
-                // The worker that was sent it is gone, and with it the answer; the GPU is no
-                // longer trusted (the fault that replaced it moved the run to the CPU).
-                (Ok(_), _) => Err(WorkerError::Fault(
+                (Ok(()), Evaluator::Interpreter(worker)) => worker.interpreted(),
+                (Ok(()), _) => Err(WorkerError::Fault(
                     self.fell_back.clone().unwrap_or_else(|| "the GPU worker was replaced".into()),
                 )),
                 (Err(e), _) => Err(e),
@@ -279,7 +272,7 @@ impl Driver<'_> {
                 if self.fell_back.is_none() {
                     tracing::warn!(
                         "the GPU faulted in the interpreter ({why}); falling back to the CPU evaluator for \
-                     the rest of the run"
+                         the rest of the run"
                     );
                     self.fell_back = Some(why);
                 }

@@ -340,9 +340,8 @@ fn gpu_fit(
     // Whether compiled kernels may fit programs: then each program's structure is keyed.
     let keyed = !matches!(compiled.kernels, FitKernels::Interpreter) && compiled.store.usable();
     // Each program's bytecode, where a fitting kernel takes it, whether it runs in its width's
-    // small-stack kernel, and its structure's key where compiled kernels may fit it (on the
-    // pool, each its own).
-    // And its ops (for the count of node-evaluations).
+    // small-stack kernel, its structure's key where compiled kernels may fit it, and its ops (for
+    // the count of node-evaluations); on the pool, each its own.
     type Assembled = (Arc<Vec<u32>>, bool, Option<blake3::Hash>, u64);
     let assemble = |&(k, _): &(usize, blake3::Hash)| -> Option<Assembled> {
         let b = &born[k];

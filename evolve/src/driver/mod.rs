@@ -440,16 +440,11 @@ impl<'a> Driver<'a> {
                 // the GPU evaluates the one before. Each part in the order bred, each member's
                 // fitness its own: the same values, given in the same order.
                 let size = born.len().div_ceil(parts);
-                let mut rest = born;
+                let mut born = born.into_iter();
                 let mut progress = false;
                 let mut sent = Vec::with_capacity(parts);
-                while !rest.is_empty() {
-                    let later = rest.split_off(size.min(rest.len()));
-                    let part = std::mem::replace(&mut rest, later);
-                    let admitted_at = Instant::now();
-                    let generations: Vec<usize> = part.iter().map(|b| b.generation).collect();
-                    progress |= self.admit(part)?;
-                    self.charge_admitting(&generations, admitted_at.elapsed());
+                for _ in 0..parts {
+                    progress |= self.admit(born.by_ref().take(size).collect())?;
                     let pools = std::mem::take(&mut self.pools);
                     sent.push(self.send_uncompiled(pools.into_values().flatten().collect())?);
                 }
@@ -462,10 +457,7 @@ impl<'a> Driver<'a> {
                 }
                 continue;
             }
-            let admitted_at = Instant::now();
-            let generations: Vec<usize> = born.iter().map(|b| b.generation).collect();
             let progress = self.admit(born)?;
-            self.charge_admitting(&generations, admitted_at.elapsed());
             if let Some(generation) = self.pipeline.awaiting_migration() {
                 self.migrate(generation)?;
                 continue;
@@ -528,16 +520,6 @@ impl<'a> Driver<'a> {
     }
 
     /// Breeding time goes to the generations bred, by their share of the individuals.
-    fn charge_admitting(&mut self, generations: &[usize], took: Duration) {
-        if generations.is_empty() {
-            return;
-        }
-        let share = took / generations.len() as u32;
-        for &g in generations {
-            self.account(g).admit += share;
-        }
-    }
-
     fn charge_breeding(&mut self, born: &[Born], took: Duration) {
         if born.is_empty() {
             return;

@@ -22,9 +22,7 @@ use super::{BLOCK, Fitted, GpuError, WireFit, driver, no_kernel};
 
 /// Whether `GPFARM_FIT_PROFILE` is set: each width's launch is then waited for and timed, and the
 /// times written to stderr (a diagnostic; it slows the fit).
-pub fn profiling() -> bool {
-    gpfarm_protocol::worker::profiling()
-}
+pub use gpfarm_protocol::worker::profiling;
 
 /// The most blocks a launch may have along y.
 const MAX_GRID_Y: usize = 65_535;
