@@ -194,22 +194,51 @@ impl Sums {
         }
         #[cfg(target_arch = "x86_64")]
         let avx2 = std::arch::is_x86_feature_detected!("avx2");
-        // `Jᵀr` four sums at a time, each held in a register over the block.
-        for k0 in (0..np).step_by(TILE) {
+        // `Jᵀr` four sums at a time, each held in a register over the block (with AVX2, up to
+        // sixteen in four registers).
+        let mut k0 = 0;
+        #[cfg(target_arch = "x86_64")]
+        while avx2 && np - k0 >= TILE {
+            let jtr = &mut self.jtr;
+            // SAFETY (each): the CPU has AVX2, checked above.
+            k0 += match (np - k0) / TILE {
+                1 => unsafe { add_jtr_avx2::<1>(jtr, k0, rows, &rs) },
+                2 => unsafe { add_jtr_avx2::<2>(jtr, k0, rows, &rs) },
+                3 => unsafe { add_jtr_avx2::<3>(jtr, k0, rows, &rs) },
+                _ => unsafe { add_jtr_avx2::<4>(jtr, k0, rows, &rs) },
+            };
+        }
+        for k0 in (k0..np).step_by(TILE) {
             match np - k0 {
                 1 => add_jtr::<1>(&mut self.jtr, k0, rows, &rs),
                 2 => add_jtr::<2>(&mut self.jtr, k0, rows, &rs),
                 3 => add_jtr::<3>(&mut self.jtr, k0, rows, &rs),
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: the CPU has AVX2, checked above.
-                _ if avx2 => unsafe { add_jtr_avx2(&mut self.jtr, k0, rows, &rs) },
                 _ => add_jtr::<TILE>(&mut self.jtr, k0, rows, &rs),
             }
         }
         // `JᵀJ`'s lower triangle in tiles of up to 4 × 4 sums held in registers over the block
-        // (the last rows' tiles as many rows high as are left).
+        // (the last rows' tiles as many rows high as are left); with AVX2, two tiles side by
+        // side at a time where both lie left of the diagonal or the right one on it.
         for i0 in (0..np).step_by(TILE) {
-            for j0 in (0..=i0).step_by(TILE) {
+            let mut from = 0;
+            #[cfg(target_arch = "x86_64")]
+            {
+                let high = (np - i0).min(TILE);
+                // The columns the pairs may cover: up to the diagonal tile where it is a full one.
+                let end = if high == TILE { i0 + TILE } else { i0 };
+                while avx2 && from + 2 * TILE <= end {
+                    let a = &mut self.jtj;
+                    // SAFETY (each): the CPU has AVX2, checked above.
+                    match high {
+                        1 => unsafe { add_pair_avx2::<1>(a, np, i0, from, rows) },
+                        2 => unsafe { add_pair_avx2::<2>(a, np, i0, from, rows) },
+                        3 => unsafe { add_pair_avx2::<3>(a, np, i0, from, rows) },
+                        _ => unsafe { add_pair_avx2::<TILE>(a, np, i0, from, rows) },
+                    }
+                    from += 2 * TILE;
+                }
+            }
+            for j0 in (from..=i0).step_by(TILE) {
                 let a = &mut self.jtj;
                 match (np - i0, j0 == i0) {
                     (1, true) => add_tile::<1, 1>(a, np, i0, j0, rows),
@@ -282,26 +311,86 @@ fn add_tile<const R: usize, const C: usize>(a: &mut [f64], np: usize, i0: usize,
     }
 }
 
-/// [`add_jtr`] of four sums with AVX2: the four in one register, each still `s += x * r` over
-/// the cases in order (no fused multiply-add), so the same bits.
+/// [`add_jtr`] of `G` groups of four sums with AVX2 (`k0..k0 + 4G`): each group in one register,
+/// each sum still `s += x * r` over the cases in order (no fused multiply-add), so the same bits;
+/// the groups' additions overlap. The sums added (`4G`).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn add_jtr_avx2(jtr: &mut [f64], k0: usize, rows: &[f64], rs: &[f64]) {
+fn add_jtr_avx2<const G: usize>(jtr: &mut [f64], k0: usize, rows: &[f64], rs: &[f64]) -> usize {
     use std::arch::x86_64::{
-        _mm256_add_pd, _mm256_loadu_pd, _mm256_mul_pd, _mm256_set1_pd, _mm256_storeu_pd,
+        __m256d, _mm256_add_pd, _mm256_loadu_pd, _mm256_mul_pd, _mm256_set1_pd, _mm256_storeu_pd,
     };
     let np = jtr.len();
-    let at: &mut [f64; TILE] = (&mut jtr[k0..k0 + TILE]).try_into().expect("four sums");
-    // SAFETY: `at` holds four f64.
-    let mut acc = unsafe { _mm256_loadu_pd(at.as_ptr()) };
+    assert!(k0 + G * TILE <= np, "the sums inside Jᵀr");
+    let at = &mut jtr[k0..k0 + G * TILE];
+    // SAFETY: `at` holds 4G f64.
+    let mut acc: [__m256d; G] =
+        std::array::from_fn(|g| unsafe { _mm256_loadu_pd(at.as_ptr().add(g * TILE)) });
     for (row, &r) in rows.chunks_exact(np).zip(rs) {
-        let x: &[f64; TILE] = row[k0..k0 + TILE].try_into().expect("four values");
-        // SAFETY: `x` holds four f64.
-        let x = unsafe { _mm256_loadu_pd(x.as_ptr()) };
-        acc = _mm256_add_pd(acc, _mm256_mul_pd(x, _mm256_set1_pd(r)));
+        let x = &row[k0..k0 + G * TILE];
+        let r = _mm256_set1_pd(r);
+        for (g, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: `x` holds 4G f64.
+            let x = unsafe { _mm256_loadu_pd(x.as_ptr().add(g * TILE)) };
+            *acc = _mm256_add_pd(*acc, _mm256_mul_pd(x, r));
+        }
     }
-    // SAFETY: `at` holds four f64.
-    unsafe { _mm256_storeu_pd(at.as_mut_ptr(), acc) };
+    for (g, acc) in acc.iter().enumerate() {
+        // SAFETY: `at` holds 4G f64.
+        unsafe { _mm256_storeu_pd(at.as_mut_ptr().add(g * TILE), *acc) };
+    }
+    G * TILE
+}
+
+/// Two [`add_tile_avx2`] tiles side by side with AVX2: rows `i0..i0 + R` and columns
+/// `j0..j0 + 8` (`j0 + 8 <= np`), eight registers of sums instead of four, so that more of their
+/// additions overlap; each sum still `s += x * y` over the cases in order, so the same bits. Of
+/// the sums right of the diagonal (a right tile on it) none is kept.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn add_pair_avx2<const R: usize>(a: &mut [f64], np: usize, i0: usize, j0: usize, rows: &[f64]) {
+    use std::arch::x86_64::{
+        __m256d, _mm256_add_pd, _mm256_loadu_pd, _mm256_mul_pd, _mm256_set1_pd, _mm256_storeu_pd,
+    };
+    const W: usize = 2 * TILE;
+    assert!(i0 + R <= np && j0 + W <= np && a.len() >= np * np, "two tiles inside JᵀJ");
+    assert!(j0 + TILE <= i0 || R == TILE && j0 + TILE == i0, "left of the diagonal or the right tile on it");
+    // A sum of the lower triangle: row i0 + ii, column j0 + jj.
+    let keep = |ii: usize, jj: usize| j0 + jj <= i0 + ii;
+    let mut acc: [[__m256d; 2]; R] = std::array::from_fn(|ii| {
+        std::array::from_fn(|h| {
+            let mut at = [0.0f64; TILE];
+            for (jj, v) in at.iter_mut().enumerate() {
+                if keep(ii, h * TILE + jj) {
+                    *v = a[(i0 + ii) * np + j0 + h * TILE + jj];
+                }
+            }
+            // SAFETY: `at` holds four f64.
+            unsafe { _mm256_loadu_pd(at.as_ptr()) }
+        })
+    });
+    for row in rows.chunks_exact(np) {
+        let rj = &row[j0..j0 + W];
+        // SAFETY: `rj` holds eight f64.
+        let (lo, hi) = unsafe { (_mm256_loadu_pd(rj.as_ptr()), _mm256_loadu_pd(rj.as_ptr().add(TILE))) };
+        for (ii, acc) in acc.iter_mut().enumerate() {
+            let x = _mm256_set1_pd(row[i0 + ii]);
+            acc[0] = _mm256_add_pd(acc[0], _mm256_mul_pd(x, lo));
+            acc[1] = _mm256_add_pd(acc[1], _mm256_mul_pd(x, hi));
+        }
+    }
+    for (ii, acc) in acc.iter().enumerate() {
+        for (h, acc) in acc.iter().enumerate() {
+            let mut sums = [0.0f64; TILE];
+            // SAFETY: `sums` holds four f64.
+            unsafe { _mm256_storeu_pd(sums.as_mut_ptr(), *acc) };
+            for (jj, &v) in sums.iter().enumerate() {
+                if keep(ii, h * TILE + jj) {
+                    a[(i0 + ii) * np + j0 + h * TILE + jj] = v;
+                }
+            }
+        }
+    }
 }
 
 /// [`add_tile`] of a tile `R` rows high and 4 wide with AVX2 (a full 4 × 4 tile, or the last rows'
@@ -528,7 +617,7 @@ mod tests {
     #[test]
     fn blocks_add_the_sums_of_one_case_at_a_time_bit_for_bit() {
         let mut rng = ChaCha8Rng::seed_from_u64(7);
-        for np in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14] {
+        for np in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 16, 17, 19, 22, 25, 26, 33] {
             let n = 150;
             let ys: Vec<f32> = (0..n).map(|_| rng.random_range(-10.0f32..10.0)).collect();
             let ts: Vec<f64> = (0..n).map(|_| rng.random_range(-10.0..10.0)).collect();
