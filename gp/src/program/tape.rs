@@ -852,7 +852,10 @@ fn transpose(columns: &[Option<&[f64]>], k0: usize, r0: usize, len: usize, rows:
 }
 
 /// [`transpose`] of every case and parameter with AVX2: four cases of four parameters at a time
-/// turned in registers, the rest as `transpose` does it; the same additions, so the same bits.
+/// turned in registers (the last group of four ending at the last parameter, so overlapping the
+/// one before where the count is not a multiple of four: its values written twice, the same),
+/// the last cases and fewer than four parameters as `transpose` does them; the same additions,
+/// so the same bits.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 fn transpose_avx2(columns: &[Option<&[f64]>], len: usize, rows: &mut [f64]) {
@@ -862,9 +865,13 @@ fn transpose_avx2(columns: &[Option<&[f64]>], len: usize, rows: &mut [f64]) {
     };
     let np = columns.len();
     assert!(rows.len() >= np * len, "a row per case");
-    let (np4, len4) = (np - np % 4, len - len % 4);
+    if np < 4 {
+        return transpose(columns, 0, 0, len, rows);
+    }
+    let len4 = len - len % 4;
     let zero = _mm256_setzero_pd();
-    for k0 in (0..np4).step_by(4) {
+    let last = (np % 4 != 0).then_some(np - 4);
+    for k0 in (0..np - np % 4).step_by(4).chain(last) {
         let cs: [Option<&[f64]>; 4] = std::array::from_fn(|j| columns[k0 + j]);
         for c in cs.iter().flatten() {
             assert!(c.len() >= len, "a column per parameter");
@@ -889,19 +896,8 @@ fn transpose_avx2(columns: &[Option<&[f64]>], len: usize, rows: &mut [f64]) {
                 unsafe { _mm256_storeu_pd(at.as_mut_ptr(), v) };
             }
         }
-        transpose_cases(&cs, k0, np, len4, len, rows);
     }
-    transpose(columns, np4, 0, len, rows);
-}
-
-/// [`transpose`] of the parameters `k0..k0 + 4` (`cs`) for the cases `r0..len`, rows `np` wide.
-#[inline(always)]
-fn transpose_cases(cs: &[Option<&[f64]>; 4], k0: usize, np: usize, r0: usize, len: usize, rows: &mut [f64]) {
-    for r in r0..len {
-        for (j, c) in cs.iter().enumerate() {
-            rows[r * np + k0 + j] = c.map_or(0.0, |c| 0.0 + c[r]);
-        }
-    }
+    transpose(columns, 0, len4, len, rows);
 }
 
 /// An adjoint `g` carried down an edge of slope `k`: 0 where either is 0 (an infinite slope does
