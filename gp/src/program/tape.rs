@@ -870,7 +870,7 @@ fn transpose_avx2(columns: &[Option<&[f64]>], len: usize, rows: &mut [f64]) {
     }
     let len4 = len - len % 4;
     let zero = _mm256_setzero_pd();
-    let last = (np % 4 != 0).then_some(np - 4);
+    let last = (!np.is_multiple_of(4)).then_some(np - 4);
     for k0 in (0..np - np % 4).step_by(4).chain(last) {
         let cs: [Option<&[f64]>; 4] = std::array::from_fn(|j| columns[k0 + j]);
         for c in cs.iter().flatten() {
