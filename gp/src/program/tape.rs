@@ -13,9 +13,10 @@
 //!
 //! Values of every type are held as f64, which holds every `int` and `float` exactly; each
 //! operation converts its operands to its C type, computes there and widens the result back. A
-//! plain run (no derivatives) of a tape that is float arithmetic alone over float inputs (the
-//! programs of a grammar like Friedman-1's) holds its values as f32 instead: the same operations
-//! on the same operands, without the conversions, at half the memory ([`Tape::exec_f32`]).
+//! run of a tape that is float arithmetic alone over float inputs (the programs of a grammar like
+//! Friedman-1's) holds its values as f32 instead: the same operations on the same operands,
+//! without the conversions, at half the memory ([`Tape::exec_f32`]); with derivatives, its
+//! slopes are still f64, computed from the values widened, as the f64 run computes them.
 //!
 //! Derivatives are taken in reverse (adjoint) mode: the forward sweep keeps each step's slopes
 //! (the same slopes [`super::tangent`] takes, held as f64), the backward sweep carries each step's
@@ -123,7 +124,7 @@ pub(super) struct Tape {
     /// copies it to the others: the same operation on the same operands, so the same bits, at a
     /// share of the cost (a `sinf(p[0] * p[1])` calls `sinf` once a block, not once a case).
     uniform: Vec<bool>,
-    /// Whether every step is float arithmetic a plain run can hold in f32 ([`Tape::exec_f32`]):
+    /// Whether every step is float arithmetic a run can hold in f32 ([`Tape::exec_f32`]):
     /// float constants, inputs and parameters, arithmetic, negation and float calls. Such a run
     /// computes the same operations on the same operands, so the same bits, with half the memory
     /// and no conversions.
@@ -143,7 +144,7 @@ pub(super) enum Memo {
 /// The per-block working memory of a run; kept by [`super::Runs`] between the runs of a fit.
 pub(super) struct Stack {
     values: Vec<Vec<f64>>,
-    /// A [`Tape::float_only`] plain run's values.
+    /// A [`Tape::float_only`] run's values.
     values32: Vec<Vec<f32>>,
     /// With derivatives: each step's slopes in its first and second operand, and its adjoint,
     /// [`BLOCK`] cases a step.
@@ -429,8 +430,8 @@ impl Tape {
             Memo::Take => assert_eq!(s.memo.len(), calls * n, "a run takes the values its plain run kept"),
             Memo::Off => {}
         }
-        // A plain run of float arithmetic over float columns runs in f32.
-        let in_f32 = !derivatives
+        // A run of float arithmetic over float columns holds its values in f32.
+        let in_f32 = !(derivatives && wide_only())
             && self.float_only
             && self.steps.iter().all(|step| match step.op {
                 Op::Input(k) => matches!(inputs[k], InputColumn::Scalar(Column::Float(_))),
@@ -486,7 +487,7 @@ impl Tape {
                 let once = self.uniform[i] && len > 1 && !matches!(step.op, Op::Const(_) | Op::Param(_));
                 let cases = Cases { start, len: if once { 1 } else { len }, inputs, params };
                 match in_f32 {
-                    true => self.exec_f32(i, step, s, &cases),
+                    true => self.exec_f32(i, step, s, &cases, derivatives),
                     false => self.exec(i, step, s, &cases, derivatives),
                 }
                 if once {
@@ -519,11 +520,11 @@ impl Tape {
             let values = &mut s.values32[self.depth[i]];
             let v = values[0];
             values[1..len].fill(v);
-            return;
+        } else {
+            let values = &mut s.values[self.depth[i]];
+            let v = values[0];
+            values[1..len].fill(v);
         }
-        let values = &mut s.values[self.depth[i]];
-        let v = values[0];
-        values[1..len].fill(v);
         if derivatives && self.live[i] {
             let at = i * BLOCK;
             for slope in [&mut s.slope_a, &mut s.slope_b] {
@@ -664,13 +665,16 @@ impl Tape {
         }
     }
 
-    /// [`Tape::exec`] of a [`Tape::float_only`] tape's step in a plain run, its values in f32:
-    /// each value the f32 that `exec` holds widened to f64, computed by the same operation on the
-    /// same operands.
+    /// [`Tape::exec`] of a [`Tape::float_only`] tape's step, its values in f32: each value the
+    /// f32 that `exec` holds widened to f64, computed by the same operation on the same operands,
+    /// and with `derivatives` each slope computed from those widened values as `exec` computes
+    /// it, so the same bits.
     #[inline(always)]
-    fn exec_f32(&self, i: usize, step: &Step, s: &mut Stack, cases: &Cases<'_>) {
+    fn exec_f32(&self, i: usize, step: &Step, s: &mut Stack, cases: &Cases<'_>, derivatives: bool) {
         let Cases { start, len, inputs, params } = *cases;
         let d = self.depth[i];
+        let slopes_of = derivatives && self.live[i];
+        let at = i * BLOCK;
         match step.op {
             Op::Const(v) => s.values32[d][..len].fill(v as f32),
             Op::Input(k) => {
@@ -684,6 +688,13 @@ impl Tape {
             Op::Arith(op, ..) => {
                 let (lower, upper) = s.values32.split_at_mut(d + 1);
                 let (a, b) = (&mut lower[d][..len], &upper[0][..len]);
+                // Add and Sub pass the adjoint on as it is (negated for Sub's right side).
+                if slopes_of && !matches!(op, ArithOp::Add | ArithOp::Sub) {
+                    let (sa, sb) = (&mut s.slope_a[at..at + len], &mut s.slope_b[at..at + len]);
+                    for (((&x, &y), ka), kb) in a.iter().zip(b.iter()).zip(sa.iter_mut()).zip(sb.iter_mut()) {
+                        (*ka, *kb) = arith_slopes(op, f64::from(x), f64::from(y));
+                    }
+                }
                 let zip = a.iter_mut().zip(b);
                 match op {
                     ArithOp::Add => zip.for_each(|(x, &y)| *x += y),
@@ -694,15 +705,26 @@ impl Tape {
             }
             Op::Call1(f) => {
                 let values = &mut s.values32[d][..len];
+                let slope = &mut s.slope_a[if slopes_of { at..at + len } else { 0..0 }];
                 let (memo, kept) = memo_of(&mut s.memo, s.memo_mode, self.calls[i], start, len, s.memo_cases);
                 if let Some(cos_of) = trig_call(f, Ty::Float) {
+                    let (_, kept_slopes) =
+                        memo_of(&mut s.memo_slopes, memo, self.calls[i], start, len, s.memo_cases);
+                    if memo == Memo::Take {
+                        values.iter_mut().zip(kept.iter()).for_each(|(v, &y)| *v = y as f32);
+                        if slopes_of {
+                            slope.copy_from_slice(kept_slopes);
+                        }
+                        return;
+                    }
                     let [_, sin, cos] = &mut s.trig;
                     sin_cos_block(values, &mut sin[..len], &mut cos[..len]);
                     let (ys, slope_at) = trig_values(cos_of, &sin[..len], &cos[..len]);
                     values.copy_from_slice(ys);
+                    if slopes_of {
+                        slope.iter_mut().enumerate().for_each(|(r, k)| *k = slope_at(r));
+                    }
                     if memo == Memo::Keep {
-                        let (_, kept_slopes) =
-                            memo_of(&mut s.memo_slopes, memo, self.calls[i], start, len, s.memo_cases);
                         for r in 0..len {
                             (kept[r], kept_slopes[r]) = (f64::from(ys[r]), slope_at(r));
                         }
@@ -710,9 +732,16 @@ impl Tape {
                     return;
                 }
                 for (r, v) in values.iter_mut().enumerate() {
-                    *v = fn1_f32(f, *v);
+                    let x = *v;
+                    *v = match memo {
+                        Memo::Take => kept[r] as f32,
+                        _ => fn1_f32(f, x),
+                    };
                     if memo == Memo::Keep {
                         kept[r] = f64::from(*v);
+                    }
+                    if slopes_of {
+                        slope[r] = fn1_slope(f, Ty::Float, f64::from(x), f64::from(*v));
                     }
                 }
             }
@@ -721,9 +750,17 @@ impl Tape {
                 let (a, b) = (&mut lower[d][..len], &upper[0][..len]);
                 let (memo, kept) = memo_of(&mut s.memo, s.memo_mode, self.calls[i], start, len, s.memo_cases);
                 for r in 0..len {
-                    a[r] = fn2_f32(f, a[r], b[r]);
+                    let (x, y) = (a[r], b[r]);
+                    a[r] = match memo {
+                        Memo::Take => kept[r] as f32,
+                        _ => fn2_f32(f, x, y),
+                    };
                     if memo == Memo::Keep {
                         kept[r] = f64::from(a[r]);
+                    }
+                    if slopes_of {
+                        (s.slope_a[at + r], s.slope_b[at + r]) =
+                            fn2_slopes(f, Ty::Float, f64::from(x), f64::from(y), f64::from(a[r]));
                     }
                 }
             }
@@ -1006,6 +1043,18 @@ fn arith(op: ArithOp, ty: Ty, x: f64, y: f64) -> f64 {
     }
 }
 
+/// Whether this thread's runs with derivatives hold their values in f64 where they could hold
+/// them in f32 ([`Tape::float_only`]): only in tests, which compare the two.
+#[cfg(not(test))]
+fn wide_only() -> bool {
+    false
+}
+
+#[cfg(test)]
+fn wide_only() -> bool {
+    tests::WIDE.get()
+}
+
 /// Whether this thread's blocks run without AVX2 where the CPU has it: only in tests, which
 /// compare the two paths.
 #[cfg(not(test))]
@@ -1032,6 +1081,9 @@ mod tests {
     thread_local! {
         /// Runs this thread's blocks without AVX2 even where the CPU has it, to compare the paths.
         pub(super) static PORTABLE: Cell<bool> = const { Cell::new(false) };
+        /// Holds this thread's runs with derivatives in f64 even where they could hold f32, to
+        /// compare the two.
+        pub(super) static WIDE: Cell<bool> = const { Cell::new(false) };
     }
 
     /// Float inputs x and y, int input n, over 200 cases (three full blocks and a part), with
@@ -1273,14 +1325,15 @@ mod tests {
         assert!(compared > 500_000, "only {compared} derivatives compared");
     }
 
-    /// A plain run of a float-only tape holds its values in f32: the same outputs, bit for bit
-    /// (NaN for NaN), as the tree walk and as the same tape's run with derivatives (held in f64),
-    /// whole and stopped part way, and the same call values kept for the run with derivatives.
+    /// A run of a float-only tape holds its values in f32: the same outputs, bit for bit (NaN for
+    /// NaN), as the tree walk, whole and stopped part way, and the same call values kept for the
+    /// run with derivatives; and a run with derivatives gives the same derivatives, bit for bit,
+    /// as one holding its values in f64, whether it takes the kept call values or calls again.
     #[test]
     fn float_only_plain_runs_compute_what_the_f64_runs_compute() {
         let p = problem();
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(12);
-        let (mut programs, mut uniform, mut non_finite) = (0, 0, 0);
+        let (mut programs, mut uniform, mut non_finite, mut derivatives) = (0, 0, 0, 0);
         let same = |a: &[f32], b: &[f32]| {
             a.len() == b.len()
                 && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits() || x.is_nan() && y.is_nan())
@@ -1305,10 +1358,26 @@ mod tests {
             let mut runs = program.runs(&p, 100);
             let mut plain = Vec::new();
             runs.outputs(&params, |_, ys| plain.extend_from_slice(ys)).unwrap();
-            let mut linear = Vec::new();
+            let (mut linear, mut rows) = (Vec::new(), Vec::new());
             // Takes the call values the plain run kept.
-            runs.linearize(&params, |_, ys, _| linear.extend_from_slice(ys)).unwrap();
+            runs.linearize(&params, |_, ys, r| {
+                linear.extend_from_slice(ys);
+                rows.extend_from_slice(r);
+            })
+            .unwrap();
             assert!(same(&plain, &tree) && same(&linear, &tree), "{text} at {params:?}");
+            // The same derivatives as a run holding its values in f64, with and without the call
+            // values kept.
+            WIDE.set(true);
+            let wide = program.linearize(&p, &params, 100).unwrap();
+            WIDE.set(false);
+            let fresh = program.linearize(&p, &params, 100).unwrap();
+            let jb =
+                |v: &[f64]| v.iter().map(|x| if x.is_nan() { 1 } else { x.to_bits() }).collect::<Vec<_>>();
+            assert_eq!(jb(&wide.jacobian), jb(&rows), "{text} at {params:?}: derivatives in f32");
+            assert_eq!(jb(&wide.jacobian), jb(&fresh.jacobian), "{text} at {params:?}: derivatives in f32");
+            assert!(same(&wide.outputs, &tree), "{text} at {params:?}");
+            derivatives += rows.iter().filter(|g| **g != 0.0).count();
             let mut part = Vec::new();
             let all = runs.outputs_while(&params, |_, ys| {
                 part.extend_from_slice(ys);
@@ -1318,6 +1387,7 @@ mod tests {
             assert!(same(&part, &tree[..part.len()]), "{text}");
         }
         assert!(uniform > 200, "only {uniform} programs compute a step once a block");
+        assert!(derivatives > 100_000, "only {derivatives} nonzero derivatives compared");
         assert!(non_finite > 1000, "only {non_finite} non-finite outputs: poles are not tried");
     }
 }
