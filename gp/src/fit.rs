@@ -208,6 +208,14 @@ impl Sums {
                 _ => unsafe { add_jtr_avx2::<4>(jtr, k0, rows, &rs) },
             };
         }
+        // The last sums (fewer than four) as a group of four ending at the last, the others' lanes
+        // left as they are.
+        #[cfg(target_arch = "x86_64")]
+        if avx2 && k0 < np && np >= TILE {
+            // SAFETY: the CPU has AVX2, checked above.
+            unsafe { add_jtr_tail_avx2(&mut self.jtr, k0, rows, &rs) };
+            k0 = np;
+        }
         for k0 in (k0..np).step_by(TILE) {
             match np - k0 {
                 1 => add_jtr::<1>(&mut self.jtr, k0, rows, &rs),
@@ -240,22 +248,34 @@ impl Sums {
             }
             for j0 in (from..=i0).step_by(TILE) {
                 let a = &mut self.jtj;
+                // The last rows' tile on the diagonal (fewer than four) with AVX2: the four columns
+                // ending at the last, of which only the diagonal tile's sums are kept.
+                #[cfg(target_arch = "x86_64")]
+                if avx2 && j0 == i0 && np - i0 < TILE && np >= TILE {
+                    // SAFETY (each): the CPU has AVX2, checked above.
+                    match np - i0 {
+                        1 => unsafe { add_tile_avx2::<1>(a, np, i0, j0, np - TILE, rows) },
+                        2 => unsafe { add_tile_avx2::<2>(a, np, i0, j0, np - TILE, rows) },
+                        _ => unsafe { add_tile_avx2::<3>(a, np, i0, j0, np - TILE, rows) },
+                    }
+                    continue;
+                }
                 match (np - i0, j0 == i0) {
                     (1, true) => add_tile::<1, 1>(a, np, i0, j0, rows),
                     (2, true) => add_tile::<2, 2>(a, np, i0, j0, rows),
                     (3, true) => add_tile::<3, 3>(a, np, i0, j0, rows),
                     // SAFETY (each AVX2 tile): the CPU has AVX2, checked above.
                     #[cfg(target_arch = "x86_64")]
-                    (1, false) if avx2 => unsafe { add_tile_avx2::<1>(a, np, i0, j0, rows) },
+                    (1, false) if avx2 => unsafe { add_tile_avx2::<1>(a, np, i0, j0, j0, rows) },
                     #[cfg(target_arch = "x86_64")]
-                    (2, false) if avx2 => unsafe { add_tile_avx2::<2>(a, np, i0, j0, rows) },
+                    (2, false) if avx2 => unsafe { add_tile_avx2::<2>(a, np, i0, j0, j0, rows) },
                     #[cfg(target_arch = "x86_64")]
-                    (3, false) if avx2 => unsafe { add_tile_avx2::<3>(a, np, i0, j0, rows) },
+                    (3, false) if avx2 => unsafe { add_tile_avx2::<3>(a, np, i0, j0, j0, rows) },
                     (1, false) => add_tile::<1, TILE>(a, np, i0, j0, rows),
                     (2, false) => add_tile::<2, TILE>(a, np, i0, j0, rows),
                     (3, false) => add_tile::<3, TILE>(a, np, i0, j0, rows),
                     #[cfg(target_arch = "x86_64")]
-                    _ if avx2 => unsafe { add_tile_avx2::<TILE>(a, np, i0, j0, rows) },
+                    _ if avx2 => unsafe { add_tile_avx2::<TILE>(a, np, i0, j0, j0, rows) },
                     _ => add_tile::<TILE, TILE>(a, np, i0, j0, rows),
                 }
             }
@@ -342,6 +362,31 @@ fn add_jtr_avx2<const G: usize>(jtr: &mut [f64], k0: usize, rows: &[f64], rs: &[
     G * TILE
 }
 
+/// [`add_jtr`] of the sums `from..np` (fewer than four, `np >= 4`) with AVX2: the group of four
+/// ending at the last sum, of which only those are stored; each still `s += x * r` over the cases
+/// in order, so the same bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn add_jtr_tail_avx2(jtr: &mut [f64], from: usize, rows: &[f64], rs: &[f64]) {
+    use std::arch::x86_64::{
+        _mm256_add_pd, _mm256_loadu_pd, _mm256_mul_pd, _mm256_set1_pd, _mm256_storeu_pd,
+    };
+    let np = jtr.len();
+    assert!(np >= TILE && from + TILE > np && from < np, "fewer than four sums at the end");
+    let k0 = np - TILE;
+    // SAFETY: `jtr[k0..]` holds four f64.
+    let mut acc = unsafe { _mm256_loadu_pd(jtr[k0..].as_ptr()) };
+    for (row, &r) in rows.chunks_exact(np).zip(rs) {
+        // SAFETY: `row[k0..]` holds four f64.
+        let x = unsafe { _mm256_loadu_pd(row[k0..].as_ptr()) };
+        acc = _mm256_add_pd(acc, _mm256_mul_pd(x, _mm256_set1_pd(r)));
+    }
+    let mut sums = [0.0f64; TILE];
+    // SAFETY: `sums` holds four f64.
+    unsafe { _mm256_storeu_pd(sums.as_mut_ptr(), acc) };
+    jtr[from..].copy_from_slice(&sums[from - k0..]);
+}
+
 /// Two [`add_tile_avx2`] tiles side by side with AVX2: rows `i0..i0 + R` and columns
 /// `j0..j0 + 8` (`j0 + 8 <= np`), eight registers of sums instead of four, so that more of their
 /// additions overlap; each sum still `s += x * y` over the cases in order, so the same bits. Of
@@ -394,23 +439,26 @@ fn add_pair_avx2<const R: usize>(a: &mut [f64], np: usize, i0: usize, j0: usize,
 }
 
 /// [`add_tile`] of a tile `R` rows high and 4 wide with AVX2 (a full 4 × 4 tile, or the last rows'
-/// tile off the diagonal): a row of the tile's sums in one register, each sum still `s += x * y`
-/// over the cases in order (no fused multiply-add), so the same bits.
+/// tile): a row of the tile's sums in one register, each sum still `s += x * y` over the cases in
+/// order (no fused multiply-add), so the same bits. The four columns run from `c0` (`j0`, or for
+/// the last rows' tile on the diagonal the four ending at the last column); of them only the
+/// sums of the tile at `j0` in the lower triangle are kept, the others' lanes left as they are.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn add_tile_avx2<const R: usize>(a: &mut [f64], np: usize, i0: usize, j0: usize, rows: &[f64]) {
+fn add_tile_avx2<const R: usize>(a: &mut [f64], np: usize, i0: usize, j0: usize, c0: usize, rows: &[f64]) {
     use std::arch::x86_64::{
         __m256d, _mm256_add_pd, _mm256_loadu_pd, _mm256_mul_pd, _mm256_set1_pd, _mm256_storeu_pd,
     };
-    assert!(i0 + R <= np && j0 + TILE <= np && a.len() >= np * np, "a tile inside JᵀJ");
-    assert!(R == TILE || j0 < i0, "a tile on the diagonal is a full one");
+    assert!(i0 + R <= np && c0 + TILE <= np && a.len() >= np * np, "a tile inside JᵀJ");
+    assert!(c0 <= j0 && (c0 == j0 || i0 + R <= c0 + TILE), "the tile's columns among the four");
+    assert!(R == TILE || j0 < i0 || c0 + TILE == np, "a tile on the diagonal is a full one or the last");
     let mut acc: [__m256d; R] = std::array::from_fn(|ii| {
-        let at: &[f64; TILE] = a[(i0 + ii) * np + j0..][..TILE].try_into().expect("a tile's row");
+        let at: &[f64; TILE] = a[(i0 + ii) * np + c0..][..TILE].try_into().expect("a tile's row");
         // SAFETY: `at` holds four f64.
         unsafe { _mm256_loadu_pd(at.as_ptr()) }
     });
     for row in rows.chunks_exact(np) {
-        let rj: &[f64; TILE] = row[j0..j0 + TILE].try_into().expect("a tile's columns");
+        let rj: &[f64; TILE] = row[c0..c0 + TILE].try_into().expect("a tile's columns");
         // SAFETY: `rj` holds four f64.
         let rj = unsafe { _mm256_loadu_pd(rj.as_ptr()) };
         for (ii, acc) in acc.iter_mut().enumerate() {
@@ -421,9 +469,13 @@ fn add_tile_avx2<const R: usize>(a: &mut [f64], np: usize, i0: usize, j0: usize,
         let mut sums = [0.0f64; TILE];
         // SAFETY: `sums` holds four f64.
         unsafe { _mm256_storeu_pd(sums.as_mut_ptr(), *acc) };
-        // Of a tile on the diagonal only the lower triangle is kept.
-        let keep = if j0 == i0 { ii + 1 } else { TILE };
-        a[(i0 + ii) * np + j0..][..keep].copy_from_slice(&sums[..keep]);
+        // The tile's columns, up to the diagonal.
+        for (jj, &v) in sums.iter().enumerate() {
+            let c = c0 + jj;
+            if j0 <= c && c <= i0 + ii {
+                a[(i0 + ii) * np + c] = v;
+            }
+        }
     }
 }
 
