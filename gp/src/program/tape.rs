@@ -153,9 +153,6 @@ pub(super) struct Stack {
     adjoint: Vec<f64>,
     /// The block's rows of derivatives, one per case.
     rows: Vec<f64>,
-    /// The sums of the adjoints of parameters read more than once ([`Tape::gather`]),
-    /// [`BLOCK`] cases a parameter.
-    spread: Vec<f64>,
     /// Whether derivatives are taken as the sums of their contributions' magnitudes (see
     /// [`Tape::backward`]), for measuring rounding.
     magnitudes: bool,
@@ -175,18 +172,10 @@ impl Stack {
     pub(super) fn capacity(&self) -> usize {
         let rows: usize = self.values.iter().map(Vec::capacity).sum::<usize>()
             + self.values32.iter().map(|v| v.capacity().div_ceil(2)).sum::<usize>();
-        rows + [
-            &self.slope_a,
-            &self.slope_b,
-            &self.adjoint,
-            &self.rows,
-            &self.spread,
-            &self.memo,
-            &self.memo_slopes,
-        ]
-        .iter()
-        .map(|v| v.capacity())
-        .sum::<usize>()
+        rows + [&self.slope_a, &self.slope_b, &self.adjoint, &self.rows, &self.memo, &self.memo_slopes]
+            .iter()
+            .map(|v| v.capacity())
+            .sum::<usize>()
             + self.trig.iter().map(|v| v.capacity().div_ceil(2)).sum::<usize>()
     }
 }
@@ -368,7 +357,6 @@ impl Tape {
             slope_b: vec![0.0; per_step],
             adjoint: vec![0.0; per_step],
             rows: Vec::new(),
-            spread: Vec::new(),
             magnitudes: false,
             memo: Vec::new(),
             memo_slopes: Vec::new(),
@@ -840,50 +828,49 @@ impl Tape {
     /// are the same bits either way (with `avx2`, four rows and four parameters a time).
     #[inline(always)]
     fn gather(&self, s: &mut Stack, len: usize, np: usize, rows: &mut [f64], avx2: bool) {
-        // Parameters read more than once have their sums added in `spread` first.
-        if s.spread.len() < np * BLOCK {
-            s.spread.resize(np * BLOCK, 0.0);
-        }
-        for (k, reads) in self.reads_of.iter().enumerate().take(np) {
+        // A parameter read more than once: its adjoints added into the column of the read its
+        // sum starts from (the last step, above the others), which the sweep is done with. The
+        // sum is never -0, so adding it to 0 again below leaves it as it is.
+        for reads in self.reads_of.iter().take(np) {
             if let [first, rest @ ..] = reads.as_slice()
                 && !rest.is_empty()
             {
-                let sum = &mut s.spread[k * BLOCK..k * BLOCK + len];
-                let at = |i: usize| &s.adjoint[i * BLOCK..i * BLOCK + len];
-                sum.iter_mut().zip(at(*first)).for_each(|(v, &g)| *v = 0.0 + g);
+                let (below, here) = s.adjoint.split_at_mut(first * BLOCK);
+                let sum = &mut here[..len];
+                sum.iter_mut().for_each(|v| *v += 0.0);
                 for &i in rest {
-                    sum.iter_mut().zip(at(i)).for_each(|(v, &g)| *v += g);
+                    sum.iter_mut().zip(&below[i * BLOCK..i * BLOCK + len]).for_each(|(v, &g)| *v += g);
                 }
             }
         }
-        // Each parameter's column of derivatives: a step's adjoints, or their sum (which is never
-        // -0, so that adding it to 0 again leaves it as it is), or none (0).
-        let columns: Vec<Option<&[f64]>> = (0..np)
-            .map(|k| match self.reads_of.get(k).map(Vec::as_slice) {
-                Some([one]) => Some(&s.adjoint[one * BLOCK..one * BLOCK + len]),
-                Some([_, _, ..]) => Some(&s.spread[k * BLOCK..k * BLOCK + len]),
-                _ => None,
-            })
-            .collect();
+        // Where each parameter's column of derivatives starts in the adjoints (none: 0).
+        let column = |k: usize| self.reads_of.get(k).and_then(|reads| reads.first()).map(|&i| i * BLOCK);
         #[cfg(target_arch = "x86_64")]
         if avx2 {
             // SAFETY: `avx2` says the CPU has AVX2.
-            unsafe { transpose_avx2(&columns, len, rows) };
+            unsafe { transpose_avx2(&s.adjoint, np, column, len, rows) };
             return;
         }
         let _ = avx2;
-        transpose(&columns, 0, 0, len, rows);
+        transpose(&s.adjoint, np, column, 0, len, rows);
     }
 }
 
-/// `rows[r * np + k] = 0 + columns[k][r]` (0 where `columns[k]` is `None`) for the cases
-/// `r0..len` and parameters `k0..np` (`np` = `columns.len()`).
+/// `rows[r * np + k] = 0 + adjoint[column(k) + r]` (0 where `column(k)` is `None`) for the cases
+/// `r0..len` and every parameter `k < np`.
 #[inline(always)]
-fn transpose(columns: &[Option<&[f64]>], k0: usize, r0: usize, len: usize, rows: &mut [f64]) {
-    let np = columns.len();
-    for (k, column) in columns.iter().enumerate().skip(k0) {
+fn transpose(
+    adjoint: &[f64],
+    np: usize,
+    column: impl Fn(usize) -> Option<usize>,
+    r0: usize,
+    len: usize,
+    rows: &mut [f64],
+) {
+    for k in 0..np {
+        let c = column(k);
         for r in r0..len {
-            rows[r * np + k] = column.map_or(0.0, |c| 0.0 + c[r]);
+            rows[r * np + k] = c.map_or(0.0, |at| 0.0 + adjoint[at + r]);
         }
     }
 }
@@ -895,27 +882,30 @@ fn transpose(columns: &[Option<&[f64]>], k0: usize, r0: usize, len: usize, rows:
 /// so the same bits.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn transpose_avx2(columns: &[Option<&[f64]>], len: usize, rows: &mut [f64]) {
+fn transpose_avx2(
+    adjoint: &[f64],
+    np: usize,
+    column: impl Fn(usize) -> Option<usize>,
+    len: usize,
+    rows: &mut [f64],
+) {
     use std::arch::x86_64::{
         _mm256_add_pd, _mm256_loadu_pd, _mm256_permute2f128_pd, _mm256_setzero_pd, _mm256_storeu_pd,
         _mm256_unpackhi_pd, _mm256_unpacklo_pd,
     };
-    let np = columns.len();
     assert!(rows.len() >= np * len, "a row per case");
     if np < 4 {
-        return transpose(columns, 0, 0, len, rows);
+        return transpose(adjoint, np, column, 0, len, rows);
     }
     let len4 = len - len % 4;
     let zero = _mm256_setzero_pd();
     let last = (!np.is_multiple_of(4)).then_some(np - 4);
     for k0 in (0..np - np % 4).step_by(4).chain(last) {
-        let cs: [Option<&[f64]>; 4] = std::array::from_fn(|j| columns[k0 + j]);
-        for c in cs.iter().flatten() {
-            assert!(c.len() >= len, "a column per parameter");
-        }
+        let cs: [Option<&[f64]>; 4] =
+            std::array::from_fn(|j| column(k0 + j).map(|at| &adjoint[at..at + len]));
         for r0 in (0..len4).step_by(4) {
             let [a0, a1, a2, a3] = cs.map(|c| match c {
-                // SAFETY: `c` holds `len` values, checked above, and `r0 + 4 <= len`.
+                // SAFETY: `c` holds `len` values and `r0 + 4 <= len`.
                 Some(c) => _mm256_add_pd(zero, unsafe { _mm256_loadu_pd(c.as_ptr().add(r0)) }),
                 None => zero,
             });
@@ -934,7 +924,7 @@ fn transpose_avx2(columns: &[Option<&[f64]>], len: usize, rows: &mut [f64]) {
             }
         }
     }
-    transpose(columns, 0, len4, len, rows);
+    transpose(adjoint, np, column, len4, len, rows);
 }
 
 /// An adjoint `g` carried down an edge of slope `k`: 0 where either is 0 (an infinite slope does
