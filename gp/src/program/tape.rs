@@ -1033,29 +1033,32 @@ fn arith(op: ArithOp, ty: Ty, x: f64, y: f64) -> f64 {
     }
 }
 
-/// Whether this thread's runs with derivatives hold their values in f64 where they could hold
-/// them in f32 ([`Tape::float_only`]): only in tests, which compare the two.
+/// Switches that tests set on their thread to compare the paths of a run; outside tests, off.
+/// `portable_only`: blocks run without AVX2 where the CPU has it. `wide_only`: runs with
+/// derivatives hold their values in f64 where they could hold them in f32 ([`Tape::float_only`]).
 #[cfg(not(test))]
-fn wide_only() -> bool {
-    false
+mod switches {
+    pub(super) fn portable_only() -> bool {
+        false
+    }
+
+    pub(super) fn wide_only() -> bool {
+        false
+    }
 }
 
 #[cfg(test)]
-fn wide_only() -> bool {
-    tests::WIDE.get()
+mod switches {
+    pub(super) fn portable_only() -> bool {
+        super::tests::PORTABLE.get()
+    }
+
+    pub(super) fn wide_only() -> bool {
+        super::tests::WIDE.get()
+    }
 }
 
-/// Whether this thread's blocks run without AVX2 where the CPU has it: only in tests, which
-/// compare the two paths.
-#[cfg(not(test))]
-fn portable_only() -> bool {
-    false
-}
-
-#[cfg(test)]
-fn portable_only() -> bool {
-    tests::PORTABLE.get()
-}
+use switches::{portable_only, wide_only};
 
 #[cfg(test)]
 mod tests {
