@@ -238,10 +238,10 @@ impl Sums {
                     let a = &mut self.jtj;
                     // SAFETY (each): the CPU has AVX2, checked above.
                     match high {
-                        1 => unsafe { add_pair_avx2::<1>(a, np, i0, from, rows) },
-                        2 => unsafe { add_pair_avx2::<2>(a, np, i0, from, rows) },
-                        3 => unsafe { add_pair_avx2::<3>(a, np, i0, from, rows) },
-                        _ => unsafe { add_pair_avx2::<TILE>(a, np, i0, from, rows) },
+                        1 => unsafe { add_tile_avx2::<1, 2>(a, np, i0, from, from, rows) },
+                        2 => unsafe { add_tile_avx2::<2, 2>(a, np, i0, from, from, rows) },
+                        3 => unsafe { add_tile_avx2::<3, 2>(a, np, i0, from, from, rows) },
+                        _ => unsafe { add_tile_avx2::<TILE, 2>(a, np, i0, from, from, rows) },
                     }
                     from += 2 * TILE;
                 }
@@ -254,9 +254,9 @@ impl Sums {
                 if avx2 && j0 == i0 && np - i0 < TILE && np >= TILE {
                     // SAFETY (each): the CPU has AVX2, checked above.
                     match np - i0 {
-                        1 => unsafe { add_tile_avx2::<1>(a, np, i0, j0, np - TILE, rows) },
-                        2 => unsafe { add_tile_avx2::<2>(a, np, i0, j0, np - TILE, rows) },
-                        _ => unsafe { add_tile_avx2::<3>(a, np, i0, j0, np - TILE, rows) },
+                        1 => unsafe { add_tile_avx2::<1, 1>(a, np, i0, j0, np - TILE, rows) },
+                        2 => unsafe { add_tile_avx2::<2, 1>(a, np, i0, j0, np - TILE, rows) },
+                        _ => unsafe { add_tile_avx2::<3, 1>(a, np, i0, j0, np - TILE, rows) },
                     }
                     continue;
                 }
@@ -266,16 +266,16 @@ impl Sums {
                     (3, true) => add_tile::<3, 3>(a, np, i0, j0, rows),
                     // SAFETY (each AVX2 tile): the CPU has AVX2, checked above.
                     #[cfg(target_arch = "x86_64")]
-                    (1, false) if avx2 => unsafe { add_tile_avx2::<1>(a, np, i0, j0, j0, rows) },
+                    (1, false) if avx2 => unsafe { add_tile_avx2::<1, 1>(a, np, i0, j0, j0, rows) },
                     #[cfg(target_arch = "x86_64")]
-                    (2, false) if avx2 => unsafe { add_tile_avx2::<2>(a, np, i0, j0, j0, rows) },
+                    (2, false) if avx2 => unsafe { add_tile_avx2::<2, 1>(a, np, i0, j0, j0, rows) },
                     #[cfg(target_arch = "x86_64")]
-                    (3, false) if avx2 => unsafe { add_tile_avx2::<3>(a, np, i0, j0, j0, rows) },
+                    (3, false) if avx2 => unsafe { add_tile_avx2::<3, 1>(a, np, i0, j0, j0, rows) },
                     (1, false) => add_tile::<1, TILE>(a, np, i0, j0, rows),
                     (2, false) => add_tile::<2, TILE>(a, np, i0, j0, rows),
                     (3, false) => add_tile::<3, TILE>(a, np, i0, j0, rows),
                     #[cfg(target_arch = "x86_64")]
-                    _ if avx2 => unsafe { add_tile_avx2::<TILE>(a, np, i0, j0, j0, rows) },
+                    _ if avx2 => unsafe { add_tile_avx2::<TILE, 1>(a, np, i0, j0, j0, rows) },
                     _ => add_tile::<TILE, TILE>(a, np, i0, j0, rows),
                 }
             }
@@ -387,41 +387,45 @@ fn add_jtr_tail_avx2(jtr: &mut [f64], from: usize, rows: &[f64], rs: &[f64]) {
     jtr[from..].copy_from_slice(&sums[from - k0..]);
 }
 
-/// Two [`add_tile_avx2`] tiles side by side with AVX2: rows `i0..i0 + R` and columns
-/// `j0..j0 + 8` (`j0 + 8 <= np`), eight registers of sums instead of four, so that more of their
-/// additions overlap; each sum still `s += x * y` over the cases in order, so the same bits. Of
-/// the sums right of the diagonal (a right tile on it) none is kept.
+/// [`add_tile`] with AVX2 of `H` tiles side by side (`H` = 1 or 2), each `R` rows high and 4 wide:
+/// the tiles' `4H` columns from `c0` (`j0`, or for the last rows' tile on the diagonal the four
+/// ending at the last column), a row of four sums in each register; two tiles give eight
+/// registers, whose additions overlap where four wait on each other. Each sum is still `s += x *
+/// y` over the cases in order (no fused multiply-add), so the same bits. Only the sums of the
+/// columns from `j0` in the lower triangle are kept; the other lanes are left as they are.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn add_pair_avx2<const R: usize>(a: &mut [f64], np: usize, i0: usize, j0: usize, rows: &[f64]) {
+fn add_tile_avx2<const R: usize, const H: usize>(
+    a: &mut [f64],
+    np: usize,
+    i0: usize,
+    j0: usize,
+    c0: usize,
+    rows: &[f64],
+) {
     use std::arch::x86_64::{
         __m256d, _mm256_add_pd, _mm256_loadu_pd, _mm256_mul_pd, _mm256_set1_pd, _mm256_storeu_pd,
     };
-    const W: usize = 2 * TILE;
-    assert!(i0 + R <= np && j0 + W <= np && a.len() >= np * np, "two tiles inside JᵀJ");
-    assert!(j0 + TILE <= i0 || R == TILE && j0 + TILE == i0, "left of the diagonal or the right tile on it");
-    // A sum of the lower triangle: row i0 + ii, column j0 + jj.
-    let keep = |ii: usize, jj: usize| j0 + jj <= i0 + ii;
-    let mut acc: [[__m256d; 2]; R] = std::array::from_fn(|ii| {
+    let width = H * TILE;
+    assert!(i0 + R <= np && c0 + width <= np && a.len() >= np * np, "tiles inside JᵀJ");
+    assert!(c0 <= j0 && (c0 == j0 || i0 + R <= c0 + width), "the tiles' columns among those added");
+    assert!(c0 + width <= i0 + R, "no column right of the diagonal tile");
+    let mut acc: [[__m256d; H]; R] = std::array::from_fn(|ii| {
         std::array::from_fn(|h| {
-            let mut at = [0.0f64; TILE];
-            for (jj, v) in at.iter_mut().enumerate() {
-                if keep(ii, h * TILE + jj) {
-                    *v = a[(i0 + ii) * np + j0 + h * TILE + jj];
-                }
-            }
+            let at = &a[(i0 + ii) * np + c0 + h * TILE..][..TILE];
             // SAFETY: `at` holds four f64.
             unsafe { _mm256_loadu_pd(at.as_ptr()) }
         })
     });
     for row in rows.chunks_exact(np) {
-        let rj = &row[j0..j0 + W];
-        // SAFETY: `rj` holds eight f64.
-        let (lo, hi) = unsafe { (_mm256_loadu_pd(rj.as_ptr()), _mm256_loadu_pd(rj.as_ptr().add(TILE))) };
+        let rj = &row[c0..c0 + width];
+        // SAFETY: `rj` holds 4H f64.
+        let rj: [__m256d; H] = std::array::from_fn(|h| unsafe { _mm256_loadu_pd(rj.as_ptr().add(h * TILE)) });
         for (ii, acc) in acc.iter_mut().enumerate() {
             let x = _mm256_set1_pd(row[i0 + ii]);
-            acc[0] = _mm256_add_pd(acc[0], _mm256_mul_pd(x, lo));
-            acc[1] = _mm256_add_pd(acc[1], _mm256_mul_pd(x, hi));
+            for (acc, &y) in acc.iter_mut().zip(&rj) {
+                *acc = _mm256_add_pd(*acc, _mm256_mul_pd(x, y));
+            }
         }
     }
     for (ii, acc) in acc.iter().enumerate() {
@@ -429,51 +433,12 @@ fn add_pair_avx2<const R: usize>(a: &mut [f64], np: usize, i0: usize, j0: usize,
             let mut sums = [0.0f64; TILE];
             // SAFETY: `sums` holds four f64.
             unsafe { _mm256_storeu_pd(sums.as_mut_ptr(), *acc) };
+            // The tiles' columns, up to the diagonal.
             for (jj, &v) in sums.iter().enumerate() {
-                if keep(ii, h * TILE + jj) {
-                    a[(i0 + ii) * np + j0 + h * TILE + jj] = v;
+                let c = c0 + h * TILE + jj;
+                if j0 <= c && c <= i0 + ii {
+                    a[(i0 + ii) * np + c] = v;
                 }
-            }
-        }
-    }
-}
-
-/// [`add_tile`] of a tile `R` rows high and 4 wide with AVX2 (a full 4 × 4 tile, or the last rows'
-/// tile): a row of the tile's sums in one register, each sum still `s += x * y` over the cases in
-/// order (no fused multiply-add), so the same bits. The four columns run from `c0` (`j0`, or for
-/// the last rows' tile on the diagonal the four ending at the last column); of them only the
-/// sums of the tile at `j0` in the lower triangle are kept, the others' lanes left as they are.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn add_tile_avx2<const R: usize>(a: &mut [f64], np: usize, i0: usize, j0: usize, c0: usize, rows: &[f64]) {
-    use std::arch::x86_64::{
-        __m256d, _mm256_add_pd, _mm256_loadu_pd, _mm256_mul_pd, _mm256_set1_pd, _mm256_storeu_pd,
-    };
-    assert!(i0 + R <= np && c0 + TILE <= np && a.len() >= np * np, "a tile inside JᵀJ");
-    assert!(c0 <= j0 && (c0 == j0 || i0 + R <= c0 + TILE), "the tile's columns among the four");
-    assert!(R == TILE || j0 < i0 || c0 + TILE == np, "a tile on the diagonal is a full one or the last");
-    let mut acc: [__m256d; R] = std::array::from_fn(|ii| {
-        let at: &[f64; TILE] = a[(i0 + ii) * np + c0..][..TILE].try_into().expect("a tile's row");
-        // SAFETY: `at` holds four f64.
-        unsafe { _mm256_loadu_pd(at.as_ptr()) }
-    });
-    for row in rows.chunks_exact(np) {
-        let rj: &[f64; TILE] = row[c0..c0 + TILE].try_into().expect("a tile's columns");
-        // SAFETY: `rj` holds four f64.
-        let rj = unsafe { _mm256_loadu_pd(rj.as_ptr()) };
-        for (ii, acc) in acc.iter_mut().enumerate() {
-            *acc = _mm256_add_pd(*acc, _mm256_mul_pd(_mm256_set1_pd(row[i0 + ii]), rj));
-        }
-    }
-    for (ii, acc) in acc.iter().enumerate() {
-        let mut sums = [0.0f64; TILE];
-        // SAFETY: `sums` holds four f64.
-        unsafe { _mm256_storeu_pd(sums.as_mut_ptr(), *acc) };
-        // The tile's columns, up to the diagonal.
-        for (jj, &v) in sums.iter().enumerate() {
-            let c = c0 + jj;
-            if j0 <= c && c <= i0 + ii {
-                a[(i0 + ii) * np + c] = v;
             }
         }
     }
