@@ -201,11 +201,11 @@ impl Sums {
         while avx2 && np - k0 >= TILE {
             let jtr = &mut self.jtr;
             // SAFETY (each): the CPU has AVX2, checked above.
-            k0 += match (np - k0) / TILE {
-                1 => unsafe { add_jtr_avx2::<1>(jtr, k0, rows, &rs) },
-                2 => unsafe { add_jtr_avx2::<2>(jtr, k0, rows, &rs) },
-                3 => unsafe { add_jtr_avx2::<3>(jtr, k0, rows, &rs) },
-                _ => unsafe { add_jtr_avx2::<4>(jtr, k0, rows, &rs) },
+            k0 = match (np - k0) / TILE {
+                1 => unsafe { add_jtr_avx2::<1>(jtr, k0, k0, rows, &rs) },
+                2 => unsafe { add_jtr_avx2::<2>(jtr, k0, k0, rows, &rs) },
+                3 => unsafe { add_jtr_avx2::<3>(jtr, k0, k0, rows, &rs) },
+                _ => unsafe { add_jtr_avx2::<4>(jtr, k0, k0, rows, &rs) },
             };
         }
         // The last sums (fewer than four) as a group of four ending at the last, the others' lanes
@@ -213,7 +213,7 @@ impl Sums {
         #[cfg(target_arch = "x86_64")]
         if avx2 && k0 < np && np >= TILE {
             // SAFETY: the CPU has AVX2, checked above.
-            unsafe { add_jtr_tail_avx2(&mut self.jtr, k0, rows, &rs) };
+            unsafe { add_jtr_avx2::<1>(&mut self.jtr, np - TILE, k0, rows, &rs) };
             k0 = np;
         }
         for k0 in (k0..np).step_by(TILE) {
@@ -331,23 +331,25 @@ fn add_tile<const R: usize, const C: usize>(a: &mut [f64], np: usize, i0: usize,
     }
 }
 
-/// [`add_jtr`] of `G` groups of four sums with AVX2 (`k0..k0 + 4G`): each group in one register,
-/// each sum still `s += x * r` over the cases in order (no fused multiply-add), so the same bits;
-/// the groups' additions overlap. The sums added (`4G`).
+/// [`add_jtr`] of `G` groups of four sums with AVX2, the sums `c0..c0 + 4G`, of which those from
+/// `from` are stored (`c0` itself, or for the last sums, fewer than four, `np - 4`): each group in
+/// one register, each sum still `s += x * r` over the cases in order (no fused multiply-add), so
+/// the same bits; the groups' additions overlap. The end of the sums added (`c0 + 4G`).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn add_jtr_avx2<const G: usize>(jtr: &mut [f64], k0: usize, rows: &[f64], rs: &[f64]) -> usize {
+fn add_jtr_avx2<const G: usize>(jtr: &mut [f64], c0: usize, from: usize, rows: &[f64], rs: &[f64]) -> usize {
     use std::arch::x86_64::{
         __m256d, _mm256_add_pd, _mm256_loadu_pd, _mm256_mul_pd, _mm256_set1_pd, _mm256_storeu_pd,
     };
     let np = jtr.len();
-    assert!(k0 + G * TILE <= np, "the sums inside Jᵀr");
-    let at = &mut jtr[k0..k0 + G * TILE];
+    let end = c0 + G * TILE;
+    assert!(end <= np && c0 <= from && from < end, "the sums inside Jᵀr");
+    let at = &mut jtr[c0..end];
     // SAFETY: `at` holds 4G f64.
     let mut acc: [__m256d; G] =
         std::array::from_fn(|g| unsafe { _mm256_loadu_pd(at.as_ptr().add(g * TILE)) });
     for (row, &r) in rows.chunks_exact(np).zip(rs) {
-        let x = &row[k0..k0 + G * TILE];
+        let x = &row[c0..end];
         let r = _mm256_set1_pd(r);
         for (g, acc) in acc.iter_mut().enumerate() {
             // SAFETY: `x` holds 4G f64.
@@ -355,36 +357,13 @@ fn add_jtr_avx2<const G: usize>(jtr: &mut [f64], k0: usize, rows: &[f64], rs: &[
             *acc = _mm256_add_pd(*acc, _mm256_mul_pd(x, r));
         }
     }
-    for (g, acc) in acc.iter().enumerate() {
-        // SAFETY: `at` holds 4G f64.
-        unsafe { _mm256_storeu_pd(at.as_mut_ptr().add(g * TILE), *acc) };
+    let mut sums = [[0.0f64; TILE]; G];
+    for (sums, acc) in sums.iter_mut().zip(&acc) {
+        // SAFETY: `sums` holds four f64.
+        unsafe { _mm256_storeu_pd(sums.as_mut_ptr(), *acc) };
     }
-    G * TILE
-}
-
-/// [`add_jtr`] of the sums `from..np` (fewer than four, `np >= 4`) with AVX2: the group of four
-/// ending at the last sum, of which only those are stored; each still `s += x * r` over the cases
-/// in order, so the same bits.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn add_jtr_tail_avx2(jtr: &mut [f64], from: usize, rows: &[f64], rs: &[f64]) {
-    use std::arch::x86_64::{
-        _mm256_add_pd, _mm256_loadu_pd, _mm256_mul_pd, _mm256_set1_pd, _mm256_storeu_pd,
-    };
-    let np = jtr.len();
-    assert!(np >= TILE && from + TILE > np && from < np, "fewer than four sums at the end");
-    let k0 = np - TILE;
-    // SAFETY: `jtr[k0..]` holds four f64.
-    let mut acc = unsafe { _mm256_loadu_pd(jtr[k0..].as_ptr()) };
-    for (row, &r) in rows.chunks_exact(np).zip(rs) {
-        // SAFETY: `row[k0..]` holds four f64.
-        let x = unsafe { _mm256_loadu_pd(row[k0..].as_ptr()) };
-        acc = _mm256_add_pd(acc, _mm256_mul_pd(x, _mm256_set1_pd(r)));
-    }
-    let mut sums = [0.0f64; TILE];
-    // SAFETY: `sums` holds four f64.
-    unsafe { _mm256_storeu_pd(sums.as_mut_ptr(), acc) };
-    jtr[from..].copy_from_slice(&sums[from - k0..]);
+    at[from - c0..].copy_from_slice(&sums.as_flattened()[from - c0..]);
+    end
 }
 
 /// [`add_tile`] with AVX2 of `H` tiles side by side (`H` = 1 or 2), each `R` rows high and 4 wide:
