@@ -679,9 +679,7 @@ impl Tape {
                 // Add and Sub pass the adjoint on as it is (negated for Sub's right side).
                 if slopes_of && !matches!(op, ArithOp::Add | ArithOp::Sub) {
                     let (sa, sb) = (&mut s.slope_a[at..at + len], &mut s.slope_b[at..at + len]);
-                    for (((&x, &y), ka), kb) in a.iter().zip(b.iter()).zip(sa.iter_mut()).zip(sb.iter_mut()) {
-                        (*ka, *kb) = arith_slopes(op, f64::from(x), f64::from(y));
-                    }
+                    slopes(a, b, sa, sb, |x, y| arith_slopes(op, x, y));
                 }
                 let zip = a.iter_mut().zip(b);
                 match op {
@@ -974,10 +972,18 @@ fn binary(a: &mut [f64], b: &[f64], f: impl Fn(f64, f64) -> f64) {
     a.iter_mut().zip(b).for_each(|(x, &y)| *x = f(*x, y));
 }
 
-/// The slopes `f(a[r], b[r])` of a step of two operands, into `sa` and `sb`.
-fn slopes(a: &[f64], b: &[f64], sa: &mut [f64], sb: &mut [f64], f: impl Fn(f64, f64) -> (f64, f64)) {
+/// The slopes `f(a[r], b[r])` of a step of two operands (held as f64 or f32, widened), into `sa`
+/// and `sb`.
+#[inline(always)]
+fn slopes<T: Copy + Into<f64>>(
+    a: &[T],
+    b: &[T],
+    sa: &mut [f64],
+    sb: &mut [f64],
+    f: impl Fn(f64, f64) -> (f64, f64),
+) {
     for (((&x, &y), ka), kb) in a.iter().zip(b).zip(sa.iter_mut()).zip(sb.iter_mut()) {
-        (*ka, *kb) = f(x, y);
+        (*ka, *kb) = f(x.into(), y.into());
     }
 }
 
