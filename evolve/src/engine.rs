@@ -21,7 +21,7 @@ use gpfarm_protocol::{Route, Shape};
 use crate::driver::{CrashSettings, Driver, Evaluator, Settings, with_queues};
 use crate::error::EvolveError;
 use crate::islands::{Link, island_seed, ring};
-use crate::options::{EvalMode, NO_FMAD, Options, default_crash_dir, default_shape};
+use crate::options::{EvalMode, NO_FMAD, Options, default_shape};
 use crate::record::{EvaluatorKind, FrontModel, GenerationRecord, Summary, Totals};
 
 /// What a per-generation callback may fail with; the run stops and returns it as
@@ -450,7 +450,7 @@ impl Engine {
             crash: CrashSettings {
                 retry_flags: o.crash_retry_flags.clone(),
                 retry_on_gpu: o.crash_retry_on_gpu,
-                dir: o.crash_dir.clone().unwrap_or_else(default_crash_dir),
+                dir: crate::crash_dir::CrashDir::new(o.crash_dir.clone()),
             },
         }
     }

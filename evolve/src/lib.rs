@@ -59,6 +59,7 @@
 //! the compiler change a fitness value.
 
 mod account;
+mod crash_dir;
 mod driver;
 mod engine;
 mod error;
@@ -75,8 +76,8 @@ pub use error::EvolveError;
 pub use gpfarm_client::ProblemRef;
 pub use gpfarm_protocol::Route;
 pub use options::{
-    CRASH_RETRY_FLAGS, EvalMode, LINK_FLAGS, LOOP_LINK_FLAGS, NO_FMAD, Options, default_crash_dir,
-    default_link_flags, default_shape,
+    CRASH_RETRY_FLAGS, EvalMode, LINK_FLAGS, LOOP_LINK_FLAGS, NO_FMAD, Options, default_link_flags,
+    default_shape,
 };
 pub use record::{
     CompileFigures, CriticalPath, EvalSplit, EvaluatorKind, FrontModel, GenerationRecord, Individuals,

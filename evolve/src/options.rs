@@ -97,8 +97,9 @@ pub struct Options {
     /// does not depend on the compiled code, so there the retry's fitness is always used.
     pub crash_retry_on_gpu: bool,
     /// Where the unit of an individual that did not compile is written, for reproducing it with
-    /// `gpfarm compile --source FILE` (default: [`default_crash_dir`], created on the first
-    /// failure and kept after the run).
+    /// `gpfarm compile --source FILE`. Default: a folder of the run's own, made on the first failure
+    /// under the temporary directory with an unpredictable name (`gpfarm-crashes-XXXXXX`, mode
+    /// 0700) and kept after the run. Units are written 0600 and never through a link.
     pub crash_dir: Option<PathBuf>,
     /// Sub-populations evolved side by side, each of `evolution.population` individuals, each
     /// with its own evaluator (GPUs taken round-robin), sharing the compiler; migrants move
@@ -166,12 +167,6 @@ pub fn default_shape(route: Route) -> Shape {
 
 /// The NVRTC option that keeps `a * b + c` two roundings (see [`Options::fmad`]).
 pub const NO_FMAD: &str = "--fmad=false";
-
-/// The directory failed units go to when [`Options::crash_dir`] is not set: one per process
-/// under the system's temporary directory, `gpfarm-crashes-<pid>`.
-pub fn default_crash_dir() -> PathBuf {
-    std::env::temp_dir().join(format!("gpfarm-crashes-{}", std::process::id()))
-}
 
 impl Default for Options {
     fn default() -> Self {

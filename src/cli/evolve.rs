@@ -127,8 +127,8 @@ pub struct EvolveArgs {
     #[arg(long)]
     pub(super) json: bool,
     /// Where the unit of each individual that does not compile is written, for reproducing it
-    /// with `gpfarm compile --source FILE` (default: gpfarm-crashes-PID in the temporary
-    /// directory; kept after the run).
+    /// with `gpfarm compile --source FILE` (default: a private folder gpfarm-crashes-XXXXXX made
+    /// in the temporary directory on the first failure; kept after the run).
     #[arg(long)]
     crash_dir: Option<PathBuf>,
     /// NVRTC option an individual that crashes NVRTC is compiled again with, once, in a daemon of

@@ -99,7 +99,7 @@ pub(crate) struct CrashSettings {
     /// Whether the GPU evaluates the retry's code.
     pub retry_on_gpu: bool,
     /// Where the units of individuals that did not compile are written.
-    pub dir: PathBuf,
+    pub dir: crate::crash_dir::CrashDir,
 }
 
 /// What [`Driver::run_on`] calls with each generation's record.

@@ -72,20 +72,18 @@ impl Retried {
 impl Driver<'_> {
     /// Writes the unit of `m` alone into the crash directory; says where, or why not.
     fn save_failed(&mut self, m: &Member) -> String {
-        let dir = &self.settings.crash.dir;
         let name = kernel_name(m.generation, m.slot);
         let rendered = self.render(std::slice::from_ref(m), &name, Shape::Kernels);
-        let path = dir.join(&rendered.unit.name);
-        match std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, &rendered.unit.source)) {
-            Ok(()) => {
-                self.totals.failed_units_dir = Some(dir.clone());
+        match self.settings.crash.dir.write(&rendered.unit.name, &rendered.unit.source) {
+            Ok((dir, path)) => {
+                self.totals.failed_units_dir = Some(dir);
                 format!(
                     "its unit is in {} (reproduce: gpfarm compile --source {} --compiler farm -n 1)",
                     path.display(),
                     path.display()
                 )
             }
-            Err(e) => format!("its unit could not be written to {}: {e}", path.display()),
+            Err(e) => format!("its unit could not be written: {e}"),
         }
     }
 
