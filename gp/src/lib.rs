@@ -17,6 +17,7 @@ pub mod population;
 pub mod problem;
 pub mod program;
 pub mod simplify;
+pub mod tree;
 
 pub use dedup::Dedup;
 pub use evolution::{Evolution, RunReport, run_cpu, run_cpu_with};
