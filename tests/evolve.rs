@@ -364,7 +364,18 @@ fn a_seeded_run_is_the_same_whatever_the_thread_count() {
 fn the_while_loop_example_ends_on_the_cpu() {
     let (records, summary) = common::evolve_example(
         "while-search",
-        &["--route", "cpu", "--population", "40", "--generations", "1", "--seed", "2"],
+        &[
+            "--route",
+            "cpu",
+            "--population",
+            "40",
+            "--generations",
+            "1",
+            "--seed",
+            "2",
+            "--representation",
+            "ge",
+        ],
     );
     assert_eq!(summary["route"], "cpu", "{summary}");
     assert_eq!(records.len(), 2, "two generations");

@@ -57,6 +57,8 @@ pub fn populations(config: &BenchConfig) -> Result<Vec<Sample>> {
                         population: size,
                         generations: config.generations,
                         seed,
+                        // The paper's experiment evolves by grammatical evolution.
+                        representation: gpfarm_gp::Representation::Ge,
                         ..Default::default()
                     },
                 )?;
@@ -160,9 +162,16 @@ mod tests {
     #[test]
     fn guided_units_hold_every_phenotype_once_in_contiguous_parts() {
         let problem = Problem::builtin("search").unwrap();
-        let evo =
-            Evolution::new(&problem, EvolutionConfig { population: 300, seed: 5, ..Default::default() })
-                .unwrap();
+        let evo = Evolution::new(
+            &problem,
+            EvolutionConfig {
+                population: 300,
+                seed: 5,
+                representation: gpfarm_gp::Representation::Ge,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         let phenotypes: Vec<Phenotype> =
             evo.population().iter().filter_map(|i| i.phenotype().cloned()).collect();
         for route in [Language::CudaC, Language::Ptx] {

@@ -424,7 +424,13 @@ mod tests {
     fn auto_counts_the_ops_loops_run_and_compiles_a_problem_whose_loops_run_long() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/while-search");
         let problem = Problem::load(&dir).unwrap();
-        let config = EvolutionConfig { population: 100, seed: 1, ..EvolutionConfig::default() };
+        // GE's random codons write loops that never end, as a first generation can.
+        let config = EvolutionConfig {
+            population: 100,
+            seed: 1,
+            representation: gpfarm_gp::Representation::Ge,
+            ..EvolutionConfig::default()
+        };
         let w = first_generation(&problem, &config);
         // Programs fail in the first generation: the longest case is a loop run to the limit.
         assert!(w.loops && w.longest_case_ops >= problem.max_steps() as f64, "{w:?}");

@@ -24,7 +24,14 @@ fn golden() -> Golden {
 
 fn trajectory(problem: &str, seed: u64, cache: bool, overlap: bool) -> Vec<(f64, Option<f64>)> {
     let options = Options {
-        evolution: EvolutionConfig { population: 300, generations: 20, seed, ..EvolutionConfig::default() },
+        // Recorded with grammatical evolution's codons.
+        evolution: EvolutionConfig {
+            population: 300,
+            generations: 20,
+            seed,
+            representation: gpfarm_gp::Representation::Ge,
+            ..EvolutionConfig::default()
+        },
         eval: EvalMode::Cpu,
         cache,
         overlap,

@@ -1,5 +1,5 @@
-//! Grammatical evolution for gpfarm: BNF grammars, genotype-to-phenotype mapping,
-//! variation and selection operators, the generational engine, problems as data, and
+//! Grammar-guided GP for gpfarm: BNF grammars, derivation trees and grammatical evolution's
+//! genotype-to-phenotype mapping, variation and selection operators, the generational engine, problems as data, and
 //! the CPU reference evaluator. Must never know about CUDA: it states the kernel
 //! convention of each problem's template, and the `kernels` crate renders and runs it.
 
@@ -27,6 +27,8 @@ pub use grammar::{Grammar, GrammarError};
 pub use init::InitMethod;
 pub use mapping::{Derivation, Genome, InvalidReason, Mapping, MappingLimits, Phenotype, map};
 pub use pipeline::{Born, FrontPoint, GenerationStats, Migrant, Pipeline, choose, pareto_front};
-pub use population::{EvolutionConfig, EvolutionError, FIT_CASES, FitConfig, Individual, Seed};
+pub use population::{
+    EvolutionConfig, EvolutionError, FIT_CASES, FitConfig, Individual, Representation, Seed,
+};
 pub use problem::{Column, KernelName, KernelParam, ParamRole, Problem, ProblemError, Template};
 pub use program::{Evaluation, Program, evaluate, evaluate_all, evaluate_phenotype};

@@ -30,11 +30,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::fitness::{Direction, Fitness};
 use crate::grammar::Grammar;
+use crate::mapping::Genome;
 use crate::mapping::Phenotype;
 use crate::operators::{contestants, elites, int_flip, variable_onepoint, winner};
-use crate::population::{EvolutionConfig, EvolutionError, Individual, Seed, initial_population};
+use crate::population::{
+    EvolutionConfig, EvolutionError, Individual, Representation, Seed, initial_population,
+};
 use crate::problem::{Problem, ProblemSpec};
 use crate::program::Program;
+use crate::tree;
 
 /// An individual that needs a fitness.
 #[derive(Clone, Debug, PartialEq)]
@@ -226,8 +230,9 @@ impl Pipeline {
         depth: NonZeroUsize,
         start: &[Seed],
     ) -> Result<Self, EvolutionError> {
-        let mut pipeline = Self::build(problem.grammar().clone(), problem.direction(), config, depth, start)?;
-        pipeline.spec = Some(problem.spec().clone());
+        let spec = Some(problem.spec().clone());
+        let mut pipeline =
+            Self::build(problem.grammar().clone(), problem.direction(), config, depth, start, spec)?;
         // The initial population, placed before the sizes could be measured.
         let mut first = pipeline.generations.pop_front().expect("the initial generation");
         let spec = pipeline.spec.as_ref();
@@ -263,7 +268,7 @@ impl Pipeline {
         config: EvolutionConfig,
         depth: NonZeroUsize,
     ) -> Result<Self, EvolutionError> {
-        Self::build(grammar, direction, config, depth, &[])
+        Self::build(grammar, direction, config, depth, &[], None)
     }
 
     fn build(
@@ -272,12 +277,14 @@ impl Pipeline {
         config: EvolutionConfig,
         depth: NonZeroUsize,
         start: &[Seed],
+        spec: Option<ProblemSpec>,
     ) -> Result<Self, EvolutionError> {
-        let individuals = initial_population(&grammar, &config, start)?;
+        let fits = |p: &Phenotype| size_fits(spec.as_ref(), config.max_size, p);
+        let individuals = initial_population(&grammar, &config, start, &fits)?;
         let n = individuals.len();
         let mut pipeline = Pipeline {
             grammar,
-            spec: None,
+            spec,
             direction,
             config,
             depth: depth.get(),
@@ -518,7 +525,8 @@ impl Pipeline {
                 ready
                     .into_par_iter()
                     .map(|(pair, plan)| {
-                        let children = plan.breed(grammar, config, |i| {
+                        let fits = |p: &Phenotype| size_fits(spec, config.max_size, p);
+                        let children = plan.breed(grammar, config, &fits, |i| {
                             let individual =
                                 parent.individuals[i].as_ref().expect("an evaluated parent has been bred");
                             let f = parent.fitness[i].expect("checked above");
@@ -705,6 +713,18 @@ impl Placed {
     }
 }
 
+/// Whether `phenotype` is within `max_size` ([`Program::size`]; 0: no limit). Without a problem
+/// to parse for, or where the text does not parse (it fails when evaluated), it is taken as
+/// fitting.
+fn size_fits(spec: Option<&ProblemSpec>, max_size: usize, phenotype: &Phenotype) -> bool {
+    match spec {
+        Some(spec) if max_size > 0 => {
+            Program::parse_for(spec, phenotype).map_or(true, |p| p.size() <= max_size)
+        }
+        _ => true,
+    }
+}
+
 /// An individual's size and typed tree ([`measure`]).
 type Measured = (usize, Option<Arc<Program>>);
 
@@ -792,11 +812,13 @@ impl PairPlan {
         PairPlan { rng, contestants: [first, second] }
     }
 
-    /// Breeds the pair's two children; `parent(i)` gives contestant `i` and its fitness.
+    /// Breeds the pair's two children; `parent(i)` gives contestant `i` and its fitness, `fits`
+    /// whether a program is within the size limit.
     fn breed<'a>(
         mut self,
         grammar: &Grammar,
         c: &EvolutionConfig,
+        fits: &(dyn Fn(&Phenotype) -> bool + Sync),
         parent: impl Fn(usize) -> (&'a Individual, Fitness),
     ) -> Vec<Individual> {
         let [first, second] = &self.contestants;
@@ -804,38 +826,95 @@ impl PairPlan {
             return Vec::new();
         };
         let (pa, pb) = (parent(a).0, parent(b).0);
-        let rng = &mut self.rng;
-        let (ga, gb) = if rng.random_bool(c.crossover_rate) {
-            variable_onepoint(rng, &pa.genome, pa.used_codons(), &pb.genome, pb.used_codons())
-        } else {
-            (pa.genome.clone(), pb.genome.clone())
-        };
-        // A child's parameters are its first parent's, place by place: crossover keeps the
-        // first parent's codons up to the cut, so the derivation, left to right, and the
-        // parameters it emits, are that parent's up to there.
-        [(ga, pa), (gb, pb)]
-            .into_iter()
-            .map(|(genome, parent)| {
-                let mut child = Individual::new(genome, grammar, &c.limits, &parent.params, rng);
-                if rng.random_bool(c.mutation_rate) {
-                    let used = child.used_codons();
-                    int_flip(rng, &mut child.genome, used, c.mutation_codon_probability, c.codon_size);
-                    let mut kept = child.params;
-                    if !kept.is_empty() {
-                        // Each value is drawn afresh with the codons' flip probability.
-                        let p = c.mutation_codon_probability.unwrap_or(1.0 / kept.len() as f64);
-                        for v in &mut kept {
-                            if rng.random_bool(p) {
-                                *v = rng.random_range(-1.0..=1.0);
-                            }
-                        }
-                    }
-                    child = Individual::new(child.genome, grammar, &c.limits, &kept, rng);
-                }
-                child
-            })
-            .collect()
+        match c.representation {
+            Representation::Ge => breed_codons(&mut self.rng, grammar, c, pa, pb),
+            Representation::Tree => breed_trees(&mut self.rng, grammar, c, fits, pa, pb),
+        }
     }
+}
+
+/// Two children of `pa` and `pb` by grammatical evolution's operators.
+fn breed_codons(
+    rng: &mut ChaCha8Rng,
+    grammar: &Grammar,
+    c: &EvolutionConfig,
+    pa: &Individual,
+    pb: &Individual,
+) -> Vec<Individual> {
+    let (ga, gb) = if rng.random_bool(c.crossover_rate) {
+        variable_onepoint(rng, &pa.genome, pa.used_codons(), &pb.genome, pb.used_codons())
+    } else {
+        (pa.genome.clone(), pb.genome.clone())
+    };
+    // A child's parameters are its first parent's, place by place: crossover keeps the
+    // first parent's codons up to the cut, so the derivation, left to right, and the
+    // parameters it emits, are that parent's up to there.
+    [(ga, pa), (gb, pb)]
+        .into_iter()
+        .map(|(genome, parent)| {
+            let mut child = Individual::new(genome, grammar, &c.limits, &parent.params, rng);
+            if rng.random_bool(c.mutation_rate) {
+                let used = child.used_codons();
+                int_flip(rng, &mut child.genome, used, c.mutation_codon_probability, c.codon_size);
+                let mut kept = child.params;
+                redraw_values(rng, &mut kept, c.mutation_codon_probability);
+                child = Individual::new(child.genome, grammar, &c.limits, &kept, rng);
+            }
+            child
+        })
+        .collect()
+}
+
+/// Each of `values` drawn afresh in [-1, 1] with probability `p` (default 1 / their count).
+fn redraw_values(rng: &mut ChaCha8Rng, values: &mut [f32], p: Option<f64>) {
+    if values.is_empty() {
+        return;
+    }
+    let p = p.unwrap_or(1.0 / values.len() as f64).clamp(0.0, 1.0);
+    for v in values {
+        if rng.random_bool(p) {
+            *v = rng.random_range(-1.0..=1.0);
+        }
+    }
+}
+
+/// Two children of `pa` and `pb` by the tree operators ([`crate::tree`]): subtree crossover both
+/// ways at `crossover_rate`, then each child mutated at `mutation_rate`; none over the size or
+/// depth limit. A parent that is not a tree of the grammar (its mapping failed) is copied.
+fn breed_trees(
+    rng: &mut ChaCha8Rng,
+    grammar: &Grammar,
+    c: &EvolutionConfig,
+    fits: &(dyn Fn(&Phenotype) -> bool + Sync),
+    pa: &Individual,
+    pb: &Individual,
+) -> Vec<Individual> {
+    let limits = tree::Limits { grammar, mapping: &c.limits, fits };
+    let derive = |i: &Individual| tree::Tree::derive(grammar, &i.genome, &c.limits);
+    let (ta, tb) = (derive(pa), derive(pb));
+    let crossed = rng.random_bool(c.crossover_rate);
+    let children: Vec<(Genome, Vec<f32>)> = match (&ta, &tb) {
+        (Some(ta), Some(tb)) if crossed => vec![
+            tree::crossover(rng, &limits, (ta, &pa.params), (tb, &pb.params)),
+            tree::crossover(rng, &limits, (tb, &pb.params), (ta, &pa.params)),
+        ],
+        _ => vec![(pa.genome.clone(), pa.params.clone()), (pb.genome.clone(), pb.params.clone())],
+    };
+    children
+        .into_iter()
+        .map(|(genome, params)| {
+            if rng.random_bool(c.mutation_rate)
+                && let Some(t) = tree::Tree::derive(grammar, &genome, &c.limits)
+            {
+                let (genome, mut params, kind) = tree::mutate(rng, &limits, &t, &params);
+                if kind == tree::Mutation::None {
+                    redraw_values(rng, &mut params, c.mutation_codon_probability);
+                }
+                return Individual::new(genome, grammar, &c.limits, &params, rng);
+            }
+            Individual::new(genome, grammar, &c.limits, &params, rng)
+        })
+        .collect()
 }
 
 /// Statistics of generation `generation`, given each individual's fitness.

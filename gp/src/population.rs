@@ -34,7 +34,11 @@ pub struct EvolutionConfig {
     pub mutation_codon_probability: Option<f64>,
     /// Codons are drawn from `0..codon_size`.
     pub codon_size: u32,
-    /// How the first generation is built.
+    /// How individuals are held and varied: grammatical evolution's codons (the default) or
+    /// derivation trees of the grammar.
+    pub representation: Representation,
+    /// How the first generation is built (grammatical evolution; trees are always built by
+    /// ramped half-and-half within the size and depth limits).
     pub init: InitMethod,
     /// Shortest random initial genome.
     pub init_min_len: usize,
@@ -59,6 +63,33 @@ pub struct EvolutionConfig {
     /// error is within this share of the best error on the front (0: the best, the smallest of
     /// equals).
     pub select_tolerance: f64,
+}
+
+/// How individuals are held and varied.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Representation {
+    /// Derivation trees of the grammar ([`crate::tree`]): subtree crossover between nodes of one
+    /// rule, subtree regrowth, point and hoist mutation; no child over `max_size` or deeper than
+    /// `limits.max_depth`. Better search than codons: a small change of a tree is a small change
+    /// of its program.
+    Tree,
+    /// Grammatical evolution ([`crate::mapping`]): codons mapped by `codon % alternatives`,
+    /// variable one-point crossover, int-flip mutation (the paper's experiment). The default
+    /// until trees are shown to search better at the defaults (docs/regression.md).
+    #[default]
+    Ge,
+}
+
+impl std::str::FromStr for Representation {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "tree" => Ok(Representation::Tree),
+            "ge" => Ok(Representation::Ge),
+            other => Err(format!("unknown representation {other:?}: use \"tree\" or \"ge\"")),
+        }
+    }
 }
 
 /// How the free parameters of a grammar with `#param#` are fitted.
@@ -103,6 +134,7 @@ impl Default for EvolutionConfig {
             mutation_rate: 0.7,
             mutation_codon_probability: None,
             codon_size: 100_000,
+            representation: Representation::Ge,
             init: InitMethod::Random,
             init_min_len: 20,
             init_max_len: 100,
@@ -234,14 +266,16 @@ pub(crate) fn initial_population(
     grammar: &Grammar,
     config: &EvolutionConfig,
     start: &[Seed],
+    fits: &(dyn Fn(&Phenotype) -> bool + Sync),
 ) -> Result<Vec<Individual>, EvolutionError> {
     validate(config, grammar)?;
     let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
-    let genomes = match config.init {
-        InitMethod::Random => (0..config.population)
+    let genomes = match (config.representation, config.init) {
+        (Representation::Tree, _) => tree_genomes(grammar, config, &mut rng, fits)?,
+        (Representation::Ge, InitMethod::Random) => (0..config.population)
             .map(|_| random_genome(&mut rng, config.init_min_len, config.init_max_len, config.codon_size))
             .collect(),
-        InitMethod::Sensible => sensible_genomes(
+        (Representation::Ge, InitMethod::Sensible) => sensible_genomes(
             grammar,
             &mut rng,
             config.population,
@@ -258,10 +292,62 @@ pub(crate) fn initial_population(
         if seed.genome.is_empty() {
             return Err(EvolutionError::Config { field: "start", message: "a genome has no codons".into() });
         }
-        *slot = Individual::new(Genome(seed.genome.clone()), grammar, &config.limits, &seed.params, &mut rng);
+        let mut genome = Genome(seed.genome.clone());
+        if config.representation == Representation::Tree
+            && let Some(tree) = crate::tree::Tree::derive(grammar, &genome, &config.limits)
+        {
+            // A seed of codons (an earlier run's) becomes the tree it maps to: the same program.
+            genome = tree.genome();
+        }
+        *slot = Individual::new(genome, grammar, &config.limits, &seed.params, &mut rng);
     }
     Ok(individuals)
 }
+
+/// Trees drawn for the first generation: ramped half-and-half, depths from the start rule's
+/// shallowest to `init_max_depth` (within `limits.max_depth`), half "full" and half "grow", each
+/// with a budget of nodes drawn up to `max_size` (50 without one); a tree that does not `fit` is
+/// drawn again, and after a few tries the smallest tree of the grammar is taken.
+fn tree_genomes(
+    grammar: &Grammar,
+    config: &EvolutionConfig,
+    rng: &mut impl Rng,
+    fits: &(dyn Fn(&Phenotype) -> bool + Sync),
+) -> Result<Vec<Genome>, EvolutionError> {
+    let min =
+        grammar.rule(grammar.start()).min_depth().ok_or(EvolutionError::NonTerminatingGrammar)? as usize;
+    let max = (config.init_max_depth as usize).min(config.limits.max_depth).max(min);
+    let depths: Vec<usize> = (min..=max).collect();
+    let budget = if config.max_size > 0 { config.max_size } else { 50 };
+    let accepts = |choices: &[u32]| {
+        let m = map(grammar, &Genome(choices.to_vec()), &config.limits);
+        m.phenotype().is_some_and(fits)
+    };
+    let mut out = Vec::with_capacity(config.population);
+    for i in 0..config.population {
+        let (full, depth) = (i % 2 == 1, depths[(i / 2) % depths.len()]);
+        let mut chosen = None;
+        for _ in 0..TREE_TRIES {
+            let nodes = rng.random_range(1..=budget);
+            let grown = crate::tree::grow(grammar, rng, grammar.start(), depth, full, nodes);
+            if let Some((choices, _)) = grown.filter(|(c, _)| accepts(c)) {
+                chosen = Some(choices);
+                break;
+            }
+        }
+        let choices = match chosen {
+            Some(c) => c,
+            None => crate::tree::grow(grammar, rng, grammar.start(), max, false, 0)
+                .map(|(c, _)| c)
+                .ok_or(EvolutionError::NonTerminatingGrammar)?,
+        };
+        out.push(Genome(choices));
+    }
+    Ok(out)
+}
+
+/// Trees drawn for one slot of the first generation before the smallest is taken.
+const TREE_TRIES: usize = 10;
 
 /// What [`initial_population`] refuses, found without drawing the population: the settings,
 /// a grammar whose sensible initialisation cannot end, and empty seeds.
@@ -271,7 +357,10 @@ pub(crate) fn check_initial(
     start: &[Seed],
 ) -> Result<(), EvolutionError> {
     validate(config, grammar)?;
-    if config.init == InitMethod::Sensible {
+    if config.representation == Representation::Tree && !grammar.rule(grammar.start()).can_terminate() {
+        return Err(EvolutionError::NonTerminatingGrammar);
+    }
+    if config.representation == Representation::Ge && config.init == InitMethod::Sensible {
         let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
         let one = sensible_genomes(
             grammar,
@@ -335,7 +424,7 @@ fn validate(c: &EvolutionConfig, grammar: &Grammar) -> Result<(), EvolutionError
     if c.init_min_len > c.init_max_len {
         return err("init_min_len", format!("{} exceeds init_max_len ({})", c.init_min_len, c.init_max_len));
     }
-    if c.init == InitMethod::Random && c.init_max_len == 0 {
+    if c.representation == Representation::Ge && c.init == InitMethod::Random && c.init_max_len == 0 {
         return err("init_max_len", "must be at least 1".into());
     }
     Ok(())

@@ -426,7 +426,7 @@ mod tests {
 
     fn tree(g: &Grammar, seed: u64, budget: usize) -> Tree {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let (choices, _) = grow(g, &mut rng, g.start(), 8, seed % 2 == 0, budget).unwrap();
+        let (choices, _) = grow(g, &mut rng, g.start(), 8, seed.is_multiple_of(2), budget).unwrap();
         Tree::derive(g, &Genome(choices), &MappingLimits::default()).unwrap()
     }
 
@@ -537,7 +537,7 @@ mod tests {
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
             let parent = |s: u64, b: usize| {
                 let mut r = ChaCha8Rng::seed_from_u64(s);
-                let (c, _) = grow(&g, &mut r, g.start(), max_depth, s % 3 == 0, b).unwrap();
+                let (c, _) = grow(&g, &mut r, g.start(), max_depth, s.is_multiple_of(3), b).unwrap();
                 Tree::derive(&g, &Genome(c), &limits).unwrap()
             };
             let (a, b) = (parent(seed, budget_a), parent(seed + 1, budget_b));

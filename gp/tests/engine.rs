@@ -135,6 +135,7 @@ fn invalid_mappings_get_the_worst_fitness_whatever_is_passed() {
         init_min_len: 1,
         init_max_len: 1,
         limits: gpfarm_gp::MappingLimits { max_wraps: 0, ..Default::default() },
+        representation: gpfarm_gp::Representation::Ge,
         ..config(6)
     };
     let mut evo = Evolution::new(&p, cfg).unwrap();

@@ -198,6 +198,8 @@ const RECORDED: [(&str, [Row; 9], &str, f64); 3] = [
 
 #[test]
 fn the_loop_repeats_the_recorded_runs_of_the_classic_loop() {
+    // Recorded with grammatical evolution's codons, which stay available as they were.
+    let config = |seed| EvolutionConfig { representation: gpfarm_gp::Representation::Ge, ..config(seed) };
     for (name, generations, best, best_fitness) in RECORDED {
         let problem = Problem::builtin(name).unwrap();
         let report = run_cpu_with(&problem, &config(7), NonZeroUsize::MIN, |_| {}).unwrap();
@@ -341,4 +343,39 @@ fn immigrants_are_refused_when_no_generation_waits_for_them() {
     p.immigrate(1, emigrants).unwrap();
     assert_eq!(p.advance().len(), 1, "generation 1 retires once its immigrants are in");
     assert!(!p.take_born().is_empty());
+}
+
+#[test]
+fn a_run_of_trees_never_breeds_a_program_over_the_size_limit_and_every_one_is_a_tree() {
+    let problem = Problem::builtin("keijzer6").unwrap();
+    let cfg = EvolutionConfig {
+        population: 60,
+        generations: 5,
+        seed: 11,
+        max_size: 15,
+        representation: gpfarm_gp::Representation::Tree,
+        ..EvolutionConfig::default()
+    };
+    let mut evo = Evolution::new(&problem, cfg).unwrap();
+    let mut sizes = Vec::new();
+    loop {
+        for i in evo.population() {
+            let d = i.mapping.derivation().expect("a tree always maps");
+            // A tree's codons are its choices: read once each, no wrap.
+            assert_eq!((d.used_codons, d.wraps), (i.genome.len(), 0));
+            let size = gpfarm_gp::Program::parse_for(problem.spec(), &d.phenotype).unwrap().size();
+            assert!(size <= 15, "{} has {size} nodes", d.phenotype);
+            sizes.push(size);
+        }
+        let dedup = evo.dedup();
+        let unique: Vec<Fitness> =
+            dedup.unique.iter().map(|p| evaluate_phenotype(&problem, p).fitness).collect();
+        evo.set_fitness(dedup.expand(&unique, problem.direction()).unwrap()).unwrap();
+        if evo.generation() == 5 {
+            break;
+        }
+        evo.breed().unwrap();
+    }
+    // Not all of one size: the limit bounds the search, it does not fix it.
+    assert!(sizes.iter().any(|&s| s >= 5) && sizes.iter().any(|&s| s <= 3), "{sizes:?}");
 }

@@ -372,8 +372,8 @@ class SymbolicRegressor(_Mixin, _Base):
     individual, on at most 8,192 evenly spaced rows (`options={"fit_cases": 0}`: all; the error
     is always on every row); with it False constants are digit strings that only evolution
     changes. `options` passes any other `gpfarm evolve` option, as `gpfarm.evolve` takes it (e.g. `fit_restarts`,
-    `fit_cases`, `no_lamarck`, `fit_kernels`). `max_size` (0: none) is the largest model (nodes of its syntax
-    tree) evaluated, `parsimony` a cost per node added to the error in tournaments, and
+    `fit_cases`, `no_lamarck`, `fit_kernels`). `max_size` (default 50, Operon's; 0: none) is the largest model (nodes of its syntax
+    tree) evaluated and bred, `parsimony` a cost per node added to the error in tournaments, and
     `select_tolerance` the share of the best training error within which the smallest model of
     the run's size-error front is chosen (0: the best). `max_time` (seconds) ends the run after
     the first generation completed once that much time has passed since generation 0 began
@@ -410,7 +410,7 @@ class SymbolicRegressor(_Mixin, _Base):
         operators: Any = "standard",
         optimize_constants: bool = True,
         optimizer_iterations: int = 10,
-        max_size: int = 0,
+        max_size: int = 50,
         parsimony: float = 0.0,
         select_tolerance: float = 0.0,
         max_time: Optional[float] = None,

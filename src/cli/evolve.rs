@@ -179,9 +179,15 @@ pub struct EvolveArgs {
     /// individual's size (0: error alone)
     #[arg(long, value_name = "PER_NODE", default_value_t = 0.0, value_parser = non_negative)]
     parsimony: f64,
+    /// How individuals are held and varied: "ge" (grammatical evolution's codons, the paper's
+    /// representation) or "tree" (derivation trees of the grammar: subtree crossover and
+    /// mutation, no child over --max-size)
+    #[arg(long, value_name = "KIND", default_value = "ge")]
+    representation: gpfarm_gp::Representation,
     /// Largest size (nodes of a program's syntax tree) an individual may have; larger ones get
-    /// the worst fitness without being evaluated (0: no limit)
-    #[arg(long, value_name = "NODES", default_value_t = 0)]
+    /// the worst fitness without being evaluated, and trees never breed one (0: no limit; 50 is
+    /// Operon's default length)
+    #[arg(long, value_name = "NODES", default_value_t = 50)]
     max_size: usize,
     /// The run's model is the smallest on its size-error front whose error is within this share
     /// of the front's best (0: the best model, the smallest of equals)
@@ -281,6 +287,7 @@ impl EvolveArgs {
                 parsimony: self.parsimony,
                 max_size: self.max_size,
                 select_tolerance: self.select_tolerance,
+                representation: self.representation,
                 ..EvolutionConfig::default()
             },
             eval: self.eval,
