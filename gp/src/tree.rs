@@ -271,7 +271,7 @@ fn pick<'n>(rng: &mut impl Rng, nodes: &[&'n Node]) -> Option<&'n Node> {
     if pool.is_empty() { None } else { Some(pool[rng.random_range(0..pool.len())]) }
 }
 
-/// Subtree crossover: a node of `a` (see [`pick`]) is replaced by a node of `b` of the same rule
+/// Subtree crossover: a node of `a` (an inner node with probability 0.9) is replaced by a node of `b` of the same rule
 /// whose subtree keeps the child within the depth limit; the child's parameters are `a`'s with
 /// the donor's values in the swapped subtree. Returns `a` (and its parameters) unchanged when no
 /// child within the limits is found.
