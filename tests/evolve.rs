@@ -188,6 +188,8 @@ fn json_lines_are_the_engines_typed_records_and_match_a_library_run() {
             population: 40,
             generations: 4,
             seed: 9,
+            // The command line's default size limit.
+            max_size: 50,
             ..Default::default()
         },
         eval: gpfarm_evolve::EvalMode::Cpu,
