@@ -483,44 +483,39 @@ mod tests {
         }
     }
 
-    #[test]
-    fn point_mutation_switches_an_operator_for_one_of_its_arity_and_keeps_the_rest() {
+    /// The texts of the children `mutate` makes of `genome`'s tree by `kind`, over 300 draws.
+    fn mutated(genome: Vec<u32>, kind: Mutation, seed: u64) -> std::collections::HashSet<String> {
         let g = grammar();
         let limits = MappingLimits::default();
-        let t = Tree::derive(&g, &Genome(vec![0, 3, 0, 3, 1]), &limits).unwrap(); // x + y
+        let t = Tree::derive(&g, &Genome(genome), &limits).unwrap();
         let fits = |_: &Phenotype| true;
         let l = Limits { grammar: &g, mapping: &limits, fits: &fits };
-        let mut rng = ChaCha8Rng::seed_from_u64(2);
-        let mut points = std::collections::HashSet::new();
-        for _ in 0..300 {
-            let (child, _, kind) = mutate(&mut rng, &l, &t, &[]);
-            if kind == Mutation::Point {
-                points.insert(map(&g, &child, &limits).phenotype().unwrap().as_str().to_owned());
-            }
-        }
-        let expected: std::collections::HashSet<String> =
-            ["x * y", "y + y", "x + x"].into_iter().map(String::from).collect();
-        assert_eq!(points, expected);
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        (0..300)
+            .filter_map(|_| {
+                let (child, _, done) = mutate(&mut rng, &l, &t, &[]);
+                (done == kind).then(|| map(&g, &child, &limits).phenotype().unwrap().as_str().to_owned())
+            })
+            .collect()
+    }
+
+    fn texts(of: &[&str]) -> std::collections::HashSet<String> {
+        of.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn point_mutation_switches_an_operator_for_one_of_its_arity_and_keeps_the_rest() {
+        // x + y
+        assert_eq!(mutated(vec![0, 3, 0, 3, 1], Mutation::Point, 2), texts(&["x * y", "y + y", "x + x"]));
     }
 
     #[test]
     fn hoisting_replaces_a_subtree_by_one_of_its_own() {
-        let g = grammar();
-        let limits = MappingLimits::default();
-        let t = Tree::derive(&g, &Genome(vec![2, 0, 3, 0, 3, 1]), &limits).unwrap(); // sinf(x + y)
-        let fits = |_: &Phenotype| true;
-        let l = Limits { grammar: &g, mapping: &limits, fits: &fits };
-        let mut rng = ChaCha8Rng::seed_from_u64(3);
-        let mut hoisted = std::collections::HashSet::new();
-        for _ in 0..300 {
-            let (child, _, kind) = mutate(&mut rng, &l, &t, &[]);
-            if kind == Mutation::Hoist {
-                hoisted.insert(map(&g, &child, &limits).phenotype().unwrap().as_str().to_owned());
-            }
-        }
-        let expected: std::collections::HashSet<String> =
-            ["x + y", "x", "y", "sinf(x)", "sinf(y)"].into_iter().map(String::from).collect();
-        assert_eq!(hoisted, expected);
+        // sinf(x + y)
+        assert_eq!(
+            mutated(vec![2, 0, 3, 0, 3, 1], Mutation::Hoist, 3),
+            texts(&["x + y", "x", "y", "sinf(x)", "sinf(y)"])
+        );
     }
 
     proptest! {
