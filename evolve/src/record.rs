@@ -386,6 +386,11 @@ pub struct Summary {
     pub stopped_after: Option<usize>,
 }
 
+/// How much better than every smaller model a model of the shown front must be, as a share of
+/// the smallest model's fitness ([`Summary::merge_front`]): 1e-6, below what float arithmetic
+/// tells apart in an error of that magnitude.
+pub const FRONT_TOLERANCE: f64 = 1e-6;
+
 /// One model of a size–error front.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FrontModel {
@@ -411,6 +416,12 @@ pub struct FrontModel {
 }
 
 impl FrontModel {
+    /// The size the front is ranked on and shows: the simplified program's where it
+    /// simplifies, else the size as it ran.
+    pub fn shown_size(&self) -> usize {
+        self.simplified_size.unwrap_or(self.size)
+    }
+
     /// A model of `size` and `fitness` computing `expression`, simplified for `spec`.
     pub fn new(
         spec: &gpfarm_gp::problem::ProblemSpec,
@@ -432,12 +443,28 @@ impl FrontModel {
 }
 
 impl Summary {
-    /// Merges `other`'s front into this one's and chooses again (islands of other ranks).
+    /// Merges `other`'s front into this one's and chooses again (islands of other ranks). The
+    /// front is ranked on the sizes it shows ([`FrontModel::shown_size`], the simplified one
+    /// where there is one): by that size ascending, one per size, each model better than every
+    /// smaller one by more than [`FRONT_TOLERANCE`] of the smallest model's fitness (a larger
+    /// model that only rounds differently is not a better one).
     pub fn merge_front(&mut self, other: &[FrontModel]) {
         let Some(direction) = self.direction else { return };
-        let key = |m: &FrontModel| (m.size, Fitness::new(m.fitness, direction));
+        let key = |m: &FrontModel| (m.shown_size(), Fitness::new(m.fitness, direction));
         let all = std::mem::take(&mut self.front).into_iter().chain(other.iter().cloned());
-        self.front = gpfarm_gp::pareto_front(all, key);
+        let front = gpfarm_gp::pareto_front(all, key);
+        let scale = front.first().map_or(0.0, |m| m.fitness.abs()) * FRONT_TOLERANCE;
+        let mut kept: Vec<FrontModel> = Vec::with_capacity(front.len());
+        for m in front {
+            let better = kept.last().is_none_or(|last| match direction {
+                Direction::Lower => m.fitness < last.fitness - scale,
+                Direction::Higher => m.fitness > last.fitness + scale,
+            });
+            if better {
+                kept.push(m);
+            }
+        }
+        self.front = kept;
         self.chosen = gpfarm_gp::choose(&self.front, self.select_tolerance, |m| key(m).1).cloned();
     }
 }
@@ -476,6 +503,49 @@ impl Totals {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn model(size: usize, simplified: Option<usize>, fitness: f64) -> FrontModel {
+        FrontModel {
+            size,
+            fitness,
+            expression: format!("e{size}_{fitness}"),
+            formula: None,
+            simplified: None,
+            simplified_size: simplified,
+            seed: None,
+        }
+    }
+
+    #[test]
+    fn the_front_is_ranked_on_the_sizes_it_shows_with_no_duplicate_or_dominated_model() {
+        let mut summary: Summary = serde_json::from_value(serde_json::json!({"summary": true,
+            "problem": "p", "generations": 1, "population": 1, "seed": 1, "cache": false,
+            "overlap": false, "best_fitness": 0.0, "best_phenotype": null, "mean_generation_ms": 0.0,
+            "totals": Totals::default()}))
+        .unwrap();
+        summary.direction = Some(Direction::Lower);
+        // Sizes as they ran 14, 15, 33, 27 simplify to 14, 14, 33, 27: the 15 (better, shown as
+        // 14) replaces the first 14, and the 33 (worse than the 27 below it) is dominated.
+        summary.merge_front(&[
+            model(14, Some(14), 6.641e-7),
+            model(15, Some(14), 6.593e-7),
+            model(40, Some(33), 2.11),
+            model(27, None, 2.07),
+            model(10, Some(5), 3.0),
+        ]);
+        let shown: Vec<(usize, f64)> = summary.front.iter().map(|m| (m.shown_size(), m.fitness)).collect();
+        assert_eq!(shown, vec![(5, 3.0), (14, 6.593e-7)]);
+        // A larger model better only by rounding (less than 1e-6 of the smallest's 3.0) is not
+        // on the front; one better by more is.
+        summary.merge_front(&[model(20, None, 6.593e-7 - 1e-7), model(22, None, 1e-7)]);
+        let shown: Vec<(usize, f64)> = summary.front.iter().map(|m| (m.shown_size(), m.fitness)).collect();
+        assert_eq!(shown, vec![(5, 3.0), (14, 6.593e-7)]);
+        summary.merge_front(&[model(24, None, 6.593e-7 - 4e-6)]);
+        assert_eq!(summary.front.len(), 3);
+        for w in summary.front.windows(2) {
+            assert!(w[0].shown_size() < w[1].shown_size() && w[1].fitness < w[0].fitness);
+        }
+    }
 
     #[test]
     fn the_critical_path_adds_up_to_the_generation_and_clips_what_came_before_it() {

@@ -135,12 +135,13 @@ pub(super) fn footer(s: &Summary) {
     println!("best individual:\n{}", s.best_phenotype.as_deref().unwrap_or("<invalid>"));
     if !s.front.is_empty() {
         println!(
-            "size-error front ({} models; size is nodes of the syntax tree, simplified where it shrinks):",
+            "size-{} front ({} models; size is nodes of the syntax tree, simplified where it shrinks):",
+            if s.direction == Some(gpfarm_gp::Direction::Higher) { "fitness" } else { "error" },
             s.front.len()
         );
         for m in &s.front {
             let mark = if s.chosen.as_ref() == Some(m) { " <- chosen" } else { "" };
-            let size = m.simplified_size.unwrap_or(m.size);
+            let size = m.shown_size();
             let text = m.formula.as_deref().unwrap_or(&m.expression);
             println!("{size:>6}  {:<12}  {text}{mark}", number(m.fitness));
         }
