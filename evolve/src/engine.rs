@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
 use gpfarm_client::{
     CacheKey, Compiler, DiskCache, FailureKind, GpuWorker, ProblemRef, UnitOutcome,
@@ -349,6 +350,7 @@ impl Engine {
         place: IslandPlace,
         mut on_generation: impl FnMut(&GenerationRecord) -> Result<(), CallbackError>,
     ) -> Result<Summary, EvolveError> {
+        let started = self.options.started.unwrap_or_else(Instant::now);
         let n = place.links.len();
         if n == 0 || (compilers.len() > 1 && compilers.len() != n) {
             return Err(EvolveError::Islands(format!("{} compilers for {n} islands", compilers.len())));
@@ -387,6 +389,7 @@ impl Engine {
             eval_threads: NonZeroUsize::new(self.options.threads.map_or(cores, NonZeroUsize::get) / n)
                 .unwrap_or(NonZeroUsize::MIN),
             several: place.ring > 1,
+            started,
         };
         let stop = &self.stop;
         let (records_tx, records_rx) = crossbeam_channel::unbounded::<GenerationRecord>();
@@ -492,7 +495,7 @@ impl Engine {
         );
         driver.island(island, link, self.stop.clone());
         driver.eval_threads(shared.eval_threads);
-        driver.max_time(o.max_time);
+        driver.deadline(o.max_time.map(|t| shared.started + t));
         driver.keep_gpu_worker(o.keep_gpu_worker);
         if !shared.fit_kernels.is_empty() {
             driver.fit_on_gpu(shared.fit_toolchain.clone());
@@ -753,6 +756,8 @@ struct IslandShared<'a> {
     eval_threads: NonZeroUsize,
     /// Whether this run is one of several islands (records and traces name the island).
     several: bool,
+    /// When the run's `max_time` counts from ([`Options::started`]).
+    started: Instant,
 }
 
 /// Every island's outcome, or the error that ended the run: the first island's own failure

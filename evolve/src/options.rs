@@ -80,10 +80,17 @@ pub struct Options {
     /// of the problem's own (`max_steps` in `problem.toml`, default
     /// [`gpfarm_gp::program::DEFAULT_MAX_STEPS`]). At least 1.
     pub max_steps: Option<u64>,
-    /// Ends the run after the first generation completed once this much time has passed since
-    /// generation 0 began (the evaluator and compiler already up); the summary says after which
-    /// generation ([`crate::Summary::stopped_after`]). One island only. Default: none.
+    /// The run's wall time, counted from [`Options::started`]: after each generation the run
+    /// ends if the next one is expected to end further past this limit than the current one
+    /// ends before it (the next generation taken to last as long as the one just completed),
+    /// so it ends within half a generation of the limit; generation 0 always completes. The
+    /// summary says after which generation ([`crate::Summary::stopped_after`]). One island
+    /// only. Default: none.
     pub max_time: Option<std::time::Duration>,
+    /// The instant [`Options::max_time`] counts from: when the caller began (the command
+    /// line's start, a Python call's), so that loading the problem and starting the evaluator
+    /// count; default (`None`): when the run itself begins ([`crate::Engine::run_islands`]).
+    pub started: Option<std::time::Instant>,
     /// Threads that evaluate and fit on the CPU, over all islands (default: one per core).
     pub threads: Option<NonZeroUsize>,
     /// NVRTC options an individual that crashes NVRTC (its unit is lost twice, alone) is
@@ -189,6 +196,7 @@ impl Default for Options {
             gpu_deadline: gpfarm_client::DEFAULT_GPU_DEADLINE,
             max_steps: None,
             max_time: None,
+            started: None,
             threads: None,
             crash_retry_flags: CRASH_RETRY_FLAGS.iter().map(|f| (*f).to_owned()).collect(),
             crash_retry_on_gpu: true,

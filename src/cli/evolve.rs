@@ -193,8 +193,8 @@ pub struct EvolveArgs {
     /// of the front's best (0: the best model, the smallest of equals)
     #[arg(long, value_name = "SHARE", default_value_t = 0.0, value_parser = non_negative)]
     select_tolerance: f64,
-    /// End the run after the first generation completed once this many seconds have passed
-    /// since generation 0 began (the evaluator and compiler up); one island only
+    /// The run's wall time in seconds, from the command's start: it ends after the generation
+    /// closest to the limit (within half a generation); one island only
     #[arg(long, value_name = "SECONDS", value_parser = positive_seconds)]
     max_time: Option<f64>,
     /// Threads that evaluate and fit on the CPU (default: one per core)
@@ -307,6 +307,8 @@ impl EvolveArgs {
             gpu_deadline: Duration::from_secs_f64(self.gpu_deadline),
             max_steps: self.max_steps,
             max_time: self.max_time.map(Duration::from_secs_f64),
+            // The command's own start-up (loading the problem, the evaluator) counts.
+            started: Some(std::time::Instant::now()),
             threads: self.threads.and_then(|t| std::num::NonZeroUsize::new(usize::try_from(t).ok()?)),
             crash_retry_flags: match (self.no_crash_retry, self.crash_retry_flags.is_empty()) {
                 (true, _) => Vec::new(),

@@ -170,8 +170,10 @@ pub(crate) struct Driver<'a> {
     evaluator: Evaluator,
     fell_back: Option<String>,
     eval_threads: NonZeroUsize,
-    /// Time after which the run ends with the generation that completes next.
-    max_time: Option<Duration>,
+    /// When the run is to end ([`crate::Options::max_time`]).
+    deadline: Option<Instant>,
+    /// How long the last generation completed took (from the one before it, or the run's start).
+    last_generation: Duration,
     /// Park the GPU worker when the run ends ([`crate::Options::keep_gpu_worker`]).
     keep_worker: bool,
     /// Threads for breeding, preparing, the CPU's evaluation and fitting: `eval_threads` of
@@ -283,7 +285,8 @@ impl<'a> Driver<'a> {
             evaluator,
             fell_back: None,
             eval_threads: std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN),
-            max_time: None,
+            deadline: None,
+            last_generation: Duration::ZERO,
             keep_worker: false,
             pool: None,
             fit_memo: HashMap::new(),
@@ -322,9 +325,10 @@ impl<'a> Driver<'a> {
         self.eval_threads = threads;
     }
 
-    /// Ends the run after the first generation completed once `limit` has passed since it began.
-    pub fn max_time(&mut self, limit: Option<Duration>) {
-        self.max_time = limit;
+    /// Ends the run near `deadline`: after the generation that completes when the next one
+    /// would end further past it than this one ends before it ([`crate::Options::max_time`]).
+    pub fn deadline(&mut self, deadline: Option<Instant>) {
+        self.deadline = deadline;
     }
 
     /// Parks the GPU worker for another run of this process when the run ends.
@@ -418,8 +422,8 @@ impl<'a> Driver<'a> {
             for stats in completed {
                 self.complete(&stats, report)?;
             }
-            if let (Some(limit), Some(g)) = (self.max_time, last)
-                && self.start.elapsed() >= limit
+            if let (Some(deadline), Some(g)) = (self.deadline, last)
+                && Instant::now() + self.last_generation / 2 >= deadline
                 && !self.pipeline.is_finished()
             {
                 // What is bred, compiling or queued beyond it is dropped with the pipeline's
@@ -579,6 +583,7 @@ impl<'a> Driver<'a> {
             self.evaluator.kind(),
         );
         record.island = self.island;
+        self.last_generation = done.saturating_duration_since(self.previous_done);
         self.previous_done = done;
         report(record)
     }
