@@ -159,15 +159,29 @@ def operators(spec: Any = "standard") -> List[Any]:
 _operators = operators
 
 
-def default_grammar(names: Sequence[str], constants: str = "fitted", operators: Any = "standard") -> str:
+def default_grammar(names: Sequence[str], constants: str = "fitted", operators: Any = "standard",
+                    linear_scaling: bool = False, layered: bool = True) -> str:
     """A grammar over the variables `names` in float with `operators` (a set's name or a list,
     see `operators()`; default "standard": + - * /, sin, cos, tanh, exp, protected log
     log(|x|+1) and sqrt sqrt(|x|)), and constants: free parameters fitted to the data
     (`constants="fitted"`, the grammar's `#param#`) or digit strings d.dd that only evolution
     changes (`"digits"`; float literals, so the arithmetic stays in float). Operators of your
-    own (`Operator`) must also be declared in the problem: `regression_problem` does it."""
+    own (`Operator`) must also be declared in the problem: `regression_problem` does it.
+
+    `linear_scaling` (fitted constants only) makes every model `a + b * (f)`: an offset and a
+    scale, free parameters fitted with the others, around the evolved expression `f`, so that
+    evolution looks for the shape of the data and not its units (Keijzer's linear scaling;
+    the 4 nodes count in a model's size).
+
+    `layered` (default, for GE) writes the expression rule three times, `<e>` over `<e2>` over
+    `<e3>`, so that codons mapped at random reach operators near the root and leaves below;
+    `layered=False` writes one recursive rule with `+ - * /` in parentheses, as derivation trees
+    want: each subtree is a subexpression, and their size and depth are bounded when they are
+    bred."""
     if constants not in ("fitted", "digits"):
         raise ValueError(f'constants must be "fitted" or "digits", not {constants!r}')
+    if linear_scaling and constants != "fitted":
+        raise ValueError("linear_scaling needs fitted constants: its offset and scale are free parameters")
     ops = _operators(operators)
     variables = " | ".join(names)
 
@@ -178,6 +192,8 @@ def default_grammar(names: Sequence[str], constants: str = "fitted", operators: 
                 out.append(f"{op.name}({', '.join([operand] * op.arity)})")
             else:
                 arity, form = _BUILTIN_OPERATORS[op]
+                if not layered and op in ("add", "sub", "mul", "div"):
+                    form = f"({form})"  # a subtree is then a subexpression
                 out.append(form.format(*([operand] * arity)))
         return " | ".join(out)
 
@@ -189,13 +205,21 @@ def default_grammar(names: Sequence[str], constants: str = "fitted", operators: 
     else:
         c = "<c>  ::= <d>.<d><d>f | <d>.<d><d>f | -<d>.<d><d>f\n"
         tail = "<d>  ::= 0 | 1 | 2 | 3 | 4 | 5 | 6 | 7 | 8 | 9\n"
-    return (
-        "# Symbolic regression over " + ", ".join(names) + ".\n"
-        f"<e>  ::= {forms('<e2>')} | {leaves}\n"
-        f"<e2> ::= {forms('<e3>')} | {leaves}\n"
-        f"<e3> ::= {forms('<e3>')} | {leaves} | {leaves}\n"
-        f"<v>  ::= {variables}\n" + c + tail
-    )
+    top = "<e>"
+    scaled = ""
+    if linear_scaling:
+        top = "<e1>"
+        scaled = "<e>  ::= #param# + #param# * (<e1>)\n"
+    pad = " " if linear_scaling else "  "
+    if layered:
+        body = (
+            f"{top}{pad}::= {forms('<e2>')} | {leaves}\n"
+            f"<e2> ::= {forms('<e3>')} | {leaves}\n"
+            f"<e3> ::= {forms('<e3>')} | {leaves} | {leaves}\n"
+        )
+    else:
+        body = f"{top}{pad}::= {forms(top)} | {leaves}\n"
+    return "# Symbolic regression over " + ", ".join(names) + ".\n" + scaled + body + f"<v>  ::= {variables}\n" + c + tail
 
 
 def _declared(ops: Any) -> List[Tuple[str, List[str], str]]:
@@ -361,23 +385,33 @@ class SymbolicRegressor(_Mixin, _Base):
     """Symbolic regression by grammatical GP, evaluated by gpfarm (on the GPU when there is one):
     `fit(X, y)` evolves an expression over X's columns, `predict(X)` computes it.
 
-    Parameters mirror `gpfarm evolve`: `population`, `generations`, `tournament` (default 5,
+    Parameters mirror `gpfarm evolve`: `population`, `generations` (default None: 30, or with
+    `max_time` as many as the time allows), `tournament` (default 5,
     where the command line's is 3: on the comparison's sets it found better models in equal
     time), `elite`,
     `random_state` (the seed; None draws one), `eval` ("auto", "gpu", "cpu"), `route` ("auto",
     "interpreter", "ptx", "nvrtc", "cpu"), and `grammar` (BNF over the variable names; default
     `default_grammar`) or `operators` (for the default grammar: a set's name, "polynomial",
-    "arithmetic", "standard" or "full", or a list of built-in names and `gpfarm.Operator`s). `optimize_constants` (default True) makes the default grammar's constants
+    "arithmetic", "standard" or "full", or a list of built-in names and `gpfarm.Operator`s).
+    `representation` (default "tree") holds individuals as derivation trees of the grammar,
+    bred by subtree crossover and mutation within `max_size`, over a default grammar of one
+    recursive rule; "ge" is grammatical evolution's codons over a layered default grammar
+    (docs/regression.md compares them). `optimize_constants` (default True) makes the default grammar's constants
     free parameters fitted by Levenberg-Marquardt, `optimizer_iterations` (default 10) times per
     individual, on at most 8,192 evenly spaced rows (`options={"fit_cases": 0}`: all; the error
     is always on every row); with it False constants are digit strings that only evolution
-    changes. `options` passes any other `gpfarm evolve` option, as `gpfarm.evolve` takes it (e.g. `fit_restarts`,
+    changes. `linear_scaling` (default True; with fitted constants) makes the default grammar's
+    models `a + b * (f)`, an offset and a scale fitted with the other constants around the
+    evolved `f` (`default_grammar`). `prune` (default True) removes from the chosen model the
+    terms of its sums that do not earn their place (a term goes when, the constants refitted,
+    the training RMSE rises by at most 1e-4 of y's standard deviation; `gpfarm.prune`), in the
+    last 5% of `max_time`. `options` passes any other `gpfarm evolve` option, as `gpfarm.evolve` takes it (e.g. `fit_restarts`,
     `fit_cases`, `no_lamarck`, `fit_kernels`). `max_size` (default 50, Operon's; 0: none) is the largest model (nodes of its syntax
     tree) evaluated and bred, `parsimony` a cost per node added to the error in tournaments, and
     `select_tolerance` the share of the best training error within which the smallest model of
-    the run's size-error front is chosen (0: the best). `max_time` (seconds) ends the run after
-    the first generation completed once that much time has passed since generation 0 began
-    (`generations` stays the most it runs); `n_jobs` is the threads evaluating and fitting on
+    the run's size-error front is chosen (0: the best). `max_time` (seconds) is the wall time of
+    `fit`, from call to return: the run ends after the generation that completes closest to it
+    (within half a generation's time; `generations` stays the most it runs); `n_jobs` is the threads evaluating and fitting on
     the CPU (None or -1: one per core). `verbose` (1) prints a line per generation to stderr:
     its number, best training error, the best model's size and the time so far. `warm_start`
     (False): a fit after the first starts its first generation from the previous fit's
@@ -387,9 +421,9 @@ class SymbolicRegressor(_Mixin, _Base):
     `sympy()` and `latex()` export the chosen model (or an entry of `front_`); `predict`
     computes in memory with NumPy, and a pickled model predicts without a GPU.
 
-    Fitted attributes: `program_` (the chosen model as it ran: CUDA C, fitted constants
-    written in), `formula_` (the same model simplified, in plain text over the feature names),
-    `fitness_` (its training RMSE), `size_` (the simplified model's size, nodes of its syntax
+    Fitted attributes: `program_` (the chosen model as CUDA C, fitted constants written in:
+    as it ran, or pruned), `formula_` (the same model simplified, in plain text over the feature
+    names), `fitness_` (its training RMSE), `size_` (the simplified model's size, nodes of its syntax
     tree), `front_` (the run's size-error front by size: dicts of `size`, `fitness`,
     `expression`, `seed` (its codons and parameter values, what `warm_start` starts from), and
     where it simplifies, `formula`, `simplified` and `simplified_size`),
@@ -400,7 +434,7 @@ class SymbolicRegressor(_Mixin, _Base):
     def __init__(
         self,
         population: int = 300,
-        generations: int = 30,
+        generations: Optional[int] = None,
         tournament: int = 5,
         elite: int = 1,
         random_state: Optional[int] = None,
@@ -408,8 +442,11 @@ class SymbolicRegressor(_Mixin, _Base):
         route: str = "auto",
         grammar: Optional[str] = None,
         operators: Any = "standard",
+        representation: str = "tree",
         optimize_constants: bool = True,
         optimizer_iterations: int = 10,
+        linear_scaling: bool = True,
+        prune: bool = True,
         max_size: int = 50,
         parsimony: float = 0.0,
         select_tolerance: float = 0.0,
@@ -428,8 +465,11 @@ class SymbolicRegressor(_Mixin, _Base):
         self.route = route
         self.grammar = grammar
         self.operators = operators
+        self.representation = representation
         self.optimize_constants = optimize_constants
         self.optimizer_iterations = optimizer_iterations
+        self.linear_scaling = linear_scaling
+        self.prune = prune
         self.max_size = max_size
         self.parsimony = parsimony
         self.select_tolerance = select_tolerance
@@ -451,6 +491,12 @@ class SymbolicRegressor(_Mixin, _Base):
             return int(rs.randint(1, 2**31 - 1))
         raise ValueError(f"random_state must be an int, None or a random generator, not {rs!r}")
 
+    def _generations(self) -> int:
+        """`generations`, where None is 30, or with `max_time` as many as it allows."""
+        if self.generations is not None:
+            return self.generations
+        return UNTIL_MAX_TIME if self.max_time is not None else 30
+
     def _evaluator(self, rows: int) -> str:
         """`eval` for the run: "auto" becomes "cpu" where the CPU is expected to finish first
         (`small_on_cpu`)."""
@@ -458,7 +504,7 @@ class SymbolicRegressor(_Mixin, _Base):
             return self.eval
         iterations = self.optimizer_iterations if self.optimize_constants else 0
         threads = _threads(self.n_jobs) or (os.cpu_count() or 1)
-        if small_on_cpu(rows, self.population, self.generations, iterations, threads, self.max_time):
+        if small_on_cpu(rows, self.population, self._generations(), iterations, threads, self.max_time):
             return "cpu"
         return "auto"
 
@@ -474,7 +520,11 @@ class SymbolicRegressor(_Mixin, _Base):
         return validate_data(self, X, y, reset=reset, y_numeric=True)
 
     def fit(self, X: Any, y: Any) -> "SymbolicRegressor":
+        import time
+
         from . import evolve
+
+        began = time.monotonic()
 
         if y is None:
             raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
@@ -498,13 +548,20 @@ class SymbolicRegressor(_Mixin, _Base):
         for name, least in [("population", 1), ("generations", 0), ("tournament", 1), ("elite", 0),
                             ("optimizer_iterations", 0), ("max_size", 0)]:
             value = getattr(self, name)
+            if name == "generations" and value is None:
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise ValueError(f"{name} must be an int of at least {least}, not {value!r}")
         declared = _declared(self.operators)
         grammar = self.grammar
         if grammar is None:
-            grammar = default_grammar(names, "fitted" if self.optimize_constants else "digits", self.operators)
+            grammar = default_grammar(names, "fitted" if self.optimize_constants else "digits", self.operators,
+                                      linear_scaling=bool(self.linear_scaling) and bool(self.optimize_constants),
+                                      layered=self.representation == "ge")
+        if self.representation not in ("tree", "ge"):
+            raise ValueError(f'representation must be "tree" or "ge", not {self.representation!r}')
         fitting = {
+            "representation": self.representation,
             "fit_iterations": self.optimizer_iterations if self.optimize_constants else 0,
             "max_size": self.max_size,
             "parsimony": self.parsimony,
@@ -518,7 +575,7 @@ class SymbolicRegressor(_Mixin, _Base):
         if self.max_time is not None:
             if not isinstance(self.max_time, (int, float)) or not self.max_time > 0:
                 raise ValueError(f"max_time must be a number of seconds above 0, not {self.max_time!r}")
-            fitting["max_time"] = float(self.max_time)
+            fitting["max_time"] = float(self.max_time)  # less what is spent before the run, below
         import inspect
 
         known = set(inspect.signature(_gpfarm.EvolveConfig).parameters) - {"problem", "problem_dir"}
@@ -530,17 +587,22 @@ class SymbolicRegressor(_Mixin, _Base):
         fitting.update(self.options or {})
         with tempfile.TemporaryDirectory(prefix="gpfarm-fit-") as tmp:
             directory = regression_problem(rows, y, names=names, grammar=grammar, directory=tmp, operators=self.operators)
+            if "max_time" in fitting:  # `max_time` is the wall time of `fit`, from call to return
+                # and pruning the chosen model takes its last 5%
+                left = fitting["max_time"] - (time.monotonic() - began)
+                fitting["max_time"] = max(1e-3, left * (0.95 if self.prune else 1.0))
             result = evolve(
                 None,
                 problem_dir=directory,
                 population=self.population,
-                generations=self.generations,
+                generations=self._generations(),
                 tournament=self.tournament,
                 elite=self.elite,
                 seed=self._seed(),
                 eval=self._evaluator(len(rows)),
                 route=self.route,
-                on_generation=_progress(self.generations) if self.verbose else None,
+                on_generation=_progress(self._generations() if self._generations() != UNTIL_MAX_TIME else None)
+                if self.verbose else None,
                 **fitting,
             )
         if result.best_phenotype is None:
@@ -560,7 +622,32 @@ class SymbolicRegressor(_Mixin, _Base):
             self.feature_names_in_ = np_array(frame_names)
         elif hasattr(self, "feature_names_in_"):
             del self.feature_names_in_
+        if self.prune:
+            self._prune(rows, y, began + self.max_time if self.max_time is not None else None)
         return self
+
+    def _prune(self, rows: Any, y: Any, deadline: Optional[float]) -> None:
+        """The chosen model with the terms of its sums that do not earn their place removed and
+        its constants refitted (`gpfarm.prune`); `program_`, `formula_`, `size_` and
+        `fitness_` then describe the pruned model, and `front_` stays the run's."""
+        from . import prune
+
+        functions = getattr(self, "functions_", [])
+        steps = _gpfarm.postfix(list(self.names_), self.program_, functions)
+        if steps is None:
+            return
+        pruned = prune.prune(steps, self.names_, numpy.asarray(rows, dtype=numpy.float64),
+                             numpy.asarray(_targets(y, len(rows)), dtype=numpy.float64), deadline=deadline)
+        if pruned is None:
+            return
+        code, error = pruned
+        readable = _gpfarm.readable(list(self.names_), code, functions)
+        if readable is None:
+            return
+        formula, _, size = readable
+        if self.size_ is not None and size > self.size_:
+            return  # refitting made a larger formula (constants no longer fold): keep the run's
+        self.program_, self.formula_, self.size_, self.fitness_ = code, formula, size, error
 
     def predict(self, X: Any) -> Any:
         """The chosen model's values on the rows of `X`, as float64 (of float32 values: the model
@@ -690,6 +777,9 @@ def to_sympy(formula: str, names: Sequence[str], functions: Sequence[str] = ()) 
     return parse_expr(formula.replace("^", "**"), local_dict=local, transformations=standard_transformations)
 
 
+#: The generations of a fit under `max_time` when `generations` is None: the time ends it.
+UNTIL_MAX_TIME = 1_000_000_000
+
 #: Measured on an H200 host (16 cores; results/2026-11-26-h200/estimator-keep): a GPU fit after
 #: the first in a process (its kernels cached, the GPU worker kept) starts in about 0.2 s and then
 #: takes about 70 ms a generation at any size up to 10^4 rows (100 ms at 10^5); the CPU takes
@@ -713,7 +803,7 @@ def small_on_cpu(rows: int, population: int, generations: int, iterations: int, 
     return runs * cpu < GPU_START_S + runs * GPU_GENERATION_S
 
 
-def _progress(generations: int) -> Callable[[Dict[str, Any]], None]:
+def _progress(generations: Optional[int]) -> Callable[[Dict[str, Any]], None]:
     """A line per generation on stderr, as `verbose` asks."""
     import sys
     import time
@@ -723,7 +813,7 @@ def _progress(generations: int) -> Callable[[Dict[str, Any]], None]:
     def show(record: Dict[str, Any]) -> None:
         size = record.get("best_size")
         print(
-            f"generation {record['generation']}/{generations}: best {record['best']:.6g}"
+            f"generation {record['generation']}{'' if generations is None else f'/{generations}'}: best {record['best']:.6g}"
             f"{'' if size is None else f', size {size}'}, {time.monotonic() - start:.1f} s",
             file=sys.stderr,
             flush=True,

@@ -310,6 +310,8 @@ impl EvolveConfig {
                 Some(t) if t > 0.0 && t.is_finite() && t < 1e9 => Some(Duration::from_secs_f64(t)),
                 Some(_) => return Err(bad("max_time", "must be a number of seconds above 0")),
             },
+            // Loading the problem and starting the evaluator count.
+            started: Some(std::time::Instant::now()),
             threads: match self.threads {
                 None => None,
                 Some(t) => {
@@ -572,6 +574,22 @@ fn postfix(
     Ok(walk(e, &program, &ty, &mut out).map(|()| out))
 }
 
+/// `phenotype`, an expression over float inputs named `names`, simplified as a run's front is
+/// ([`gpfarm_gp::simplify::readable`]): `(formula, code, size)`, the plain-text formula, the
+/// simplified CUDA C and its size; `None` when it is not an arithmetic float expression or does
+/// not parse.
+#[pyfunction]
+#[pyo3(signature = (names, phenotype, functions = Vec::new()))]
+fn readable(
+    names: Vec<String>,
+    phenotype: &str,
+    functions: Vec<(String, Vec<String>, String)>,
+) -> PyResult<Option<(String, String, usize)>> {
+    let spec = model_spec(&names, functions)?;
+    Ok(gpfarm_gp::simplify::readable(&spec, &gpfarm_gp::Phenotype::new(phenotype))
+        .map(|r| (r.formula, r.code.as_str().to_owned(), r.size)))
+}
+
 /// The specification of a regression model over float inputs `names`, with declared
 /// `functions` (name, parameters, body), checked as `problem.toml` is: `ValueError` saying what
 /// is wrong otherwise.
@@ -812,6 +830,7 @@ fn _gpfarm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(check_problem, m)?)?;
     m.add_function(wrap_pyfunction!(outputs, m)?)?;
     m.add_function(wrap_pyfunction!(postfix, m)?)?;
+    m.add_function(wrap_pyfunction!(readable, m)?)?;
     m.add_function(wrap_pyfunction!(check_functions, m)?)?;
     m.add_class::<Farm>()?;
     m.add_class::<EvolveConfig>()?;
