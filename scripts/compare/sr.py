@@ -68,7 +68,22 @@ def datasets():
         _formula("strogatz_glider1", [(-5, 5), (-5, 5)], lambda x, y: -0.05 * x**2 - np.sin(y),
                  "-x0**2/20 - sin(x1)"),
     ]
-    from sklearn.datasets import load_diabetes
+    # Held out: chosen before any result on them was seen, and never used to choose a default.
+    held = [
+        _formula("feynman_I_10_7", [(1, 5), (1, 2), (3, 10)], lambda m, v, c: m / np.sqrt(1 - v**2 / c**2),
+                 "x0/sqrt(1 - x1**2/x2**2)"),
+        _formula("feynman_I_18_4", [(1, 5)] * 4, lambda m1, r1, m2, r2: (m1 * r1 + m2 * r2) / (m1 + m2),
+                 "(x0*x1 + x2*x3)/(x0 + x2)"),
+        _formula("nguyen_10", [(0, 1), (0, 1)], lambda x, y: 2 * np.sin(x) * np.cos(y), "2*sin(x0)*cos(x1)"),
+        _formula("keijzer_14", [(-3, 3), (-3, 3)], lambda x, y: 8 / (2 + x**2 + y**2), "8/(2 + x0**2 + x1**2)"),
+        _formula("strogatz_lv1", [(0, 5), (0, 5)], lambda x, y: 3 * x - 2 * x * y - x**2, "3*x0 - 2*x0*x1 - x0**2"),
+        _formula("pagie_1", [(-5, 5), (-5, 5)], lambda x, y: 1 / (1 + x**-4) + 1 / (1 + y**-4),
+                 "1/(1 + x0**-4) + 1/(1 + x1**-4)"),
+    ]
+    for d in held:
+        d["held_out"] = True
+    sets += held
+    from sklearn.datasets import load_diabetes, make_friedman1
 
     d = load_diabetes()
     sets.append(dict(name="diabetes", kind="black-box", X=d.data, y=d.target, truth=None))
@@ -82,6 +97,19 @@ def datasets():
     fair = sm.datasets.fair.load_pandas().data
     cols = ["rate_marriage", "age", "yrs_married", "children", "religious", "educ", "occupation", "occupation_husb"]
     sets.append(dict(name="fair", kind="black-box", X=fair[cols].to_numpy(dtype=float), y=fair["affairs"].to_numpy(dtype=float), truth=None))
+    X, y = make_friedman1(n_samples=1000, n_features=10, noise=1.0, random_state=7)
+    sets.append(dict(name="friedman1", kind="black-box", X=X, y=y, truth=None, held_out=True))
+    for name, load, target, drop in [
+        ("longley", sm.datasets.longley, "TOTEMP", []),
+        ("stackloss", sm.datasets.stackloss, "STACKLOSS", []),
+        ("statecrime", sm.datasets.statecrime, "murder", []),
+        ("ccard", sm.datasets.ccard, "AVGEXP", []),
+        ("macrodata", sm.datasets.macrodata, "realinv", ["year", "quarter"]),
+    ]:
+        frame = load.load_pandas().data.select_dtypes("number")
+        cols = [c for c in frame.columns if c != target and c not in drop]
+        sets.append(dict(name=name, kind="black-box", X=frame[cols].to_numpy(dtype=float),
+                         y=frame[target].to_numpy(dtype=float), truth=None, held_out=True))
     return sets
 
 
@@ -117,22 +145,17 @@ def split(ds):
 def fit_gpfarm(X, y, seed, budget, args):
     import gpfarm
 
-    m = gpfarm.SymbolicRegressor(
-        population=args.gpfarm_population, tournament=args.gpfarm_tournament, generations=1_000_000,
-        random_state=seed, eval=args.eval,
-        max_time=budget, n_jobs=1, max_size=50, select_tolerance=0.01,
-    ).fit(X, y)
+    # Defaults, given the budget: max_time, one thread, the seed (and the evaluator asked for).
+    m = gpfarm.SymbolicRegressor(random_state=seed, eval=args.eval, max_time=budget, n_jobs=1).fit(X, y)
     return m.predict, m.size_, m.sympy(), m.formula_
 
 
 def fit_gplearn(X, y, seed, budget, args):
     from gplearn.genetic import SymbolicRegressor
 
-    m = SymbolicRegressor(
-        population_size=1000, generations=1, warm_start=True, random_state=seed, n_jobs=1,
-        function_set=("add", "sub", "mul", "div", "sqrt", "log", "sin", "cos"),
-        parsimony_coefficient=0.001,
-    )
+    # Defaults (population 1000, + - * /, parsimony 0.001), one generation at a time until the
+    # budget is spent (gplearn has no time limit).
+    m = SymbolicRegressor(generations=1, warm_start=True, random_state=seed, n_jobs=1)
     start = time.monotonic()
     m.fit(X, y)
     while time.monotonic() - start < budget:
@@ -145,9 +168,10 @@ def fit_gplearn(X, y, seed, budget, args):
 def fit_operon(X, y, seed, budget, args):
     from pyoperon.sklearn import SymbolicRegressor
 
+    # Defaults, given the budget: max_time, one thread, the seed; its generation and evaluation
+    # limits raised so that the time limit is the one that ends the run (as for gpfarm).
     m = SymbolicRegressor(
-        allowed_symbols="add,sub,mul,div,constant,variable,sin,cos,exp,log,sqrt,tanh",
-        max_length=50, optimizer_iterations=10, generations=1_000_000, max_evaluations=10**12,
+        generations=1_000_000, max_evaluations=10**12,
         max_time=max(1, int(round(budget))), n_threads=1, random_state=seed,
     )
     m.fit(X, y)
