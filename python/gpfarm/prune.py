@@ -8,8 +8,8 @@ a `+` or `-` anywhere in it, tries the model without that operand, its constants
 squares (in double, from their current values); a removal is kept when the training RMSE of the
 result, computed in float as `predict` does, is at most the original's plus `tolerance` times the
 target's standard deviation. It repeats until no removal is kept or `deadline` passes, and returns
-the model as CUDA C over the variable names, or None when nothing was removed (or the model is not
-plain float arithmetic).
+the model as CUDA C over the variable names with its training RMSE, or None when nothing was
+removed (or the model is not plain float arithmetic).
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ def removals(node: Node) -> List[Node]:
 
 
 def _c_float(v: float) -> str:
-    text = repr(float(numpy.float32(v)))
+    text = str(numpy.float32(v))  # the shortest text that reads back as this float
     if text in ("inf", "-inf", "nan"):
         text = {"inf": "INFINITY", "-inf": "-INFINITY", "nan": "NAN"}[text]
         return text if not text.startswith("-") else f"({text})"
@@ -185,7 +185,9 @@ def refit(node: Node, X: Any, y: Any, evaluations: int = 20) -> Node:
         fit = least_squares(residuals, start, method="lm", max_nfev=evaluations * (start.size + 1))
     except (ValueError, numpy.linalg.LinAlgError):
         return node
-    return with_constants(node, fit.x) if numpy.all(numpy.isfinite(fit.x)) else node
+    with numpy.errstate(over="ignore"):
+        finite = numpy.all(numpy.isfinite(fit.x.astype(numpy.float32)))
+    return with_constants(node, fit.x) if finite else node
 
 
 #: Constants are refitted on at most this many evenly spaced rows (the error is on every row).

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import keyword
+import numbers
 import os
 import math
 import re
@@ -258,8 +259,17 @@ def _rows(X: Any) -> Tuple[List[List[float]], Optional[List[str]]]:
         bad = [j for j, v in enumerate(vals) if not math.isfinite(v)]
         if bad:
             raise ValueError(f"X has a NaN or infinite value at row {i}, column {bad[0]}")
+        big = [j for j, v in enumerate(vals) if abs(v) > FLOAT_MAX]
+        if big:
+            j = big[0]
+            column = f"column {j}" + (f" (`{names[j]}`)" if names is not None and j < len(names) else "")
+            raise ValueError(f"X at row {i}, {column} is {vals[j]:g}: beyond the range of a float (about ±3.4e38)")
         out.append(vals)
     return out, names
+
+
+#: The largest float (the models compute in float).
+FLOAT_MAX = 3.4028234663852886e38
 
 
 def _targets(y: Any, n: int) -> List[float]:
@@ -286,8 +296,26 @@ def _targets(y: Any, n: int) -> List[float]:
             raise ValueError(f"y must be numeric: value {i} is {v!r}") from None
         if not math.isfinite(f):
             raise ValueError(f"y has a NaN or infinite value at {i}")
+        if abs(f) > FLOAT_MAX:
+            raise ValueError(f"y at {i} is {f:g}: beyond the range of a float (about ±3.4e38)")
         out.append(f)
     return out
+
+
+def _usable(names: Sequence[str], ops: Any) -> bool:
+    """Whether `names` can be the default grammar's variables as they are: C identifiers, not
+    reserved, not the formulas' function names or `ops`' own."""
+    taken = {"sin", "cos", "tan", "exp", "log", "sqrt", "abs", "tanh", "min", "max", "pow", "pdiv"}
+    try:
+        taken |= {o.name for o in operators(ops) if isinstance(o, Operator)}
+    except ValueError:
+        pass  # the operators' own error comes later
+    try:
+        check_names(names)
+        _gpfarm.readable(list(names), names[0], [])  # Rust's own rules (math functions, prefixes)
+    except ValueError:
+        return False
+    return not taken & set(names)
 
 
 def check_names(names: Sequence[str], hint: str = "rename the column, or pass names=...") -> List[str]:
@@ -428,7 +456,10 @@ class SymbolicRegressor(_Mixin, _Base):
     `expression`, `seed` (its codons and parameter values, what `warm_start` starts from), and
     where it simplifies, `formula`, `simplified` and `simplified_size`),
     `history_` (one dict per generation), `route_`, `n_features_in_`, `feature_names_in_` (when
-    X had column names), `names_` (the variable names used).
+    X had column names), `names_` (the variable names of the run), `shown_names_` (the names
+    its formulas show: the columns' as given; where one is not a C identifier, is reserved or is
+    a function's name, such as `my col`, `α` or `sin`, the run's variables are x0, x1, ... and
+    the formulas and `sympy()` still show the columns' names).
     """
 
     def __init__(
@@ -485,17 +516,24 @@ class SymbolicRegressor(_Mixin, _Base):
             import random
 
             return random.SystemRandom().randrange(1, 2**63)
-        if isinstance(rs, int):
+        if isinstance(rs, numbers.Integral) and not isinstance(rs, bool):
+            rs = int(rs)
+            if not 0 <= rs < 2**64:
+                raise ValueError(f"random_state must be an int from 0 to 2**64 - 1, None or a random generator, not {rs!r}")
             return rs
         if hasattr(rs, "randint"):
             return int(rs.randint(1, 2**31 - 1))
         raise ValueError(f"random_state must be an int, None or a random generator, not {rs!r}")
 
+    def _max_time(self) -> Optional[float]:
+        """`max_time`, or the one `options` give."""
+        return self.max_time if self.max_time is not None else (self.options or {}).get("max_time")
+
     def _generations(self) -> int:
         """`generations`, where None is 30, or with `max_time` as many as it allows."""
         if self.generations is not None:
             return self.generations
-        return UNTIL_MAX_TIME if self.max_time is not None else 30
+        return UNTIL_MAX_TIME if self._max_time() is not None else 30
 
     def _evaluator(self, rows: int) -> str:
         """`eval` for the run: "auto" becomes "cpu" where the CPU is expected to finish first
@@ -531,27 +569,32 @@ class SymbolicRegressor(_Mixin, _Base):
         # Column names name the variables when they are all strings (as scikit-learn takes them).
         columns = list(getattr(X, "columns", []))
         frame_names = [str(c) for c in columns] if columns and all(isinstance(c, str) for c in columns) else None
-        previous = getattr(self, "names_", None) if self.warm_start else None
+        previous = getattr(self, "shown_names_", getattr(self, "names_", None)) if self.warm_start else None
         start = [(m["seed"]["genome"], m["seed"].get("params", [])) for m in getattr(self, "front_", []) if m.get("seed")]
         X, y = self._validate(X, y, reset=True)
         rows, _ = _rows(X)
         _targets(y, len(rows))
-        names = check_names(
-            frame_names if frame_names is not None else [f"x{j}" for j in range(len(rows[0]))],
-            "rename the DataFrame's column, or fit a NumPy array, whose columns are x0, x1, ...",
-        )
-        if previous is not None and list(previous) != list(names):
+        shown = frame_names if frame_names is not None else [f"x{j}" for j in range(len(rows[0]))]
+        if self.grammar is None and not _usable(shown, self.operators):
+            # Columns named `my col`, `α` or `sin`: the run's variables are x0, x1, ...; the
+            # formulas show the names as given.
+            names = [f"x{j}" for j in range(len(rows[0]))]
+        else:
+            names = check_names(shown, "rename the DataFrame's column, or fit a NumPy array, whose columns are x0, x1, ...")
+        if len(set(shown)) != len(shown):
+            raise ValueError(f"the columns' names repeat: {shown}")
+        if previous is not None and list(previous) != list(shown):
             raise ValueError(
-                f"warm_start: the features {names} are not the previous fit's {list(previous)}; "
+                f"warm_start: the features {shown} are not the previous fit's {list(previous)}; "
                 "set warm_start=False to start afresh"
             )
-        for name, least in [("population", 1), ("generations", 0), ("tournament", 1), ("elite", 0),
-                            ("optimizer_iterations", 0), ("max_size", 0)]:
+        for name, least, most in [("population", 1, 10**8), ("generations", 0, UNTIL_MAX_TIME), ("tournament", 1, 10**8),
+                                  ("elite", 0, 10**8), ("optimizer_iterations", 0, 10**6), ("max_size", 0, 10**9)]:
             value = getattr(self, name)
             if name == "generations" and value is None:
                 continue
-            if not isinstance(value, int) or isinstance(value, bool) or value < least:
-                raise ValueError(f"{name} must be an int of at least {least}, not {value!r}")
+            if not isinstance(value, int) or isinstance(value, bool) or not least <= value <= most:
+                raise ValueError(f"{name} must be an int from {least} to {most:,}, not {value!r}")
         declared = _declared(self.operators)
         grammar = self.grammar
         if grammar is None:
@@ -573,8 +616,9 @@ class SymbolicRegressor(_Mixin, _Base):
         if previous is not None and start:
             fitting["start"] = start
         if self.max_time is not None:
-            if not isinstance(self.max_time, (int, float)) or not self.max_time > 0:
-                raise ValueError(f"max_time must be a number of seconds above 0, not {self.max_time!r}")
+            if (not isinstance(self.max_time, numbers.Real) or isinstance(self.max_time, bool)
+                    or not 0 < self.max_time < 1e9):
+                raise ValueError(f"max_time must be a number of seconds above 0 and below 1e9, not {self.max_time!r}")
             fitting["max_time"] = float(self.max_time)  # less what is spent before the run, below
         import inspect
 
@@ -616,6 +660,7 @@ class SymbolicRegressor(_Mixin, _Base):
         self.history_ = result.history
         self.route_ = result.route
         self.names_ = names
+        self.shown_names_ = list(shown)
         self.functions_ = declared
         self.n_features_in_ = len(rows[0])
         if frame_names is not None:
@@ -623,8 +668,25 @@ class SymbolicRegressor(_Mixin, _Base):
         elif hasattr(self, "feature_names_in_"):
             del self.feature_names_in_
         if self.prune:
-            self._prune(rows, y, began + self.max_time if self.max_time is not None else None)
+            # Within max_time; without one, at most a tenth of the fit's time so far (1 s at least).
+            limit = self._max_time()
+            self._prune(rows, y, began + float(limit) if limit is not None
+                        else time.monotonic() + max(1.0, 0.1 * (time.monotonic() - began)))
+        # Formulas over the names as given; `_formulas` keeps them over the run's variables.
+        self._formulas = {"chosen": self.formula_, "front": {m["expression"]: m.get("formula") for m in self.front_}}
+        self.formula_ = self._show(self.formula_)
+        for m in self.front_:
+            if "formula" in m:
+                m["formula"] = self._show(m["formula"])
         return self
+
+    def _show(self, formula: str) -> str:
+        """`formula` over the run's variables, written over the names as given."""
+        shown = getattr(self, "shown_names_", self.names_)
+        if list(shown) == list(self.names_):
+            return formula
+        lookup = dict(zip(self.names_, shown))
+        return re.sub(r"\b[A-Za-z_][A-Za-z0-9_]*\b", lambda t: lookup.get(t.group(0), t.group(0)), formula)
 
     def _prune(self, rows: Any, y: Any, deadline: Optional[float]) -> None:
         """The chosen model with the terms of its sums that do not earn their place removed and
@@ -633,11 +695,16 @@ class SymbolicRegressor(_Mixin, _Base):
         from . import prune
 
         functions = getattr(self, "functions_", [])
+        if functions:
+            return  # the steps inline operators of the user's own: the pruned model would too
         steps = _gpfarm.postfix(list(self.names_), self.program_, functions)
         if steps is None:
             return
-        pruned = prune.prune(steps, self.names_, numpy.asarray(rows, dtype=numpy.float64),
-                             numpy.asarray(_targets(y, len(rows)), dtype=numpy.float64), deadline=deadline)
+        try:
+            pruned = prune.prune(steps, self.names_, numpy.asarray(rows, dtype=numpy.float64),
+                                 numpy.asarray(_targets(y, len(rows)), dtype=numpy.float64), deadline=deadline)
+        except RecursionError:  # a model nested deeper than Python recurses: kept as it is
+            return
         if pruned is None:
             return
         code, error = pruned
@@ -689,8 +756,19 @@ class SymbolicRegressor(_Mixin, _Base):
         (`pip install sympy`)."""
         if not hasattr(self, "program_"):
             raise _not_fitted(self)
-        formula = self.formula_ if model is None else model.get("formula", model["expression"])
-        return to_sympy(formula, self.names_, [f for f, _, _ in getattr(self, "functions_", [])])
+        kept = getattr(self, "_formulas", None)
+        if model is None:
+            formula = kept["chosen"] if kept else self.formula_
+        else:
+            own = kept["front"].get(model.get("expression")) if kept and isinstance(kept.get("front"), dict) else None
+            formula = own or model.get("formula", model["expression"])
+        expr = to_sympy(formula, self.names_, [f for f, _, _ in getattr(self, "functions_", [])])
+        shown = getattr(self, "shown_names_", self.names_)
+        if list(shown) != list(self.names_):
+            import sympy
+
+            expr = expr.xreplace({sympy.Symbol(a): sympy.Symbol(b) for a, b in zip(self.names_, shown)})
+        return expr
 
     def latex(self, model: Optional[Dict[str, Any]] = None) -> str:
         """The chosen model (or `model`, an entry of `front_`) in LaTeX, by SymPy."""

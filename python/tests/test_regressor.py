@@ -89,6 +89,9 @@ def test_scikit_learn_conventions():
         (np.ones((5, 2)), np.ones(4), "5 rows but y has 4|inconsistent numbers of samples: \\[5, 4\\]"),
         (np.ones((5, 2)), np.ones((5, 2)), "y must be 1-D|y should be a 1d array"),
         (np.zeros((0, 2)), np.zeros(0), "X has no rows|Found array with 0 sample"),
+        # Finite in double, not in float: the row and column, never a file of the run's.
+        (np.array([[1.0, 2.0], [3.0, 1e39]]), np.ones(2), "X at row 1, column 1 is 1e\\+39: beyond the range of a float"),
+        (np.ones((3, 2)), np.array([1.0, -1e39, 0.0]), "y at 1 is -1e\\+39: beyond the range of a float"),
     ],
 )
 def test_bad_input_is_a_value_error_that_says_what_is_wrong(X, y, message):
@@ -105,13 +108,37 @@ def test_predict_checks_the_columns_and_names_must_be_identifiers():
         gpfarm.regression_problem(X, y, names=["my speed", "load"])
     with pytest.raises(ValueError, match="`float` cannot be a variable name"):
         gpfarm.regression_problem(X, y, names=["float", "load"])
-    # The estimator's message names what its user can do: it has no names= parameter.
+    # With a grammar of the user's own, the names are the grammar's: the message names what its
+    # user can do (the estimator has no names= parameter).
     import pandas
 
     frame = pandas.DataFrame(X, columns=["my speed", "load"])
+    grammar = "<e> ::= <e> + <e> | load | 1.0f\n"
     with pytest.raises(ValueError, match="rename the DataFrame's column") as caught:
-        gpfarm.SymbolicRegressor(population=10, generations=1, eval="cpu").fit(frame, y)
+        gpfarm.SymbolicRegressor(population=10, generations=1, eval="cpu", grammar=grammar).fit(frame, y)
     assert "names=" not in str(caught.value)
+
+
+def test_any_column_names_are_shown_as_given():
+    sympy = pytest.importorskip("sympy")
+    import pandas
+
+    X, y = data(200)
+    frame = pandas.DataFrame(X, columns=["my speed", "α"])
+    model = gpfarm.SymbolicRegressor(population=100, generations=8, random_state=2, eval="cpu").fit(frame, y)
+    assert model.names_ == ["x0", "x1"] and model.shown_names_ == ["my speed", "α"]
+    assert "x0" not in model.formula_ and "x1" not in model.formula_
+    assert ("my speed" in model.formula_ or "α" in model.formula_), model.formula_
+    symbols = {str(s) for s in model.sympy().free_symbols}
+    assert symbols <= {"my speed", "α"} and symbols
+    # The exported formula computes predict's values.
+    f = sympy.lambdify([sympy.Symbol("my speed"), sympy.Symbol("α")], model.sympy(), "numpy")
+    assert np.allclose(f(X[:, 0], X[:, 1]), model.predict(frame), rtol=1e-3, atol=1e-3)
+    # A column named like a function of the formulas is a variable too.
+    named = pandas.DataFrame(X, columns=["sin", "x0"])
+    other = gpfarm.SymbolicRegressor(population=50, generations=3, random_state=2, eval="cpu").fit(named, y)
+    assert other.names_ == ["x0", "x1"] and other.shown_names_ == ["sin", "x0"]
+    assert np.isfinite(other.predict(named)).all()
 
 
 def test_a_regression_problem_directory_runs_under_evolve_as_on_the_command_line(tmp_path):
@@ -302,9 +329,9 @@ def test_max_time_ends_the_run_and_n_jobs_sets_the_threads():
     X, y = data()
     start = time.monotonic()
     model = gpfarm.SymbolicRegressor(
-        population=100, generations=1_000_000, random_state=2, eval="cpu", max_time=0.5, n_jobs=1
+        population=100, generations=1_000_000, random_state=2, eval="cpu", max_time=1.5, n_jobs=1
     ).fit(X, y)
-    # It stops after the generation completed past 0.5 s: far fewer than a million, in seconds.
+    # It stops after the generation completed closest to 1.5 s: far fewer than a million, in seconds.
     assert 1 < len(model.history_) < 1_000_000 and time.monotonic() - start < 30
     assert model.history_[-1]["generation"] == len(model.history_) - 1
     result = gpfarm.evolve("keijzer6", population=100, generations=1_000_000, seed=1, eval="cpu", max_time=0.3)
@@ -408,8 +435,13 @@ def test_auto_keeps_small_fits_on_the_cpu_by_the_measured_costs():
 @pytest.mark.parametrize(
     "params, message",
     [
-        (dict(population=0), "population must be an int of at least 1"),
-        (dict(max_size=-1), "max_size must be an int of at least 0"),
+        (dict(population=0), "population must be an int from 1 to 100,000,000, not 0"),
+        (dict(max_size=-1), "max_size must be an int from 0 to"),
+        (dict(max_size=10**30), "max_size must be an int from 0 to 1,000,000,000, not 10+"),
+        (dict(population=10**30), "population must be an int from 1 to"),
+        (dict(random_state=-1), "random_state must be an int from 0 to 2\\*\\*64 - 1"),
+        (dict(random_state=2**64), "random_state must be an int from 0"),
+        (dict(representation="codons"), 'representation must be "tree" or "ge"'),
         (dict(tournament=2.5), "tournament must be an int"),
         (dict(options={"max_depth": 3}), "options: 'max_depth' not known; options are gpfarm evolve's"),
     ],
