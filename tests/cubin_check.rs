@@ -9,7 +9,8 @@ use gpfarm_client::{Batch, CompileOptions, Compiler, CompilerError, InProcess, U
 use gpfarm_evolve::{Engine, EvalMode, Options, ProblemRef, Route};
 use gpfarm_gp::EvolutionConfig;
 
-/// NVRTC in process, except that the first CUBIN it returns is another unit's.
+/// NVRTC in process, except that the first CUBIN it returns for the run's individuals is another
+/// unit's (not the one of the template check the engine compiles before generation 0).
 struct Swapping {
     inner: InProcess,
     other: Vec<u8>,
@@ -27,8 +28,11 @@ impl Compiler for Swapping {
 
     fn compile(&mut self, units: &[Unit], options: &CompileOptions) -> Result<Batch, CompilerError> {
         let mut batch = self.inner.compile(units, options)?;
+        let individuals =
+            |u: &Unit| !String::from_utf8_lossy(&u.source).contains(gpfarm_evolve::TEMPLATE_CHECK_KERNEL);
         if !self.swapped
-            && let Some(r) = batch.results.iter_mut().find(|r| r.cubin().is_some())
+            && let Some((r, _)) =
+                batch.results.iter_mut().zip(units).find(|(r, u)| r.cubin().is_some() && individuals(u))
         {
             r.outcome = UnitOutcome::Cubin(self.other.clone());
             self.swapped = true;

@@ -229,15 +229,18 @@ fn inputs_out_of_range_are_one_line_errors() {
     assert_eq!(code, Some(1), "{err}");
     assert_one_line_with_cause_once(&err, "beyond the range of a float");
     assert!(err.contains("case 0"), "{err}");
+    let (code, err) = run(&["--population", "10000000", "--islands", "1000"], None);
+    assert_eq!(code, Some(1), "{err}");
+    assert_one_line_with_cause_once(&err, "of memory");
+    // Counts beyond any run are usage errors, named by the flag.
     for (args, cause) in [
-        (&["--population", "1000000000000"][..], "is more than 100000000"),
-        (&["--population", "18446744073709551615"][..], "is more than 100000000"),
-        (&["--islands", "1000000"][..], "is more than 1024"),
-        (&["--population", "10000000", "--islands", "1000"][..], "of memory"),
+        (&["--population", "1000000000000"][..], "is more than 100000000, the most it takes"),
+        (&["--population", "18446744073709551615"][..], "is more than 100000000, the most it takes"),
+        (&["--islands", "1000000"][..], "is more than 1024, the most it takes"),
     ] {
         let (code, err) = run(args, None);
-        assert_eq!(code, Some(1), "{args:?}: {err}");
-        assert_one_line_with_cause_once(&err, cause);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains(cause) && err.contains(args[0]) && !err.contains("panicked"), "{args:?}: {err}");
     }
     for args in [&["--deadline", "0"][..], &["--max-steps", "0"][..]] {
         let (code, err) = run(args, None);
@@ -247,4 +250,100 @@ fn inputs_out_of_range_are_one_line_errors() {
     let out = gpfarm().args(["daemons", "start", "--max-rss-mib", "0"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("0 is not in 1.."), "{}", stderr(&out));
+}
+
+#[test]
+fn a_grammar_slip_is_refused_before_a_run_in_one_line() {
+    // A dangling `+` and `(`, and a rule head whose name is not closed.
+    for (grammar, cause) in [
+        ("<e> ::= x + | ( <e>\n", "the grammar writes no program that parses"),
+        ("<e> ::= x + <e2> | x\n<e2 ::= x\n", "line 2: not a rule head"),
+    ] {
+        let dir = problem_with("grammar.bnf", grammar);
+        let out = gpfarm()
+            .args(["evolve", "--route", "cpu", "--population", "10", "--generations", "1", "--problem-dir"])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert_one_line_with_cause_once(&stderr(&out), cause);
+    }
+}
+
+#[test]
+fn a_cases_file_that_is_a_fifo_is_refused_and_does_not_hang() {
+    let dir = problem_with("cases.json", "[]");
+    let cases = dir.path().join("cases.json");
+    std::fs::remove_file(&cases).unwrap();
+    let made = Command::new("mkfifo").arg(&cases).status().unwrap();
+    assert!(made.success());
+    let mut child = gpfarm()
+        .args(["evolve", "--route", "cpu", "--population", "10", "--generations", "1", "--problem-dir"])
+        .arg(dir.path())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("gpfarm waited on the FIFO");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(status.code(), Some(1));
+    assert_one_line_with_cause_once(&stderr(&out), "not a regular file");
+}
+
+#[test]
+fn counts_beyond_any_run_are_usage_errors() {
+    for args in [
+        &["compile", "--random", "100000000000"][..],
+        &["compile", "--random", "2000000000"][..],
+        &["evolve", "--population", "1000000000000", "--route", "cpu"][..],
+        &["evolve", "--max-size", "100000000000000000000000000000", "--route", "cpu"][..],
+    ] {
+        let out = gpfarm().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("the most it takes"), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).lines().count() <= 4, "{args:?}: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn a_template_that_does_not_compile_is_refused_before_generation_0() {
+    if !nvrtc_or_skip("template_does_not_compile") {
+        return;
+    }
+    let original = Path::new(env!("CARGO_MANIFEST_DIR")).join("gp/problems/keijzer6/template.cu");
+    let broken =
+        std::fs::read_to_string(original).unwrap().replacen("return;", "return; this_is_not_cuda;", 1);
+    let dir = problem_with("template.cu", &broken);
+    let out = gpfarm()
+        .args([
+            "evolve",
+            "--route",
+            "nvrtc",
+            "--eval",
+            "cpu",
+            "--population",
+            "10",
+            "--generations",
+            "1",
+            "-n",
+            "1",
+        ])
+        .arg("--problem-dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_one_line_with_cause_once(
+        &stderr(&out),
+        "template.cu does not compile around a program of its grammar",
+    );
 }

@@ -72,6 +72,10 @@ impl IslandPlace {
     }
 }
 
+/// The kernel of the unit the NVRTC route compiles before generation 0 to check the problem's
+/// template around one program of its grammar ([`Engine::check_options`]).
+pub const TEMPLATE_CHECK_KERNEL: &str = "gpfarm_template_check";
+
 impl Engine {
     /// Loads a built-in problem or a problem directory and chooses the evaluator.
     pub fn new(problem: ProblemRef, options: Options) -> Result<Engine, EvolveError> {
@@ -106,12 +110,16 @@ impl Engine {
             (Route::Ptx, None, true) => Some(crate::route::run_link_level(&problem, &options.evolution)),
             (_, level, _) => level,
         };
-        // Without a GPU nothing runs the interpreter's kernel: the CPU evaluates its programs.
-        let (route, route_why) = match (route, &gpu) {
-            (Route::Interpreter, None) => {
-                (Route::Cpu, format!("{route_why}; no GPU evaluates, so the CPU reference evaluator does"))
-            }
-            _ => (route, route_why),
+        // Without a GPU nothing runs the interpreter's kernel, nor CUBIN that auto chose to
+        // compile: the CPU evaluates the programs, and nothing needs NVRTC or nvJitLink. A
+        // compiled route asked for by name still compiles (its compile errors are fitness).
+        let (route, route_why, auto_link) = match (route, &gpu, options.route) {
+            (Route::Interpreter, None, _) | (Route::Nvrtc | Route::Ptx, None, None) => (
+                Route::Cpu,
+                format!("{route_why}; no GPU evaluates, so the CPU reference evaluator does"),
+                None,
+            ),
+            _ => (route, route_why, auto_link),
         };
         let shape = options.shape.unwrap_or_else(|| default_shape(route));
         let mut engine = Engine {
@@ -225,8 +233,9 @@ impl Engine {
     /// Compiles a unit holding nothing but an empty kernel with the run's options when the run
     /// adds options of its own (NVRTC's on the NVRTC route, nvJitLink's other than the default
     /// on the PTX route): an option the compiler refuses would fail every individual, one
-    /// warning each, so the run is refused at once instead. [`Engine::run`] checks once; a
-    /// caller may check earlier, before it prints anything about the run.
+    /// warning each, so the run is refused at once instead. On the NVRTC route it also compiles
+    /// the template around one program of the grammar, for the same reason. [`Engine::run`]
+    /// checks once; a caller may check earlier, before it prints anything about the run.
     pub fn check_options(&self, compiler: &mut dyn Compiler) -> Result<(), EvolveError> {
         if self.options_checked.load(Ordering::Relaxed) {
             return Ok(());
@@ -264,8 +273,49 @@ impl Engine {
                 return Err(EvolveError::Options { language, flags: flags.clone(), failure, hint });
             }
         }
+        if self.route == Route::Nvrtc {
+            self.check_template(compiler, options)?;
+        }
         self.options_checked.store(true, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Compiles the template around one program its grammar writes: a template that does not
+    /// compile would fail every individual, so the run is refused before generation 0.
+    fn check_template(
+        &self,
+        compiler: &mut dyn Compiler,
+        options: &CompileOptions,
+    ) -> Result<(), EvolveError> {
+        let Ok(Some((phenotype, program))) = gpfarm_gp::program::sample_program(&self.problem) else {
+            return Ok(()); // the grammar's own check speaks for it
+        };
+        let Some(kernel) = gpfarm_gp::KernelName::new(TEMPLATE_CHECK_KERNEL) else { return Ok(()) };
+        let member =
+            gpfarm_kernels::unit::Member { kernel: &kernel, phenotype: &phenotype, program: Some(&program) };
+        let rendered = gpfarm_kernels::unit::render(
+            &self.problem,
+            Language::CudaC,
+            Shape::Kernels,
+            self.arch,
+            &kernel,
+            std::slice::from_ref(&member),
+        );
+        let batch = compiler.compile(std::slice::from_ref(&rendered.unit), options)?;
+        let Some(result) = batch.results.into_iter().next() else { return Ok(()) };
+        match result.outcome {
+            UnitOutcome::Failed(failure) if failure.kind == FailureKind::Compilation => {
+                let first = result
+                    .log
+                    .lines()
+                    .find(|l| l.contains("error"))
+                    .map(|l| l.trim().to_owned())
+                    .unwrap_or_else(|| failure.message.clone());
+                let program: String = phenotype.as_str().chars().take(60).collect();
+                Err(EvolveError::Template { program, first })
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The pipeline of island `island` (the run's own for island 0).

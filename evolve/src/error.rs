@@ -74,6 +74,15 @@ pub enum EvolveError {
         /// What its template does that the switch kernel cannot.
         why: String,
     },
+    /// The problem's template does not compile around a program its grammar writes: every
+    /// individual would fail the same way.
+    #[error("template.cu does not compile around a program of its grammar (`{program}`): {first}")]
+    Template {
+        /// The program rendered into the template.
+        program: String,
+        /// The compiler's first error line (or its one-line reason).
+        first: String,
+    },
     /// The run's own compile options fail a unit that holds nothing else: every individual
     /// would fail the same way.
     #[error("{} refuses the options {flags:?}: {failure}{hint}", compiler_of(*language))]

@@ -71,7 +71,7 @@ pub mod record;
 pub mod route;
 
 pub use driver::fit_code::FitUnits;
-pub use engine::{CallbackError, Engine, IslandPlace};
+pub use engine::{CallbackError, Engine, IslandPlace, TEMPLATE_CHECK_KERNEL};
 pub use error::EvolveError;
 pub use gpfarm_client::ProblemRef;
 pub use gpfarm_protocol::Route;

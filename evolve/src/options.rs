@@ -14,7 +14,7 @@ use crate::route::{FitKernels, problem_loops};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum EvalMode {
-    /// The GPU if there is one, else the CPU (with a notice, see [`crate::Engine::notice`]).
+    /// The GPU if there is one, else the CPU, saying so in a one-line notice.
     #[default]
     Auto,
     /// The CPU reference evaluator.

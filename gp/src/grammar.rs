@@ -135,6 +135,12 @@ pub enum GrammarError {
         "line {line}: text before the first rule: start with a `<name> ::= ...` line, or comment the text out with `# `"
     )]
     TextBeforeFirstRule { line: usize },
+    /// A line that means to start a rule but whose `<name>` is not one (unclosed, or with
+    /// characters a name cannot hold).
+    #[error(
+        "line {line}: not a rule head: a rule starts `<name> ::=`, its name of letters, digits, `_` and `-` between `<` and `>`"
+    )]
+    BadRuleHead { line: usize },
     /// A nonterminal is used but has no rule.
     #[error(
         "line {line}: `<{name}>` is used but never defined: add a `<{name}> ::= ...` rule or fix the name"
@@ -375,6 +381,8 @@ fn split_rules(text: &str) -> Result<Vec<RawRule>, GrammarError> {
         }
         if let Some((name, body)) = rule_head(trimmed) {
             rules.push(RawRule { name: name.to_string(), line: n, body: vec![(n, body.to_string())] });
+        } else if trimmed.starts_with('<') && trimmed.contains("::=") {
+            return Err(GrammarError::BadRuleHead { line: n });
         } else if let Some(r) = rules.last_mut() {
             r.body.push((n, line.to_string()));
         } else {
@@ -604,6 +612,20 @@ mod tests {
             Grammar::parse("hello\n<a> ::= x").unwrap_err(),
             GrammarError::TextBeforeFirstRule { line: 1 }
         );
+    }
+
+    #[test]
+    fn a_rule_head_with_an_unclosed_name_is_an_error() {
+        assert_eq!(
+            Grammar::parse("<e> ::= x + <e2> | x\n<e2 ::= x").unwrap_err(),
+            GrammarError::BadRuleHead { line: 2 }
+        );
+        assert_eq!(
+            Grammar::parse("<e> ::= x\n<my rule> ::= y").unwrap_err(),
+            GrammarError::BadRuleHead { line: 2 }
+        );
+        // A continuation line that starts with a nonterminal is still one.
+        assert!(Grammar::parse("<e> ::= x\n  | <e> + x").is_ok());
     }
 
     #[test]

@@ -52,6 +52,9 @@ pub struct Problem {
 /// `builtin:<name>/<file>` for the built-ins).
 #[derive(Debug, thiserror::Error)]
 pub enum ProblemError {
+    /// A file of the problem is not a regular file (a FIFO, a device, a directory).
+    #[error("{file}: not a regular file: a problem's files must be regular files")]
+    NotAFile { file: String },
     /// A file could not be read.
     #[error("{file}: cannot read it")]
     Read { file: String, source: std::io::Error },
@@ -70,6 +73,12 @@ pub enum ProblemError {
         "{file}: start rule `<{rule}>` can never finish deriving: give it (or a rule it uses) a non-recursive alternative"
     )]
     NonTerminating { file: String, rule: String },
+    /// `grammar.bnf` parses, but no program it writes parses as the problem's C: a slip in
+    /// the grammar's syntax. `program` is one of them, `message` the parser's complaint.
+    #[error(
+        "{file}: the grammar writes no program that parses, e.g. `{program}` ({message}): check its alternatives' C"
+    )]
+    Programs { file: String, program: String, message: String },
     /// `cases.json` as a whole is wrong.
     #[error("{file}: {message}")]
     Cases { file: String, message: String },
@@ -89,8 +98,14 @@ impl Problem {
     pub fn load(dir: &Path) -> Result<Problem, ProblemError> {
         let read = |name: &str| {
             let path = dir.join(name);
-            std::fs::read_to_string(&path)
-                .map_err(|source| ProblemError::Read { file: path.display().to_string(), source })
+            let file = path.display().to_string();
+            // A FIFO or a device would block the read, or never end it.
+            match std::fs::metadata(&path) {
+                Ok(m) if !m.is_file() => return Err(ProblemError::NotAFile { file }),
+                Err(source) => return Err(ProblemError::Read { file, source }),
+                Ok(_) => {}
+            }
+            std::fs::read_to_string(&path).map_err(|source| ProblemError::Read { file, source })
         };
         let (toml, grammar, cases, template) =
             (read("problem.toml")?, read("grammar.bnf")?, read("cases.json")?, read("template.cu")?);

@@ -957,14 +957,58 @@ pub fn check_spec(spec: &ProblemSpec) -> Result<(), crate::problem::spec::SpecIs
     })
 }
 
-/// Checks what of `problem` only the parser can: its declared functions' bodies. A run checks
-/// this before it starts ([`crate::Problem::load`] checks the rest).
+/// Checks what of `problem` only the parser can: its declared functions' bodies, and that its
+/// grammar writes programs that parse (of [`GRAMMAR_SAMPLES`] programs drawn from it, at least
+/// one that maps must parse: a grammar with a syntax slip, such as `x + | ( <e>`, writes none).
+/// A run checks this before it starts ([`crate::Problem::load`] checks the rest).
 pub fn check_problem(problem: &Problem) -> Result<(), crate::ProblemError> {
     check_functions(problem.spec()).map_err(|(i, e)| crate::ProblemError::Field {
         file: "problem.toml".to_owned(),
         field: format!("functions[{i}].body"),
         message: e.to_string(),
-    })
+    })?;
+    check_grammar_writes_programs(problem)
+}
+
+/// Programs drawn from a problem's grammar to check that it writes programs that parse.
+pub const GRAMMAR_SAMPLES: usize = 64;
+
+fn check_grammar_writes_programs(problem: &Problem) -> Result<(), crate::ProblemError> {
+    match sample_program(problem) {
+        Ok(_) => Ok(()),
+        Err((program, e)) => {
+            let shown: String = program.chars().take(80).collect();
+            let more = if shown.len() < program.len() { "..." } else { "" };
+            Err(crate::ProblemError::Programs {
+                file: "grammar.bnf".to_owned(),
+                program: format!("{shown}{more}"),
+                message: e.to_string(),
+            })
+        }
+    }
+}
+
+/// The first of [`GRAMMAR_SAMPLES`] programs drawn from `problem`'s grammar (seeded, the same
+/// each time) that parses; `Ok(None)` when none maps; the first program and its parse error when
+/// some map and none parses.
+pub fn sample_program(problem: &Problem) -> Result<Option<(Phenotype, Program)>, (String, ParseError)> {
+    use rand::SeedableRng;
+
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+    let limits = crate::mapping::MappingLimits::default();
+    let mut first: Option<(String, ParseError)> = None;
+    for k in 0..GRAMMAR_SAMPLES {
+        let genome = crate::init::random_genome(&mut rng, 8 + k, 32 + 4 * k, 256);
+        let mapped = crate::mapping::map(problem.grammar(), &genome, &limits);
+        let Some(phenotype) = mapped.phenotype() else { continue };
+        match Program::parse(problem, phenotype) {
+            Ok(program) => return Ok(Some((phenotype.clone(), program))),
+            Err(e) => {
+                first.get_or_insert_with(|| (phenotype.as_str().to_owned(), e));
+            }
+        }
+    }
+    first.map_or(Ok(None), Err)
 }
 
 /// The most free parameters a program may read.

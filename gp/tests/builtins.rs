@@ -129,3 +129,21 @@ fn a_missing_file_is_named_in_the_error() {
     let err = Problem::load(&dir).unwrap_err().to_string();
     assert!(err.contains("problem.toml"), "{err}");
 }
+
+/// A grammar whose programs cannot parse (a slip such as `x + | ( <e>`) is refused with one
+/// line that shows a program it writes; the built-ins' grammars pass the same check.
+#[test]
+fn a_grammar_that_writes_no_parsable_program_is_refused_before_a_run() {
+    use gpfarm_gp::problem::{ProblemSources, builtin};
+
+    for name in Problem::builtin_names() {
+        let p = Problem::builtin(name).unwrap();
+        gpfarm_gp::program::check_problem(&p).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    let src = builtin::sources("keijzer6").unwrap();
+    let bad = "<e> ::= x + | ( <e>\n";
+    let p = Problem::from_sources("t", &ProblemSources { grammar: bad, ..src }).unwrap();
+    let err = gpfarm_gp::program::check_problem(&p).unwrap_err().to_string();
+    assert!(err.starts_with("grammar.bnf: the grammar writes no program that parses, e.g. `"), "{err}");
+    assert!(!err.contains('\n'), "{err}");
+}

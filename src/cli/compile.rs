@@ -36,7 +36,7 @@ pub struct CompileArgs {
     #[arg(long, default_value = "farm")]
     compiler: CompilerSpec,
     /// Daemons (farm) or threads (threads) when --compiler gives no K; default: one per core.
-    #[arg(long, short = 'n', alias = "threads")]
+    #[arg(long, short = 'n', alias = "threads", value_parser = crate::cli::count::<4096>)]
     daemons: Option<usize>,
     /// Attach to daemons started by `gpfarm daemons start` instead of spawning new ones.
     #[arg(long)]
@@ -45,10 +45,10 @@ pub struct CompileArgs {
     #[arg(long, requires = "attach")]
     farm: Option<FarmName>,
     /// Compile a seeded random population of this many expression kernels.
-    #[arg(long, conflicts_with = "source")]
+    #[arg(long, conflicts_with = "source", value_parser = crate::cli::count::<10_000_000>)]
     random: Option<usize>,
     /// Random kernels per translation unit.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::cli::count::<1_000_000>)]
     per_unit: usize,
     /// Seed of the random population.
     #[arg(long, default_value_t = 1)]

@@ -26,7 +26,7 @@ pub enum DaemonsCommand {
     /// replaced; `gpfarm daemons stop` ends them.
     Start {
         /// Number of daemons (default: one per core).
-        #[arg(short = 'n', long)]
+        #[arg(short = 'n', long, value_parser = crate::cli::count::<4096>)]
         daemons: Option<usize>,
         /// Farm name (a-z, 0-9); default: a random one.
         #[arg(long)]

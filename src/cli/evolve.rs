@@ -32,13 +32,13 @@ pub struct EvolveArgs {
     #[arg(long)]
     problem_dir: Option<PathBuf>,
     /// Individuals per generation.
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 300, value_parser = crate::cli::count::<{ gpfarm_gp::limits::MAX_POPULATION }>)]
     pub(super) population: usize,
     /// Generations bred after the initial one.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 30, value_parser = crate::cli::count::<1_000_000_000>)]
     pub(super) generations: usize,
     /// Compile daemons (or threads); default: one per core.
-    #[arg(long, short = 'n')]
+    #[arg(long, short = 'n', value_parser = crate::cli::count::<4096>)]
     pub(super) daemons: Option<usize>,
     /// Compiler: farm[:K], threads[:K], inprocess or nvcc (K daemons or threads; default: -n,
     /// else one per core).
@@ -58,7 +58,7 @@ pub struct EvolveArgs {
     /// Individuals per translation unit (default: chunks guided by each individual's estimated
     /// compile cost, heaviest first, shrinking towards the end of a generation so that every
     /// daemon finishes at about the same time).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::count::<1_000_000>)]
     per_unit: Option<usize>,
     /// Evaluator: auto (GPU if present, else CPU), cpu or gpu.
     #[arg(long, value_enum, default_value_t = EvalMode::Auto)]
@@ -96,10 +96,10 @@ pub struct EvolveArgs {
     #[arg(long, default_value_t = 1)]
     pub(super) seed: u64,
     /// Tournament size.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = crate::cli::count::<100_000_000>)]
     tournament: usize,
     /// Elite individuals kept unchanged.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::cli::count::<100_000_000>)]
     elite: usize,
     /// Compile and evaluate every individual of every generation: no reuse of fitness known from
     /// earlier generations, no merging of identical individuals, no disk cache (for measuring;
@@ -153,17 +153,17 @@ pub struct EvolveArgs {
     max_steps: Option<u64>,
     /// Levenberg-Marquardt iterations fitting the free parameters (`#param#` in the grammar) of
     /// each individual bred; 0: no fitting (the values are only inherited and mutated).
-    #[arg(long, value_name = "N", default_value_t = gpfarm_gp::FitConfig::default().iterations)]
+    #[arg(long, value_name = "N", default_value_t = gpfarm_gp::FitConfig::default().iterations, value_parser = crate::cli::count::<1_000_000>)]
     fit_iterations: usize,
     /// Fits from other starting values beyond the first, keeping the best.
-    #[arg(long, value_name = "N", default_value_t = 0)]
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = crate::cli::count::<1_000_000>)]
     fit_restarts: usize,
     /// Share of the individuals bred whose parameters are fitted, in [0, 1].
     #[arg(long, value_name = "SHARE", default_value_t = 1.0, value_parser = probability)]
     fit_share: f64,
     /// Fit on at most this many cases, evenly spaced (0: all), on the GPU and the CPU (on the CPU
     /// beside the GPU at most 4096); the fitness still uses all.
-    #[arg(long, value_name = "N", default_value_t = gpfarm_gp::FitConfig::default().cases)]
+    #[arg(long, value_name = "N", default_value_t = gpfarm_gp::FitConfig::default().cases, value_parser = crate::cli::count::<1_000_000_000_000>)]
     fit_cases: usize,
     /// Which kernels fit free parameters on the GPU: the interpreter's, kernels compiled for
     /// each straight-line program's structure (once per run; on the PTX route its own PTX linked
@@ -187,7 +187,7 @@ pub struct EvolveArgs {
     /// Largest size (nodes of a program's syntax tree) an individual may have; larger ones get
     /// the worst fitness without being evaluated, and trees never breed one (0: no limit; 50 is
     /// Operon's default length)
-    #[arg(long, value_name = "NODES", default_value_t = 50)]
+    #[arg(long, value_name = "NODES", default_value_t = 50, value_parser = crate::cli::count::<1_000_000_000>)]
     max_size: usize,
     /// The run's model is the smallest on its size-error front whose error is within this share
     /// of the front's best (0: the best model, the smallest of equals)
@@ -211,14 +211,14 @@ pub struct EvolveArgs {
     /// Sub-populations evolved side by side (the island model), each of --population
     /// individuals, each with its own evaluator (GPUs taken round-robin); under mpirun, per
     /// rank.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::cli::count::<{ gpfarm_gp::limits::MAX_ISLANDS }>)]
     pub islands: usize,
     /// Generations between migrations: after generations M-1, 2M-1, ... each island sends its
     /// best to the next island on a ring.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = crate::cli::count::<1_000_000_000>)]
     migrate_every: usize,
     /// Individuals each island sends at a migration; they replace the next island's worst.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = crate::cli::count::<100_000_000>)]
     migrants: usize,
     /// Whether islands share one farm (all its daemons) or split its daemons between them.
     #[arg(long, value_enum, default_value_t = IslandFarm::Shared)]

@@ -17,10 +17,10 @@ pub struct ImproveArgs {
     /// The kernel directory: the CUDA C and its harness, `kernel.toml`.
     dir: PathBuf,
     /// Individuals kept per generation.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = crate::cli::count::<10_000_000>)]
     population: usize,
     /// Generations bred after the first.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_parser = crate::cli::count::<1_000_000_000>)]
     generations: usize,
     /// Stop breeding after this many seconds (the held-out check follows).
     #[arg(long, value_name = "SECONDS")]
@@ -33,7 +33,7 @@ pub struct ImproveArgs {
     #[arg(long, default_value = "improve-out")]
     out: PathBuf,
     /// Compile daemons (or threads); default: one per core.
-    #[arg(long, short = 'n')]
+    #[arg(long, short = 'n', value_parser = crate::cli::count::<4096>)]
     daemons: Option<usize>,
     /// What links the variants: farm[:K], threads[:K] or inprocess.
     #[arg(long, default_value = "farm")]

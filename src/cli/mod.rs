@@ -15,6 +15,16 @@ mod random;
 use std::fmt;
 use std::path::PathBuf;
 
+/// A count a flag takes, from 0 to `MAX`: a one-line usage error above it (a larger count asks
+/// for more memory or time than any run has) or for text that is not a whole number.
+pub(crate) fn count<const MAX: usize>(s: &str) -> Result<usize, String> {
+    let n: u128 = s.trim().parse().map_err(|_| format!("`{s}` is not a whole number from 0 to {MAX}"))?;
+    usize::try_from(n)
+        .ok()
+        .filter(|&n| n <= MAX)
+        .ok_or_else(|| format!("{n} is more than {MAX}, the most it takes"))
+}
+
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 

@@ -31,7 +31,7 @@ pub const NVRTC_MAJOR: u32 = 13;
 /// What to tell a user who has no usable CUDA 13 toolchain.
 pub const INSTALL_HINT: &str = "install the pinned NVRTC 13.0 wheels with `scripts/install-toolchain.sh` \
      (no GPU or CUDA needed; from Python, `pip install 'gpfarm[cuda]'`), or point --cuda / GPFARM_CUDA at a \
-     CUDA 13 toolkit";
+     CUDA 13 toolkit; or evaluate without compiling: `--route cpu` (Python: `route=\"cpu\"`)";
 
 /// The environment variable that switches the CUDA driver's compute cache on (`0`) or off (`1`).
 pub const DRIVER_CACHE_VAR: &str = "CUDA_CACHE_DISABLE";
