@@ -394,11 +394,13 @@ fn another_user_can_neither_pre_create_a_farms_names_nor_stop_it_starting() {
     assert!(as_nobody(&format!("mkdir -m 0777 {}", usual.display())), "nobody could not squat");
     let src = root.path().join("k.cu");
     std::fs::write(&src, kernel("k", 1)).unwrap();
+    let state = tempfile::tempdir().unwrap();
     let run = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_gpfarm"))
             .args(args)
             .env("GPFARMD", env!("CARGO_BIN_EXE_gpfarmd"))
             .env(gpfarm_protocol::dir::ROOT_VAR, &root_s)
+            .env(gpfarm_protocol::dir::STATE_VAR, state.path())
             .output()
             .unwrap()
     };
@@ -448,6 +450,17 @@ fn another_user_can_neither_pre_create_a_farms_names_nor_stop_it_starting() {
     }
     assert!(!planted_any, "nobody created a daemon's name");
     assert!(pids().len() == 2 && !pids().contains(&victim), "the farm did not heal: {:?}", pids());
+    // The squatter lets the usual name go: the farm's directory was decided once and recorded,
+    // so clients, status and stop still find the farm (they would look in a fresh usual
+    // directory otherwise and see nothing).
+    assert!(as_nobody(&format!("rmdir {}", usual.display())), "nobody could not let the name go");
+    let status = run(&["daemons", "status"]);
+    assert!(text(&status.stdout).contains(name.as_str()), "status lost the farm: {}", text(&status.stdout));
+    let t0 = Instant::now();
+    let attach = run(&["compile", "--attach", "--farm", name.as_str(), "--source", src.to_str().unwrap()]);
+    assert!(attach.status.success(), "attach lost the farm: {}", text(&attach.stderr));
+    assert!(t0.elapsed() < Duration::from_secs(20), "attach took {:?}", t0.elapsed());
+    assert!(!usual.exists(), "a lookup made the usual directory although one was recorded");
     let stop = run(&["daemons", "stop", name.as_str()]);
     assert!(stop.status.success(), "{}", text(&stop.stderr));
     assert_eq!(std::fs::read_dir(&ours[0]).unwrap().count(), 0, "segments were left behind");
