@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 FIELDS = [
-    "dataset", "kind", "tool", "seed", "budget_s", "wall_s", "r2_train", "r2_test",
+    "dataset", "kind", "held_out", "tool", "seed", "budget_s", "wall_s", "r2_train", "r2_test",
     "size_native", "size_sympy", "exact", "model",
 ]
 
@@ -298,7 +298,7 @@ def run(args):
                 except Exception as e:  # a tool's failure is a result too
                     wall = time.monotonic() - start
                     row = dict(r2_train="", r2_test="", size_native="", size_sympy="", exact="", model=f"error: {e!r}"[:300])
-                row.update(dataset=ds["name"], kind=ds["kind"], tool=tool, seed=seed, budget_s=args.budget, wall_s=round(wall, 2))
+                row.update(dataset=ds["name"], kind=ds["kind"], held_out=int(ds.get("held_out", False)), tool=tool, seed=seed, budget_s=args.budget, wall_s=round(wall, 2))
                 with open(path, "a", newline="") as f:
                     csv.DictWriter(f, FIELDS).writerow(row)
                 print(f"{ds['name']:>18} {tool:>8} seed {seed}: test R2 {row['r2_test']!s:.8} size {row['size_sympy']} "
@@ -339,14 +339,29 @@ def report(out):
             if not math.isnan(meds[t]) and meds[t] >= top - 1e-4:
                 wins[t] += 1
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "Over all data sets:", "", "| tool | median of median test R² | median size | exact recoveries | sets best (ties each) | median wall s |", "|---|---:|---:|---:|---:|---:|"]
-    for t in tools:
-        per = [med(values(ds, t, "r2_test")) for ds in names]
-        sizes = [med(values(ds, t, "size_sympy")) for ds in names]
-        ex = [int(float(r["exact"])) for r in rows if r["tool"] == t and r["exact"] != ""]
-        formula_fits = len([r for r in rows if r["tool"] == t and kinds[r["dataset"]] == "formula"])
-        lines.append(f"| {t} | {med([p for p in per if not math.isnan(p)]):.4f} | {med([s for s in sizes if not math.isnan(s)]):.0f} | "
-                     f"{sum(ex)}/{formula_fits} | {wins[t]} | {med([float(r['wall_s']) for r in rows if r['tool'] == t]):.1f} |")
+    held = {r["dataset"] for r in rows if r.get("held_out") == "1"}
+    best = {}
+    for ds in names:
+        meds = {t: med(values(ds, t, "r2_test")) for t in tools}
+        top = max((m for m in meds.values() if not math.isnan(m)), default=math.nan)
+        best[ds] = {t for t in tools if not math.isnan(meds[t]) and meds[t] >= top - 1e-4}
+    groups = [("all data sets", names)]
+    if held and len(held) < len(names):
+        groups += [("the held-out sets only (never used to choose a default)", [n for n in names if n in held]),
+                   ("the other sets", [n for n in names if n not in held])]
+    for title, group in groups:
+        lines += ["", f"Over {title} ({len(group)}):", "",
+                  "| tool | median of median test R² | median size | exact recoveries | sets best (ties each) | median wall s | max wall s |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        for t in tools:
+            per = [med(values(ds, t, "r2_test")) for ds in group]
+            sizes = [med(values(ds, t, "size_sympy")) for ds in group]
+            mine = [r for r in rows if r["tool"] == t and r["dataset"] in group]
+            ex = [int(float(r["exact"])) for r in mine if r["exact"] != ""]
+            formula_fits = len([r for r in mine if kinds[r["dataset"]] == "formula"])
+            walls = [float(r["wall_s"]) for r in mine]
+            lines.append(f"| {t} | {med([p for p in per if not math.isnan(p)]):.4f} | {med([s for s in sizes if not math.isnan(s)]):.0f} | "
+                         f"{sum(ex)}/{formula_fits} | {sum(1 for ds in group if t in best[ds])} | {med(walls):.1f} | {max(walls):.1f} |")
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     try:
