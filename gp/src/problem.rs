@@ -1,5 +1,5 @@
-//! Problems as data: a directory holding `problem.toml`, `grammar.bnf`, `cases.json`
-//! and `template.cu`, loaded and cross-checked into one [`Problem`], and the scoring of
+//! Problems as data: a directory holding `problem.toml`, `grammar.bnf`, `cases.json` (or
+//! `cases.npy`, NumPy's array, for scalar inputs) and `template.cu`, loaded and cross-checked into one [`Problem`], and the scoring of
 //! outputs against its targets. The three benchmarks of the paper are built in. Must never
 //! evaluate programs or know how a GPU is driven (it only states the kernel convention):
 //! the evaluator (`interp`) builds on problems, never the other way round.
@@ -94,7 +94,8 @@ pub enum ProblemError {
 }
 
 impl Problem {
-    /// Loads the problem in directory `dir`.
+    /// Loads the problem in directory `dir`: its cases from `cases.npy` when it has one (see
+    /// `cases::parse_cases_npy` for the layout), else from `cases.json`; both is an error.
     pub fn load(dir: &Path) -> Result<Problem, ProblemError> {
         let read = |name: &str| {
             let path = dir.join(name);
@@ -107,13 +108,29 @@ impl Problem {
             }
             std::fs::read_to_string(&path).map_err(|source| ProblemError::Read { file, source })
         };
-        let (toml, grammar, cases, template) =
-            (read("problem.toml")?, read("grammar.bnf")?, read("cases.json")?, read("template.cu")?);
+        let (toml, grammar, template) = (read("problem.toml")?, read("grammar.bnf")?, read("template.cu")?);
         let origin = dir.display().to_string();
-        Self::from_sources(
-            &origin,
-            &ProblemSources { toml: &toml, grammar: &grammar, cases: &cases, template: &template },
-        )
+        // The cases as NumPy's array (what a Python fit writes), or as JSON: one of the two.
+        let npy = dir.join("cases.npy");
+        if std::fs::symlink_metadata(&npy).is_err() {
+            let cases = read("cases.json")?;
+            let sources =
+                ProblemSources { toml: &toml, grammar: &grammar, cases: &cases, template: &template };
+            return Self::build(&origin, &sources, None);
+        }
+        let file = npy.display().to_string();
+        if std::fs::symlink_metadata(dir.join("cases.json")).is_ok() {
+            let message = "there is a cases.json too: keep one of the two".to_owned();
+            return Err(ProblemError::Cases { file, message });
+        }
+        match std::fs::metadata(&npy) {
+            Ok(m) if !m.is_file() => return Err(ProblemError::NotAFile { file }),
+            Err(source) => return Err(ProblemError::Read { file, source }),
+            Ok(_) => {}
+        }
+        let bytes = std::fs::read(&npy).map_err(|source| ProblemError::Read { file, source })?;
+        let sources = ProblemSources { toml: &toml, grammar: &grammar, cases: "", template: &template };
+        Self::build(&origin, &sources, Some(&bytes))
     }
 
     /// A built-in problem by name (see [`Problem::builtin_names`]).
@@ -135,6 +152,12 @@ impl Problem {
     /// Builds a problem from the text of its four files; `origin` prefixes file names in
     /// error messages (a directory path, or `builtin:<name>`).
     pub fn from_sources(origin: &str, src: &ProblemSources<'_>) -> Result<Problem, ProblemError> {
+        Self::build(origin, src, None)
+    }
+
+    /// [`Problem::from_sources`], the cases read from `npy` (a `cases.npy` file's bytes) instead
+    /// of `src.cases` when given.
+    fn build(origin: &str, src: &ProblemSources<'_>, npy: Option<&[u8]>) -> Result<Problem, ProblemError> {
         let file = |name: &str| format!("{origin}/{name}");
         let spec: ProblemSpec =
             toml::from_str(src.toml).map_err(|e| toml_error(file("problem.toml"), src.toml, &e))?;
@@ -159,10 +182,14 @@ impl Problem {
                 rule: start.name().to_string(),
             });
         }
-        let cases = cases::parse_cases(src.cases, &spec).map_err(|i| match i {
-            cases::CasesIssue::Whole(message) => ProblemError::Cases { file: file("cases.json"), message },
+        let (cases, name) = match npy {
+            None => (cases::parse_cases(src.cases, &spec), "cases.json"),
+            Some(bytes) => (cases::parse_cases_npy(bytes, &spec), "cases.npy"),
+        };
+        let cases = cases.map_err(|i| match i {
+            cases::CasesIssue::Whole(message) => ProblemError::Cases { file: file(name), message },
             cases::CasesIssue::Case { case, message } => {
-                ProblemError::Case { file: file("cases.json"), case, message }
+                ProblemError::Case { file: file(name), case, message }
             }
         })?;
         let template_err = |message: String| ProblemError::Template { file: file("template.cu"), message };
@@ -367,5 +394,71 @@ type = "float"
         for name in Problem::builtin_names() {
             assert!(err.contains(name), "{err}");
         }
+    }
+
+    /// A `.npy` file of float64 `rows` (NumPy's format 1.0, C order).
+    fn npy(rows: &[&[f64]], descr: &str) -> Vec<u8> {
+        let cols = rows.first().map_or(0, |r| r.len());
+        let mut header =
+            format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': ({}, {cols}), }}", rows.len());
+        while (10 + header.len() + 1) % 64 != 0 {
+            header.push(' ');
+        }
+        header.push('\n');
+        let mut out = b"\x93NUMPY\x01\x00".to_vec();
+        out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+        out.extend_from_slice(header.as_bytes());
+        for v in rows.iter().flat_map(|r| r.iter()) {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out
+    }
+
+    fn problem_dir(cases: Option<&str>, npy_bytes: Option<&[u8]>) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("problem.toml"), TOML).unwrap();
+        std::fs::write(dir.path().join("grammar.bnf"), GRAMMAR).unwrap();
+        std::fs::write(dir.path().join("template.cu"), TEMPLATE).unwrap();
+        if let Some(c) = cases {
+            std::fs::write(dir.path().join("cases.json"), c).unwrap();
+        }
+        if let Some(b) = npy_bytes {
+            std::fs::write(dir.path().join("cases.npy"), b).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn cases_as_numpy_s_array_load_as_the_same_numbers_in_json_do() {
+        // Values a float cannot hold exactly round as JSON's do.
+        let rows: &[&[f64]] = &[&[0.1, 2.0], &[1e-40, -3.3], &[123456789.123, 1.0 / 3.0]];
+        let json = r#"[{"x": 0.1, "target": 2.0}, {"x": 1e-40, "target": -3.3},
+                       {"x": 123456789.123, "target": 0.3333333333333333}]"#;
+        let from_json = Problem::load(problem_dir(Some(json), None).path()).unwrap();
+        let from_npy = Problem::load(problem_dir(None, Some(&npy(rows, "<f8"))).path()).unwrap();
+        assert_eq!(from_npy.cases(), from_json.cases());
+    }
+
+    #[test]
+    fn a_wrong_cases_npy_is_one_error_naming_the_file() {
+        let two: &[&[f64]] = &[&[1.0, 2.0]];
+        let cases =
+            |bytes: &[u8]| Problem::load(problem_dir(None, Some(bytes)).path()).unwrap_err().to_string();
+        let e = cases(&npy(&[&[1.0, 2.0, 3.0]], "<f8"));
+        assert!(e.contains("cases.npy") && e.contains("3 columns") && e.contains("2 columns"), "{e}");
+        let e = cases(&npy(&[&[1e39, 2.0]], "<f8"));
+        assert!(
+            e.contains("cases.npy") && e.contains("case 0") && e.contains("beyond the range of a float"),
+            "{e}"
+        );
+        let e = cases(&npy(&[&[f64::NAN, 2.0]], "<f8"));
+        assert!(e.contains("NaN is not a number a case can hold"), "{e}");
+        let e = cases(&npy(two, "<c16"));
+        assert!(e.contains("cases.npy") && e.contains("float64, float32, int32 or int64"), "{e}");
+        let e = cases(b"not numpy");
+        assert!(e.contains("not a NumPy .npy file") && !e.contains('\n'), "{e}");
+        let both =
+            Problem::load(problem_dir(Some(CASES), Some(&npy(two, "<f8"))).path()).unwrap_err().to_string();
+        assert!(both.contains("keep one of the two"), "{both}");
     }
 }

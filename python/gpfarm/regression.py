@@ -230,13 +230,26 @@ def _declared(ops: Any) -> List[Tuple[str, List[str], str]]:
     return [o.declaration() for o in operators(ops) if isinstance(o, Operator)]
 
 
-def _rows(X: Any) -> Tuple[List[List[float]], Optional[List[str]]]:
-    """X as rows of floats, and its column names when it has them (a pandas DataFrame)."""
+def _rows(X: Any) -> Tuple[Any, Optional[List[str]]]:
+    """X as rows of floats (a float64 array where X is a numeric array or DataFrame, else
+    lists), and its column names when it has them (a pandas DataFrame)."""
     names = None
     if hasattr(X, "columns"):
         names = [str(c) for c in X.columns]
     if hasattr(X, "to_numpy"):
         X = X.to_numpy()
+    if isinstance(X, numpy.ndarray) and X.ndim == 2 and X.dtype.kind in "fiub" and X.size:
+        # Checked as a whole: the same errors as row by row below, found at array speed.
+        data = X.astype(numpy.float64, copy=False)
+        bad = numpy.argwhere(~numpy.isfinite(data))
+        if len(bad):
+            raise ValueError(f"X has a NaN or infinite value at row {bad[0][0]}, column {bad[0][1]}")
+        big = numpy.argwhere(numpy.abs(data) > FLOAT_MAX)
+        if len(big):
+            i, j = (int(v) for v in big[0])
+            column = f"column {j}" + (f" (`{names[j]}`)" if names is not None and j < len(names) else "")
+            raise ValueError(f"X at row {i}, {column} is {data[i, j]:g}: beyond the range of a float (about ±3.4e38)")
+        return data, names
     if hasattr(X, "tolist"):
         X = X.tolist()
     try:
@@ -272,9 +285,22 @@ def _rows(X: Any) -> Tuple[List[List[float]], Optional[List[str]]]:
 FLOAT_MAX = 3.4028234663852886e38
 
 
-def _targets(y: Any, n: int) -> List[float]:
+def _targets(y: Any, n: int) -> Any:
+    """y as floats (a float64 array where y is a numeric array or Series, else a list), checked
+    against `n` rows."""
     if hasattr(y, "to_numpy"):
         y = y.to_numpy()
+    if isinstance(y, numpy.ndarray) and y.dtype.kind in "fiub" and (y.ndim == 1 or (y.ndim == 2 and y.shape[1] == 1)):
+        values = y.reshape(-1).astype(numpy.float64, copy=False)
+        if len(values) != n:
+            raise ValueError(f"X has {n} rows but y has {len(values)} values")
+        bad = numpy.flatnonzero(~numpy.isfinite(values))
+        if len(bad):
+            raise ValueError(f"y has a NaN or infinite value at {bad[0]}")
+        big = numpy.flatnonzero(numpy.abs(values) > FLOAT_MAX)
+        if len(big):
+            raise ValueError(f"y at {big[0]} is {values[big[0]]:g}: beyond the range of a float (about ±3.4e38)")
+        return values
     if hasattr(y, "tolist"):
         y = y.tolist()
     try:
@@ -342,14 +368,20 @@ def regression_problem(
     directory: Optional[Any] = None,
     name: str = "regression",
     operators: Any = None,
+    cases: str = "npy",
 ) -> Path:
-    """Writes a regression problem (problem.toml, grammar.bnf, cases.json, template.cu) for
-    `gpfarm.evolve(problem_dir=...)`: one float input per column of `X` (named by `names`, a
-    DataFrame's columns, or x0, x1, ...), the target `y` (zeros when None), fitness the root
-    mean squared error, and `grammar` (default: `default_grammar(names, operators=operators)`);
-    the `Operator`s of `operators` are declared as the problem's functions. Returns the
-    directory (a new temporary one unless `directory` is given). Bad shapes, NaN or infinite
-    values and unusable names raise ValueError."""
+    """Writes a regression problem (problem.toml, grammar.bnf, the cases, template.cu) for
+    `gpfarm.evolve(problem_dir=...)` or `gpfarm evolve --problem-dir`: one float input per
+    column of `X` (named by `names`, a DataFrame's columns, or x0, x1, ...), the target `y`
+    (zeros when None), fitness the root mean squared error, and `grammar` (default:
+    `default_grammar(names, operators=operators)`); the `Operator`s of `operators` are declared
+    as the problem's functions. The cases go to `cases.npy` (`cases="npy"`, default: NumPy's
+    array of float64, the inputs' columns then the target, written and read at array speed) or
+    to `cases.json` (`cases="json"`: one object per case, to read or edit); both give the run
+    the same numbers. Returns the directory (a new temporary one unless `directory` is given).
+    Bad shapes, NaN or infinite values and unusable names raise ValueError."""
+    if cases not in ("npy", "json"):
+        raise ValueError(f'cases must be "npy" or "json", not {cases!r}')
     rows, frame_names = _rows(X)
     width = len(rows[0])
     names = check_names(names if names is not None else frame_names if frame_names is not None else [f"x{j}" for j in range(width)])
@@ -373,8 +405,14 @@ def regression_problem(
     if grammar is None:
         grammar = default_grammar(names, operators=operators if operators is not None else "standard")
     (directory / "grammar.bnf").write_text(grammar)
-    cases = [dict(zip(names, r), target=t) for r, t in zip(rows, targets)]
-    (directory / "cases.json").write_text(json.dumps(cases))
+    for stale in ("cases.json", "cases.npy"):
+        (directory / stale).unlink(missing_ok=True)
+    if cases == "npy":
+        table = numpy.column_stack([numpy.asarray(rows, dtype=numpy.float64), numpy.asarray(targets, dtype=numpy.float64)])
+        numpy.save(directory / "cases.npy", numpy.ascontiguousarray(table))
+    else:
+        objects = [dict(zip(names, r), target=t) for r, t in zip(numpy.asarray(rows).tolist(), numpy.asarray(targets).tolist())]
+        (directory / "cases.json").write_text(json.dumps(objects))
     (directory / "template.cu").write_text(_gpfarm.standard_template(toml))
     _gpfarm.check_problem(directory)
     return directory

@@ -144,8 +144,15 @@ def test_any_column_names_are_shown_as_given():
 def test_a_regression_problem_directory_runs_under_evolve_as_on_the_command_line(tmp_path):
     X, y = data(64)
     directory = gpfarm.regression_problem(X, y, names=["a", "b"], directory=tmp_path / "p")
-    assert sorted(p.name for p in directory.iterdir()) == ["cases.json", "grammar.bnf", "problem.toml", "template.cu"]
+    assert sorted(p.name for p in directory.iterdir()) == ["cases.npy", "grammar.bnf", "problem.toml", "template.cu"]
     result = gpfarm.evolve(None, problem_dir=directory, population=60, generations=3, seed=1, eval="cpu")
+    # The cases as JSON give the run the same numbers: the same run, bit for bit.
+    as_json = gpfarm.regression_problem(X, y, names=["a", "b"], directory=tmp_path / "j", cases="json")
+    assert sorted(p.name for p in as_json.iterdir()) == ["cases.json", "grammar.bnf", "problem.toml", "template.cu"]
+    again = gpfarm.evolve(None, problem_dir=as_json, population=60, generations=3, seed=1, eval="cpu")
+    assert (again.best_fitness, again.best_phenotype) == (result.best_fitness, result.best_phenotype)
+    with pytest.raises(ValueError, match='cases must be "npy" or "json"'):
+        gpfarm.regression_problem(X, y, directory=tmp_path / "k", cases="csv")
     # The standard harness: the interpreter can run it, so auto picks it; with no GPU the CPU
     # evaluates its programs (the cpu route), and the reason says both.
     assert result.route == "cpu", result.route_reason

@@ -1,5 +1,5 @@
 //! Test cases stored column by column (one column per input, one for the targets), as a
-//! GPU wants them uploaded, and the reader for `cases.json`. Must never know how
+//! GPU wants them uploaded, and the readers for `cases.json` and `cases.npy`. Must never know how
 //! programs use the data; it only checks that every case matches the declared inputs.
 
 use serde_json::Value;
@@ -226,6 +226,98 @@ pub(crate) fn parse_cases(text: &str, spec: &ProblemSpec) -> Result<Cases, Cases
         push_scalar(&mut targets, t).map_err(|m| err(format!("`target`: {m}")))?;
     }
     Ok(Cases { len: cases.len(), inputs, targets })
+}
+
+/// Reads `cases.npy` (NumPy's format) against the inputs and target declared in `spec`: a 2-D
+/// array in C order of float64, float32, int32 or int64, one row per case, one column per
+/// declared input in the order of `problem.toml`, then the target. Only scalar inputs: an
+/// `int[]` input needs `cases.json`. A value is taken as `cases.json` would take the same number:
+/// a float column rounds it to the nearest float and refuses what is beyond a float's range (and
+/// NaN or infinity, which JSON cannot write); an int column takes only whole numbers in the
+/// 32-bit signed range.
+pub(crate) fn parse_cases_npy(bytes: &[u8], spec: &ProblemSpec) -> Result<Cases, CasesIssue> {
+    let whole = |m: String| CasesIssue::Whole(m);
+    let npy = npyz::NpyFile::new(bytes).map_err(|e| whole(format!("not a NumPy .npy file: {e}")))?;
+    if let Some(i) = spec.inputs.iter().find(|i| i.ty == InputType::IntArray) {
+        return Err(whole(format!(
+            "`{}` is an int[] input: cases.npy holds scalar inputs only; write cases.json",
+            i.name
+        )));
+    }
+    let want = spec.inputs.len() + 1;
+    let (rows, cols) = match *npy.shape() {
+        [rows, cols] => (rows, cols),
+        ref shape => {
+            return Err(whole(format!("a 2-D array is needed (one row per case), not shape {shape:?}")));
+        }
+    };
+    if cols != want as u64 {
+        return Err(whole(format!(
+            "{cols} columns, but problem.toml declares {} inputs and a target: {want} columns, the inputs in order, then the target",
+            spec.inputs.len()
+        )));
+    }
+    if rows == 0 {
+        return Err(whole("no cases: give at least one row".into()));
+    }
+    if npy.order() != npyz::Order::C {
+        return Err(whole(
+            "the array is in Fortran order: save it in C order (numpy.ascontiguousarray)".into(),
+        ));
+    }
+    let rows =
+        usize::try_from(rows).map_err(|_| whole(format!("{rows} rows: more than this machine can index")))?;
+    crate::limits::fits("the cases", (rows as u128) * (want as u128) * 4).map_err(whole)?;
+    let dtype = npy.dtype().descr();
+    let kind = dtype.trim_matches('\'').get(1..).unwrap_or_default().to_owned();
+    let read = |e: std::io::Error| whole(format!("cannot read its values: {e}"));
+    let values: Vec<f64> = match kind.as_str() {
+        "f8" => npy.into_vec::<f64>().map_err(read)?,
+        "f4" => npy.into_vec::<f32>().map_err(read)?.into_iter().map(f64::from).collect(),
+        "i4" => npy.into_vec::<i32>().map_err(read)?.into_iter().map(f64::from).collect(),
+        "i8" => npy.into_vec::<i64>().map_err(read)?.into_iter().map(|v| v as f64).collect(),
+        _ => return Err(whole(format!("dtype {dtype}: float64, float32, int32 or int64 is needed"))),
+    };
+    if values.len() != rows * want {
+        return Err(whole(format!("{} values for {rows} rows of {want}", values.len())));
+    }
+    let column = |j: usize, ty: ScalarType, name: &str| -> Result<Column, CasesIssue> {
+        let at =
+            |case: usize, message: String| CasesIssue::Case { case, message: format!("`{name}`: {message}") };
+        let each = (0..rows).map(|case| (case, values[case * want + j]));
+        match ty {
+            ScalarType::Float => each
+                .map(|(case, v)| {
+                    let f = v as f32;
+                    if f.is_finite() {
+                        Ok(f)
+                    } else if v.is_finite() {
+                        Err(at(case, format!("{v} is beyond the range of a float (about ±3.4e38)")))
+                    } else {
+                        Err(at(case, format!("{v} is not a number a case can hold")))
+                    }
+                })
+                .collect::<Result<Vec<f32>, _>>()
+                .map(Column::Float),
+            ScalarType::Int => each
+                .map(|(case, v)| {
+                    if v.fract() == 0.0 && v >= f64::from(i32::MIN) && v <= f64::from(i32::MAX) {
+                        Ok(v as i32)
+                    } else {
+                        Err(at(case, format!("expected an integer in the 32-bit signed range, found {v}")))
+                    }
+                })
+                .collect::<Result<Vec<i32>, _>>()
+                .map(Column::Int),
+        }
+    };
+    let mut inputs = Vec::with_capacity(spec.inputs.len());
+    for (j, i) in spec.inputs.iter().enumerate() {
+        let ty = if i.ty == InputType::Int { ScalarType::Int } else { ScalarType::Float };
+        inputs.push(InputColumn::Scalar(column(j, ty, &i.name)?));
+    }
+    let targets = column(spec.inputs.len(), spec.target.ty, "target")?;
+    Ok(Cases { len: rows, inputs, targets })
 }
 
 fn push_scalar(col: &mut Column, v: &Value) -> Result<(), String> {
