@@ -1,6 +1,6 @@
 //! Problems as data: a directory holding `problem.toml`, `grammar.bnf`, `cases.json` (or
-//! `cases.npy`, NumPy's array, for scalar inputs) and `template.cu`, loaded and cross-checked into one [`Problem`], and the scoring of
-//! outputs against its targets. The three benchmarks of the paper are built in. Must never
+//! `cases.npy`, NumPy's array, for scalar inputs) and `template.cu`, loaded and cross-checked
+//! into one [`Problem`], and the scoring of outputs against its targets. The three benchmarks of the paper are built in. Must never
 //! evaluate programs or know how a GPU is driven (it only states the kernel convention):
 //! the evaluator (`interp`) builds on problems, never the other way round.
 
@@ -97,40 +97,42 @@ impl Problem {
     /// Loads the problem in directory `dir`: its cases from `cases.npy` when it has one (see
     /// `cases::parse_cases_npy` for the layout), else from `cases.json`; both is an error.
     pub fn load(dir: &Path) -> Result<Problem, ProblemError> {
-        let read = |name: &str| {
+        // A file's bytes, read only if it is a regular file: a FIFO or a device would block
+        // the read, or never end it.
+        let bytes = |name: &str| {
             let path = dir.join(name);
             let file = path.display().to_string();
-            // A FIFO or a device would block the read, or never end it.
             match std::fs::metadata(&path) {
                 Ok(m) if !m.is_file() => return Err(ProblemError::NotAFile { file }),
                 Err(source) => return Err(ProblemError::Read { file, source }),
                 Ok(_) => {}
             }
-            std::fs::read_to_string(&path).map_err(|source| ProblemError::Read { file, source })
+            std::fs::read(&path).map_err(|source| ProblemError::Read { file, source })
+        };
+        let read = |name: &str| {
+            String::from_utf8(bytes(name)?).map_err(|e| ProblemError::Read {
+                file: dir.join(name).display().to_string(),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+            })
         };
         let (toml, grammar, template) = (read("problem.toml")?, read("grammar.bnf")?, read("template.cu")?);
         let origin = dir.display().to_string();
         // The cases as NumPy's array (what a Python fit writes), or as JSON: one of the two.
-        let npy = dir.join("cases.npy");
-        if std::fs::symlink_metadata(&npy).is_err() {
+        let exists = |name: &str| std::fs::symlink_metadata(dir.join(name)).is_ok();
+        if !exists("cases.npy") {
             let cases = read("cases.json")?;
             let sources =
                 ProblemSources { toml: &toml, grammar: &grammar, cases: &cases, template: &template };
             return Self::build(&origin, &sources, None);
         }
-        let file = npy.display().to_string();
-        if std::fs::symlink_metadata(dir.join("cases.json")).is_ok() {
+        if exists("cases.json") {
+            let file = dir.join("cases.npy").display().to_string();
             let message = "there is a cases.json too: keep one of the two".to_owned();
             return Err(ProblemError::Cases { file, message });
         }
-        match std::fs::metadata(&npy) {
-            Ok(m) if !m.is_file() => return Err(ProblemError::NotAFile { file }),
-            Err(source) => return Err(ProblemError::Read { file, source }),
-            Ok(_) => {}
-        }
-        let bytes = std::fs::read(&npy).map_err(|source| ProblemError::Read { file, source })?;
+        let npy = bytes("cases.npy")?;
         let sources = ProblemSources { toml: &toml, grammar: &grammar, cases: "", template: &template };
-        Self::build(&origin, &sources, Some(&bytes))
+        Self::build(&origin, &sources, Some(&npy))
     }
 
     /// A built-in problem by name (see [`Problem::builtin_names`]).

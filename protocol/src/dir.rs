@@ -9,10 +9,10 @@
 //! named `/dev/shm/gpfarm-<uid>-x<16 hex>`, made with a random name: another user can make names
 //! like these too, but not directories that this user owns, so they can delay nothing.
 //!
-//! A directory other than the usual one is decided once and recorded in this user's state folder
-//! (`$GPFARM_STATE_DIR`, else `$XDG_STATE_HOME/gpfarm`, else `~/.local/state/gpfarm`; made 0700,
-//! used while it is the user's own and nobody else may write in it), in a file per host and root: every later lookup (a client, `status`, `stop`,
-//! `clean`) reads that one file and uses the directory recorded while it passes the checks,
+//! A directory other than the usual one is decided once and recorded in this user's state
+//! folder (`$GPFARM_STATE_DIR`, else `$XDG_STATE_HOME/gpfarm`, else `~/.local/state/gpfarm`;
+//! made 0700, used while it is the user's own and nobody else may write in it), in a file per
+//! host and root: every later lookup (a client, `status`, `stop`, `clean`) reads that one file and uses the directory recorded while it passes the checks,
 //! whatever happens to `/dev/shm/gpfarm-<uid>` in the meantime (another user taking it, or letting
 //! it go), and never lists `/dev/shm`, however many files another user puts there. Only a
 //! recorded directory that no longer passes the checks (removed, replaced) is decided anew.
@@ -262,12 +262,18 @@ mod tests {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)).unwrap();
     }
 
-    #[test]
-    fn the_directory_is_decided_once_and_kept_when_the_usual_name_comes_free() {
+    /// A temporary folder holding a private segment root `shm` and state folder `state`.
+    fn root_and_state() -> (tempfile::TempDir, PathBuf, PathBuf) {
         let t = tempfile::tempdir().unwrap();
         let (root, state) = (t.path().join("shm"), t.path().join("state"));
         private(&root);
         private(&state);
+        (t, root, state)
+    }
+
+    #[test]
+    fn the_directory_is_decided_once_and_kept_when_the_usual_name_comes_free() {
+        let (_t, root, state) = root_and_state();
         let uid = effective_uid();
         // The usual name taken (a file of someone's): a directory of this user's own, recorded.
         let usual = root.join(format!("gpfarm-{uid}"));
@@ -299,10 +305,7 @@ mod tests {
 
     #[test]
     fn a_record_that_is_a_link_or_names_an_unfit_directory_is_not_followed() {
-        let t = tempfile::tempdir().unwrap();
-        let (root, state) = (t.path().join("shm"), t.path().join("state"));
-        private(&root);
-        private(&state);
+        let (t, root, state) = root_and_state();
         let uid = effective_uid();
         let open = t.path().join("open");
         std::fs::create_dir(&open).unwrap();

@@ -1,6 +1,6 @@
 //! Test cases stored column by column (one column per input, one for the targets), as a
-//! GPU wants them uploaded, and the readers for `cases.json` and `cases.npy`. Must never know how
-//! programs use the data; it only checks that every case matches the declared inputs.
+//! GPU wants them uploaded, and the readers for `cases.json` and `cases.npy`. Must never know
+//! how programs use the data; it only checks that every case matches the declared inputs.
 
 use serde_json::Value;
 
