@@ -132,6 +132,79 @@ fn a_worker_that_cannot_start_says_why() {
     assert!(err.contains("could not start"), "{err}");
 }
 
+/// The files of the problem directory `dir`, held in memory.
+fn in_memory(dir: &std::path::Path) -> ProblemRef {
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
+    ProblemRef::Memory(std::sync::Arc::new(gpfarm_protocol::worker::ProblemFiles {
+        origin: format!("memory:{}", dir.display()),
+        toml: read("problem.toml"),
+        grammar: read("grammar.bnf"),
+        template: read("template.cu"),
+        cases: gpfarm_protocol::worker::CasesFile::Json(read("cases.json")),
+    }))
+}
+
+/// A problem held in memory reaches the worker in its readying request: one that does not load
+/// is refused with the loader's reason, naming the problem's origin (no GPU needed: the problem
+/// is loaded before the context is made).
+#[test]
+fn a_worker_for_a_problem_in_memory_that_does_not_load_says_why() {
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_gpfarm-gpu-worker"));
+    let problem = in_memory(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/friedman1"));
+    let ProblemRef::Memory(files) = problem else { unreachable!() };
+    let mut broken = (*files).clone();
+    broken.origin = "memory:broken".into();
+    broken.toml.push_str("\nno_such_field = 1\n");
+    let err = GpuWorker::spawn(exe, ProblemRef::Memory(std::sync::Arc::new(broken)), Vec::new()).err();
+    let err = err.expect("a worker for a broken problem started").to_string();
+    assert!(err.contains("could not start") && err.contains("memory:broken/problem.toml"), "{err}");
+}
+
+/// A problem held in memory is evaluated and fitted on the GPU as its directory is: the same
+/// generations bit for bit, in a fresh worker and in one kept from a run before.
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a GPU machine"]
+fn a_problem_in_memory_is_evaluated_on_the_gpu_as_its_directory_is() {
+    use gpfarm_evolve::plan::{self, CompilerRequest};
+    common::require_gpu("memory_problem");
+    let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_gpfarm-gpu-worker"));
+    let run = |problem: ProblemRef, keep: bool| {
+        let options = gpfarm_evolve::Options {
+            evolution: gpfarm_gp::EvolutionConfig {
+                population: 100,
+                generations: 3,
+                seed: 2,
+                ..Default::default()
+            },
+            eval: gpfarm_evolve::EvalMode::Gpu,
+            route: Some(gpfarm_evolve::Route::Interpreter),
+            gpu_worker: Some(exe.clone()),
+            keep_gpu_worker: keep,
+            ..Default::default()
+        };
+        let request = CompilerRequest { spec: gpfarm_client::CompilerSpec::InProcess, ..Default::default() };
+        let (engine, mut compilers) = plan::prepare(problem, options, &request).unwrap();
+        let mut best = Vec::new();
+        let summary = plan::run(&engine, &mut compilers, |r| {
+            best.push((r.best.to_bits(), r.mean.map(f64::to_bits), r.fitted_on_gpu, r.evaluator));
+            Ok(())
+        })
+        .unwrap();
+        (best, summary.totals.gpu_workers_reused)
+    };
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/friedman1");
+    let (on_disk, _) = run(ProblemRef::Dir(dir.clone()), false);
+    assert!(
+        on_disk.iter().all(|g| g.3 == gpfarm_evolve::EvaluatorKind::Gpu) && on_disk.iter().any(|g| g.2 > 0),
+        "{on_disk:?}"
+    );
+    let (fresh, _) = run(in_memory(&dir), true);
+    assert_eq!(fresh, on_disk);
+    let (kept, reused) = run(in_memory(&dir), false);
+    assert_eq!(reused, 1, "the worker kept by the run before");
+    assert_eq!(kept, on_disk);
+}
+
 /// `CUDA_VISIBLE_DEVICES=` hides every GPU from the worker, so this runs alike on machines with
 /// and without one.
 #[test]

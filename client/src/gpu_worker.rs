@@ -203,6 +203,7 @@ impl GpuWorker {
         device: Option<usize>,
     ) -> Result<GpuWorker, WorkerError> {
         let command = worker_command(exe, &problem, device);
+        let init = carrying(init, &problem);
         let mut child = Supervised::spawn(command, ParentDeath::ProcessSignal(libc::SIGKILL))?;
         let (stdin, stdout, name) = handshake(&mut child, &init)?;
         Ok(GpuWorker {
@@ -258,7 +259,7 @@ impl GpuWorker {
     ) -> Option<GpuWorker> {
         let Request::Init { problem: wanted, .. } = &mut kernels else { return None };
         *wanted = Some(problem.clone());
-        let mut init = kernels;
+        let init = kernels;
         let mut worker = {
             let (mut parked, ended) = idle();
             let found = parked.iter().position(|(w, ..)| w.exe == exe && w.device == device);
@@ -270,10 +271,9 @@ impl GpuWorker {
         worker.deadline = READY_DEADLINE;
         match worker.ask(&init) {
             Ok(Reply::Ready { name }) => {
-                // A worker started again after a fault is given the problem on its command line.
-                if let Request::Init { problem, .. } = &mut init {
-                    *problem = None;
-                }
+                // A worker started again after a fault is given the problem on its command line,
+                // or, held in memory, in its readying request.
+                let init = carrying(init, &problem);
                 (worker.problem, worker.init, worker.name) = (problem, init, name);
                 worker.restarts = 0;
                 worker.reused = true;
@@ -654,6 +654,15 @@ impl GpuWorker {
         }
         Ok(out.into_iter().map(|o| o.unwrap_or(VariantOutcome::Timeout)).collect())
     }
+}
+
+/// `init` made to ready a fresh worker for `problem`: naming it when it does not travel on the
+/// worker's command line ([`ProblemRef::on_command_line`]), else naming none.
+fn carrying(mut init: Request, problem: &ProblemRef) -> Request {
+    if let Request::Init { problem: named, .. } = &mut init {
+        *named = (!problem.on_command_line()).then(|| problem.clone());
+    }
+    init
 }
 
 /// The request that readies a worker: the fitness kernel, the interpreter, the fitting kernels

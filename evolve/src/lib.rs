@@ -74,7 +74,9 @@ pub use driver::fit_code::FitUnits;
 pub use engine::{CallbackError, Engine, IslandPlace, TEMPLATE_CHECK_KERNEL};
 pub use error::EvolveError;
 pub use gpfarm_client::ProblemRef;
+pub use gpfarm_kernels::worker::LoadProblem;
 pub use gpfarm_protocol::Route;
+pub use gpfarm_protocol::worker::{CasesFile, ProblemFiles};
 pub use options::{
     CRASH_RETRY_FLAGS, EvalMode, LINK_FLAGS, LOOP_LINK_FLAGS, NO_FMAD, Options, default_link_flags,
     default_shape,

@@ -158,6 +158,16 @@ impl Problem {
     }
 
     /// [`Problem::from_sources`], the cases read from `npy` (a `cases.npy` file's bytes) instead
+    /// of `src.cases`: what [`Problem::load`] builds from a directory with a `cases.npy`.
+    pub fn from_sources_npy(
+        origin: &str,
+        src: &ProblemSources<'_>,
+        npy: &[u8],
+    ) -> Result<Problem, ProblemError> {
+        Self::build(origin, src, Some(npy))
+    }
+
+    /// [`Problem::from_sources`], the cases read from `npy` (a `cases.npy` file's bytes) instead
     /// of `src.cases` when given.
     fn build(origin: &str, src: &ProblemSources<'_>, npy: Option<&[u8]>) -> Result<Problem, ProblemError> {
         let file = |name: &str| format!("{origin}/{name}");

@@ -13,8 +13,11 @@
 
 use std::io::{BufReader, BufWriter};
 
+use gpfarm_gp::problem::ProblemSources;
 use gpfarm_gp::{Problem, ProblemError};
-use gpfarm_protocol::worker::{FrameError, ProblemRef, Reply, Request, read_frame_timed, write_frame};
+use gpfarm_protocol::worker::{
+    CasesFile, FrameError, ProblemRef, Reply, Request, read_frame_timed, write_frame,
+};
 
 use crate::gpu::variants::KernelBench;
 use crate::gpu::{CompiledUnit, GpuError, GpuEvaluator, GpuGeneration, Kernels};
@@ -31,6 +34,18 @@ impl LoadProblem for ProblemRef {
         match self {
             ProblemRef::Builtin(name) => Problem::builtin(name),
             ProblemRef::Dir(dir) => Problem::load(dir),
+            ProblemRef::Memory(files) => {
+                let sources = |cases| ProblemSources {
+                    toml: &files.toml,
+                    grammar: &files.grammar,
+                    cases,
+                    template: &files.template,
+                };
+                match &files.cases {
+                    CasesFile::Json(text) => Problem::from_sources(&files.origin, &sources(text)),
+                    CasesFile::Npy(bytes) => Problem::from_sources_npy(&files.origin, &sources(""), bytes),
+                }
+            }
             ProblemRef::Kernels => Err(ProblemError::Cases {
                 file: "--kernels".into(),
                 message: "a kernel worker serves no problem".into(),
@@ -40,25 +55,31 @@ impl LoadProblem for ProblemRef {
 }
 
 /// Serves requests on stdin/stdout until stdin closes, for `problem` until an
-/// [`Request::Init`] names another. Exits with its parent.
-pub fn serve(problem: &Problem) -> Result<(), GpuError> {
-    let mut problem = problem.clone();
+/// [`Request::Init`] names another (with none, the first Init must name one: a problem in
+/// memory, [`ProblemRef::Memory`]). Exits with its parent.
+pub fn serve(problem: Option<&Problem>) -> Result<(), GpuError> {
+    let mut problem = problem.cloned();
     let mut evaluator: Option<GpuEvaluator> = None;
     serve_frames(|request, output| {
         Ok(Some(match request {
             Request::Init { fitness_cubin, interpreter_cubin, fit_cubins, fit_cases, problem: other } => {
                 if let Some(other) = other {
                     match other.load() {
-                        Ok(p) => problem = p,
+                        Ok(p) => problem = Some(p),
                         Err(e) => {
                             evaluator = None;
                             return Ok(Some(Reply::Error(gpfarm_protocol::error_chain(&e))));
                         }
                     }
                 }
+                let Some(problem) = &problem else {
+                    return Ok(Some(Reply::Error(
+                        "init without a problem: this worker was started with none".into(),
+                    )));
+                };
                 // The old evaluator is dropped after the new one is made.
                 match GpuEvaluator::with_kernels(
-                    &problem,
+                    problem,
                     &Kernels { fitness: fitness_cubin, interpreter: interpreter_cubin, fit: fit_cubins },
                 )
                 .and_then(|mut g| g.fit_on_cases(fit_cases as usize).map(|()| g))

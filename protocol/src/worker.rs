@@ -10,6 +10,7 @@
 use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bincode::config::{self, Configuration, Limit, LittleEndian, Varint};
@@ -27,27 +28,74 @@ fn config() -> Config {
     config::standard().with_limit::<{ MAX_WORKER_FRAME as usize }>()
 }
 
-/// Which problem a worker evaluates: one of the built-in ones, or a problem directory. It
-/// travels on the worker's command line.
+/// Which problem a worker evaluates: one of the built-in ones, a problem directory, or a
+/// problem held in memory. The first two travel on the worker's command line; a problem in
+/// memory travels in every [`Request::Init`] the worker is sent.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
 pub enum ProblemRef {
     /// A built-in problem, by name.
     Builtin(String),
     /// A problem directory.
     Dir(PathBuf),
+    /// A problem's files held in memory (a fit's arrays, no directory written).
+    Memory(Arc<ProblemFiles>),
     /// No problem: the worker runs a user's kernel and its variants ([`Request::KernelInit`]).
     Kernels,
 }
 
 impl ProblemRef {
-    /// The worker's command-line arguments naming this problem (`--problem NAME` or
-    /// `--problem-dir DIR`).
+    /// The worker's command-line arguments naming this problem (`--problem NAME`,
+    /// `--problem-dir DIR`, or `--problem-in-init` for a problem in memory).
     pub fn args(&self) -> Vec<OsString> {
         match self {
             ProblemRef::Builtin(name) => vec!["--problem".into(), name.into()],
             ProblemRef::Dir(dir) => vec!["--problem-dir".into(), dir.into()],
+            ProblemRef::Memory(_) => vec!["--problem-in-init".into()],
             ProblemRef::Kernels => vec!["--kernels".into()],
         }
+    }
+
+    /// Whether the worker learns this problem from its command line; else every
+    /// [`Request::Init`] it is sent must carry it.
+    pub fn on_command_line(&self) -> bool {
+        !matches!(self, ProblemRef::Memory(_))
+    }
+}
+
+/// The files of a problem directory, held in memory: what `Problem::load` would read, with
+/// the cases as `cases.json`'s text or `cases.npy`'s bytes. `origin` stands for the directory
+/// in error messages.
+#[derive(Clone, PartialEq, Eq, Encode, Decode)]
+pub struct ProblemFiles {
+    /// What error messages name the problem by (e.g. `memory:regression`).
+    pub origin: String,
+    /// `problem.toml`.
+    pub toml: String,
+    /// `grammar.bnf`.
+    pub grammar: String,
+    /// `template.cu`.
+    pub template: String,
+    /// The cases.
+    pub cases: CasesFile,
+}
+
+/// A problem's cases as one of the two files that hold them.
+#[derive(Clone, PartialEq, Eq, Encode, Decode)]
+pub enum CasesFile {
+    /// `cases.json`'s text.
+    Json(String),
+    /// `cases.npy`'s bytes.
+    Npy(Vec<u8>),
+}
+
+impl std::fmt::Debug for ProblemFiles {
+    /// The origin and the sizes: the cases may be many megabytes.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (kind, bytes) = match &self.cases {
+            CasesFile::Json(text) => ("cases.json", text.len()),
+            CasesFile::Npy(bytes) => ("cases.npy", bytes.len()),
+        };
+        write!(f, "ProblemFiles({}, {kind} of {bytes} bytes)", self.origin)
     }
 }
 
@@ -691,6 +739,28 @@ mod tests {
     fn problems_name_themselves_on_the_command_line() {
         assert_eq!(ProblemRef::Builtin("keijzer6".into()).args(), ["--problem", "keijzer6"]);
         assert_eq!(ProblemRef::Dir("/p".into()).args(), ["--problem-dir", "/p"]);
+        let files = ProblemFiles {
+            origin: "memory:m".into(),
+            toml: "name = \"m\"".into(),
+            grammar: "<e> ::= x".into(),
+            template: String::new(),
+            cases: CasesFile::Npy(vec![0x93, b'N', b'U', b'M', b'P', b'Y']),
+        };
+        let memory = ProblemRef::Memory(Arc::new(files));
+        assert_eq!(memory.args(), ["--problem-in-init"]);
+        assert!(!memory.on_command_line() && ProblemRef::Kernels.on_command_line());
+        // It travels in the readying request, bytes and all.
+        let init = Request::Init {
+            fitness_cubin: None,
+            interpreter_cubin: None,
+            fit_cubins: Vec::new(),
+            fit_cases: 0,
+            problem: Some(memory),
+        };
+        let mut pipe = Vec::new();
+        write_frame(&mut pipe, &init).unwrap();
+        assert_eq!(read_frame::<Request>(&mut pipe.as_slice()).unwrap(), init);
+        assert!(format!("{init:?}").contains("ProblemFiles(memory:m, cases.npy of 6 bytes)"));
     }
 
     proptest! {

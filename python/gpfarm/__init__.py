@@ -54,6 +54,7 @@ __all__ = [
     "default_grammar",
     "evolve",
     "improve",
+    "memory_problem",
     "operators",
     "regression_problem",
 ]
@@ -81,12 +82,14 @@ def evolve(
     problem: Optional[str] = "keijzer6",
     *,
     problem_dir: Optional[Union[str, PathLike]] = None,
+    memory_problem: Any = None,
     on_generation: Optional[Callable[[Dict[str, Any]], Any]] = None,
     cuda: Optional[Union[str, PathLike]] = None,
     **options: Any,
 ) -> Result:
-    """Evolves programs for a built-in ``problem`` (see ``builtin_problems()``) or the problem in
-    the directory ``problem_dir``, with ``gpfarm evolve``'s options as keyword arguments
+    """Evolves programs for a built-in ``problem`` (see ``builtin_problems()``), the problem in
+    the directory ``problem_dir``, or a problem held in memory (``memory_problem``, made by
+    ``gpfarm.memory_problem(X, y)`` or ``gpfarm._gpfarm.MemoryProblem``), with ``gpfarm evolve``'s options as keyword arguments
     (``population``, ``generations``, ``seed``, ``route``, ``eval``, ...; ``True`` for a flag,
     a list for a repeatable option). ``on_generation(record)`` is called with each generation's
     record (a dict) as soon as it is complete; an exception it raises ends the run and
@@ -98,7 +101,7 @@ def evolve(
     ``TypeError``, a value out of its set (``route="teleport"``) or settings that contradict each
     other ``ValueError``, a run that cannot start ``RuntimeError``.
     """
-    config = EvolveConfig(problem, problem_dir=problem_dir, cuda=None if cuda is None else str(cuda), **options)
+    config = EvolveConfig(problem, problem_dir=problem_dir, memory_problem=memory_problem, cuda=None if cuda is None else str(cuda), **options)
     records, summary = _evolve(config, on_generation)
     return Result(
         best_fitness=summary["best_fitness"],
@@ -115,6 +118,7 @@ from .regression import (  # noqa: E402
     Operator,
     SymbolicRegressor,
     default_grammar,
+    memory_problem,
     operators,
     regression_problem,
 )

@@ -3,6 +3,7 @@ scikit-learn style estimator over it."""
 
 from __future__ import annotations
 
+import io
 import json
 import keyword
 import numbers
@@ -382,14 +383,53 @@ def regression_problem(
     Bad shapes, NaN or infinite values and unusable names raise ValueError."""
     if cases not in ("npy", "json"):
         raise ValueError(f'cases must be "npy" or "json", not {cases!r}')
+    names, toml, grammar, table = _problem_texts(X, y, names, grammar, name, operators)
+    directory = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix="gpfarm-regression-"))
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "problem.toml").write_text(toml)
+    (directory / "grammar.bnf").write_text(grammar)
+    for stale in ("cases.json", "cases.npy"):
+        (directory / stale).unlink(missing_ok=True)
+    if cases == "npy":
+        numpy.save(directory / "cases.npy", table)
+    else:
+        objects = [dict(zip(names, r[:-1]), target=r[-1]) for r in table.tolist()]
+        (directory / "cases.json").write_text(json.dumps(objects))
+    (directory / "template.cu").write_text(_gpfarm.standard_template(toml))
+    _gpfarm.check_problem(directory)
+    return directory
+
+
+def memory_problem(
+    X: Any,
+    y: Optional[Any] = None,
+    *,
+    names: Optional[Sequence[str]] = None,
+    grammar: Optional[str] = None,
+    name: str = "regression",
+    operators: Any = None,
+) -> Any:
+    """The problem `regression_problem` writes, held in memory instead (a
+    `gpfarm._gpfarm.MemoryProblem`, the cases as NumPy's array of float64): for
+    `gpfarm.evolve(None, memory_problem=...)`, on every route, the GPU's included. No file is
+    written; what `fit` runs. Bad shapes, NaN or infinite values and unusable names raise
+    ValueError."""
+    _, toml, grammar, table = _problem_texts(X, y, names, grammar, name, operators)
+    buffer = io.BytesIO()
+    numpy.save(buffer, table)
+    return _gpfarm.MemoryProblem(name, toml, grammar, _gpfarm.standard_template(toml), buffer.getvalue())
+
+
+def _problem_texts(X: Any, y: Optional[Any], names: Optional[Sequence[str]], grammar: Optional[str], name: str,
+                   operators: Any) -> Tuple[List[str], str, str, Any]:
+    """A regression problem's variable names, `problem.toml` and `grammar.bnf` texts, and its
+    cases as one C-contiguous float64 table (the inputs' columns, then the target)."""
     rows, frame_names = _rows(X)
     width = len(rows[0])
     names = check_names(names if names is not None else frame_names if frame_names is not None else [f"x{j}" for j in range(width)])
     if len(names) != width:
         raise ValueError(f"{len(names)} names for {width} columns of X")
     targets = _targets(y, len(rows)) if y is not None else [0.0] * len(rows)
-    directory = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix="gpfarm-regression-"))
-    directory.mkdir(parents=True, exist_ok=True)
     inputs = "".join(f'\n[[inputs]]\nname = "{n}"\ntype = "float"\n' for n in names)
     functions = "".join(
         f"\n[[functions]]\nname = {json.dumps(f)}\nparams = {json.dumps(p)}\nbody = {json.dumps(b)}\n"
@@ -401,21 +441,10 @@ def regression_problem(
         'start = "e"\nkind = "expression"\nfitness = "rmse"\n'
         f"{inputs}\n[[outputs]]\nname = \"y\"\ntype = \"float\"\n\n[target]\ntype = \"float\"\n{functions}"
     )
-    (directory / "problem.toml").write_text(toml)
     if grammar is None:
         grammar = default_grammar(names, operators=operators if operators is not None else "standard")
-    (directory / "grammar.bnf").write_text(grammar)
-    for stale in ("cases.json", "cases.npy"):
-        (directory / stale).unlink(missing_ok=True)
-    if cases == "npy":
-        table = numpy.column_stack([numpy.asarray(rows, dtype=numpy.float64), numpy.asarray(targets, dtype=numpy.float64)])
-        numpy.save(directory / "cases.npy", numpy.ascontiguousarray(table))
-    else:
-        objects = [dict(zip(names, r), target=t) for r, t in zip(numpy.asarray(rows).tolist(), numpy.asarray(targets).tolist())]
-        (directory / "cases.json").write_text(json.dumps(objects))
-    (directory / "template.cu").write_text(_gpfarm.standard_template(toml))
-    _gpfarm.check_problem(directory)
-    return directory
+    table = numpy.column_stack([numpy.asarray(rows, dtype=numpy.float64), numpy.asarray(targets, dtype=numpy.float64)])
+    return list(names), toml, grammar, numpy.ascontiguousarray(table)
 
 
 try:  # scikit-learn's conventions when it is installed; the same behaviour without it.
@@ -660,33 +689,33 @@ class SymbolicRegressor(_Mixin, _Base):
             fitting["max_time"] = float(self.max_time)  # less what is spent before the run, below
         import inspect
 
-        known = set(inspect.signature(_gpfarm.EvolveConfig).parameters) - {"problem", "problem_dir"}
+        known = set(inspect.signature(_gpfarm.EvolveConfig).parameters) - {"problem", "problem_dir", "memory_problem"}
         unknown = sorted(set(self.options or {}) - known)
         if unknown:
             raise ValueError(
                 f"options: {', '.join(map(repr, unknown))} not known; options are gpfarm evolve's: {', '.join(sorted(known))}"
             )
         fitting.update(self.options or {})
-        with tempfile.TemporaryDirectory(prefix="gpfarm-fit-") as tmp:
-            directory = regression_problem(rows, y, names=names, grammar=grammar, directory=tmp, operators=self.operators)
-            if "max_time" in fitting:  # `max_time` is the wall time of `fit`, from call to return
-                # and pruning the chosen model takes its last 5%
-                left = fitting["max_time"] - (time.monotonic() - began)
-                fitting["max_time"] = max(1e-3, left * (0.95 if self.prune else 1.0))
-            result = evolve(
-                None,
-                problem_dir=directory,
-                population=self.population,
-                generations=self._generations(),
-                tournament=self.tournament,
-                elite=self.elite,
-                seed=self._seed(),
-                eval=self._evaluator(len(rows)),
-                route=self.route,
-                on_generation=_progress(self._generations() if self._generations() != UNTIL_MAX_TIME else None)
-                if self.verbose else None,
-                **fitting,
-            )
+        # X and y reach the run in memory, on every route: no file is written.
+        problem = memory_problem(rows, y, names=names, grammar=grammar, operators=self.operators)
+        if "max_time" in fitting:  # `max_time` is the wall time of `fit`, from call to return
+            # and pruning the chosen model takes its last 5%
+            left = fitting["max_time"] - (time.monotonic() - began)
+            fitting["max_time"] = max(1e-3, left * (0.95 if self.prune else 1.0))
+        result = evolve(
+            None,
+            memory_problem=problem,
+            population=self.population,
+            generations=self._generations(),
+            tournament=self.tournament,
+            elite=self.elite,
+            seed=self._seed(),
+            eval=self._evaluator(len(rows)),
+            route=self.route,
+            on_generation=_progress(self._generations() if self._generations() != UNTIL_MAX_TIME else None)
+            if self.verbose else None,
+            **fitting,
+        )
         if result.best_phenotype is None:
             raise RuntimeError("no individual of the run mapped to a program: try more generations or another grammar")
         chosen = result.summary.get("chosen")
@@ -781,11 +810,8 @@ class SymbolicRegressor(_Mixin, _Base):
         steps = _gpfarm.postfix(list(self.names_), self.program_, functions)
         if steps is None:
             # A grammar of the user's own with ints, comparisons or statements: the CPU evaluator.
-            with tempfile.TemporaryDirectory(prefix="gpfarm-predict-") as tmp:
-                directory = regression_problem(
-                    data.tolist(), None, names=self.names_, grammar=self.grammar, directory=tmp, operators=self.operators
-                )
-                return numpy.asarray(_gpfarm.outputs(directory, self.program_), dtype=float)
+            problem = memory_problem(data, None, names=self.names_, grammar=self.grammar, operators=self.operators)
+            return numpy.asarray(_gpfarm.outputs(problem, self.program_), dtype=float)
         return compute(steps, data.astype(numpy.float32)).astype(numpy.float64)
 
     def sympy(self, model: Optional[Dict[str, Any]] = None) -> Any:

@@ -6,7 +6,7 @@
 //! prints). No command line is parsed and no JSON text is passed.
 
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gpfarm::stderr::one_line as stderr_line;
@@ -15,7 +15,10 @@ use gpfarm_client::{
     Workers,
 };
 use gpfarm_evolve::plan::{self, CompilerRequest, IslandFarm, build_compiler};
-use gpfarm_evolve::{CallbackError, EvalMode, EvolveError, GenerationRecord, Options, ProblemRef, Route};
+use gpfarm_evolve::{
+    CallbackError, CasesFile, EvalMode, EvolveError, GenerationRecord, LoadProblem, Options, ProblemFiles,
+    ProblemRef, Route,
+};
 use gpfarm_gp::{EvolutionConfig, FitConfig};
 use gpfarm_protocol::{FarmName, Shape};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
@@ -31,6 +34,7 @@ use pyo3::types::{PyBytes, PyDict};
 struct EvolveConfig {
     problem: Option<String>,
     problem_dir: Option<PathBuf>,
+    memory_problem: Option<MemoryProblem>,
     population: usize,
     generations: usize,
     seed: u64,
@@ -86,7 +90,7 @@ struct EvolveConfig {
 impl EvolveConfig {
     #[new]
     #[pyo3(signature = (
-        problem = Some("keijzer6".to_owned()), *, problem_dir = None, population = 300, generations = 30,
+        problem = Some("keijzer6".to_owned()), *, problem_dir = None, memory_problem = None, population = 300, generations = 30,
         seed = 1, tournament = 3, elite = 1, route = "auto".to_owned(), eval = "auto".to_owned(),
         compiler = "farm".to_owned(), daemons = None, attach = false, farm = None, per_unit = None, arch = None,
         flag = Vec::new(), link_flag = Vec::new(), shape = None, fmad = false, no_compile = false,
@@ -106,6 +110,7 @@ impl EvolveConfig {
     fn new(
         problem: Option<String>,
         problem_dir: Option<PathBuf>,
+        memory_problem: Option<MemoryProblem>,
         population: usize,
         generations: usize,
         seed: u64,
@@ -159,6 +164,7 @@ impl EvolveConfig {
         EvolveConfig {
             problem,
             problem_dir,
+            memory_problem,
             population,
             generations,
             seed,
@@ -225,6 +231,67 @@ fn non_negative(option: &str, value: f64) -> PyResult<f64> {
     }
 }
 
+/// A problem held in memory: the text of its `problem.toml`, `grammar.bnf` and `template.cu`
+/// and its cases as a `cases.npy` file's bytes, loaded and checked once, when made (a
+/// `ValueError` says what is wrong). `evolve(None, memory_problem=...)` runs it on every route,
+/// the GPU's included, and `outputs` computes a program on its cases: no file is written.
+#[pyclass(module = "gpfarm._gpfarm", frozen, from_py_object)]
+#[derive(Clone)]
+struct MemoryProblem {
+    files: Arc<ProblemFiles>,
+    problem: Arc<gpfarm_gp::Problem>,
+}
+
+impl std::fmt::Debug for MemoryProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "MemoryProblem({:?}, {} cases)", self.problem.name(), self.problem.cases().len())
+    }
+}
+
+#[pymethods]
+impl MemoryProblem {
+    /// `name` names the problem in error messages (`memory:<name>/cases.npy: case 3: ...`).
+    #[new]
+    #[pyo3(signature = (name, toml, grammar, template, cases_npy))]
+    fn new(
+        py: Python<'_>,
+        name: &str,
+        toml: String,
+        grammar: String,
+        template: String,
+        cases_npy: &[u8],
+    ) -> PyResult<MemoryProblem> {
+        let files = Arc::new(ProblemFiles {
+            origin: format!("memory:{name}"),
+            toml,
+            grammar,
+            template,
+            cases: CasesFile::Npy(cases_npy.to_vec()),
+        });
+        let source = ProblemRef::Memory(files.clone());
+        let problem = py
+            .detach(|| source.load().and_then(|p| gpfarm_gp::program::check_problem(&p).map(|()| p)))
+            .map_err(|e| PyValueError::new_err(stderr_line(&anyhow::Error::new(e))))?;
+        Ok(MemoryProblem { files, problem: Arc::new(problem) })
+    }
+
+    /// The problem's name (`problem.toml`'s).
+    #[getter]
+    fn name(&self) -> String {
+        self.problem.name().to_owned()
+    }
+
+    /// How many cases it has.
+    #[getter]
+    fn cases(&self) -> usize {
+        self.problem.cases().len()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("{self:?}")
+    }
+}
+
 /// `ValueError` naming the option whose value is out of its set.
 fn bad(option: &str, why: impl std::fmt::Display) -> PyErr {
     PyValueError::new_err(format!("{option}: {why}"))
@@ -233,10 +300,14 @@ fn bad(option: &str, why: impl std::fmt::Display) -> PyErr {
 impl EvolveConfig {
     /// The problem, the engine's options and the compiler request.
     fn plan(&self) -> PyResult<(ProblemRef, Options, CompilerRequest)> {
-        let problem = match (&self.problem_dir, &self.problem) {
-            (Some(dir), _) => ProblemRef::Dir(dir.clone()),
-            (None, Some(name)) => ProblemRef::Builtin(name.clone()),
-            (None, None) => return Err(bad("problem", "give a built-in problem's name or problem_dir")),
+        let problem = match (&self.memory_problem, &self.problem_dir, &self.problem) {
+            (Some(_), Some(_), _) => return Err(bad("memory_problem", "give it or problem_dir, not both")),
+            (Some(memory), None, _) => ProblemRef::Memory(memory.files.clone()),
+            (None, Some(dir), _) => ProblemRef::Dir(dir.clone()),
+            (None, None, Some(name)) => ProblemRef::Builtin(name.clone()),
+            (None, None, None) => {
+                return Err(bad("problem", "give a built-in problem's name, problem_dir or memory_problem"));
+            }
         };
         let route = match self.no_compile {
             true => Some(Route::Cpu),
@@ -468,13 +539,25 @@ fn check_problem(directory: std::path::PathBuf) -> PyResult<String> {
     Ok(problem.name().to_owned())
 }
 
-/// The first output of `phenotype` on every case of the problem in `directory`, computed by the
-/// CPU evaluator (the reference every GPU route agrees with to 1e-4 or better). `ValueError` if
-/// the phenotype does not compile or fails to run.
+/// A problem as Python names it: a [`MemoryProblem`] or a problem directory.
+#[derive(FromPyObject)]
+enum ProblemArg {
+    Memory(MemoryProblem),
+    Dir(PathBuf),
+}
+
+/// The first output of `phenotype` on every case of `problem` (a `MemoryProblem` or a problem
+/// directory), computed by the CPU evaluator (the reference every GPU route agrees with to 1e-4
+/// or better). `ValueError` if the phenotype does not compile or fails to run.
 #[pyfunction]
-fn outputs(py: Python<'_>, directory: std::path::PathBuf, phenotype: &str) -> PyResult<Vec<f64>> {
-    let problem = gpfarm_gp::Problem::load(&directory)
-        .map_err(|e| PyValueError::new_err(stderr_line(&anyhow::Error::new(e))))?;
+fn outputs(py: Python<'_>, problem: ProblemArg, phenotype: &str) -> PyResult<Vec<f64>> {
+    let problem = match problem {
+        ProblemArg::Memory(memory) => memory.problem,
+        ProblemArg::Dir(directory) => Arc::new(
+            gpfarm_gp::Problem::load(&directory)
+                .map_err(|e| PyValueError::new_err(stderr_line(&anyhow::Error::new(e))))?,
+        ),
+    };
     let phenotype = gpfarm_gp::Phenotype::new(phenotype);
     let evaluation = py.detach(|| gpfarm_gp::evaluate_phenotype(&problem, &phenotype));
     let failure = evaluation.failure.map(|f| f.to_string());
@@ -834,6 +917,7 @@ fn _gpfarm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(check_functions, m)?)?;
     m.add_class::<Farm>()?;
     m.add_class::<EvolveConfig>()?;
+    m.add_class::<MemoryProblem>()?;
     m.add_function(wrap_pyfunction!(daemon_main, m)?)?;
     m.add_function(wrap_pyfunction!(gpu_worker_main, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

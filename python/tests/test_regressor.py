@@ -167,6 +167,43 @@ def test_a_regression_problem_directory_runs_under_evolve_as_on_the_command_line
         assert json.loads(out.stdout.splitlines()[-1])["best_fitness"] == result.best_fitness
 
 
+def test_a_problem_in_memory_runs_as_its_directory_does_and_fit_writes_no_file(tmp_path, monkeypatch):
+    X, y = data(64)
+    directory = gpfarm.regression_problem(X, y, names=["a", "b"], directory=tmp_path / "p")
+    memory = gpfarm.memory_problem(X, y, names=["a", "b"])
+    assert (memory.name, memory.cases) == ("regression", 64)
+    on_disk = gpfarm.evolve(None, problem_dir=directory, population=60, generations=3, seed=1, eval="cpu")
+    in_memory = gpfarm.evolve(None, memory_problem=memory, population=60, generations=3, seed=1, eval="cpu")
+    assert (in_memory.best_fitness, in_memory.best_phenotype) == (on_disk.best_fitness, on_disk.best_phenotype)
+    assert [(r["best"], r["mean"]) for r in in_memory.history] == [(r["best"], r["mean"]) for r in on_disk.history]
+    # The same outputs from either.
+    program = on_disk.best_phenotype
+    assert gpfarm._gpfarm.outputs(memory, program) == gpfarm._gpfarm.outputs(directory, program)
+    with pytest.raises(ValueError, match="memory_problem: give it or problem_dir, not both"):
+        gpfarm.evolve(None, problem_dir=directory, memory_problem=memory, generations=1)
+    # Bad data in memory is the same one-line ValueError, naming no file.
+    with pytest.raises(ValueError, match="NaN|finite"):
+        gpfarm.memory_problem([[1.0, float("nan")]], [1.0])
+    # fit and predict (its fallback for a grammar of the user's own too) write nothing: no
+    # temporary folder is made (TemporaryDirectory makes its own with mkdtemp), and none of
+    # anything else lands in this empty one.
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    import tempfile
+
+    made = []
+    real = tempfile.mkdtemp
+    monkeypatch.setattr(tempfile, "mkdtemp", lambda *a, **k: made.append(a or k) or real(*a, **k))
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    model = gpfarm.SymbolicRegressor(population=50, generations=2, random_state=1, eval="cpu").fit(X, y)
+    model.predict(X)
+    own = "<e> ::= <e> + <e> | <e> * <e> | x0 | x1 | (x0 > x1 ? x0 : x1)\n"
+    other = gpfarm.SymbolicRegressor(population=30, generations=1, random_state=1, eval="cpu", grammar=own).fit(X, y)
+    assert np.isfinite(other.predict(X)).all()
+    assert made == [] and list(scratch.iterdir()) == []
+
+
 def test_the_example_fits_a_csv(tmp_path):
     csv = tmp_path / "data.csv"
     X, y = data(120, seed=5)

@@ -15,11 +15,18 @@ use gpfarm_protocol::worker::ProblemRef;
 #[command(name = "gpfarm-gpu-worker", version, about = "gpfarm's GPU evaluation worker (started by gpfarm)")]
 pub struct Args {
     /// A built-in problem.
-    #[arg(long, conflicts_with_all = ["problem_dir", "kernels"], required_unless_present_any = ["problem_dir", "kernels"])]
+    #[arg(
+        long,
+        conflicts_with_all = ["problem_dir", "kernels", "problem_in_init"],
+        required_unless_present_any = ["problem_dir", "kernels", "problem_in_init"]
+    )]
     problem: Option<String>,
     /// A problem directory.
-    #[arg(long, conflicts_with = "kernels")]
+    #[arg(long, conflicts_with_all = ["kernels", "problem_in_init"])]
     problem_dir: Option<PathBuf>,
+    /// The problem comes with every readying request (a problem held in memory by the parent).
+    #[arg(long, conflicts_with = "kernels")]
+    problem_in_init: bool,
     /// Run a user's kernel and its variants (`gpfarm improve`) instead of a problem.
     #[arg(long)]
     kernels: bool,
@@ -29,13 +36,16 @@ fn run(args: Args) -> Result<()> {
     if args.kernels {
         return Ok(gpfarm_kernels::worker::serve_kernels()?);
     }
+    if args.problem_in_init {
+        return Ok(serve(None)?);
+    }
     let problem = match (args.problem, args.problem_dir) {
         (_, Some(dir)) => ProblemRef::Dir(dir),
         (Some(name), None) => ProblemRef::Builtin(name),
         (None, None) => unreachable!("clap requires one of them"),
     };
     let problem = problem.load().with_context(|| format!("loading {problem:?}"))?;
-    Ok(serve(&problem)?)
+    Ok(serve(Some(&problem))?)
 }
 
 /// Runs the worker with `args` (its command line, the program name first) and returns its exit
