@@ -228,6 +228,66 @@ fn a_client_attaching_while_the_keeper_has_no_daemon_running_waits_for_the_next_
     assert!(batch.results.iter().all(|r| r.cubin().is_some()));
 }
 
+/// A daemon of a spawned farm stopped by a signal (SIGSTOP) costs a call about a second, not
+/// the unit's deadline: its client counts it lost after `STOPPED_LIMIT`, replaces it and sends
+/// its units elsewhere. Holds whichever daemon is stopped, every unit compiled.
+#[test]
+fn a_stopped_daemon_of_a_spawned_farm_is_replaced_long_before_the_deadline() {
+    let _turn = one_at_a_time();
+    if !nvrtc_or_skip("stopped spawned daemon") {
+        return;
+    }
+    let mut farm = Farm::spawn(config(2)).unwrap();
+    let warm = farm.compile(&units(2), &options()).unwrap();
+    assert!(warm.results.iter().all(|r| r.cubin().is_some()));
+    for k in 0..2 {
+        let before = farm.pids();
+        assert_eq!(unsafe { libc::kill(before[k] as i32, libc::SIGSTOP) }, 0);
+        let asked = Instant::now();
+        let batch = farm.compile(&units(6), &options()).unwrap();
+        let took = asked.elapsed();
+        eprintln!("stopped daemon {k} of a spawned farm: a 6-unit call took {took:?}");
+        assert!(batch.results.iter().all(|r| r.cubin().is_some()), "{:?}", batch.results);
+        // The default deadline is 120 s; the stop is noticed after 1 s.
+        assert!(took < Duration::from_secs(20), "the stopped daemon held the call for {took:?}");
+        let after = farm.pids();
+        assert_ne!(after[k], before[k], "the stopped daemon was kept");
+        assert!(
+            common::wait_gone(&[before[k]], Duration::from_secs(5)).is_empty(),
+            "the stopped daemon lives on"
+        );
+    }
+}
+
+/// A client attaching to a resident farm whose keeper is stopped (SIGSTOP) while a daemon is
+/// lost is told so within seconds, naming the keeper, instead of waiting out the start-up
+/// timeout; once the keeper is continued the farm serves again.
+#[test]
+fn a_stopped_keeper_is_named_to_its_clients_at_once() {
+    let _turn = one_at_a_time();
+    if !nvrtc_or_skip("stopped keeper") {
+        return;
+    }
+    let farm = Resident::start("held", 1, &[]);
+    let keepers = process::keepers_of(&farm.0);
+    assert_eq!(keepers.len(), 1, "{keepers:?}");
+    let (keeper, before) = (keepers[0], farm.pids());
+    assert_eq!(unsafe { libc::kill(keeper as i32, libc::SIGSTOP) }, 0);
+    assert_eq!(unsafe { libc::kill(before[0] as i32, libc::SIGKILL) }, 0);
+    assert!(common::wait_gone(&before, Duration::from_secs(5)).is_empty(), "the daemon outlived SIGKILL");
+    let asked = Instant::now();
+    let attached = Farm::attach(Some(&farm.0), config(1));
+    let waited = asked.elapsed();
+    assert_eq!(unsafe { libc::kill(keeper as i32, libc::SIGCONT) }, 0);
+    let err = attached.err().expect("attached to a farm with no daemon and a stopped keeper").to_string();
+    eprintln!("attach with a stopped keeper: {waited:?}: {err}");
+    assert!(err.contains(&format!("keeper (pid {keeper}) is stopped by a signal")), "{err}");
+    assert!(waited < Duration::from_secs(20), "waited {waited:?} on a stopped keeper");
+    let mut client = Farm::attach(Some(&farm.0), config(1)).expect("the continued keeper's farm");
+    let batch = client.compile(&units(2), &options()).unwrap();
+    assert!(batch.results.iter().all(|r| r.cubin().is_some()));
+}
+
 #[test]
 fn a_resident_farm_replaces_daemons_that_hang_or_lose_their_client_and_stays_whole() {
     let _turn = one_at_a_time();

@@ -17,6 +17,10 @@ use gpfarm_protocol::process::is_daemon_of;
 
 /// How often a waiting client looks up to check that its daemons are alive.
 pub(super) const POLL: Duration = Duration::from_millis(50);
+/// How long a daemon (or a resident farm's keeper) may stay stopped by a signal (SIGSTOP,
+/// SIGTSTP, a debugger) before a client waiting on it counts it as lost: a stopped process
+/// answers nobody, and is noticed at once instead of at the unit's deadline.
+pub(super) const STOPPED_LIMIT: Duration = Duration::from_secs(1);
 
 /// A daemon of the farm: its segment, its process (when this farm spawned it) and what it said
 /// in its handshake.
@@ -61,6 +65,7 @@ impl Daemon {
     pub(super) fn await_done(&mut self, seen: u32, limit: Duration) -> Result<(), Lost> {
         let mut progress = self.seg.progress();
         let mut since = Instant::now();
+        let mut stopped_since: Option<Instant> = None;
         loop {
             match event::wait(self.seg.done(), seen, POLL) {
                 Wake::Signalled(_) => {
@@ -72,6 +77,16 @@ impl Daemon {
                 }
                 Wake::TimedOut => {
                     self.alive().map_err(|(m, crash)| Lost::Died(m, crash))?;
+                    // Stopped by a signal: it answers nobody until continued. Not its unit's
+                    // fault: lost as if killed from outside, so its units go elsewhere.
+                    match gpfarm_protocol::process::is_stopped(self.pid) {
+                        false => stopped_since = None,
+                        true if stopped_since.get_or_insert_with(Instant::now).elapsed() >= STOPPED_LIMIT => {
+                            let why = format!("stopped by a signal for {STOPPED_LIMIT:?} (pid {})", self.pid);
+                            return Err(Lost::Died(why, false));
+                        }
+                        true => {}
+                    }
                     let now = self.seg.progress();
                     if now != progress {
                         (progress, since) = (now, Instant::now());

@@ -152,12 +152,27 @@ impl Farm {
         // A named farm whose keeper lives is between two lives of its daemons (the old one
         // killed, the new one not yet started): it is looked for again until the start-up
         // timeout.
+        // A keeper stopped by a signal starts none: said after `STOPPED_LIMIT`, not the timeout.
         let deadline = Instant::now() + config.start_timeout;
+        let mut keeper_stopped: Option<Instant> = None;
         let (live, mut farms) = loop {
             let (live, farms) = running_farms();
-            let missing = name.is_some_and(|n| !farms.contains_key(n) && !process::keepers_of(n).is_empty());
-            if !missing || Instant::now() >= deadline {
+            let keepers =
+                name.filter(|n| !farms.contains_key(*n)).map(process::keepers_of).unwrap_or_default();
+            if keepers.is_empty() || Instant::now() >= deadline {
                 break (live, farms);
+            }
+            match keepers.iter().all(|&k| process::is_stopped(k)) {
+                false => keeper_stopped = None,
+                true if keeper_stopped.get_or_insert_with(Instant::now).elapsed()
+                    >= super::daemon::STOPPED_LIMIT =>
+                {
+                    return Err(FarmError::Daemon {
+                        id: DaemonId(0),
+                        message: keeper_is_stopped(keepers[0]),
+                    });
+                }
+                true => {}
             }
             std::thread::sleep(Duration::from_millis(20));
         };
@@ -482,6 +497,14 @@ fn reattach(d: &mut Daemon, name: &FarmName, config: &FarmConfig) -> Result<(), 
     Ok(())
 }
 
+/// What a client is told when the keeper of its farm is stopped by a signal.
+fn keeper_is_stopped(keeper: u32) -> String {
+    format!(
+        "the farm's keeper (pid {keeper}) is stopped by a signal and starts no daemon until it is continued \
+         (`kill -CONT {keeper}`)"
+    )
+}
+
 /// Meets daemon `id` of resident farm `name`, waiting for its keeper to replace it if it is lost
 /// on the way (killed while it starts or shakes hands).
 fn meet_resident(name: &FarmName, id: DaemonId, config: &FarmConfig) -> Result<Daemon, FarmError> {
@@ -511,6 +534,7 @@ fn meet_daemon(
     let mut last = None;
     let mut keeper_held: Option<Instant> = None;
     let mut damaged_since: Option<Instant> = None;
+    let mut keeper_stopped: Option<Instant> = None;
     loop {
         if let Some(pid) = process::find_daemon(&seg_name).filter(|&p| p != old) {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -537,6 +561,14 @@ fn meet_daemon(
             }
         }
         let keeper_alive = keeper > 1 && process::process_alive(keeper);
+        // A keeper stopped by a signal replaces nothing until it is continued.
+        if keeper_alive && process::is_stopped(keeper) {
+            if keeper_stopped.get_or_insert_with(Instant::now).elapsed() >= super::daemon::STOPPED_LIMIT {
+                return Err(FarmError::Daemon { id, message: keeper_is_stopped(keeper) });
+            }
+        } else {
+            keeper_stopped = None;
+        }
         if !keeper_alive || Instant::now() > deadline {
             let why = match (keeper_alive, last) {
                 (false, _) => {
