@@ -417,7 +417,15 @@ impl Engine {
                 return Err(EvolveError::NoGpu("individuals must be compiled to run on it".into()));
             }
             (Some(_), Some(c)) => {
+                let t = Instant::now();
                 let (kernel, fit) = self.worker_kernels(&mut **c, &options)?;
+                if gpfarm_kernels::gpu::fit_profiling() {
+                    eprintln!(
+                        "gpfarm start-up profile: the worker's kernels ready {:.1} ms after the run's start, in {:.1} ms",
+                        started.elapsed().as_secs_f64() * 1e3,
+                        t.elapsed().as_secs_f64() * 1e3
+                    );
+                }
                 (Some(kernel), fit)
             }
         };
@@ -524,7 +532,17 @@ impl Engine {
             None => Evaluator::Cpu,
             Some(cubin) => {
                 let fit = shared.fit_kernels.to_vec();
+                let t = Instant::now();
                 let worker = Box::new(self.spawn_worker(cubin.to_vec(), fit, island % shared.devices)?);
+                if gpfarm_kernels::gpu::fit_profiling() {
+                    eprintln!(
+                        "gpfarm start-up profile: island {island}'s GPU worker ready {:.1} ms after the run's start, \
+                         in {:.1} ms ({})",
+                        shared.started.elapsed().as_secs_f64() * 1e3,
+                        t.elapsed().as_secs_f64() * 1e3,
+                        if worker.reused { "kept from a run before" } else { "started" }
+                    );
+                }
                 match self.route {
                     Route::Interpreter => Evaluator::Interpreter(worker),
                     _ => Evaluator::Gpu(worker),
