@@ -526,6 +526,90 @@ fn another_user_can_neither_pre_create_a_farms_names_nor_stop_it_starting() {
     assert_eq!(std::fs::read_dir(&ours[0]).unwrap().count(), 0, "segments were left behind");
 }
 
+/// Segments truncated every 20 ms for 3 s (`truncate -s 0` in a loop) kill by SIGBUS the
+/// daemons that start meanwhile; the keeper keeps every slot and tries again after a growing
+/// wait, so the farm lives through the burst and serves within seconds of its end.
+#[test]
+fn sustained_truncation_ends_no_resident_farm() {
+    let _turn = one_at_a_time();
+    if !nvrtc_or_skip("sustained truncation") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("keeper.log");
+    let farm = Resident::start("burst", 2, &["--log", log.to_str().unwrap()]);
+    let keepers = process::keepers_of(&farm.0);
+    assert_eq!(keepers.len(), 1, "{keepers:?}");
+    let keeper = keepers[0];
+    let paths: Vec<_> = (0..2)
+        .map(|k| gpfarm_protocol::segment::path_of(&SegmentName::new(&farm.0, DaemonId(k))).unwrap())
+        .collect();
+    // GPFARM_BURST_S lengthens the burst for a measurement (30 s in docs/failures.md).
+    let burst = std::env::var("GPFARM_BURST_S").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
+    let until = Instant::now() + Duration::from_secs(burst);
+    // A client calls all through the burst: each call ends, served or failed, within its
+    // deadlines (5 s to meet the daemons, 5 s a unit).
+    let caller = {
+        let name = farm.0.clone();
+        std::thread::spawn(move || {
+            let (mut served, mut failed, mut longest) = (0, 0, Duration::ZERO);
+            while Instant::now() < until {
+                let t = Instant::now();
+                let cfg = FarmConfig {
+                    start_timeout: Duration::from_secs(5),
+                    request_timeout: Duration::from_secs(5),
+                    ..config(2)
+                };
+                let ok = Farm::attach(Some(&name), cfg)
+                    .ok()
+                    .and_then(|mut c| c.compile(&units(2), &options()).ok())
+                    .is_some_and(|b| b.results.iter().all(|r| r.cubin().is_some()));
+                longest = longest.max(t.elapsed());
+                if ok { served += 1 } else { failed += 1 }
+            }
+            (served, failed, longest)
+        })
+    };
+    let mut cuts = 0;
+    while Instant::now() < until {
+        for p in &paths {
+            if let Ok(f) = std::fs::OpenOptions::new().write(true).open(p) {
+                cuts += usize::from(f.set_len(0).is_ok());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ended = Instant::now();
+    let kept = || std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(cuts > 10, "only {cuts} truncations");
+    let (served_during, failed_during, longest) = caller.join().unwrap();
+    assert!(longest < Duration::from_secs(15), "a call during the burst took {longest:?}");
+    assert!(process_alive(keeper) && !process::is_zombie(keeper), "the keeper ended; its log:\n{}", kept());
+    let served = loop {
+        let batch = Farm::attach(Some(&farm.0), config(2))
+            .ok()
+            .and_then(|mut c| c.compile(&units(4), &options()).ok());
+        if batch.is_some_and(|b| b.results.iter().all(|r| r.cubin().is_some())) {
+            break ended.elapsed();
+        }
+        assert!(
+            ended.elapsed() < Duration::from_secs(60),
+            "not served 60 s after the burst; log:\n{}",
+            kept()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    eprintln!(
+        "sustained truncation: {cuts} truncations in {burst} s; during it {served_during} calls served, \
+         {failed_during} failed, the longest {longest:?}; served {served:?} after the burst"
+    );
+    assert!(
+        farm.wait(Duration::from_secs(10), |f| f.pids().len() == 2),
+        "the farm lost a daemon: {:?}",
+        farm.pids()
+    );
+}
+
 #[test]
 fn a_resident_farm_heals_stopped_overwritten_and_truncated_daemons_and_its_keeper_and_clients_live() {
     let _turn = one_at_a_time();

@@ -30,8 +30,8 @@ pub use cache::{CacheKey, DiskCache, KeyMap};
 pub use compiler::{Batch, BatchStats, Compiler, CompilerError, WorkerStats};
 pub use farm::{
     DAEMON_RSS, DEFAULT_UNIT_DEADLINE, DaemonStatus, Farm, FarmConfig, FarmError, FarmKind, FarmSizeError,
-    FarmStatus, Healed, RSS_FACTOR, Room, SEGMENT_BYTES, StopError, daemon_executable, farm_status,
-    farms_to_stop, stop_farm,
+    FarmStatus, Healed, RETRY_FIRST, RETRY_MOST, RSS_FACTOR, Room, SEGMENT_BYTES, StopError,
+    daemon_executable, farm_status, farms_to_stop, stop_farm,
 };
 pub use gpfarm_protocol::worker::{CompiledUnit, GpuGeneration, ProblemRef};
 pub use gpfarm_protocol::{

@@ -26,12 +26,16 @@ use super::size::Room;
 use super::{Farm, FarmConfig, FarmError};
 use crate::supervisor::{Liveness, LocateError, ParentDeath, Supervised, locate_executable, signal_daemon};
 
-/// Starts of a replacement daemon before its slot is given up.
+/// Starts of a replacement daemon in one try to replace it.
 const RESPAWN_TRIES: usize = 3;
 /// Starts of one daemon that is killed from outside before it is ready, before start-up gives up.
 const START_TRIES: usize = 8;
 /// How long a client waits for a resident farm's keeper to let go of a daemon it just met.
 const KEEPER_HOLD: Duration = Duration::from_secs(5);
+/// A keeper's first wait before it tries again to replace a daemon it could not replace.
+pub const RETRY_FIRST: Duration = Duration::from_millis(100);
+/// The longest such wait.
+pub const RETRY_MOST: Duration = Duration::from_millis(500);
 /// A daemon whose resident memory, idle after a unit, exceeds this many times its warm size is
 /// replaced (unless [`FarmConfig::max_rss`] sets the limit).
 pub const RSS_FACTOR: u64 = 4;
@@ -128,8 +132,13 @@ impl Farm {
         };
         // `check` bounds the count to 1..=u16::MAX.
         let n = config.daemons.clamp(1, u16::MAX as usize) as u16;
-        let mut farm =
-            Farm { name: name.clone(), daemons: Vec::new(), config: config.clone(), owns_daemons: true };
+        let mut farm = Farm {
+            name: name.clone(),
+            daemons: Vec::new(),
+            config: config.clone(),
+            owns_daemons: true,
+            backoff: Default::default(),
+        };
         // On any error below, dropping what was started kills and reaps it. All start at once,
         // so their warm-ups overlap; one killed from outside on the way is started again.
         let mut children = Vec::with_capacity(usize::from(n));
@@ -221,6 +230,7 @@ impl Farm {
             daemons: Vec::new(),
             config: config.clone(),
             owns_daemons: false,
+            backoff: Default::default(),
         };
         for id in ids {
             farm.daemons.push(meet_resident(&farm_name, id, &config)?);
@@ -276,12 +286,19 @@ impl Farm {
     /// when it is stopped by a signal, when the client it was
     /// working for died (the unit is abandoned with the daemon), or when, idle, it holds more
     /// memory than `Farm::over_memory` allows; a farm told to stop ([`FarmConfig::stop`])
-    /// replaces none. Returns what was done.
+    /// replaces none. A replacement that fails (a segment truncated again and again while the
+    /// fresh daemon starts, a crash at start-up) never gives up the slot: it is tried again after
+    /// a wait that doubles from [`RETRY_FIRST`] to [`RETRY_MOST`], so the farm lives as long as
+    /// it is meant to run and serves again once the fault ends. Returns what was done.
     pub fn heal(&mut self) -> Vec<Healed> {
         let me = std::process::id();
         let mut report = Vec::new();
         let mut kept = Vec::with_capacity(self.daemons.len());
         for mut d in std::mem::take(&mut self.daemons) {
+            if self.backoff.get(&d.id).is_some_and(|(at, _)| Instant::now() < *at) {
+                kept.push(d);
+                continue;
+            }
             match self.trouble(&mut d) {
                 None => kept.push(d),
                 Some(Trouble::Stopped(why)) => {
@@ -293,12 +310,19 @@ impl Farm {
                     // A farm told to stop starts nothing more: its daemons are ending with it.
                     if self.owns_daemons && !self.config.stopping() {
                         match self.bring_back(&mut d) {
-                            Ok(()) => replaced = true,
+                            Ok(()) => {
+                                replaced = true;
+                                self.backoff.remove(&d.id);
+                            }
                             Err(e) => {
-                                // Killed from outside at every start: the slot stays, and the
-                                // next look tries again. Anything else would fail again.
-                                again = matches!(e, FarmError::Killed { .. });
-                                why = format!("{why}; starting another failed: {e}");
+                                // The slot stays; the next try waits longer each time.
+                                again = true;
+                                let wait = self
+                                    .backoff
+                                    .get(&d.id)
+                                    .map_or(RETRY_FIRST, |(_, w)| (*w * 2).min(RETRY_MOST));
+                                self.backoff.insert(d.id, (Instant::now() + wait, wait));
+                                why = format!("{why}; starting another failed: {e}; again in {wait:?}");
                             }
                         }
                     }

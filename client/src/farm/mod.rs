@@ -45,7 +45,7 @@ use daemon::Daemon;
 use dispatch::too_large;
 
 pub use error::FarmError;
-pub use lifecycle::{Healed, RSS_FACTOR, daemon_executable};
+pub use lifecycle::{Healed, RETRY_FIRST, RETRY_MOST, RSS_FACTOR, daemon_executable};
 pub use ops::{DaemonStatus, FarmKind, FarmStatus, StopError, farm_status, farms_to_stop, stop_farm};
 pub use size::{DAEMON_RSS, FarmSizeError, Room, SEGMENT_BYTES};
 
@@ -119,6 +119,9 @@ pub struct Farm {
     daemons: Vec<Daemon>,
     config: FarmConfig,
     owns_daemons: bool,
+    /// For a keeper: the daemons whose replacement failed, when to try again and the wait after
+    /// that ([`Farm::heal`]).
+    backoff: std::collections::HashMap<gpfarm_protocol::DaemonId, (Instant, Duration)>,
 }
 
 impl Farm {
