@@ -429,6 +429,141 @@ fn a_resident_farm_loses_nothing_while_its_daemons_are_killed_at_random() {
     report("resident", &tally, kills.into_inner(), starting.into_inner(), wall);
 }
 
+/// Seconds four clients share a resident farm in [`several_clients_share_a_resident_farm_while_its_daemons_are_killed`]
+/// (`GPFARM_CHAOS_CLIENTS_S`; 20 by default, 600 for the figure in docs/failures.md).
+fn shared_seconds() -> u64 {
+    std::env::var("GPFARM_CHAOS_CLIENTS_S").ok().and_then(|v| v.parse().ok()).unwrap_or(20)
+}
+
+/// Four client processes (`gpfarm compile --attach`, one call each, one after another) share one
+/// resident farm of two daemons while its daemons are killed at random: clients take turns, so
+/// no call may be refused, and every CUBIN must be the clean run's.
+#[test]
+fn several_clients_share_a_resident_farm_while_its_daemons_are_killed() {
+    let _turn = one_at_a_time();
+    if !nvrtc_or_skip("chaos shared") {
+        return;
+    }
+    let (_, span_ms) = reference();
+    let gpfarm = env!("CARGO_BIN_EXE_gpfarm");
+    let dir = tempfile::tempdir().unwrap();
+    let clean = dir.path().join("clean");
+    let call = |farm: &[&str], out: &std::path::Path| {
+        let _ = std::fs::remove_dir_all(out);
+        Command::new(gpfarm)
+            .args(["compile", "--random", "12", "--seed", "5", "--json", "--out-dir"])
+            .arg(out)
+            .args(farm)
+            .env("GPFARMD", env!("CARGO_BIN_EXE_gpfarmd"))
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap()
+    };
+    let out = call(&["-n", "2"], &clean);
+    assert!(out.status.success(), "the clean run: {}", String::from_utf8_lossy(&out.stderr));
+    let cubins = |d: &std::path::Path| -> Vec<Option<Vec<u8>>> {
+        (0..12).map(|i| std::fs::read(d.join(format!("random_{i}.cubin"))).ok()).collect()
+    };
+    let want = cubins(&clean);
+    assert!(want.iter().all(Option::is_some), "the clean run left out a CUBIN");
+
+    let name: FarmName = format!("share{}", std::process::id()).parse().unwrap();
+    let start = Command::new(gpfarm)
+        .args(["daemons", "start", "-n", "2", "--detach", "--name", name.as_str()])
+        .env("GPFARMD", env!("CARGO_BIN_EXE_gpfarmd"))
+        .output()
+        .unwrap();
+    assert!(start.status.success(), "{}", String::from_utf8_lossy(&start.stderr));
+    struct StopFarm<'a>(&'a FarmName);
+    impl Drop for StopFarm<'_> {
+        fn drop(&mut self) {
+            gpfarm_client::stop_farm(self.0, Duration::from_secs(5));
+        }
+    }
+    let guard = StopFarm(&name);
+    let target = Mutex::new(Some(name.clone()));
+    let (stop, kills, starting) = (AtomicBool::new(false), AtomicUsize::new(0), AtomicUsize::new(0));
+    let faults = [Fault::Kill];
+    let by_kind = [AtomicUsize::new(0)];
+    let until = Instant::now() + Duration::from_secs(shared_seconds());
+    #[derive(Default, Debug)]
+    struct Calls {
+        calls: usize,
+        refused: usize,
+        lost: usize,
+        wrong: usize,
+        longest: Duration,
+        errors: Vec<String>,
+    }
+    let tallies: Vec<Calls> = std::thread::scope(|s| {
+        let killer = Killer {
+            span_ms,
+            target: &target,
+            stop: &stop,
+            kills: &kills,
+            starting: &starting,
+            faults: &faults,
+            by_kind: &by_kind,
+        };
+        s.spawn(move || killer.run(0x5eed_0003));
+        let clients: Vec<_> = (0..4)
+            .map(|c| {
+                let (out_dir, want, name, call) =
+                    (dir.path().join(format!("client{c}")), &want, &name, &call);
+                s.spawn(move || {
+                    let mut t = Calls::default();
+                    while Instant::now() < until {
+                        let began = Instant::now();
+                        let out = call(&["--attach", "--farm", name.as_str()], &out_dir);
+                        t.longest = t.longest.max(began.elapsed());
+                        t.calls += 1;
+                        if !out.status.success() {
+                            t.refused += 1;
+                            t.errors.push(
+                                String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("").into(),
+                            );
+                            continue;
+                        }
+                        for (got, w) in cubins(&out_dir).iter().zip(want) {
+                            match got {
+                                None => t.lost += 1,
+                                Some(b) if Some(b) != w.as_ref() => t.wrong += 1,
+                                Some(_) => {}
+                            }
+                        }
+                    }
+                    t
+                })
+            })
+            .collect();
+        let tallies = clients.into_iter().map(|c| c.join().unwrap()).collect();
+        stop.store(true, Ordering::SeqCst);
+        tallies
+    });
+    drop(guard);
+    assert_eq!(leftovers(&name, Duration::from_secs(5)), (0, 0), "the stopped farm left daemons or segments");
+    let sum = |f: fn(&Calls) -> usize| tallies.iter().map(f).sum::<usize>();
+    let longest = tallies.iter().map(|t| t.longest).max().unwrap_or_default();
+    let per_client: Vec<usize> = tallies.iter().map(|t| t.calls).collect();
+    eprintln!(
+        "chaos shared: 4 clients, {} s, {} kills, {} calls (by client {per_client:?}), {} refused, {} units lost, {} wrong, the longest call {longest:?}",
+        shared_seconds(),
+        kills.load(Ordering::SeqCst),
+        sum(|t| t.calls),
+        sum(|t| t.refused),
+        sum(|t| t.lost),
+        sum(|t| t.wrong),
+    );
+    let errors: Vec<&String> = tallies.iter().flat_map(|t| &t.errors).take(5).collect();
+    assert_eq!(
+        (sum(|t| t.refused), sum(|t| t.lost), sum(|t| t.wrong)),
+        (0, 0, 0),
+        "refused, lost, wrong: {errors:?}"
+    );
+    assert!(per_client.iter().all(|&n| n > 0), "a client was never served: {per_client:?}");
+    assert!(kills.load(Ordering::SeqCst) > 0, "no daemon was killed");
+}
+
 #[test]
 fn a_client_killed_while_its_farm_starts_leaves_no_daemon_and_no_segment() {
     let _turn = one_at_a_time();

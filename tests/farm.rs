@@ -128,23 +128,34 @@ fn a_daemon_without_nvrtc_fails_to_start_with_an_install_hint() {
 }
 
 #[test]
-fn an_attached_daemon_refuses_a_second_client() {
+fn a_released_farm_is_shared_by_its_clients_and_an_unreleased_one_is_refused_at_once() {
     if !nvrtc_or_skip("second_client") {
         return;
     }
     let mut owner = Farm::spawn(config(1)).unwrap();
-    owner.release();
     let name = owner.name().clone();
-    let mut first = Farm::attach(Some(&name), config(1)).expect("first client attaches");
     // A second client is another process; this one's lock would be re-entrant, so ask gpfarm.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpfarm"))
-        .args(["compile", "--attach", "--farm", name.as_str(), "--random", "1"])
-        .output()
-        .unwrap();
+    let second = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_gpfarm"))
+            .args(["compile", "--attach", "--farm", name.as_str(), "--random", "3"])
+            .output()
+            .unwrap()
+    };
+    // The farm's owner holds its daemon for good: nothing to wait for.
+    let t = std::time::Instant::now();
+    let out = second();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(stderr.contains("in use by process"), "{stderr}");
+    assert!(stderr.contains("in use by process") && stderr.contains("does not share it"), "{stderr}");
+    assert!(t.elapsed() < std::time::Duration::from_secs(10), "refused after {:?}", t.elapsed());
+    // Released, it is shared: a client attached in this process and another process both compile.
+    owner.release();
+    let mut first = Farm::attach(Some(&name), config(1)).expect("first client attaches");
+    let out = second();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let batch = first.compile(&units(2), &CompileOptions::cubin(SmArch::SM_90)).unwrap();
+    assert!(batch.results.iter().all(|r| r.cubin().is_some()));
+    let batch = owner.compile(&units(2), &CompileOptions::cubin(SmArch::SM_90)).unwrap();
     assert!(batch.results.iter().all(|r| r.cubin().is_some()));
 }
 

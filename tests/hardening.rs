@@ -356,6 +356,46 @@ fn a_resident_farm_replaces_daemons_that_hang_or_lose_their_client_and_stays_who
     assert!(kept.contains("died while it was compiling; replaced"), "{kept}");
 }
 
+/// Clients of a resident farm take turns: one waiting behind a unit that never ends is told, in
+/// one line at its deadline, that the farm is busy and when to try again; once the holder is
+/// gone (its daemon replaced by the keeper), the waiting kind of client is served.
+#[test]
+fn a_client_waiting_past_its_deadline_on_a_busy_farm_is_told_so_in_one_line() {
+    let _turn = one_at_a_time();
+    if !nvrtc_or_skip("busy farm") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let farm = Resident::start("busy", 1, &[]);
+    let hang = dir.path().join("hang.cu");
+    std::fs::write(&hang, "// gpfarm-test-fault: hang\n__global__ void k() {}\n").unwrap();
+    let mut holder = Command::new(env!("CARGO_BIN_EXE_gpfarm"))
+        .args(["compile", "--attach", "--farm", farm.0.as_str(), "--source"])
+        .arg(&hang)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = holder.id();
+    let held = |f: &Resident| {
+        Segment::open(&SegmentName::new(&f.0, DaemonId(0))).is_ok_and(|s| s.client_pid() == pid)
+    };
+    assert!(farm.wait(Duration::from_secs(10), held), "the first client never took the daemon");
+    let t = Instant::now();
+    let out = gpfarm(&["compile", "--attach", "--farm", farm.0.as_str(), "--random", "2", "--deadline", "2"]);
+    let waited = t.elapsed();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("busy with other clients' units") && stderr.contains("try again"), "{stderr}");
+    assert!(waited >= Duration::from_secs(2) && waited < Duration::from_secs(10), "told after {waited:?}");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let out =
+        gpfarm(&["compile", "--attach", "--farm", farm.0.as_str(), "--random", "2", "--deadline", "20"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
 #[test]
 fn a_daemon_that_a_unit_bloated_is_replaced_in_spawned_and_resident_farms() {
     let _turn = one_at_a_time();

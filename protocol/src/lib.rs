@@ -27,7 +27,7 @@ pub mod worker;
 
 pub use message::{CompileRef, DaemonInfo, Request, Response, decode_request, decode_response};
 pub use names::{DaemonId, FarmName, SegmentName};
-pub use segment::{DaemonState, Segment, SegmentError};
+pub use segment::{DaemonState, LINE_SEATS, Place, Segment, SegmentError};
 pub use types::{
     CompileMode, CompileOptions, Failure, FailureKind, Language, Route, Shape, SmArch, Unit, UnitOutcome,
     UnitResult, UnitTimings,

@@ -63,6 +63,25 @@ struct Header {
     progress: AtomicU32,
     request_sum: AtomicU32,
     response_sum: AtomicU32,
+    /// Bumped each time a client lets go of the daemon, so clients waiting for it wake.
+    turn: AtomicU32,
+    /// The next place in the line of clients waiting for the daemon.
+    line_next: AtomicU32,
+    /// The clients waiting for the daemon, each `pid << 32 | place`; 0 is a free seat.
+    line: [AtomicU64; LINE_SEATS],
+}
+
+/// Seats in a daemon's line of waiting clients; a client that finds none free waits behind
+/// every seated one.
+pub const LINE_SEATS: usize = 32;
+
+/// A client's seat in a daemon's line ([`Segment::take_turn`]): none until it first waits.
+#[derive(Debug, Default)]
+pub struct Place(Option<(usize, u64)>);
+
+/// Whether place `a` came before place `b` (places wrap around).
+fn earlier(a: u64, b: u64) -> bool {
+    ((a as u32).wrapping_sub(b as u32) as i32) < 0
 }
 
 const _: () = assert!(std::mem::size_of::<Header>() <= HEADER_LEN);
@@ -357,6 +376,73 @@ impl Segment {
                 return Ok(());
             }
         }
+    }
+
+    /// Claims the daemon for client `pid` in its turn: clients that waited longer come first.
+    /// Fails with the holder's pid (0 if the daemon is free but another client waits ahead)
+    /// and keeps `place`, the client's seat in line, for the next try; call again when
+    /// [`Segment::turn`] changes, and [`Segment::leave_line`] when giving up. A lock left by a
+    /// dead client is taken over only while the daemon is not working for it (a keeper replaces
+    /// a daemon whose client died mid-unit); a dead client's seat is freed by whoever sees it.
+    pub fn take_turn(&self, pid: u32, place: &mut Place) -> Result<(), u32> {
+        let h = self.header();
+        let holder = h.client_pid.load(Ordering::Acquire);
+        if holder == pid {
+            self.leave_line(place);
+            return Ok(());
+        }
+        let free =
+            holder == 0 || (!process_alive(holder) && !matches!(self.state(), Ok(DaemonState::Processing)));
+        if free
+            && !self.someone_ahead(place)
+            && h.client_pid.compare_exchange(holder, pid, Ordering::AcqRel, Ordering::Acquire).is_ok()
+        {
+            self.leave_line(place);
+            return Ok(());
+        }
+        if place.0.is_none() {
+            let word = (u64::from(pid) << 32) | u64::from(h.line_next.fetch_add(1, Ordering::AcqRel));
+            place.0 = h.line.iter().enumerate().find_map(|(k, seat)| {
+                seat.compare_exchange(0, word, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                    .then_some((k, word))
+            });
+        }
+        Err(if free { 0 } else { holder })
+    }
+
+    /// Whether a live client waits ahead of `place` (any live one, for a client without a seat).
+    fn someone_ahead(&self, place: &Place) -> bool {
+        let mine = place.0.map(|(_, w)| w);
+        self.header().line.iter().any(|seat| {
+            let w = seat.load(Ordering::Acquire);
+            if w == 0 || Some(w) == mine {
+                return false;
+            }
+            if !process_alive((w >> 32) as u32) {
+                let _ = seat.compare_exchange(w, 0, Ordering::AcqRel, Ordering::Acquire);
+                return false;
+            }
+            mine.is_none_or(|m| earlier(w, m))
+        })
+    }
+
+    /// Gives up `place` in the daemon's line, if it has one.
+    pub fn leave_line(&self, place: &mut Place) {
+        if let Some((k, w)) = place.0.take() {
+            let _ = self.header().line[k].compare_exchange(w, 0, Ordering::AcqRel, Ordering::Acquire);
+        }
+    }
+
+    /// Releases the daemon if `pid` holds it and wakes the clients waiting for it.
+    pub fn let_go(&self, pid: u32) {
+        self.unlock_client(pid);
+        crate::event::signal(&self.header().turn);
+    }
+
+    /// The event counter clients waiting for their turn wait on ([`Segment::take_turn`]).
+    pub fn turn(&self) -> &AtomicU32 {
+        &self.header().turn
     }
 
     /// Releases the daemon if `pid` holds it.
@@ -803,6 +889,50 @@ mod tests {
         seg.unlock_client(me);
         assert_eq!(seg.lock_client(1), Ok(()));
         assert_eq!(seg.lock_client(me), Err(1));
+    }
+
+    #[test]
+    fn clients_take_their_turns_in_the_order_they_came_and_a_dead_one_holds_up_nobody() {
+        let name = fresh_name();
+        let seg = Segment::create(&name, DaemonId(0)).unwrap();
+        seg.set_state(DaemonState::Available);
+        // Live processes stand for the clients (a client is known by its pid).
+        let mut kids: Vec<_> =
+            (0..4).map(|_| std::process::Command::new("sleep").arg("30").spawn().unwrap()).collect();
+        let [a, b, c, d] = [0, 1, 2, 3].map(|k| kids[k].id());
+        let mut places: Vec<Place> = (0..4).map(|_| Place::default()).collect();
+        assert_eq!(seg.take_turn(a, &mut places[0]), Ok(()));
+        assert_eq!(seg.take_turn(d, &mut places[3]), Err(a));
+        assert_eq!(seg.take_turn(b, &mut places[1]), Err(a));
+        assert_eq!(seg.take_turn(c, &mut places[2]), Err(a));
+        let seen = seg.turn().load(Ordering::Acquire);
+        seg.let_go(a);
+        assert_ne!(seg.turn().load(Ordering::Acquire), seen, "waiting clients are not woken");
+        // d came first but died waiting: its seat is freed, and b is next, then c; a, back for
+        // more, waits behind c.
+        kids[3].kill().unwrap();
+        kids[3].wait().unwrap();
+        assert_eq!(seg.take_turn(c, &mut places[2]), Err(0), "c went before b");
+        assert_eq!(seg.take_turn(a, &mut places[0]), Err(0), "a went before those waiting");
+        assert_eq!(seg.take_turn(b, &mut places[1]), Ok(()));
+        seg.let_go(b);
+        assert_eq!(seg.take_turn(a, &mut places[0]), Err(0), "a went before c");
+        assert_eq!(seg.take_turn(c, &mut places[2]), Ok(()));
+        seg.let_go(c);
+        assert_eq!(seg.take_turn(a, &mut places[0]), Ok(()));
+        assert!(seg.header().line.iter().all(|s| s.load(Ordering::Acquire) == 0), "a seat was kept");
+        // A client that died while its daemon works for it keeps the lock (its keeper replaces
+        // that daemon); once the daemon is idle, the lock is taken over.
+        kids[0].kill().unwrap();
+        kids[0].wait().unwrap();
+        seg.set_state(DaemonState::Processing);
+        assert_eq!(seg.take_turn(b, &mut places[1]), Err(a));
+        seg.set_state(DaemonState::Available);
+        assert_eq!(seg.take_turn(b, &mut places[1]), Ok(()));
+        for k in &mut kids[1..3] {
+            k.kill().unwrap();
+            k.wait().unwrap();
+        }
     }
 
     #[test]

@@ -35,6 +35,11 @@ pub(super) struct Daemon {
     /// For a daemon of a resident farm this process attached to, the process that keeps that
     /// farm (the daemon's parent), which replaces it if it is lost; 0 otherwise.
     pub(super) keeper: u32,
+    /// Shared with other clients (a daemon this process attached to, or released): its client
+    /// lock is taken for each request, in turn behind the clients that waited longer
+    /// ([`Daemon::take_turn`]), and let go after the answer. Otherwise the farm holds it for
+    /// its whole life.
+    pub(super) shared: bool,
 }
 
 /// Why a daemon did not answer.
@@ -43,6 +48,8 @@ pub(super) enum Lost {
     Died(String, bool),
     Hung,
     Protocol(String),
+    /// Other clients held it for the whole wait; the holder's pid (0: free, others ahead).
+    Busy(u32, Duration),
 }
 
 impl Daemon {
@@ -98,7 +105,67 @@ impl Daemon {
         }
     }
 
-    pub(super) fn round_trip(&mut self, req: &Request, timeout: Duration) -> Result<Response, FarmError> {
+    /// For a shared daemon, waits (up to `limit`) for this client's turn and takes the daemon's
+    /// client lock: clients are served in the order they began to wait, each for one request
+    /// ([`Daemon::let_go`]). Wakes when a client lets go, and checks every [`POLL`] that the
+    /// daemon lives and still serves this segment (a keeper replaces a lost one under a fresh
+    /// segment: the daemon is then lost, not waited for). A daemon held by this farm alone
+    /// needs nothing.
+    pub(super) fn take_turn(&mut self, limit: Duration) -> Result<(), Lost> {
+        if !self.shared {
+            return Ok(());
+        }
+        let me = std::process::id();
+        let start = Instant::now();
+        let mut place = gpfarm_protocol::Place::default();
+        let result = loop {
+            let seen = self.seg.turn().load(Ordering::Acquire);
+            let holder = match self.seg.take_turn(me, &mut place) {
+                Ok(()) => break Ok(()),
+                Err(holder) => holder,
+            };
+            if self.seg.links() == Some(0) || self.seg.health().is_err() {
+                break Err(Lost::Died(
+                    "its segment was replaced while this client waited its turn".into(),
+                    false,
+                ));
+            }
+            if let Err((m, crash)) = self.alive() {
+                break Err(Lost::Died(m, crash));
+            }
+            if start.elapsed() >= limit {
+                break Err(Lost::Busy(holder, limit));
+            }
+            let left = limit.saturating_sub(start.elapsed());
+            event::wait(self.seg.turn(), seen, POLL.min(left));
+        };
+        self.seg.leave_line(&mut place);
+        result
+    }
+
+    /// Lets go of a shared daemon after a request, waking the clients waiting for it.
+    pub(super) fn let_go(&self) {
+        if self.shared {
+            self.seg.let_go(std::process::id());
+        }
+    }
+
+    /// One request and its answer (within `timeout`), after waiting up to `turn` for this
+    /// client's turn at a shared daemon.
+    pub(super) fn round_trip(
+        &mut self,
+        req: &Request,
+        turn: Duration,
+        timeout: Duration,
+    ) -> Result<Response, FarmError> {
+        let id = self.id;
+        self.take_turn(turn).map_err(|lost| lost_error(id, lost, timeout))?;
+        let answer = self.round_trip_held(req, timeout);
+        self.let_go();
+        answer
+    }
+
+    fn round_trip_held(&mut self, req: &Request, timeout: Duration) -> Result<Response, FarmError> {
         let id = self.id;
         let seen = self.seg.done().load(Ordering::Acquire);
         self.seg.write_request(req)?;
@@ -106,12 +173,18 @@ impl Daemon {
         event::signal(self.seg.go());
         match self.await_done(seen, timeout) {
             Ok(()) => Ok(self.seg.read_response()?),
-            // Killed from outside: trying again may work.
-            Err(Lost::Died(m, false)) => Err(FarmError::Killed { id, message: m }),
-            Err(Lost::Died(m, true)) | Err(Lost::Protocol(m)) => Err(FarmError::Daemon { id, message: m }),
-            Err(Lost::Hung) => {
-                Err(FarmError::Daemon { id, message: format!("no answer within {timeout:?}") })
-            }
+            Err(lost) => Err(lost_error(id, lost, timeout)),
         }
+    }
+}
+
+/// What a lost round with daemon `id` is to a caller.
+fn lost_error(id: DaemonId, lost: Lost, timeout: Duration) -> FarmError {
+    match lost {
+        // Killed from outside: trying again may work.
+        Lost::Died(m, false) => FarmError::Killed { id, message: m },
+        Lost::Died(m, true) | Lost::Protocol(m) => FarmError::Daemon { id, message: m },
+        Lost::Hung => FarmError::Daemon { id, message: format!("no answer within {timeout:?}") },
+        Lost::Busy(holder, waited) => FarmError::Busy { id, holder, waited },
     }
 }

@@ -54,6 +54,8 @@ pub(super) enum Outcome {
     },
     /// The request could not be written.
     NotSent(String),
+    /// Other clients of a shared daemon held it for the whole wait; the line that says so.
+    Busy(String),
 }
 
 /// An assignment's outcome, with what it cost.
@@ -79,13 +81,31 @@ pub(super) fn daemon_loop(
         let mut d = daemon.lock().unwrap_or_else(|e| e.into_inner());
         let t = Instant::now();
         let refs: Vec<&Unit> = assignment.picks.iter().map(|&i| &assignment.units[i]).collect();
+        // A shared daemon first waits for this client's turn (up to the unit deadline).
+        let turn = d.take_turn(timeout);
+        let held = turn.is_ok();
+        let t = if d.shared { Instant::now() } else { t };
         let seen = d.seg.done().load(Ordering::Acquire);
-        let written = d.seg.write_request(&CompileRef { options, units: &refs });
+        let written = match &turn {
+            Ok(()) => Some(d.seg.write_request(&CompileRef { options, units: &refs })),
+            Err(_) => None,
+        };
         let write_us = t.elapsed().as_micros() as u64;
         let (mut read_us, mut request_bytes) = (0, 0);
         let outcome = match written {
-            Err(e) => Outcome::NotSent(format!("request not sent: {}", gpfarm_protocol::error_chain(&e))),
-            Ok(bytes) => {
+            None => match turn {
+                Err(Lost::Busy(holder, waited)) => {
+                    Outcome::Busy(super::error::busy_message(d.id, holder, waited))
+                }
+                Err(Lost::Died(m, crash)) => {
+                    Outcome::Lost { reason: format!("gpfarmd {k} was lost: {m}"), culpable: crash, done: 0 }
+                }
+                _ => Outcome::Lost { reason: format!("gpfarmd {k} was lost"), culpable: false, done: 0 },
+            },
+            Some(Err(e)) => {
+                Outcome::NotSent(format!("request not sent: {}", gpfarm_protocol::error_chain(&e)))
+            }
+            Some(Ok(bytes)) => {
                 request_bytes = bytes as u64;
                 d.seg.set_progress(0);
                 d.seg.set_state(DaemonState::Processing);
@@ -115,9 +135,13 @@ pub(super) fn daemon_loop(
                     }
                     Err(Lost::Hung) => lost(format!("gpfarmd {k} gave no answer within {timeout:?}"), true),
                     Err(Lost::Protocol(m)) => lost(m, false),
+                    Err(Lost::Busy(..)) => unreachable!("await_done never waits for a turn"),
                 }
             }
         };
+        if held {
+            d.let_go();
+        }
         drop(d);
         let answer = Answer { daemon: k, assignment, outcome, write_us, read_us, request_bytes };
         if answers.send(answer).is_err() {

@@ -34,15 +34,26 @@ pub enum FarmError {
         /// How it ended.
         message: String,
     },
-    /// Another process holds the daemon (one client at a time).
+    /// Another process holds the daemon for good (a farm's owner that did not release it).
     #[error(
-        "daemon {id}: in use by process {holder}; one client at a time (start another farm with `gpfarm daemons start`)"
+        "daemon {id}: in use by process {holder}, which does not share it (start another farm with `gpfarm daemons start`)"
     )]
     InUse {
         /// Which daemon.
         id: DaemonId,
         /// The process holding it.
         holder: u32,
+    },
+    /// Other clients of a shared farm kept the daemon busy for the whole wait (clients take
+    /// turns, one request each, in the order they came).
+    #[error("{}", busy_message(*id, *holder, *waited))]
+    Busy {
+        /// Which daemon.
+        id: DaemonId,
+        /// The client holding it when the wait ended (0: it was free, but others waited ahead).
+        holder: u32,
+        /// How long this client waited.
+        waited: std::time::Duration,
     },
     /// The OS refused to start a daemon's process.
     #[error("daemon {id}")]
@@ -68,4 +79,17 @@ impl From<FarmError> for CompilerError {
     fn from(e: FarmError) -> CompilerError {
         CompilerError::new(e)
     }
+}
+
+/// The line a client is told when other clients kept its daemon busy.
+pub(crate) fn busy_message(id: DaemonId, holder: u32, waited: std::time::Duration) -> String {
+    let by = if holder == 0 {
+        "clients waiting ahead".to_string()
+    } else {
+        format!("process {holder} and others")
+    };
+    format!(
+        "daemon {id}: busy with other clients' units ({by}) for all of {waited:?}; the farm is shared in turns, \
+         so try again when its other clients are done, or give a longer deadline (--deadline)"
+    )
 }

@@ -1,5 +1,5 @@
 //! Meeting a daemon: waiting until its segment exists and it has loaded and warmed NVRTC, taking
-//! its client lock, the `Hello` round, and checking that every daemon of a farm runs the same
+//! its client lock (a shared daemon's in its turn, for the round only), the `Hello` round, and checking that every daemon of a farm runs the same
 //! NVRTC.
 //!
 //! Must never wait without a bound: a daemon that exits or stays silent during start-up is an
@@ -103,7 +103,8 @@ pub(super) fn await_available(
                 continue 'open;
             }
             match seg.state()? {
-                DaemonState::Available => return Ok(seg),
+                // Working for another client of a shared farm is started, too: its turn comes.
+                DaemonState::Available | DaemonState::Processing => return Ok(seg),
                 DaemonState::Failed => {
                     let why = match seg.read_response() {
                         Ok(Response::Error(m)) => m,
@@ -115,7 +116,7 @@ pub(super) fn await_available(
                 DaemonState::Stopped => {
                     return Err(FarmError::Daemon { id, message: "stopped during start-up".into() });
                 }
-                DaemonState::Starting | DaemonState::Processing => {
+                DaemonState::Starting => {
                     check_child(&mut child, &mut watched)?;
                     if let Wake::Signalled(v) = event::wait(seg.done(), seen, POLL) {
                         seen = v;
@@ -141,8 +142,10 @@ pub(super) fn hello(
         })?,
     };
     let me = std::process::id();
-    if let Err(holder) = seg.lock_client(me) {
-        if child.is_some() && config.resident {
+    // A daemon this process attached to is shared: each request waits its turn.
+    let shared = child.is_none();
+    if !shared && let Err(holder) = seg.lock_client(me) {
+        if config.resident {
             // A fresh daemon of a resident farm that a waiting client met first: it is up and
             // serving, which is all its keeper needs to know.
             let warm_rss = process::resident_bytes(pid).unwrap_or(0);
@@ -155,28 +158,38 @@ pub(super) fn hello(
                 info: DaemonInfo::default_for(id, pid),
                 warm_rss,
                 keeper: 0,
+                shared: false,
             });
         }
         return Err(FarmError::InUse { id, holder });
     }
     // Only a resident farm (its daemons lead process groups of their own) has a keeper.
     let resident = super::ops::FarmKind::of_daemons([pid]) == super::ops::FarmKind::Resident;
+    // The process that spawned a farm for itself holds its daemons for its whole life unless it
+    // released them: waiting for it would be waiting for nothing.
+    let holder = seg.client_pid();
+    if shared && !resident && holder != 0 && process::parent_of(pid) == Some(holder) {
+        return Err(FarmError::InUse { id, holder });
+    }
     let keeper = if child.is_some() || !resident { 0 } else { process::parent_of(pid).unwrap_or(0) };
-    let mut d = Daemon { id, seg, child, pid, info: DaemonInfo::default_for(id, pid), warm_rss: 0, keeper };
-    let err = match d.round_trip(&Request::Hello, config.start_timeout) {
+    let mut d =
+        Daemon { id, seg, child, pid, info: DaemonInfo::default_for(id, pid), warm_rss: 0, keeper, shared };
+    // A shared daemon's lock is taken and let go around the round; the wait for it is a wait
+    // behind other clients' units, so the unit deadline bounds it.
+    let err = match d.round_trip(&Request::Hello, config.request_timeout, config.start_timeout) {
         Ok(Response::Hello(info)) => {
             d.info = info;
             d.warm_rss = process::resident_bytes(pid).unwrap_or(0);
             if d.child.is_some() && config.resident {
                 // A resident farm's keeper holds none of its daemons: clients may be waiting.
-                d.seg.unlock_client(me);
+                d.seg.let_go(me);
             }
             return Ok(d);
         }
         Ok(other) => FarmError::Daemon { id, message: format!("unexpected handshake answer {other:?}") },
         Err(e) => e,
     };
-    d.seg.unlock_client(me);
+    d.seg.let_go(me);
     // Dropping the daemon kills and reaps a process this farm spawned.
     drop(d);
     Err(err)

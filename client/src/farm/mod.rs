@@ -151,11 +151,13 @@ impl Farm {
     }
 
     /// Releases the client lock of every daemon (so other clients may attach) but keeps
-    /// ownership: dropping the farm still shuts spawned daemons down.
+    /// ownership: dropping the farm still shuts spawned daemons down. From then on the farm
+    /// shares its daemons: each request waits its turn as an attached client's does.
     pub fn release(&mut self) {
         let me = std::process::id();
-        for d in &self.daemons {
-            d.seg.unlock_client(me);
+        for d in &mut self.daemons {
+            d.shared = true;
+            d.seg.let_go(me);
         }
     }
 

@@ -194,6 +194,12 @@ impl Farm {
                                     }
                                 }
                             }
+                            Outcome::Busy(why) => {
+                                for i in picks {
+                                    job.resolve(i, UnitResult::failed(FailureKind::Lost, why.clone()));
+                                }
+                                idle.push(k);
+                            }
                             Outcome::NotSent(why) => {
                                 for i in picks {
                                     job.resolve(i, UnitResult::failed(FailureKind::Internal, why.clone()));
