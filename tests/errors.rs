@@ -247,6 +247,18 @@ fn inputs_out_of_range_are_one_line_errors() {
         assert_eq!(code, Some(2), "{args:?}: {err}");
         assert!(!err.contains("panicked") && err.contains("0 is not in 1.."), "{err}");
     }
+    // `bench` takes no count without a limit either.
+    for (args, cause) in [
+        (&["--runs", "100000000000"][..], "is more than 10000, the most it takes"),
+        (&["--sizes", "20,1000000000000"][..], "is more than 100000000, the most it takes"),
+        (&["--break-even", "--depths", "200"][..], "200 is not in 0..=64"),
+        (&["--throughput", "--max-work", "nan"][..], "is not a positive number"),
+    ] {
+        let out = gpfarm().arg("bench").args(args).output().unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(cause) && !err.contains("panicked"), "{args:?}: {err}");
+    }
     let out = gpfarm().args(["daemons", "start", "--max-rss-mib", "0"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("0 is not in 1.."), "{}", stderr(&out));

@@ -18,25 +18,25 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',')]
     problems: Option<Vec<String>>,
     /// Population sizes, comma separated (the paper: 20 to 300 in steps of 20).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = crate::cli::count::<{ gpfarm_gp::limits::MAX_POPULATION }>)]
     sizes: Option<Vec<usize>>,
     /// Independently seeded runs per size.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::count::<10_000>)]
     runs: Option<usize>,
     /// First generations sampled from each run; with --scale, generations after the initial
     /// one (default 5).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::count::<100_000>)]
     generations: Option<usize>,
     /// Methods, comma separated: nvcc, inprocess, threads:K, farm:K, farm-jit:K (default: all,
     /// K in 1, 2, 4, 8, 16 up to the cores present).
     #[arg(long, value_delimiter = ',', value_parser = gpfarm_bench::method::parse)]
     methods: Option<Vec<Method>>,
     /// Individuals per translation unit, the same for every method.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::count::<1_000_000>)]
     per_unit: Option<usize>,
     /// Form the units as `gpfarm evolve` does for W workers instead (heaviest individuals first,
     /// guided chunks by each route's cost estimate), each unit taken by the next free worker.
-    #[arg(long, value_name = "W", conflicts_with = "per_unit")]
+    #[arg(long, value_name = "W", conflicts_with = "per_unit", value_parser = crate::cli::count::<65_535>)]
     guided: Option<usize>,
     /// Extra NVRTC option (repeatable), e.g. --flag=--use_fast_math.
     #[arg(long = "flag", allow_hyphen_values = true)]
@@ -66,19 +66,19 @@ pub struct BenchArgs {
     #[arg(long)]
     break_even: bool,
     /// With --break-even: the regressions' case counts; with --throughput: the workloads'.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = crate::cli::count::<100_000_000>)]
     cases: Option<Vec<usize>>,
     /// With --break-even: the initial population's largest derivation depths, one program size
     /// each.
-    #[arg(long, value_delimiter = ',', requires = "break_even")]
+    #[arg(long, value_delimiter = ',', requires = "break_even", value_parser = clap::value_parser!(u32).range(0..=64))]
     depths: Option<Vec<u32>>,
     /// With --break-even: loop counts of loop workloads (programs that add an expression to an
     /// accumulator in a while loop, that many times per case), for each case count up to
     /// --loop-max-steps cases times count; none by default.
-    #[arg(long, value_delimiter = ',', requires = "break_even")]
+    #[arg(long, value_delimiter = ',', requires = "break_even", value_parser = clap::value_parser!(u64).range(1..=1_000_000_000_000))]
     loops: Option<Vec<u64>>,
     /// With --break-even --loops: the largest cases times loop count measured.
-    #[arg(long, default_value_t = 100_000_000, requires = "break_even")]
+    #[arg(long, default_value_t = 100_000_000, requires = "break_even", value_parser = clap::value_parser!(u64).range(1..=1_000_000_000_000_000))]
     loop_max_steps: u64,
     /// With --break-even: only the regressions, not the built-in problems.
     #[arg(long, requires = "break_even")]
@@ -91,7 +91,7 @@ pub struct BenchArgs {
     tunings: Option<Vec<gpfarm_kernels::interpreter::Tuning>>,
     /// With --break-even or --throughput: timed evaluations per route and workload (the median
     /// is kept).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = crate::cli::count::<10_000>)]
     repeats: usize,
     /// Parameter optimisation's workload instead (the related thesis's comparison): --expressions
     /// expressions with free parameters over --points points, each evaluated for --steps steps
@@ -100,13 +100,13 @@ pub struct BenchArgs {
     #[arg(long, conflicts_with = "break_even")]
     param_steps: bool,
     /// With --param-steps: expressions per workload.
-    #[arg(long, value_delimiter = ',', requires = "param_steps")]
+    #[arg(long, value_delimiter = ',', requires = "param_steps", value_parser = crate::cli::count::<{ gpfarm_gp::limits::MAX_POPULATION }>)]
     expressions: Option<Vec<usize>>,
     /// With --param-steps: points per workload.
-    #[arg(long, value_delimiter = ',', requires = "param_steps")]
+    #[arg(long, value_delimiter = ',', requires = "param_steps", value_parser = crate::cli::count::<100_000_000>)]
     points: Option<Vec<usize>>,
     /// With --param-steps: parameter steps.
-    #[arg(long, default_value_t = 100, requires = "param_steps")]
+    #[arg(long, default_value_t = 100, requires = "param_steps", value_parser = crate::cli::count::<1_000_000>)]
     steps: usize,
     /// With --param-steps: fitting's steps instead of evaluation's. Each step is one
     /// Levenberg–Marquardt linearization (residuals and Jacobian sums) of every expression that
@@ -116,7 +116,7 @@ pub struct BenchArgs {
     fit: bool,
     /// With --param-steps: the compiled routes only up to this many expressions; with
     /// --throughput, programs.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10_000, value_parser = crate::cli::count::<{ gpfarm_gp::limits::MAX_POPULATION }>)]
     compiled_max: usize,
     /// GPU tree-GP's throughput workload instead: populations (--sizes) of random full trees of
     /// --nodes nodes over `+ - * pdivf`, Pagie-1 cases (--cases), the fitness included, by
@@ -134,20 +134,20 @@ pub struct BenchArgs {
     #[arg(long, default_value = "auto", requires = "scale")]
     eval: String,
     /// With --scale: the runs' CPU threads (default one per core).
-    #[arg(long, requires = "scale")]
+    #[arg(long, requires = "scale", value_parser = crate::cli::count::<4_096>)]
     threads: Option<usize>,
     /// With --throughput: nodes per tree (each 2^d - 1).
-    #[arg(long, value_delimiter = ',', requires = "throughput")]
+    #[arg(long, value_delimiter = ',', requires = "throughput", value_parser = crate::cli::count::<16_777_215>)]
     nodes: Option<Vec<usize>>,
     /// With --throughput: only workloads of at most this many node-evaluations (nodes x programs
     /// x cases).
-    #[arg(long, default_value_t = 2e12, requires = "throughput")]
+    #[arg(long, default_value_t = 2e12, requires = "throughput", value_parser = positive_work)]
     max_work: f64,
     /// Compile daemons for --break-even and --param-steps (default: one per core).
-    #[arg(long, short = 'n')]
+    #[arg(long, short = 'n', value_parser = crate::cli::count::<65_535>)]
     daemons: Option<usize>,
     /// Samples nvcc compiles per problem and size (it is slow).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::count::<10_000>)]
     nvcc_samples: Option<usize>,
     /// Output directory for bench.csv, tables.md, machine.txt and the plots.
     #[arg(long, default_value = "bench-out")]
@@ -155,6 +155,14 @@ pub struct BenchArgs {
     /// Measure nothing: redraw tables.md and the plots from DIR/bench.csv (and DIR/machine.txt).
     #[arg(long, value_name = "DIR")]
     replot: Option<PathBuf>,
+}
+
+/// `--max-work`: a positive, finite count of node-evaluations.
+fn positive_work(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(w) if w.is_finite() && w > 0.0 => Ok(w),
+        _ => Err(format!("`{s}` is not a positive number of node-evaluations")),
+    }
 }
 
 fn write_reports(rows: &[gpfarm_bench::Row], dir: &Path, heading: &str) -> Result<()> {
