@@ -7,7 +7,8 @@ use std::time::Duration;
 use common::{config, kernel, nvrtc_or_skip, segments_of, units, wait_gone};
 use gpfarm_client::cubin::inspect;
 use gpfarm_client::{
-    CompileOptions, Compiler, FailureKind, Farm, InProcess, Nvcc, SmArch, Threads, Unit, UnitOutcome,
+    CompileOptions, Compiler, FailureKind, Farm, FarmError, InProcess, Nvcc, SmArch, Threads, Unit,
+    UnitOutcome,
 };
 use gpfarm_toolchain::Toolchain;
 
@@ -157,6 +158,55 @@ fn a_released_farm_is_shared_by_its_clients_and_an_unreleased_one_is_refused_at_
     assert!(batch.results.iter().all(|r| r.cubin().is_some()));
     let batch = owner.compile(&units(2), &CompileOptions::cubin(SmArch::SM_90)).unwrap();
     assert!(batch.results.iter().all(|r| r.cubin().is_some()));
+}
+
+#[test]
+fn two_clients_of_one_process_take_turns_on_a_shared_daemon() {
+    if !nvrtc_or_skip("clients_of_one_process") {
+        return;
+    }
+    // Other processes know a client by its pid, so two clients in two threads of one process must
+    // not both write into the one daemon's segment at once.
+    let mut owner = Farm::spawn(config(1)).unwrap();
+    let name = owner.name().clone();
+    // Held for its life by a farm of this very process, it is refused at once, not waited for.
+    let t = std::time::Instant::now();
+    match Farm::attach(Some(&name), config(1)) {
+        Err(FarmError::InUse { .. }) => {}
+        Err(e) => panic!("an unreleased farm of this process refused with {e}"),
+        Ok(_) => panic!("an unreleased farm of this process was attached to"),
+    }
+    assert!(t.elapsed() < Duration::from_secs(5), "refused only after {:?}", t.elapsed());
+    owner.release();
+    let want: Vec<Vec<u8>> = owner
+        .compile(&units(3), &CompileOptions::cubin(SmArch::SM_90))
+        .unwrap()
+        .results
+        .iter()
+        .map(|r| r.cubin().expect("the clean run compiles").to_vec())
+        .collect();
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            let (name, want) = (&name, &want);
+            s.spawn(move || {
+                let mut client = Farm::attach(Some(name), config(1)).unwrap();
+                for _ in 0..15 {
+                    let batch = client.compile(&units(3), &CompileOptions::cubin(SmArch::SM_90)).unwrap();
+                    let got: Vec<Option<&[u8]>> = batch.results.iter().map(|r| r.cubin()).collect();
+                    assert!(
+                        got.iter().zip(want).all(|(g, w)| *g == Some(w.as_slice())),
+                        "a unit came back changed or failed: {:?}",
+                        batch
+                            .results
+                            .iter()
+                            .map(|r| format!("{:?}", r.outcome).chars().take(200).collect::<String>())
+                            .collect::<Vec<_>>()
+                    );
+                    assert_eq!(batch.stats.lost_daemons, 0, "the daemon was lost");
+                }
+            });
+        }
+    });
 }
 
 #[test]

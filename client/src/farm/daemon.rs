@@ -117,6 +117,10 @@ impl Daemon {
         }
         let me = std::process::id();
         let start = Instant::now();
+        // Other processes know this one by its pid alone: its own clients take turns here first.
+        if !ours::take(self.seg.name(), limit) {
+            return Err(Lost::Busy(me, limit));
+        }
         let mut place = gpfarm_protocol::Place::default();
         let result = loop {
             let seen = self.seg.turn().load(Ordering::Acquire);
@@ -140,13 +144,39 @@ impl Daemon {
             event::wait(self.seg.turn(), seen, POLL.min(left));
         };
         self.seg.leave_line(&mut place);
+        if result.is_err() {
+            ours::let_go(self.seg.name());
+        }
         result
+    }
+
+    /// Records that this farm spawned the daemon and holds it for its life (until
+    /// [`Daemon::share`]).
+    pub(super) fn hold_for_life(&self) {
+        ours::hold_for_life(self.seg.name());
+    }
+
+    /// Whether a farm of this process holds the daemon of `name` for its life: the check for a
+    /// client of this process that finds the daemon locked by this pid.
+    pub(super) fn held_for_life_here(name: &gpfarm_protocol::SegmentName) -> bool {
+        ours::held_for_life(name)
+    }
+
+    /// Shares a daemon this farm held alone with other clients: its lock is let go, and taken
+    /// again for each request in turn.
+    pub(super) fn share(&mut self) {
+        if !self.shared {
+            self.shared = true;
+            ours::end_life(self.seg.name());
+        }
+        self.seg.let_go(std::process::id());
     }
 
     /// Lets go of a shared daemon after a request, waking the clients waiting for it.
     pub(super) fn let_go(&self) {
         if self.shared {
             self.seg.let_go(std::process::id());
+            ours::let_go(self.seg.name());
         }
     }
 
@@ -179,6 +209,14 @@ impl Daemon {
 }
 
 /// What a lost round with daemon `id` is to a caller.
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if !self.shared {
+            ours::end_life(self.seg.name());
+        }
+    }
+}
+
 fn lost_error(id: DaemonId, lost: Lost, timeout: Duration) -> FarmError {
     match lost {
         // Killed from outside: trying again may work.
@@ -186,5 +224,65 @@ fn lost_error(id: DaemonId, lost: Lost, timeout: Duration) -> FarmError {
         Lost::Died(m, true) | Lost::Protocol(m) => FarmError::Daemon { id, message: m },
         Lost::Hung => FarmError::Daemon { id, message: format!("no answer within {timeout:?}") },
         Lost::Busy(holder, waited) => FarmError::Busy { id, holder, waited },
+    }
+}
+
+/// The shared daemons that a client of this process holds. A segment's lock names a process, so
+/// two clients of one process (two farms attached in two threads) would both pass it: they take
+/// turns on this first.
+mod ours {
+    use std::sync::{Condvar, Mutex};
+    use std::time::{Duration, Instant};
+
+    use gpfarm_protocol::SegmentName;
+
+    static HELD: Mutex<Vec<SegmentName>> = Mutex::new(Vec::new());
+    static FREED: Condvar = Condvar::new();
+
+    /// Takes `name` for one client of this process, waiting up to `limit`; whether it did.
+    pub(super) fn take(name: &SegmentName, limit: Duration) -> bool {
+        let until = Instant::now() + limit;
+        let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
+        while held.contains(name) {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            held = FREED.wait_timeout(held, left).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        held.push(name.clone());
+        true
+    }
+
+    /// Lets go of `name`.
+    pub(super) fn let_go(name: &SegmentName) {
+        let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(k) = held.iter().position(|n| n == name) {
+            held.swap_remove(k);
+            FREED.notify_all();
+        }
+    }
+
+    /// The daemons that a farm of this process spawned and holds for its whole life (not
+    /// released): a client of this process that finds one locked by this pid must not wait for
+    /// it. One entry per holder, so a replacement under the same name counts apart.
+    static FOR_LIFE: Mutex<Vec<SegmentName>> = Mutex::new(Vec::new());
+
+    /// Records that a farm of this process holds `name` for its life.
+    pub(super) fn hold_for_life(name: &SegmentName) {
+        FOR_LIFE.lock().unwrap_or_else(|e| e.into_inner()).push(name.clone());
+    }
+
+    /// Whether a farm of this process holds `name` for its life.
+    pub(super) fn held_for_life(name: &SegmentName) -> bool {
+        FOR_LIFE.lock().unwrap_or_else(|e| e.into_inner()).contains(name)
+    }
+
+    /// Ends one holder's hold on `name` (it was released or dropped).
+    pub(super) fn end_life(name: &SegmentName) {
+        let mut held = FOR_LIFE.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(k) = held.iter().position(|n| n == name) {
+            held.swap_remove(k);
+        }
     }
 }

@@ -167,13 +167,23 @@ pub(super) fn hello(
     let resident = super::ops::FarmKind::of_daemons([pid]) == super::ops::FarmKind::Resident;
     // The process that spawned a farm for itself holds its daemons for its whole life unless it
     // released them: waiting for it would be waiting for nothing.
+    // Another client of this process holds it in its turn, unless a farm of this process holds
+    // it for its life.
     let holder = seg.client_pid();
-    if shared && !resident && holder != 0 && process::parent_of(pid) == Some(holder) {
+    let for_life = if holder == me {
+        Daemon::held_for_life_here(seg.name())
+    } else {
+        holder != 0 && process::parent_of(pid) == Some(holder)
+    };
+    if shared && !resident && for_life {
         return Err(FarmError::InUse { id, holder });
     }
     let keeper = if child.is_some() || !resident { 0 } else { process::parent_of(pid).unwrap_or(0) };
     let mut d =
         Daemon { id, seg, child, pid, info: DaemonInfo::default_for(id, pid), warm_rss: 0, keeper, shared };
+    if !shared && !config.resident {
+        d.hold_for_life();
+    }
     // A shared daemon's lock is taken and let go around the round; the wait for it is a wait
     // behind other clients' units, so the unit deadline bounds it.
     let err = match d.round_trip(&Request::Hello, config.request_timeout, config.start_timeout) {

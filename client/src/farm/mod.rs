@@ -154,10 +154,8 @@ impl Farm {
     /// ownership: dropping the farm still shuts spawned daemons down. From then on the farm
     /// shares its daemons: each request waits its turn as an attached client's does.
     pub fn release(&mut self) {
-        let me = std::process::id();
         for d in &mut self.daemons {
-            d.shared = true;
-            d.seg.let_go(me);
+            d.share();
         }
     }
 
