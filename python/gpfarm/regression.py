@@ -476,6 +476,28 @@ except ImportError:  # pragma: no cover - exercised where scikit-learn is absent
             return 1.0 - residual / total if total > 0 else 0.0
 
 
+MODEL_SELECTIONS = ("best", "aic", "bic")
+"""What `SymbolicRegressor(model_selection=...)` takes."""
+
+
+def choose_by_criterion(front: List[Dict[str, Any]], rows: int, criterion: str) -> Optional[Dict[str, Any]]:
+    """The model of `front` (dicts of `size`, `fitness` as training RMSE, and `simplified_size`
+    where it simplifies) with the lowest information criterion on `rows` training rows:
+    n·ln(MSE) + 2k (`"aic"`, Akaike's) or n·ln(MSE) + k·ln(n) (`"bic"`, Schwarz's), where k
+    counts each node of the model as shown (`simplified_size`, else `size`); None if no model
+    has a finite error. An MSE below 1e-30 counts as 1e-30, so that among exact fits the
+    smallest wins."""
+    per_node = {"aic": 2.0, "bic": math.log(max(rows, 2))}[criterion]
+    scored = []
+    for m in front:
+        error = m.get("fitness")
+        if not isinstance(error, (int, float)) or not math.isfinite(error):
+            continue
+        size = m.get("simplified_size", m["size"])
+        scored.append((rows * math.log(max(error * error, 1e-30)) + per_node * size, size, m))
+    return min(scored, key=lambda t: (t[0], t[1]))[2] if scored else None
+
+
 class SymbolicRegressor(_Mixin, _Base):
     """Symbolic regression by grammatical GP, evaluated by gpfarm (on the GPU when there is one):
     `fit(X, y)` evolves an expression over X's columns, `predict(X)` computes it.
@@ -504,7 +526,13 @@ class SymbolicRegressor(_Mixin, _Base):
     `fit_cases`, `no_lamarck`, `fit_kernels`). `max_size` (default 50, Operon's; 0: none) is the largest model (nodes of its syntax
     tree) evaluated and bred, `parsimony` a cost per node added to the error in tournaments, and
     `select_tolerance` the share of the best training error within which the smallest model of
-    the run's size-error front is chosen (0: the best). `max_time` (seconds) is the wall time of
+    the run's size-error front is chosen (0: the best). `model_selection` (default "best": the
+    lowest training error, within `select_tolerance`) can instead choose the front's model by an
+    information criterion on the training rows, "aic" (n·ln(MSE) + 2·size) or "bic"
+    (n·ln(MSE) + size·ln(n)), which trade error for size; on the comparison's sets neither
+    was better than "best" on the sets defaults are chosen on, and both were far better on
+    its smallest black-box sets (docs/regression.md, "Choosing the model from the front").
+    `max_time` (seconds) is the wall time of
     `fit`, from call to return: the run ends after the generation that completes closest to it
     (within half a generation's time; `generations` stays the most it runs); `n_jobs` is the threads evaluating and fitting on
     the CPU (None or -1: one per core). `verbose` (1) prints a line per generation to stderr:
@@ -548,6 +576,7 @@ class SymbolicRegressor(_Mixin, _Base):
         max_size: int = 50,
         parsimony: float = 0.0,
         select_tolerance: float = 0.0,
+        model_selection: str = "best",
         max_time: Optional[float] = None,
         n_jobs: Optional[int] = None,
         verbose: int = 0,
@@ -571,6 +600,7 @@ class SymbolicRegressor(_Mixin, _Base):
         self.max_size = max_size
         self.parsimony = parsimony
         self.select_tolerance = select_tolerance
+        self.model_selection = model_selection
         self.max_time = max_time
         self.n_jobs = n_jobs
         self.verbose = verbose
@@ -668,6 +698,8 @@ class SymbolicRegressor(_Mixin, _Base):
             grammar = default_grammar(names, "fitted" if self.optimize_constants else "digits", self.operators,
                                       linear_scaling=bool(self.linear_scaling) and bool(self.optimize_constants),
                                       layered=self.representation == "ge")
+        if self.model_selection not in MODEL_SELECTIONS:
+            raise ValueError(f"model_selection must be one of {', '.join(map(repr, MODEL_SELECTIONS))}, not {self.model_selection!r}")
         if self.representation not in ("tree", "ge"):
             raise ValueError(f'representation must be "tree" or "ge", not {self.representation!r}')
         fitting = {
@@ -720,6 +752,8 @@ class SymbolicRegressor(_Mixin, _Base):
             raise RuntimeError("no individual of the run mapped to a program: try more generations or another grammar")
         chosen = result.summary.get("chosen")
         self.front_ = list(result.summary.get("front", []))
+        if self.model_selection != "best" and self.front_:
+            chosen = choose_by_criterion(self.front_, len(rows), self.model_selection) or chosen
         self.program_ = chosen["expression"] if chosen else result.best_phenotype
         self.fitness_ = chosen["fitness"] if chosen else result.best_fitness
         self.formula_ = chosen.get("formula", self.program_) if chosen else self.program_

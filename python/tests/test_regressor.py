@@ -290,6 +290,39 @@ def test_the_front_is_returned_and_the_chosen_model_is_its_smallest_within_the_t
         gpfarm.SymbolicRegressor(parsimony=-1.0, **kw).fit(X, y)
 
 
+def test_an_information_criterion_chooses_the_front_model_it_scores_lowest():
+    import math
+
+    from gpfarm.regression import choose_by_criterion
+
+    # By hand: Akaike's penalty (2 a node) keeps the 20-node model's gain, Schwarz's (ln 100) not.
+    hand = [dict(size=5, fitness=2.0), dict(size=12, simplified_size=10, fitness=1.0), dict(size=20, fitness=0.9),
+            dict(size=30, fitness=float("nan"))]
+    assert choose_by_criterion(hand, 100, "aic")["size"] == 20
+    assert choose_by_criterion(hand, 100, "bic")["size"] == 12
+    assert choose_by_criterion([dict(size=3, fitness=float("inf"))], 100, "bic") is None
+    X, y = data()
+    y = y + np.random.RandomState(1).normal(0.0, 0.5, len(y))  # noise: the front flattens past the truth
+    kw = dict(population=200, generations=10, random_state=5, eval="cpu", prune=False)
+    best = gpfarm.SymbolicRegressor(**kw).fit(X, y)
+    front, n = best.front_, len(y)
+    assert len(front) >= 3, "the run gives a front to choose from"
+    for criterion, per_node in (("aic", 2.0), ("bic", math.log(n))):
+        model = gpfarm.SymbolicRegressor(model_selection=criterion, **kw).fit(X, y)
+        assert model.front_ == front, "the same seed gives the same run"
+        scores = [n * math.log(max(p["fitness"] ** 2, 1e-30)) + per_node * p.get("simplified_size", p["size"]) for p in front]
+        want = front[scores.index(min(scores))]
+        assert model.program_ == want["expression"] and model.fitness_ == want["fitness"]
+        assert model.size_ == want.get("simplified_size", want["size"])
+        rmse = float(np.sqrt(np.mean((model.predict(X) - y) ** 2)))
+        assert rmse == pytest.approx(model.fitness_, rel=1e-5, abs=1e-5)
+    # A criterion's penalty per node only ever trades error for size.
+    bic = gpfarm.SymbolicRegressor(model_selection="bic", **kw).fit(X, y)
+    assert bic.size_ < best.size_ and bic.fitness_ > best.fitness_
+    with pytest.raises(ValueError, match="model_selection must be one of 'best', 'aic', 'bic', not 'mdl'"):
+        gpfarm.SymbolicRegressor(model_selection="mdl", **kw).fit(X, y)
+
+
 def test_models_are_reported_simplified_and_export_to_sympy_and_latex():
     sympy = pytest.importorskip("sympy")
     X, y = data()
