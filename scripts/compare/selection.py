@@ -41,13 +41,6 @@ import sr  # noqa: E402  (the data sets and the split)
 FIELDS = ["dataset", "held_out", "seed", "wall_s", "n_train", "k", "size", "rmse_train", "r2_test", "chosen", "expression"]
 
 
-def r2(y, p):
-    p = np.asarray(p, dtype=float)
-    if not np.all(np.isfinite(p)):
-        return float("nan")
-    return 1.0 - float(np.sum((y - p) ** 2)) / float(np.sum((y - np.mean(y)) ** 2))
-
-
 def fronts(args):
     import gpfarm
     from gpfarm import _gpfarm
@@ -82,9 +75,9 @@ def fronts(args):
                     continue
                 test = compute(steps, Xte.astype(np.float32)).astype(np.float64)
                 rows.append(dict(k=k, size=entry.get("simplified_size", entry["size"]), rmse_train=entry["fitness"],
-                                 r2_test=r2(yte, test), chosen=0, expression=entry["expression"]))
+                                 r2_test=sr.r2(yte, test), chosen=0, expression=entry["expression"]))
             # The model the user got (chosen and pruned), as a row of its own.
-            rows.append(dict(k=-1, size=m.size_, rmse_train=m.fitness_, r2_test=r2(yte, m.predict(Xte)), chosen=1,
+            rows.append(dict(k=-1, size=m.size_, rmse_train=m.fitness_, r2_test=sr.r2(yte, m.predict(Xte)), chosen=1,
                              expression=m.program_))
             with open(path, "a", newline="") as f:
                 w = csv.DictWriter(f, FIELDS)
@@ -105,8 +98,11 @@ def pick(front, n, rule):
     if rule == "best":
         return min(front, key=lambda m: (m["rmse_train"], m["size"]))
     if rule in ("bic", "aic"):
-        per = math.log(n) if rule == "bic" else 2.0
-        return min(front, key=lambda m: n * math.log(max(m["rmse_train"] ** 2, floor)) + per * m["size"])
+        # The estimator's own rule (`model_selection=`), on the recorded sizes as shown.
+        from gpfarm.regression import choose_by_criterion
+
+        chosen = choose_by_criterion([dict(size=m["size"], fitness=m["rmse_train"], row=m) for m in front], n, rule)
+        return chosen["row"]
     if rule == "pysr":
         front = sorted(front, key=lambda m: m["size"])
         lowest = min(m["rmse_train"] for m in front)
