@@ -1,7 +1,6 @@
 //! `gpfarm`: compile GP populations on a farm of resident NVRTC daemons, evolve programs with
 //! grammatical GP, and measure it all.
 
-use clap::Parser;
 use gpfarm::{cli, stderr};
 
 // Generations of 10^5-10^6 individuals allocate and free millions of small trees on every core;
@@ -16,7 +15,7 @@ fn main() -> std::process::ExitCode {
     // Compile for real, not from the CUDA driver's cache of earlier runs, in this process and in
     // every daemon it starts. SAFETY: no other thread has started yet.
     unsafe { gpfarm_toolchain::disable_driver_cache() };
-    let args = cli::Cli::parse();
+    let args = cli::Cli::parse_checked();
     let level = ["warn", "info", "debug"][usize::from(args.verbose.min(2))];
     stderr::init_logging(level);
     match cli::run(args) {

@@ -156,7 +156,13 @@ fn evolve_search_on(
 ) -> Run {
     use gpfarm_evolve::{Engine, Options, ProblemRef};
     let mut options = Options {
-        evolution: gpfarm_gp::EvolutionConfig { population, generations, seed, ..Default::default() },
+        evolution: gpfarm_gp::EvolutionConfig {
+            population,
+            generations,
+            seed,
+            max_size: 0,
+            ..Default::default()
+        },
         // NVRTC crashes are the NVRTC route's.
         route: Some(gpfarm_evolve::Route::Nvrtc),
         eval,

@@ -44,7 +44,13 @@ impl Compiler for Swapping {
 /// Each generation's best and mean, and the units compiled to find who broke one.
 fn run(compiler: &mut (dyn Compiler + Send)) -> (Vec<(f64, Option<f64>)>, usize) {
     let options = Options {
-        evolution: EvolutionConfig { population: 60, generations: 3, seed: 2, ..EvolutionConfig::default() },
+        evolution: EvolutionConfig {
+            population: 60,
+            generations: 3,
+            seed: 2,
+            max_size: 0,
+            ..EvolutionConfig::default()
+        },
         eval: EvalMode::Cpu,
         route: Some(Route::Nvrtc),
         ..Options::default()

@@ -106,9 +106,17 @@ fn compile_every_unit(
 
 /// 1000 random individuals (generation 0 of a seeded run), deduplicated.
 fn random_phenotypes(problem: &Problem, seed: u64) -> Vec<Phenotype> {
-    let evo =
-        Evolution::new(problem, EvolutionConfig { population: 1000, seed, ..EvolutionConfig::default() })
-            .unwrap();
+    let evo = Evolution::new(
+        problem,
+        EvolutionConfig {
+            population: 1000,
+            seed,
+            generations: 50,
+            max_size: 0,
+            ..EvolutionConfig::default()
+        },
+    )
+    .unwrap();
     evo.dedup().unique
 }
 

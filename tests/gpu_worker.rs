@@ -174,6 +174,7 @@ fn a_problem_in_memory_is_evaluated_on_the_gpu_as_its_directory_is() {
                 population: 100,
                 generations: 3,
                 seed: 2,
+                max_size: 0,
                 ..Default::default()
             },
             eval: gpfarm_evolve::EvalMode::Gpu,
@@ -260,6 +261,7 @@ fn a_kept_worker_serves_the_next_run_as_a_fresh_one_would() {
                 population: 100,
                 generations: 3,
                 seed: 2,
+                max_size: 0,
                 ..Default::default()
             },
             eval: gpfarm_evolve::EvalMode::Gpu,

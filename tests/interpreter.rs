@@ -78,7 +78,13 @@ fn wire(problem: &Problem, phenotypes: &[Phenotype], max_steps: u64) -> WirePopu
 fn populations(problem: &Problem) -> Vec<Phenotype> {
     let mut all = Vec::new();
     for seed in [7, 8, 9] {
-        let config = EvolutionConfig { population: 1000, seed, ..EvolutionConfig::default() };
+        let config = EvolutionConfig {
+            population: 1000,
+            seed,
+            generations: 50,
+            max_size: 0,
+            ..EvolutionConfig::default()
+        };
         all.extend(Evolution::new(problem, config).unwrap().dedup().unique);
     }
     all.sort_by(|a, b| a.as_str().cmp(b.as_str()));

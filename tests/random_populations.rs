@@ -17,7 +17,8 @@ fn compiles_all(problem_name: &str, population: usize) {
         return;
     }
     let problem = Problem::builtin(problem_name).unwrap();
-    let config_gp = EvolutionConfig { population, seed: 7, ..EvolutionConfig::default() };
+    let config_gp =
+        EvolutionConfig { population, seed: 7, generations: 50, max_size: 0, ..EvolutionConfig::default() };
     let phenotypes = Evolution::new(&problem, config_gp).unwrap().dedup().unique;
     let units = render_batch(
         &problem,

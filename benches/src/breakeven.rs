@@ -160,7 +160,13 @@ pub fn loops(n: usize, count: u64) -> Result<Problem> {
 /// parse removed. With a `depth`, sensible initialisation up to that derivation depth sets the
 /// programs' size; without, the engine's default initialisation.
 fn population(problem: &Problem, size: usize, depth: Option<u32>) -> Result<(Vec<Phenotype>, Vec<Program>)> {
-    let mut config = EvolutionConfig { population: size, seed: 1, ..EvolutionConfig::default() };
+    let mut config = EvolutionConfig {
+        population: size,
+        seed: 1,
+        generations: 50,
+        max_size: 0,
+        ..EvolutionConfig::default()
+    };
     if let Some(depth) = depth {
         config.init = gpfarm_gp::InitMethod::Sensible;
         config.init_max_depth = depth;

@@ -59,6 +59,7 @@ pub fn populations(config: &BenchConfig) -> Result<Vec<Sample>> {
                         seed,
                         // The paper's experiment evolves by grammatical evolution.
                         representation: gpfarm_gp::Representation::Ge,
+                        max_size: 0,
                         ..Default::default()
                     },
                 )?;
@@ -168,6 +169,8 @@ mod tests {
                 population: 300,
                 seed: 5,
                 representation: gpfarm_gp::Representation::Ge,
+                generations: 50,
+                max_size: 0,
                 ..Default::default()
             },
         )

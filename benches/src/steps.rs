@@ -193,6 +193,8 @@ fn expressions(problem: &Problem, size: usize, depth: u32) -> Result<(Vec<Phenot
         seed: 1,
         init: gpfarm_gp::InitMethod::Sensible,
         init_max_depth: depth,
+        generations: 50,
+        max_size: 0,
         ..EvolutionConfig::default()
     };
     let mut phenotypes = Vec::new();

@@ -13,7 +13,7 @@
 //! use gpfarm_gp::EvolutionConfig;
 //!
 //! let options = Options {
-//!     evolution: EvolutionConfig { population: 50, generations: 3, seed: 1, ..Default::default() },
+//!     evolution: EvolutionConfig { population: 50, generations: 3, seed: 1, max_size: 0, ..Default::default() },
 //!     eval: EvalMode::Cpu,
 //!     ..Options::default()
 //! };
@@ -69,6 +69,7 @@ mod options;
 pub mod plan;
 pub mod record;
 pub mod route;
+pub mod spec;
 
 pub use driver::fit_code::FitUnits;
 pub use engine::{CallbackError, Engine, IslandPlace, TEMPLATE_CHECK_KERNEL};
@@ -86,3 +87,4 @@ pub use record::{
     Summary, Totals,
 };
 pub use route::problem_loops;
+pub use spec::{RunSpec, SpecError};

@@ -11,8 +11,7 @@ use gpfarm_protocol::{Route, Shape, SmArch};
 use crate::route::{FitKernels, problem_loops};
 
 /// Where fitness is computed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum EvalMode {
     /// The GPU if there is one, else the CPU, saying so in a one-line notice.
     #[default]
@@ -21,6 +20,24 @@ pub enum EvalMode {
     Cpu,
     /// The GPU (an error without one).
     Gpu,
+}
+
+impl std::fmt::Display for EvalMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            EvalMode::Auto => "auto",
+            EvalMode::Cpu => "cpu",
+            EvalMode::Gpu => "gpu",
+        })
+    }
+}
+
+impl std::str::FromStr for EvalMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        <EvalMode as clap::ValueEnum>::from_str(s, false)
+            .map_err(|_| format!("unknown evaluator {s:?}: use auto, cpu or gpu"))
+    }
 }
 
 /// How a run treats its individuals. Every combination gives the same fitness values in every
@@ -176,37 +193,10 @@ pub fn default_shape(route: Route) -> Shape {
 pub const NO_FMAD: &str = "--fmad=false";
 
 impl Default for Options {
+    /// The run spec's defaults ([`crate::RunSpec`]: one default for each option, the command
+    /// line's and Python's), with no warm start and `max_time` counted from the run's start.
     fn default() -> Self {
-        Options {
-            evolution: EvolutionConfig::default(),
-            eval: EvalMode::Auto,
-            arch: None,
-            flags: Vec::new(),
-            fmad: false,
-            route: None,
-            fit_kernels: FitKernels::Auto,
-            link_flags: Vec::new(),
-            shape: None,
-            cache: true,
-            overlap: true,
-            per_unit: None,
-            disk_cache: None,
-            trace_units: None,
-            gpu_worker: None,
-            gpu_deadline: gpfarm_client::DEFAULT_GPU_DEADLINE,
-            max_steps: None,
-            max_time: None,
-            started: None,
-            threads: None,
-            crash_retry_flags: CRASH_RETRY_FLAGS.iter().map(|f| (*f).to_owned()).collect(),
-            crash_retry_on_gpu: true,
-            crash_dir: None,
-            islands: 1,
-            start: Vec::new(),
-            keep_gpu_worker: false,
-            migrate_every: 10,
-            migrants: 2,
-        }
+        crate::RunSpec::default().options(Vec::new(), None).expect("the run spec's defaults are in range")
     }
 }
 

@@ -19,14 +19,29 @@ use crate::options::Options;
 use crate::record::{EvaluatorKind, GenerationRecord, Summary};
 
 /// Whether islands share one farm or split its daemons between them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum IslandFarm {
     /// One farm; every island's units go to its queue.
     #[default]
     Shared,
     /// A farm per island, the daemons divided between them.
     Split,
+}
+
+impl std::fmt::Display for IslandFarm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            IslandFarm::Shared => "shared",
+            IslandFarm::Split => "split",
+        })
+    }
+}
+
+impl std::str::FromStr for IslandFarm {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        <IslandFarm as clap::ValueEnum>::from_str(s, false).map_err(|_| format!("{s:?}: use shared or split"))
+    }
 }
 
 /// Which compiler a run asks for, besides what its route needs.
@@ -166,7 +181,13 @@ mod tests {
 
     fn options(route: Option<Route>) -> Options {
         Options {
-            evolution: EvolutionConfig { population: 20, generations: 1, ..Default::default() },
+            evolution: EvolutionConfig {
+                population: 20,
+                generations: 1,
+                seed: 0,
+                max_size: 0,
+                ..Default::default()
+            },
             eval: crate::EvalMode::Cpu,
             route,
             ..Options::default()

@@ -414,7 +414,16 @@ mod tests {
     fn auto_interprets_the_built_in_problems_and_says_why() {
         for name in Problem::builtin_names() {
             let problem = Problem::builtin(name).unwrap();
-            let (route, why) = choose(&problem, &EvolutionConfig::default());
+            let (route, why) = choose(
+                &problem,
+                &EvolutionConfig {
+                    population: 100,
+                    generations: 50,
+                    seed: 0,
+                    max_size: 0,
+                    ..EvolutionConfig::default()
+                },
+            );
             assert_eq!(route, Route::Interpreter, "{name}: {why}");
             assert!(why.starts_with("auto: ") && why.contains("ms interpreted"), "{why}");
         }
@@ -429,6 +438,8 @@ mod tests {
             population: 100,
             seed: 1,
             representation: gpfarm_gp::Representation::Ge,
+            generations: 50,
+            max_size: 0,
             ..EvolutionConfig::default()
         };
         let w = first_generation(&problem, &config);
@@ -454,7 +465,13 @@ mod tests {
     fn a_problem_with_free_parameters_counts_its_structures_ops() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/friedman1");
         let problem = Problem::load(&dir).unwrap();
-        let config = EvolutionConfig { population: 200, seed: 1, ..EvolutionConfig::default() };
+        let config = EvolutionConfig {
+            population: 200,
+            seed: 1,
+            generations: 50,
+            max_size: 0,
+            ..EvolutionConfig::default()
+        };
         let w = first_generation(&problem, &config);
         assert!(w.programs > 50 && w.held_ops > 4.0, "{w:?}");
         let (route, why) = choose(&problem, &config);
@@ -486,6 +503,12 @@ impl FitKernels {
             FitKernels::Compiled => "compiled",
             FitKernels::Auto => "auto",
         }
+    }
+}
+
+impl std::fmt::Display for FitKernels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

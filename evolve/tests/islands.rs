@@ -10,7 +10,13 @@ use gpfarm_gp::EvolutionConfig;
 
 fn options(seed: u64, islands: usize, cache: bool, overlap: bool) -> Options {
     Options {
-        evolution: EvolutionConfig { population: 120, generations: 9, seed, ..EvolutionConfig::default() },
+        evolution: EvolutionConfig {
+            population: 120,
+            generations: 9,
+            seed,
+            max_size: 0,
+            ..EvolutionConfig::default()
+        },
         eval: EvalMode::Cpu,
         cache,
         overlap,

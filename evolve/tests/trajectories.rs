@@ -30,6 +30,7 @@ fn trajectory(problem: &str, seed: u64, cache: bool, overlap: bool) -> Vec<(f64,
             generations: 20,
             seed,
             representation: gpfarm_gp::Representation::Ge,
+            max_size: 0,
             ..EvolutionConfig::default()
         },
         eval: EvalMode::Cpu,

@@ -4,7 +4,7 @@
 //! ```
 //! # use gpfarm_gp::{Evolution, EvolutionConfig, Problem, evaluate_phenotype};
 //! let problem = Problem::builtin("keijzer6")?;
-//! let config = EvolutionConfig { population: 20, generations: 2, ..Default::default() };
+//! let config = EvolutionConfig { population: 20, generations: 2, seed: 0, max_size: 0, ..Default::default() };
 //! let mut evo = Evolution::new(&problem, config)?;
 //! loop {
 //!     let dedup = evo.dedup();

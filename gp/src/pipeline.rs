@@ -987,7 +987,8 @@ mod tests {
     #[test]
     fn a_start_takes_the_first_slots_with_its_values_and_leaves_the_others_as_drawn() {
         let problem = Problem::builtin("keijzer6").unwrap();
-        let config = EvolutionConfig { population: 20, seed: 8, ..Default::default() };
+        let config =
+            EvolutionConfig { population: 20, seed: 8, generations: 50, max_size: 0, ..Default::default() };
         let depth = NonZeroUsize::MIN;
         let cold = Pipeline::new(&problem, config.clone(), depth).unwrap().population(0).unwrap();
         let start = vec![

@@ -81,6 +81,15 @@ pub enum Representation {
     Ge,
 }
 
+impl std::fmt::Display for Representation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Representation::Tree => "tree",
+            Representation::Ge => "ge",
+        })
+    }
+}
+
 impl std::str::FromStr for Representation {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
@@ -126,8 +135,8 @@ impl Default for FitConfig {
 impl Default for EvolutionConfig {
     fn default() -> Self {
         Self {
-            population: 100,
-            generations: 50,
+            population: 300,
+            generations: 30,
             tournament: 3,
             elite: 1,
             crossover_rate: 0.7,
@@ -140,10 +149,10 @@ impl Default for EvolutionConfig {
             init_max_len: 100,
             init_max_depth: 10,
             limits: MappingLimits::default(),
-            seed: 0,
+            seed: 1,
             fit: FitConfig::default(),
             parsimony: 0.0,
-            max_size: 0,
+            max_size: 50,
             select_tolerance: 0.0,
         }
     }

@@ -9,7 +9,7 @@ use gpfarm_gp::{
 };
 
 fn config(seed: u64) -> EvolutionConfig {
-    EvolutionConfig { population: 60, generations: 5, seed, ..EvolutionConfig::default() }
+    EvolutionConfig { population: 60, generations: 5, seed, max_size: 0, ..EvolutionConfig::default() }
 }
 
 #[test]
@@ -33,7 +33,13 @@ fn different_seeds_give_different_runs() {
 #[test]
 fn a_keijzer6_run_improves_on_its_first_generation() {
     let p = Problem::builtin("keijzer6").unwrap();
-    let cfg = EvolutionConfig { population: 200, generations: 20, seed: 2024, ..EvolutionConfig::default() };
+    let cfg = EvolutionConfig {
+        population: 200,
+        generations: 20,
+        seed: 2024,
+        max_size: 0,
+        ..EvolutionConfig::default()
+    };
     let report = run_cpu(&p, &cfg).unwrap();
     let first = report.generations[0].best;
     let last = report.generations[20].best;

@@ -194,6 +194,7 @@ fn param_pipeline(lamarckian: bool) -> gpfarm_gp::Pipeline {
         generations: 2,
         seed: 9,
         fit: gpfarm_gp::FitConfig { lamarckian, ..Default::default() },
+        max_size: 0,
         ..Default::default()
     };
     gpfarm_gp::Pipeline::with_grammar(

@@ -14,7 +14,14 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 fn config(seed: u64) -> EvolutionConfig {
-    EvolutionConfig { population: 50, generations: 8, seed, elite: 2, ..EvolutionConfig::default() }
+    EvolutionConfig {
+        population: 50,
+        generations: 8,
+        seed,
+        elite: 2,
+        max_size: 0,
+        ..EvolutionConfig::default()
+    }
 }
 
 /// Runs a pipeline, answering fitness in a shuffled order a few at a time, and returns every
@@ -63,7 +70,13 @@ fn a_pipeline_gives_the_classic_run_at_any_depth_and_in_any_order() {
 #[test]
 fn at_depth_two_the_next_generation_is_bred_before_this_one_is_complete() {
     let problem = Problem::builtin("keijzer6").unwrap();
-    let cfg = EvolutionConfig { population: 100, generations: 3, seed: 3, ..EvolutionConfig::default() };
+    let cfg = EvolutionConfig {
+        population: 100,
+        generations: 3,
+        seed: 3,
+        max_size: 0,
+        ..EvolutionConfig::default()
+    };
     let mut p = Pipeline::new(&problem, cfg, NonZeroUsize::new(2).unwrap()).unwrap();
     let mut first = p.take_born();
     assert!(first.iter().all(|b| b.generation == 0));

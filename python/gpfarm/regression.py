@@ -719,9 +719,7 @@ class SymbolicRegressor(_Mixin, _Base):
                     or not 0 < self.max_time < 1e9):
                 raise ValueError(f"max_time must be a number of seconds above 0 and below 1e9, not {self.max_time!r}")
             fitting["max_time"] = float(self.max_time)  # less what is spent before the run, below
-        import inspect
-
-        known = set(inspect.signature(_gpfarm.EvolveConfig).parameters) - {"problem", "problem_dir", "memory_problem"}
+        known = set(_gpfarm.EvolveConfig.OPTIONS)
         unknown = sorted(set(self.options or {}) - known)
         if unknown:
             raise ValueError(

@@ -11,223 +11,146 @@ use std::time::Duration;
 
 use gpfarm::stderr::one_line as stderr_line;
 use gpfarm_client::{
-    BuildConfig, CompileOptions, Compiler, CompilerSpec, DiskCache, FailureKind, SmArch, Unit, UnitOutcome,
-    Workers,
+    BuildConfig, CompileOptions, Compiler, CompilerSpec, FailureKind, SmArch, Unit, UnitOutcome, Workers,
 };
-use gpfarm_evolve::plan::{self, CompilerRequest, IslandFarm, build_compiler};
+use gpfarm_evolve::plan::{self, CompilerRequest, build_compiler};
 use gpfarm_evolve::{
-    CallbackError, CasesFile, EvalMode, EvolveError, GenerationRecord, LoadProblem, Options, ProblemFiles,
-    ProblemRef, Route,
+    CallbackError, CasesFile, EvolveError, GenerationRecord, LoadProblem, Options, ProblemFiles, ProblemRef,
+    RunSpec,
 };
-use gpfarm_gp::{EvolutionConfig, FitConfig};
-use gpfarm_protocol::{FarmName, Shape};
+use gpfarm_protocol::FarmName;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
-/// A run's configuration: the problem, the GP parameters, the route and the compiler, with
-/// `gpfarm evolve`'s defaults and names (`flag` and `link_flag` are lists). Every field can be
-/// read and set; an unknown keyword raises `TypeError`, a value of the wrong type `TypeError`,
-/// a value out of its set (`route="teleport"`) `ValueError` when the run starts.
-#[pyclass(module = "gpfarm._gpfarm", get_all, set_all, from_py_object)]
+/// A run's configuration: the problem (`problem`, `problem_dir` or `memory_problem`), a warm
+/// start's individuals (`start`), the CUDA directory (`cuda`), and the run's options: the
+/// engine's [`RunSpec`], with `gpfarm evolve`'s names and defaults (`flag` and `link_flag` are
+/// lists, `route="auto"`), read and set as attributes. Keywords are deserialised into the spec
+/// (serde), so each option is named, typed and defaulted once, in the engine: an unknown keyword
+/// raises `TypeError`, a value of the wrong type `TypeError`, a value out of its set
+/// (`route="teleport"`) `ValueError`, and a value out of its range (`max_steps=0`) `ValueError`
+/// when the run starts. `EvolveConfig.OPTIONS` lists the options' names.
+#[pyclass(module = "gpfarm._gpfarm", from_py_object)]
 #[derive(Debug, Clone)]
 struct EvolveConfig {
     problem: Option<String>,
     problem_dir: Option<PathBuf>,
     memory_problem: Option<MemoryProblem>,
-    population: usize,
-    generations: usize,
-    seed: u64,
-    tournament: usize,
-    elite: usize,
-    route: String,
-    eval: String,
-    compiler: String,
-    daemons: Option<usize>,
-    attach: bool,
-    farm: Option<String>,
-    per_unit: Option<usize>,
-    arch: Option<String>,
-    flag: Vec<String>,
-    link_flag: Vec<String>,
-    shape: Option<String>,
-    fmad: bool,
-    no_compile: bool,
-    no_cache: bool,
-    no_overlap: bool,
-    disk_cache: bool,
-    cache_dir: Option<PathBuf>,
-    trace_units: Option<PathBuf>,
-    crash_dir: Option<PathBuf>,
-    crash_retry_flag: Vec<String>,
-    no_crash_retry: bool,
-    no_crash_retry_on_gpu: bool,
-    deadline: u64,
-    gpu_deadline: f64,
-    max_steps: Option<u64>,
-    fit_iterations: usize,
-    fit_restarts: usize,
-    fit_share: f64,
-    fit_cases: usize,
-    fit_kernels: String,
-    no_lamarck: bool,
-    parsimony: f64,
-    max_size: usize,
-    representation: String,
-    select_tolerance: f64,
-    max_time: Option<f64>,
-    threads: Option<usize>,
     start: Vec<(Vec<u32>, Vec<f32>)>,
-    keep_gpu_worker: bool,
-    islands: usize,
-    migrate_every: usize,
-    migrants: usize,
-    island_farm: String,
     cuda: Option<PathBuf>,
+    spec: RunSpec,
+}
+
+/// `value` with the text of a path for a path-like object (`pathlib.Path`), as the spec reads
+/// paths as text.
+fn plain<'py>(value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    if value.hasattr("__fspath__")? {
+        return value.py().import("os")?.call_method1("fspath", (value,));
+    }
+    Ok(value.clone())
+}
+
+/// The spec `spec` with the options of `options` set: `TypeError` for an unknown option or a
+/// value of the wrong type, `ValueError` for a value out of its set, naming the option.
+fn set_options(py: Python<'_>, spec: &RunSpec, options: &Bound<'_, PyDict>) -> PyResult<RunSpec> {
+    let fields = pythonize::pythonize(py, spec).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+    let fields = fields.cast_into::<PyDict>().map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+    for (name, value) in options.iter() {
+        let name: String = name.extract()?;
+        if !fields.contains(&name)? {
+            return Err(PyTypeError::new_err(format!(
+                "{name} is not an option of a run (the options are gpfarm evolve's: {})",
+                RunSpec::names().join(", ")
+            )));
+        }
+        let one = PyDict::new(py);
+        one.set_item(&name, plain(&value)?)?;
+        if let Err(e) = pythonize::depythonize::<RunSpec>(&one) {
+            // A Python exception raised while reading the value comes as "TypeError: why".
+            let text = e.to_string();
+            let (kind, why) = match text.split_once(": ") {
+                Some((kind, why)) if kind.ends_with("Error") && !kind.contains(' ') => (kind, why),
+                _ => ("", text.as_str()),
+            };
+            return Err(match kind == "TypeError" || why.contains("invalid type") {
+                true => PyTypeError::new_err(format!("{name}: {why}")),
+                false => PyValueError::new_err(format!("{name}: {why}")),
+            });
+        }
+        fields.set_item(&name, plain(&value)?)?;
+    }
+    pythonize::depythonize::<RunSpec>(&fields).map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
 #[pymethods]
 impl EvolveConfig {
     #[new]
     #[pyo3(signature = (
-        problem = Some("keijzer6".to_owned()), *, problem_dir = None, memory_problem = None, population = 300, generations = 30,
-        seed = 1, tournament = 3, elite = 1, route = "auto".to_owned(), eval = "auto".to_owned(),
-        compiler = "farm".to_owned(), daemons = None, attach = false, farm = None, per_unit = None, arch = None,
-        flag = Vec::new(), link_flag = Vec::new(), shape = None, fmad = false, no_compile = false,
-        no_cache = false, no_overlap = false, disk_cache = false, cache_dir = None, trace_units = None,
-        crash_dir = None, crash_retry_flag = Vec::new(), no_crash_retry = false, no_crash_retry_on_gpu = false,
-        deadline = gpfarm_client::DEFAULT_UNIT_DEADLINE.as_secs(),
-        gpu_deadline = gpfarm_client::DEFAULT_GPU_DEADLINE.as_secs_f64(), max_steps = None,
-        fit_iterations = gpfarm_gp::FitConfig::default().iterations,
-        fit_restarts = gpfarm_gp::FitConfig::default().restarts, fit_share = gpfarm_gp::FitConfig::default().share,
-        fit_cases = gpfarm_gp::FitConfig::default().cases,
-        fit_kernels = "auto".to_owned(), no_lamarck = false, parsimony = 0.0, max_size = 50, representation = "ge".to_owned(), select_tolerance = 0.0, max_time = None,
-        threads = None, start = Vec::new(), keep_gpu_worker = false, islands = 1,
-        migrate_every = 10, migrants = 2,
-        island_farm = "shared".to_owned(), cuda = None
+        problem = Some("keijzer6".to_owned()), *, problem_dir = None, memory_problem = None, start = Vec::new(),
+        cuda = None, **options
     ))]
-    #[allow(clippy::too_many_arguments)]
     fn new(
+        py: Python<'_>,
         problem: Option<String>,
         problem_dir: Option<PathBuf>,
         memory_problem: Option<MemoryProblem>,
-        population: usize,
-        generations: usize,
-        seed: u64,
-        tournament: usize,
-        elite: usize,
-        route: String,
-        eval: String,
-        compiler: String,
-        daemons: Option<usize>,
-        attach: bool,
-        farm: Option<String>,
-        per_unit: Option<usize>,
-        arch: Option<String>,
-        flag: Vec<String>,
-        link_flag: Vec<String>,
-        shape: Option<String>,
-        fmad: bool,
-        no_compile: bool,
-        no_cache: bool,
-        no_overlap: bool,
-        disk_cache: bool,
-        cache_dir: Option<PathBuf>,
-        trace_units: Option<PathBuf>,
-        crash_dir: Option<PathBuf>,
-        crash_retry_flag: Vec<String>,
-        no_crash_retry: bool,
-        no_crash_retry_on_gpu: bool,
-        deadline: u64,
-        gpu_deadline: f64,
-        max_steps: Option<u64>,
-        fit_iterations: usize,
-        fit_restarts: usize,
-        fit_share: f64,
-        fit_cases: usize,
-        fit_kernels: String,
-        no_lamarck: bool,
-        parsimony: f64,
-        max_size: usize,
-        representation: String,
-        select_tolerance: f64,
-        max_time: Option<f64>,
-        threads: Option<usize>,
         start: Vec<(Vec<u32>, Vec<f32>)>,
-        keep_gpu_worker: bool,
-        islands: usize,
-        migrate_every: usize,
-        migrants: usize,
-        island_farm: String,
         cuda: Option<PathBuf>,
-    ) -> EvolveConfig {
-        EvolveConfig {
-            problem,
-            problem_dir,
-            memory_problem,
-            population,
-            generations,
-            seed,
-            tournament,
-            elite,
-            route,
-            eval,
-            compiler,
-            daemons,
-            attach,
-            farm,
-            per_unit,
-            arch,
-            flag,
-            link_flag,
-            shape,
-            fmad,
-            no_compile,
-            no_cache,
-            no_overlap,
-            disk_cache,
-            cache_dir,
-            trace_units,
-            crash_dir,
-            crash_retry_flag,
-            no_crash_retry,
-            no_crash_retry_on_gpu,
-            deadline,
-            gpu_deadline,
-            max_steps,
-            fit_iterations,
-            fit_restarts,
-            fit_share,
-            fit_cases,
-            fit_kernels,
-            no_lamarck,
-            parsimony,
-            max_size,
-            representation,
-            select_tolerance,
-            max_time,
-            threads,
-            start,
-            keep_gpu_worker,
-            islands,
-            migrate_every,
-            migrants,
-            island_farm,
-            cuda,
+        options: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<EvolveConfig> {
+        let spec = match options {
+            Some(options) => set_options(py, &RunSpec::default(), options)?,
+            None => RunSpec::default(),
+        };
+        Ok(EvolveConfig { problem, problem_dir, memory_problem, start, cuda, spec })
+    }
+
+    /// The names of the run's options (the keywords besides the problem, `start` and `cuda`).
+    #[classattr]
+    #[allow(non_snake_case)]
+    fn OPTIONS() -> Vec<String> {
+        RunSpec::names()
+    }
+
+    fn __getattr__(&self, py: Python<'_>, name: &str) -> PyResult<Py<PyAny>> {
+        use pyo3::IntoPyObjectExt;
+        match name {
+            "problem" => self.problem.clone().into_py_any(py),
+            "problem_dir" => self.problem_dir.clone().into_py_any(py),
+            "memory_problem" => self.memory_problem.clone().into_py_any(py),
+            "start" => self.start.clone().into_py_any(py),
+            "cuda" => self.cuda.clone().into_py_any(py),
+            _ => {
+                let fields = to_python(py, &self.spec)?;
+                match fields.bind(py).cast::<PyDict>()?.get_item(name)? {
+                    Some(value) => Ok(value.unbind()),
+                    None => Err(pyo3::exceptions::PyAttributeError::new_err(format!(
+                        "EvolveConfig has no attribute {name:?}"
+                    ))),
+                }
+            }
         }
+    }
+
+    fn __setattr__(&mut self, py: Python<'_>, name: &str, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        match name {
+            "problem" => self.problem = value.extract()?,
+            "problem_dir" => self.problem_dir = value.extract()?,
+            "memory_problem" => self.memory_problem = value.extract()?,
+            "start" => self.start = value.extract()?,
+            "cuda" => self.cuda = value.extract()?,
+            _ => {
+                let one = PyDict::new(py);
+                one.set_item(name, value)?;
+                self.spec = set_options(py, &self.spec, &one)?;
+            }
+        }
+        Ok(())
     }
 
     fn __repr__(&self) -> String {
         format!("{self:?}")
-    }
-}
-
-/// `value` if it is a finite number of at least 0, else a `ValueError` naming `option`.
-fn non_negative(option: &str, value: f64) -> PyResult<f64> {
-    if value.is_finite() && value >= 0.0 {
-        Ok(value)
-    } else {
-        Err(bad(option, format!("{value} is not a finite number of at least 0")))
     }
 }
 
@@ -309,125 +232,18 @@ impl EvolveConfig {
                 return Err(bad("problem", "give a built-in problem's name, problem_dir or memory_problem"));
             }
         };
-        let route = match self.no_compile {
-            true => Some(Route::Cpu),
-            false => Route::parse_choice(&self.route).map_err(|e| bad("route", e))?,
-        };
-        let eval = match self.eval.as_str() {
-            "auto" => EvalMode::Auto,
-            "cpu" => EvalMode::Cpu,
-            "gpu" => EvalMode::Gpu,
-            e => return Err(bad("eval", format!("unknown evaluator {e:?}: use auto, cpu or gpu"))),
-        };
-        let disk_cache = match (&self.cache_dir, self.disk_cache) {
-            (Some(dir), _) => Some(dir.clone()),
-            (None, true) => Some(DiskCache::default_dir().ok_or_else(|| {
-                bad("disk_cache", "no cache directory: set GPFARM_CACHE_DIR or HOME, or give cache_dir")
-            })?),
-            (None, false) => None,
-        };
-        let defaults = Options::default();
-        let options = Options {
-            evolution: EvolutionConfig {
-                population: self.population,
-                generations: self.generations,
-                tournament: self.tournament,
-                elite: self.elite,
-                seed: self.seed,
-                fit: FitConfig {
-                    iterations: self.fit_iterations,
-                    restarts: self.fit_restarts,
-                    share: match self.fit_share {
-                        s if (0.0..=1.0).contains(&s) => s,
-                        s => return Err(bad("fit_share", format!("{s} is not a share in [0, 1]"))),
-                    },
-                    lamarckian: !self.no_lamarck,
-                    cases: self.fit_cases,
-                },
-                parsimony: non_negative("parsimony", self.parsimony)?,
-                max_size: self.max_size,
-                representation: self.representation.parse().map_err(|e: String| bad("representation", e))?,
-                select_tolerance: non_negative("select_tolerance", self.select_tolerance)?,
-                ..EvolutionConfig::default()
-            },
-            eval,
-            arch: self.arch.as_deref().map(str::parse::<SmArch>).transpose().map_err(|e| bad("arch", e))?,
-            flags: self.flag.clone(),
-            fmad: self.fmad,
-            route,
-            fit_kernels: self.fit_kernels.parse().map_err(|e: String| bad("fit_kernels", e))?,
-            link_flags: if self.link_flag.is_empty() { defaults.link_flags } else { self.link_flag.clone() },
-            shape: self.shape.as_deref().map(str::parse::<Shape>).transpose().map_err(|e| bad("shape", e))?,
-            cache: !self.no_cache,
-            overlap: !self.no_overlap,
-            per_unit: self.per_unit,
-            disk_cache,
-            trace_units: self.trace_units.clone(),
-            gpu_worker: None,
-            gpu_deadline: if self.gpu_deadline > 0.0
-                && self.gpu_deadline.is_finite()
-                && self.gpu_deadline < 1e9
-            {
-                Duration::from_secs_f64(self.gpu_deadline)
-            } else {
-                return Err(bad("gpu_deadline", "must be a number of seconds above 0"));
-            },
-            max_steps: match self.max_steps {
-                Some(0) => return Err(bad("max_steps", "must be at least 1")),
-                n => n,
-            },
-            max_time: match self.max_time {
-                None => None,
-                Some(t) if t > 0.0 && t.is_finite() && t < 1e9 => Some(Duration::from_secs_f64(t)),
-                Some(_) => return Err(bad("max_time", "must be a number of seconds above 0")),
-            },
-            // Loading the problem and starting the evaluator count.
-            started: Some(std::time::Instant::now()),
-            threads: match self.threads {
-                None => None,
-                Some(t) => {
-                    Some(std::num::NonZeroUsize::new(t).ok_or_else(|| bad("threads", "must be at least 1"))?)
-                }
-            },
-            crash_retry_flags: match (self.no_crash_retry, self.crash_retry_flag.is_empty()) {
-                (true, _) => Vec::new(),
-                (false, true) => defaults.crash_retry_flags,
-                (false, false) => self.crash_retry_flag.clone(),
-            },
-            crash_retry_on_gpu: !self.no_crash_retry_on_gpu,
-            crash_dir: self.crash_dir.clone(),
-            start: self
-                .start
-                .iter()
-                .map(|(genome, params)| match genome.is_empty() {
-                    true => Err(bad("start", "a genome has no codons")),
-                    false => Ok(gpfarm_gp::Seed { genome: genome.clone(), params: params.clone() }),
-                })
-                .collect::<PyResult<_>>()?,
-            keep_gpu_worker: self.keep_gpu_worker,
-            islands: self.islands,
-            migrate_every: self.migrate_every,
-            migrants: self.migrants,
-        };
-        let farm =
-            self.farm.as_deref().map(str::parse::<FarmName>).transpose().map_err(|e| bad("farm", e))?;
-        let request = CompilerRequest {
-            spec: self.compiler.parse().map_err(|e| bad("compiler", e))?,
-            workers: match self.daemons {
-                None => None,
-                Some(n) => Some(Workers::exactly(n).map_err(|e| bad("daemons", e))?.count()),
-            },
-            build: BuildConfig {
-                cuda: self.cuda.clone(),
-                attach: self.attach.then_some(farm),
-                unit_deadline: Duration::from_secs(self.deadline),
-            },
-            island_farm: match self.island_farm.as_str() {
-                "shared" => IslandFarm::Shared,
-                "split" => IslandFarm::Split,
-                f => return Err(bad("island_farm", format!("{f:?}: use shared or split"))),
-            },
-        };
+        let start = self
+            .start
+            .iter()
+            .map(|(genome, params)| match genome.is_empty() {
+                true => Err(bad("start", "a genome has no codons")),
+                false => Ok(gpfarm_gp::Seed { genome: genome.clone(), params: params.clone() }),
+            })
+            .collect::<PyResult<_>>()?;
+        let spec_error = |e: gpfarm_evolve::SpecError| bad(e.option, e.why);
+        // Loading the problem and starting the evaluator count.
+        let options = self.spec.options(start, Some(std::time::Instant::now())).map_err(spec_error)?;
+        let request = self.spec.compiler_request(self.cuda.as_deref()).map_err(spec_error)?;
         Ok((problem, options, request))
     }
 }

@@ -104,6 +104,17 @@ def test_the_configuration_is_a_typed_object_with_the_cli_s_defaults():
         config.population = "many"
 
 
+def test_every_option_of_the_command_line_is_a_keyword_with_its_default():
+    names = set(gpfarm.EvolveConfig.OPTIONS)
+    assert {"population", "max_depth", "fit_kernels", "island_farm", "keep_gpu_worker"} <= names
+    config = gpfarm.EvolveConfig("keijzer6", max_depth=12)
+    assert (config.max_depth, gpfarm.EvolveConfig("keijzer6").max_depth) == (12, 90)
+    with pytest.raises(ValueError, match="max_depth"):
+        gpfarm.evolve("keijzer6", route="cpu", max_depth=0)
+    with pytest.raises(ValueError, match="max_size"):
+        gpfarm.EvolveConfig("keijzer6", max_size=10**30)
+
+
 def test_records_are_dicts_with_the_json_keys():
     result = gpfarm.evolve("keijzer6", **small(generations=1))
     record = result.history[0]

@@ -52,6 +52,27 @@ pub struct Cli {
     command: Command,
 }
 
+impl Cli {
+    /// The command line, parsed, with `evolve`'s options checked ([`gpfarm_evolve::RunSpec::check`]):
+    /// a value out of its range ends the process as clap's own parse errors do (status 2, one
+    /// message naming the flag).
+    pub fn parse_checked() -> Cli {
+        let cli = Cli::parse();
+        if let Command::Evolve(args) = &cli.command
+            && let Err(e) = args.spec.check()
+        {
+            // As clap writes a value its parser refused.
+            eprintln!(
+                "error: invalid value for '{}': {}\n\nFor more information, try '--help'.",
+                e.flag(),
+                e.why
+            );
+            std::process::exit(Exit::Usage as i32);
+        }
+        cli
+    }
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Compile a seeded random population, or given .cu files, and report the timings.

@@ -43,9 +43,9 @@ pub fn run(mut args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     // Ranks on one host share its cores: each farm gets its share, unless -n says otherwise.
     let local = world.split_shared(world.rank()).size().max(1) as usize;
-    if args.daemons.is_none() && local > 1 {
+    if args.spec.daemons.is_none() && local > 1 {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        args.daemons = Some((cores / local).max(1));
+        args.spec.daemons = Some((cores / local).max(1));
     }
     let outcome = rank_run(rank, size, &args, cuda);
     if let Err(e) = &outcome {
@@ -59,7 +59,7 @@ pub fn run(mut args: EvolveArgs, cuda: Option<&Path>) -> Result<()> {
 
 fn rank_run(rank: usize, size: usize, args: &EvolveArgs, cuda: Option<&Path>) -> Result<()> {
     let (engine, mut compilers) = prepare(args, cuda)?;
-    let per = args.islands.max(1);
+    let per = args.spec.islands.max(1);
     let (links, leaving, arriving) = ring_stretch(per);
     let place = IslandPlace { first: rank * per, links, ring: size * per };
     let (records_out, records_in) = unbounded::<String>();
@@ -71,9 +71,9 @@ fn rank_run(rank: usize, size: usize, args: &EvolveArgs, cuda: Option<&Path>) ->
             "{} by {size} ranks x {per} islands: population {} each, {} generations, seed {}, migrating {} every {} \
              generations, route {} ({})",
             engine.problem().name(),
-            args.population,
-            args.generations,
-            args.seed,
+            args.spec.population,
+            args.spec.generations,
+            args.spec.seed,
             engine.options().migrants,
             engine.options().migrate_every,
             engine.route(),

@@ -832,7 +832,13 @@ mod tests {
     fn values_written_into_a_structure_s_bytecode_run_as_the_program_with_them() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/friedman1");
         let problem = Problem::load(&dir).unwrap().strided(50);
-        let config = EvolutionConfig { population: 60, seed: 4, ..EvolutionConfig::default() };
+        let config = EvolutionConfig {
+            population: 60,
+            seed: 4,
+            generations: 50,
+            max_size: 0,
+            ..EvolutionConfig::default()
+        };
         let mut checked = 0;
         for p in Evolution::new(&problem, config).unwrap().dedup().unique {
             let program = Program::parse(&problem, &p).unwrap();

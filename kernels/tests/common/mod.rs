@@ -9,7 +9,8 @@ pub fn populations(problem: &Problem, seeds: &[u64], population: usize) -> Vec<V
     let threads = std::thread::available_parallelism().unwrap();
     let mut out = Vec::new();
     for &seed in seeds {
-        let config = EvolutionConfig { population, seed, ..EvolutionConfig::default() };
+        let config =
+            EvolutionConfig { population, seed, generations: 50, max_size: 0, ..EvolutionConfig::default() };
         let mut evolution = Evolution::new(problem, config).unwrap();
         // Generation 0 of every seed; the first seed's population is also bred three times.
         let generations = if seed == seeds[0] { 4 } else { 1 };

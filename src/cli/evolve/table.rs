@@ -43,12 +43,12 @@ pub(super) fn header(args: &EvolveArgs, engine: &Engine, compiler: &str) {
     println!(
         "{} on {place}: population {}, {} generations, seed {}, evaluator {}{target}{}{}{}",
         engine.problem().name(),
-        args.population,
-        args.generations,
-        args.seed,
+        args.spec.population,
+        args.spec.generations,
+        args.spec.seed,
         engine.gpu_name().map_or("cpu".to_string(), |g| format!("gpu ({g})")),
-        if args.no_cache { ", no cache" } else { "" },
-        if args.no_overlap { ", no overlap" } else { "" },
+        if args.spec.no_cache { ", no cache" } else { "" },
+        if args.spec.no_overlap { ", no overlap" } else { "" },
         options.disk_cache.as_ref().map_or(String::new(), |d| format!(", disk cache {}", d.display())),
     );
     if engine.gpu_name().is_some() || engine.options().route.is_some() {
