@@ -15,6 +15,7 @@ const ROOTS: &[(&str, &str)] = &[
     ("gp", "gp/src"),
     ("kernels", "kernels/src"),
     ("evolve", "evolve/src"),
+    ("improve", "improve/src"),
     ("benches", "benches/src"),
     ("python", "python/src"),
     ("cli", "src/cli"),
@@ -128,4 +129,33 @@ fn the_circle_finder_finds_a_circle() {
     assert_eq!(circle(&edges), Some(vec!["a".into(), "b".into(), "c".into(), "a".into()]));
     edges.get_mut("c").unwrap().remove("a");
     assert_eq!(circle(&edges), None);
+}
+
+/// `results/` holds what a reader uses: at most 5 MB tracked in all, no empty file, and no raw
+/// logs or binaries (the history keeps those). Needs the checkout's git; without it, skipped.
+#[test]
+fn results_hold_what_a_reader_uses() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let listed =
+        std::process::Command::new("git").arg("-C").arg(root).args(["ls-files", "-z", "results"]).output();
+    let Some(out) = listed.ok().filter(|o| o.status.success()) else {
+        eprintln!("skipped: results_hold_what_a_reader_uses needs a git checkout");
+        return;
+    };
+    let files: Vec<String> = out
+        .stdout
+        .split(|&b| b == 0)
+        .filter(|f| !f.is_empty())
+        .map(|f| String::from_utf8_lossy(f).into_owned())
+        .collect();
+    assert!(!files.is_empty(), "no tracked results");
+    let mut total = 0;
+    for file in &files {
+        let Ok(meta) = std::fs::metadata(root.join(file)) else { continue }; // removed, not committed
+        assert!(meta.len() > 0, "{file} is empty");
+        total += meta.len();
+        let raw = [".err", ".gz", ".cubin", ".fatbin", ".o"];
+        assert!(!raw.iter().any(|r| file.ends_with(r)), "{file} is a raw log or binary");
+    }
+    assert!(total <= 5 * 1024 * 1024, "results/ tracks {total} bytes, more than 5 MiB");
 }
