@@ -1,6 +1,5 @@
-//! The `gpfarm` command line as a library: its subcommands and their arguments, shared by the
-//! `gpfarm` binary and the Python package (which parses `evolve`'s options with the same
-//! definitions, so both take the same options).
+//! The `gpfarm` command line as a library: its subcommands and their arguments, for the `gpfarm`
+//! binary (the run's options are the engine's `RunSpec`, which Python reads too).
 
 pub mod cli;
-pub mod stderr;
+pub use gpfarm_entry::stderr;

@@ -346,7 +346,10 @@ fn a_resident_farm_loses_nothing_while_its_daemons_are_killed_at_random() {
     if !nvrtc_or_skip("chaos resident") {
         return;
     }
-    let _ = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter("warn").try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::Level::WARN)
+        .try_init();
     let (want, span_ms) = reference();
     let name: FarmName = format!("chaos{}", std::process::id()).parse().unwrap();
     let gpfarm = env!("CARGO_BIN_EXE_gpfarm");

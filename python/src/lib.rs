@@ -9,10 +9,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use gpfarm::stderr::one_line as stderr_line;
 use gpfarm_client::{
     BuildConfig, CompileOptions, Compiler, CompilerSpec, FailureKind, SmArch, Unit, UnitOutcome, Workers,
 };
+use gpfarm_entry::stderr::one_line as stderr_line;
 use gpfarm_evolve::plan::{self, CompilerRequest, build_compiler};
 use gpfarm_evolve::{
     CallbackError, CasesFile, EvolveError, GenerationRecord, LoadProblem, Options, ProblemFiles, ProblemRef,
@@ -663,7 +663,7 @@ fn failure_kind(kind: FailureKind) -> &'static str {
 #[pyfunction]
 fn daemon_main(py: Python<'_>, argv: Vec<String>) -> u8 {
     let args: Vec<String> = std::iter::once("gpfarmd".to_owned()).chain(argv).collect();
-    py.detach(|| gpfarm::cli::daemon::main(args))
+    py.detach(|| gpfarm_entry::daemon::main(args))
 }
 
 /// Runs `gpfarm-gpu-worker` in this process with `argv` (its options) and returns its exit
@@ -671,7 +671,7 @@ fn daemon_main(py: Python<'_>, argv: Vec<String>) -> u8 {
 #[pyfunction]
 fn gpu_worker_main(py: Python<'_>, argv: Vec<String>) -> u8 {
     let args: Vec<String> = std::iter::once("gpfarm-gpu-worker".to_owned()).chain(argv).collect();
-    py.detach(|| gpfarm::cli::gpu_worker::main(args))
+    py.detach(|| gpfarm_entry::gpu_worker::main(args))
 }
 
 /// Improves the kernel of the kernel directory `directory` (as `gpfarm improve` does) and returns

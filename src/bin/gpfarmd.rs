@@ -1,6 +1,6 @@
 //! gpfarmd: the resident compile daemon. All of it lives in the `gpfarm-daemon` crate, started by
-//! `gpfarm::cli::daemon`.
+//! `gpfarm_entry::daemon`.
 
 fn main() -> std::process::ExitCode {
-    std::process::ExitCode::from(gpfarm::cli::daemon::main(std::env::args()))
+    std::process::ExitCode::from(gpfarm_entry::daemon::main(std::env::args()))
 }

@@ -3,10 +3,8 @@
 mod bench;
 mod compile;
 pub mod compilers;
-pub mod daemon;
 mod daemons;
 pub mod evolve;
-pub mod gpu_worker;
 mod improve;
 #[cfg(feature = "mpi")]
 mod mpi;

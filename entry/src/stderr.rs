@@ -4,17 +4,26 @@
 
 use std::io::IsTerminal;
 
-/// Sends `tracing` logs at `level` (unless `RUST_LOG` says otherwise) to stderr, with colour
+/// Sends `tracing` logs at `level` (unless `RUST_LOG` says otherwise, in its `target=level`
+/// directives: `RUST_LOG=debug`, `RUST_LOG=warn,gpfarm_client=debug`) to stderr, with colour
 /// codes only when stderr is a terminal and `NO_COLOR` is unset: a daemon's log file or a
 /// captured pipe must read as plain text.
 pub fn init_logging(level: &str) {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()),
-        )
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter = filter(std::env::var("RUST_LOG").ok().as_deref(), level);
+    let logs = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .with_ansi(colour_wanted(std::io::stderr().is_terminal(), std::env::var_os("NO_COLOR")))
-        .init();
+        .with_ansi(colour_wanted(std::io::stderr().is_terminal(), std::env::var_os("NO_COLOR")));
+    let _ = tracing_subscriber::registry().with(logs).with(filter).try_init();
+}
+
+/// The filter `RUST_LOG` gives (`rust_log`), or `level` where it is unset or does not parse.
+fn filter(rust_log: Option<&str>, level: &str) -> tracing_subscriber::filter::Targets {
+    rust_log
+        .and_then(|directives| directives.parse().ok())
+        .or_else(|| level.parse().ok())
+        .unwrap_or_else(|| tracing_subscriber::filter::Targets::new().with_default(tracing::Level::WARN))
 }
 
 /// Whether to colour: only on a terminal, and never when `NO_COLOR` is set to anything
@@ -74,6 +83,18 @@ mod tests {
     fn a_cause_that_only_ends_like_the_previous_word_stays() {
         assert_eq!(join(&["retried unit 12", "2"]), "retried unit 12: 2");
         assert_eq!(join(&["denied: reading a", "denied"]), "denied: reading a: denied");
+    }
+
+    #[test]
+    fn rust_log_s_directives_filter_and_the_level_is_the_fallback() {
+        use tracing::Level;
+        let f = filter(Some("warn,gpfarm_client=debug"), "info");
+        assert!(f.would_enable("gpfarm_client::farm", &Level::DEBUG));
+        assert!(!f.would_enable("gpfarm_evolve", &Level::INFO));
+        let f = filter(None, "info");
+        assert!(f.would_enable("gpfarm_evolve", &Level::INFO) && !f.would_enable("x", &Level::DEBUG));
+        let f = filter(Some("=="), "debug");
+        assert!(f.would_enable("x", &Level::DEBUG));
     }
 
     #[test]
