@@ -525,7 +525,7 @@ def test_auto_keeps_small_fits_on_the_cpu_by_the_measured_costs():
         (dict(random_state=2**64), "random_state must be an int from 0"),
         (dict(representation="codons"), 'representation must be "tree" or "ge"'),
         (dict(tournament=2.5), "tournament must be an int"),
-        (dict(options={"max_depth": 3}), "options: 'max_depth' not known; options are gpfarm evolve's"),
+        (dict(options={"max_dept": 3}), "options: 'max_dept' not known; options are gpfarm evolve's"),
     ],
 )
 def test_bad_settings_are_value_errors_naming_the_parameter(params, message):
