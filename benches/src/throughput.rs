@@ -87,8 +87,9 @@ pub struct ThroughputRow {
     pub eval_ms: f64,
     /// `nodes × population × cases / eval`.
     pub node_evals_per_s: f64,
-    /// What auto's cost model ([`gpfarm_evolve::route::predict`], H100 costs) predicts: for the
-    /// interpreter its evaluation, for PTX its compile, load and evaluation; NaN for the others.
+    /// What auto's cost model ([`gpfarm_evolve::route::predict`], its calibrated costs) predicts:
+    /// for the interpreter its evaluation, for PTX its compile, load and evaluation; NaN for the
+    /// others.
     #[serde(default)]
     pub predicted_ms: f64,
     /// Programs whose fitness differs from the interpreter's: bit for bit on the compiled
@@ -461,7 +462,7 @@ mod tests {
     }
 
     /// Auto's cost model (as it is now, not the one whose predictions the CSV holds) against the
-    /// committed H100 rows of full trees of 127 to 1,023 nodes: for one evaluation of each
+    /// committed rows of full trees of 127 to 1,023 nodes: for one evaluation of each
     /// population it picks the route that measured fastest (compile included), and its
     /// predictions are within 2x (the interpreter) and 2.5x (PTX) of what was measured.
     #[test]

@@ -148,22 +148,19 @@ pub struct Options {
 
 /// NVRTC 13.0.88 segfaults on about 1 in 900 valid random Search programs for sm_75/80/90, in
 /// its optimiser; `--Ofast-compile=min` (like `-G`, at twice its cost) avoids every such crash
-/// found, and `--dopt=off` is not an NVRTC 13.0 option. On an H100 it gave bit-identical GPU
-/// fitness to the default options for all 5,087 random individuals of the three built-in
-/// problems compared (`results/2026-11-23-h100/engine-check/`).
+/// found, and `--dopt=off` is not an NVRTC 13.0 option. It gives bit-identical GPU fitness to
+/// the default options, so a retried individual's GPU fitness is used as is (docs/failures.md,
+/// "When NVRTC crashes", gives the check).
 pub const CRASH_RETRY_FLAGS: &[&str] = &["--Ofast-compile=min"];
 
-/// nvJitLink's options for the PTX route by default: ptxas at `-O0`. Over whole runs on an H100
-/// with 16 daemons it was faster end to end than the default `-O3` (keijzer6 50 generations: 148
-/// against 218 ms per generation; multiplier5 121 against 141; search 285 against 280), its
-/// slower kernels costing less than the compile time it saves at these case counts
-/// (`results/2026-11-23-h100/routes/`).
+/// nvJitLink's options for the PTX route by default: ptxas at `-O0`. Over whole runs it is faster
+/// end to end than the default `-O3`, or as fast: its slower kernels cost less than the compile
+/// time it saves at these case counts (docs/routes.md gives the measurements).
 pub const LINK_FLAGS: &[&str] = &["-O0"];
 
 /// nvJitLink's options for the PTX route by default when the problem's programs can loop
 /// ([`problem_loops`]): ptxas at `-O3`. Code that runs a loop many times pays for `-O0`'s slow
-/// kernels in every iteration: on the H100 the while-loop example's generations took 10.3 s by
-/// PTX at `-O0` against 0.88 s by NVRTC (`results/2026-11-25-h100/loops-speed/`).
+/// kernels in every iteration (docs/routes.md gives the while-loop example's measurements).
 pub const LOOP_LINK_FLAGS: &[&str] = &["-O3"];
 
 /// The PTX route's nvJitLink options for `problem` where nothing is known of its programs:
@@ -178,10 +175,9 @@ pub fn default_link_flags(problem: &gpfarm_gp::Problem) -> Vec<String> {
 /// The unit shape a route takes when [`Options::shape`] is not set: the switch kernel on both.
 /// One kernel per unit costs ptxas less than a kernel per individual (one prologue, one
 /// function to allocate registers for) and the GPU one launch per unit instead of one per
-/// individual. On an H100 with 16 daemons (`results/2026-11-23-h100/shapes/`), PTX -O0
-/// runs took 133 against 143 (keijzer6), 156 against 188 (search) and 104 against 133 ms
-/// (multiplier5) per generation; on NVRTC the two shapes were within 7% either way, the switch
-/// evaluating faster. The engine keeps kernels for an NVRTC template that reads `blockIdx.y`.
+/// individual. Whole runs on the PTX route are faster with it; on NVRTC the two shapes are about
+/// even, the switch evaluating faster (docs/routes.md gives the measurements). The engine keeps
+/// kernels for an NVRTC template that reads `blockIdx.y`.
 /// (The interpreter and the CPU form no units; their shape is the same default.)
 pub fn default_shape(route: Route) -> Shape {
     match route {

@@ -22,12 +22,13 @@
 //! program of the first generation fails (its loop repeats or runs to the step limit), the
 //! grammar writes loops that do not end, and a later generation will likely hold one that runs
 //! to the limit without repeating, which costs the interpreter some 16 times what it costs
-//! compiled code: the longest case is then taken as such a loop's (measured on the H100 host:
-//! the while-loop example over 10 generations, the interpreter 964 ms per generation against
-//! PTX's 291, though its first three generations took 2.5 ms against 316).
-//! The constants ([`Costs::H100`]) come from `gpfarm bench --break-even` on the H100 host with 16
-//! daemons (`results/`): there one interpreter launch evaluates a generation before the
-//! farm has compiled it up to some 10^7-10^8 cases, so auto interprets every problem measured.
+//! compiled code: the longest case is then taken as such a loop's, though the interpreter may
+//! finish the first generations first (docs/routes.md, "The measurements behind auto's costs",
+//! gives the while-loop example's figures).
+//! The constants ([`Costs::H100`]) are fitted to `gpfarm bench --break-even` on the reference
+//! host: by them one interpreter launch evaluates a generation before the farm has compiled it
+//! up to very large case counts, so auto interprets every problem measured (the same section
+//! names the host, the workloads and the figures).
 
 use gpfarm_gp::{Evolution, EvolutionConfig, Problem, Program};
 
@@ -74,36 +75,28 @@ pub struct Costs {
 }
 
 impl Costs {
-    /// Fitted to `gpfarm bench --break-even` on the H100 host (16 cores, 16 daemons),
-    /// 2026-11-23, tuned interpreter: regressions of 10^5 to 10^7 cases, programs of 6.9, 9.5
-    /// and 27.6 ops (`results/2026-11-23-h100/interpreter-tuned/breakeven/`): the
-    /// interpreter's generation, PTX's evaluation, and PTX's compile and load from 64 cases up.
+    /// Fitted to `gpfarm bench --break-even` on the reference host, with the tuned interpreter:
+    /// the interpreter's generation, PTX's evaluation, and PTX's compile and load. docs/routes.md
+    /// ("The measurements behind auto's costs") names the host and the workloads of each group.
     pub const H100: Costs = Costs {
         interp_fixed_s: 265e-6,
         interp_case_s: 2.4e-12,
-        // Populations of 10^3 to 5·10^5 full trees of 127 nodes over 1,024 cases
-        // (`gpfarm bench --throughput`, `results/2026-11-26-h100/scale/throughput/`): what the
-        // interpreter took beyond the per-case terms, 106-170 ns per program from 10^4 up.
+        // Fitted to `gpfarm bench --throughput`'s big populations: what the interpreter takes
+        // per program beyond the per-case terms.
         interp_program_s: 150e-9,
         interp_op_s: 6.7e-13,
         ptx_program_s: 139e-6,
         ptx_program_op_s: 21.1e-6,
         ptx_case_s: 5.9e-12,
         ptx_op_s: 4.5e-13,
-        // Loop workloads of `gpfarm bench --break-even --loops` on the H100 host, 2026-11-25
-        // (`results/2026-11-25-h100/loops-speed/breakeven/`): 20 programs of 22 ops looping
-        // 10 to 10^5 times over 32 to 10^5 cases.
+        // Fitted to the loop workloads of `gpfarm bench --break-even --loops`.
         interp_loop_op_s: 1.7e-12,
         interp_serial_op_s: 1.6e-7,
         ptx_loop_program_s: 2.0e-3,
         ptx_serial_op_s: 1.0e-8,
-        // `gpfarm bench --param-steps` with each link level on the H200 host, 2026-11-26
-        // (`results/2026-11-26-h200/link-levels/`; `results/2026-11-26-h100/link-levels/` the same
-        // on an H100 host): 68 to 4,065 structures of 11-14 ops and 3.1-3.8 parameters over 362
-        // to 10^6 points. A step at -O0 cost 1.9-3.4e-11 s per program and case at 10^6 points, at
-        // -O3 0.95-1.1e-11 (1.2e-11 on the H100), about this model's per-op costs; at 362 points
-        // -O3 still saved 0.5-0.9 us per program and step. Compiling at -O3 cost 0.01-0.26 ms
-        // more per program.
+        // Fitted to `gpfarm bench --param-steps` with each link level: what `-O0`'s loads of
+        // the free parameters' values cost beyond `-O3`'s code, per case and per evaluation,
+        // and what compiling at `-O3` costs more per program.
         ptx_o0_param_s: 4.5e-12,
         ptx_o0_param_eval_s: 1.2e-7,
         ptx_o3_program_s: 1.0e-4,
@@ -543,11 +536,9 @@ pub struct FitCosts {
 }
 
 impl FitCosts {
-    /// Fitted to `gpfarm bench --param-steps --fit` on the H100 host (16 cores, 16 daemons),
-    /// 2026-11-26 (`results/2026-11-26-h100/fit-steps/`): 13 and 117 programs of 29-31 words and
-    /// 7 parameters on average over 10^5 and 10^6 points; the interpreter's step 6.0-6.7e-12 s per
-    /// word and point, the compiled one's 1.8-2.3e-12; compiling 56-90 ms per program on one
-    /// daemon (units of up to 32 members).
+    /// Fitted to `gpfarm bench --param-steps --fit` on the reference host: the interpreter's
+    /// fitting step and the NVRTC-compiled one's per word and point, and compiling per program on
+    /// one daemon (docs/regression.md, "The fitting constants' measurements", gives the figures).
     pub const H100: FitCosts = FitCosts {
         interp_op_s: 6.0e-12,
         compiled_op_s: 1.8e-12,
@@ -557,11 +548,9 @@ impl FitCosts {
     };
 
     /// The PTX route's own fitting kernels (PTX linked with a fitting template), from the same
-    /// bench on the H100 host, 2026-11-27 (`results/2026-11-27-h100/fit-ptx/steps-first/`): 117
-    /// programs of 29 words and 6.7 parameters on average over 10^6 points, a step of 11.6 ms
-    /// against the interpreter's 19.0 (3.4e-12 s per word and point); linking about 180 ms for
-    /// the 117 on the bench's 16 daemons beyond compiling the templates (once per run; a run
-    /// links on a thread per core), about 25 ms per program on one.
+    /// bench on the reference host: their step per word and point, and linking per program on
+    /// one core beyond compiling the templates (once per run; a run links on a thread per core).
+    /// docs/regression.md, "The fitting constants' measurements", gives the figures.
     pub const H100_PTX: FitCosts = FitCosts {
         interp_op_s: 6.0e-12,
         compiled_op_s: 3.4e-12,

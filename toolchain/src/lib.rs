@@ -48,12 +48,11 @@ pub fn driver_cache_setting(current: Option<&std::ffi::OsStr>) -> Option<&'stati
 ///
 /// Where a CUDA driver is installed, NVRTC 13 keeps the machine code of every translation unit it
 /// compiles in the driver's compute cache (`~/.nv/ComputeCache`, 256 MB by default) and serves a
-/// byte-identical unit from there: on the GPU host a repeated unit compiled about 8 times faster
-/// (`results/2026-11-22-h100/caching-overlap/`). Left on, a benchmark that compiles the
-/// same population twice, or a run repeated with the same seed, measures that cache instead of
-/// the compiler, and a run's speed depends on what earlier runs left behind. gpfarm has its own
-/// caches, keyed per individual: the fitness memo and `--disk-cache`. `CUDA_CACHE_DISABLE=0` keeps
-/// the driver's cache.
+/// byte-identical unit from there, several times faster than compiling it (docs/measured.md
+/// gives the figure). Left on, a benchmark that compiles the same population twice, or a run
+/// repeated with the same seed, measures that cache instead of the compiler, and a run's speed
+/// depends on what earlier runs left behind. gpfarm has its own caches, keyed per individual: the
+/// fitness memo and `--disk-cache`. `CUDA_CACHE_DISABLE=0` keeps the driver's cache.
 ///
 /// # Safety
 /// Sets an environment variable: call it before any other thread starts.
@@ -71,11 +70,11 @@ pub unsafe fn disable_driver_cache() -> bool {
 /// NVRTC allocates and frees hundreds of MB per compile. With glibc's defaults, large blocks are
 /// `mmap`ed and `munmap`ed each time and the heap top is trimmed back, so every compile faults all
 /// of its memory in again. Raising the mmap threshold to its maximum, never trimming, and padding
-/// heap growth lets freed memory be reused without faults. The 13x it once saved on the GPU host
-/// was measured with the CUDA driver's cache on, which served repeated units in a few ms; with
-/// that cache off (about 200 ms per unit of 8 kernels there) it made no measurable difference
-/// (`results/2026-11-22-h100/ceiling/`). It costs nothing measurable either, and it
-/// changes nothing NVRTC computes. Call it before the first compile; it affects the whole process.
+/// heap growth lets freed memory be reused without faults. What it saved was measured with the
+/// CUDA driver's cache on, which served repeated units in a few ms; with that cache off it makes
+/// no measurable difference (docs/measured.md gives the figures). It costs nothing measurable
+/// either, and it changes nothing NVRTC computes. Call it before the first compile; it affects
+/// the whole process.
 pub fn tune_allocator() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only sets glibc malloc parameters; each value is in its documented range.

@@ -73,12 +73,9 @@ pub const FIT_PARAMS: usize = FIT_WIDTHS[FIT_WIDTHS.len() - 1];
 /// The most parameters of a program the fitting kernels differentiate forward (a tangent per
 /// value); wider kernels take only programs they differentiate in reverse (straight-line float
 /// code, `interpreter::fitted_in_reverse`), and others are fitted on the CPU. The kernels of
-/// widths 32 to 128 have no forward sweep, which held registers their reverse sweep needed. On an
-/// H100 (Friedman-1, 100,000 cases, seeds 1 and 3, two runs each), with 16 here instead of 64,
-/// the GPU worker's fitting took 184.3–184.7 and 210.5–211.0 ms over generations 0–10, against
-/// 200.4–203.2 and 232.0–232.3. At generation 10 it took 31.6–31.9 and 41.0 ms, against
-/// 35.5 and 46.3–46.5. The runs were the same
-/// (`results/2026-11-27-h100/fit-trials/forward-16/`).
+/// widths 32 to 128 have no forward sweep, which held registers their reverse sweep needed. 16
+/// rather than 64: the GPU worker's fitting is faster and the runs are the same
+/// (docs/regression.md, "The fitting constants' measurements", gives the figures).
 pub const FIT_FORWARD_PARAMS: usize = 16;
 /// The sums a program with `params` parameters has: the sum of squares, `Jᵀr` (`params`), and
 /// the lower triangle of `JᵀJ` row by row (`[1 + params + k * (k + 1) / 2 + l]` for `l <= k`).
@@ -93,9 +90,9 @@ pub fn sums_of(params: usize) -> usize {
 pub const FIT_ROWS: u32 = 16;
 /// Tiles a program's cases are split into where there are enough cases: enough blocks for the
 /// GPU's multiprocessors even when few programs are fitted at one width, and rows enough per
-/// thread to pay for each tile's reduction. 16: on the H100, fits on 8,192 cases (population
-/// 1000, Friedman-1) took about 12% less GPU time a generation than with 32 tiles of one row
-/// each, and as little as with 8 or 4 tiles (`results/2026-11-27-h100/fit-trials/tiles/`).
+/// thread to pay for each tile's reduction. 16: fits took less GPU time a generation than with
+/// 32 tiles of one row each, and as little as with 8 or 4 tiles (docs/regression.md, "The
+/// fitting constants' measurements", gives the figures).
 const FIT_TILES_WANTED: usize = 16;
 
 /// [`FIT_TILES_WANTED`], or `GPFARM_FIT_TILES` where it is set to a number from 1 (a diagnostic

@@ -16,9 +16,9 @@
 //! Faults: a launch the driver refuses (too many resources, ...) fails only that individual, with
 //! the reason. A kernel that faults while running (illegal address, trap) leaves a sticky error,
 //! and on the GPU host that poisons every CUDA context of the process: a fresh context created
-//! afterwards fails with the same error (measured on an H100, driver 580). The evaluator then
-//! returns [`GpuError::Fault`] and refuses further work; recovering on the GPU needs a new
-//! process. `gpfarm evolve` continues on the CPU evaluator.
+//! afterwards fails with the same error (docs/failures.md says where this was seen). The
+//! evaluator then returns [`GpuError::Fault`] and refuses further work; recovering on the GPU
+//! needs a new process. `gpfarm evolve` continues on the CPU evaluator.
 //!
 //! One job per file: `probe` says whether there is a GPU at all; `fitness` writes the fitness
 //! reduction's CUDA C; `buffers` holds the context and what lives in it; `modules` loads CUBIN

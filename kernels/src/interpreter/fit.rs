@@ -705,10 +705,9 @@ pub fn fit_link_source(problem: &Problem, width: usize) -> Result<String, GpuErr
 
 /// The widths whose fitting kernels ask the compiler for a number of blocks per multiprocessor
 /// ([`FIT_WIDE_BLOCKS`] for the compiled kernels, [`interpreted_blocks`] for the interpreter's):
-/// first two, as measured on an H100 (`results/2026-11-26-h100/fit-wide/`): width 32 went
-/// from 1.66 to 1.3 ms a launch (184 → 128 registers, a few hundred bytes spilled), width 64 from
-/// 1.70 to 1.60 (though ptxas spills some 4 KB a thread under the cap). Width 128, not measured,
-/// keeps its registers.
+/// first two: capping their registers so that two blocks fit made widths 32 and 64 faster a
+/// launch, though ptxas spills under the cap (docs/regression.md, "The fitting constants'
+/// measurements", gives the figures). Width 128, not measured, keeps its registers.
 const FIT_WIDE_WIDTHS: [usize; 3] = [16, 32, 64];
 /// Blocks per multiprocessor the wide fitting kernels ask for (`__launch_bounds__`): their
 /// registers capped so that two blocks fit, where one did, latency-bound. The interpreter's
@@ -723,15 +722,14 @@ pub const FIT_LINK_MAX_REGISTERS: u32 = 65536 / (BLOCK * FIT_WIDE_BLOCKS);
 
 /// Blocks per multiprocessor the interpreter's fitting kernels of the wide widths ask for, by
 /// width (16, 32, 64): at most 85, 64 and 85 registers a thread instead of 128.
-/// - Widths 16 and 32 at three blocks: on an H100 (Friedman-1, 100,000 cases, population 1000,
-///   seeds 1 and 3, two runs each), the GPU worker's fitting at generation 10 took 36.0–36.1 and
-///   47.8–48.0 ms against 39.2–39.4 and 51.0–51.5 with two blocks, the same runs
-///   (`results/2026-11-27-h100/fit-trials/bounds/`).
+/// - Widths 16 and 32 at three blocks: the GPU worker's fitting is faster than with two blocks,
+///   and the runs are the same.
 /// - Once widths 32 and 64 lost their forward sweep (every program they take is differentiated
 ///   in reverse, [`FIT_FORWARD_PARAMS`]), width 32 fits four blocks (64 registers, a few bytes
-///   spilled) and width 64 three (80 registers). Each took the worker's fitting at generation 10
-///   from 41.5–41.6 ms to 39.2–39.4 (32 at four) and 39.6–39.7 (64 at three) for seed 3, and from
-///   32.0 to 30.5 and 31.3 for seed 1, the same runs (`fit-trials/blocks-by-width/`).
+///   spilled) and width 64 three (80 registers). Each made the worker's fitting faster, the runs
+///   the same.
+///
+/// docs/regression.md, "The fitting constants' measurements", gives the figures.
 ///
 /// The compiled fitting kernels keep [`FIT_WIDE_BLOCKS`], the bound their linked members are held
 /// to ([`FIT_LINK_MAX_REGISTERS`]).
