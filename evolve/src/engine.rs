@@ -16,14 +16,15 @@ use gpfarm_client::{
 use gpfarm_gp::{Pipeline, Problem};
 use gpfarm_kernels::gpu;
 use gpfarm_kernels::worker::LoadProblem;
-use gpfarm_protocol::{CompileMode, CompileOptions, Language, SmArch, Unit};
+use gpfarm_protocol::{CompileMode, CompileOptions, Language, Unit};
 use gpfarm_protocol::{Route, Shape};
 
 use crate::driver::{CrashSettings, Driver, Evaluator, Settings, with_queues};
 use crate::error::EvolveError;
 use crate::islands::{Link, island_seed, ring};
-use crate::options::{EvalMode, NO_FMAD, Options, default_shape};
+use crate::options::{NO_FMAD, Options};
 use crate::record::{EvaluatorKind, FrontModel, GenerationRecord, Summary, Totals};
+use crate::resolved::{Needs, Resolved};
 
 /// What a per-generation callback may fail with; the run stops and returns it as
 /// [`EvolveError::Callback`].
@@ -35,17 +36,8 @@ pub struct Engine {
     /// How a GPU worker process loads the same problem.
     source: Option<ProblemRef>,
     options: Options,
-    arch: SmArch,
-    /// The GPU's name, when it evaluates.
-    gpu: Option<String>,
-    notice: Option<String>,
-    route: Route,
-    /// The level the PTX route links at when the run gives no link options
-    /// ([`crate::route::ptx_link_level`] of its first generation).
-    auto_link: Option<crate::route::LinkLevel>,
-    /// Why the route was taken.
-    route_why: String,
-    shape: Shape,
+    /// Where fitness is computed, settled once ([`crate::resolved`]).
+    resolved: Resolved,
     /// The run's own compile options were accepted ([`Engine::check_options`]).
     options_checked: AtomicBool,
     /// Set to stop the run ([`Engine::stopper`]).
@@ -84,7 +76,7 @@ impl Engine {
     }
 
     /// A run of a problem already in memory. `source` tells a GPU worker process how to load
-    /// the same problem; without it the GPU cannot evaluate ([`EvalMode::Auto`] falls back to
+    /// the same problem; without it the GPU cannot evaluate ([`crate::EvalMode::Auto`] falls back to
     /// the CPU with a notice).
     pub fn with_problem(
         problem: Problem,
@@ -98,65 +90,19 @@ impl Engine {
                 .with_max_steps(n)
                 .ok_or_else(|| EvolveError::Usage("the step limit (max_steps) must be at least 1".into()))?,
         };
-        let (gpu, notice) = choose_gpu(options.eval, options.route, source.is_some())?;
-        let arch = options.arch.or(gpu.as_ref().map(|g| g.1)).unwrap_or(SmArch::SM_90);
-        let (route, auto_link, route_why) = match options.route {
-            Some(route) => (route, None, "asked for".to_owned()),
-            None => crate::route::choose_linked(&problem, &options.evolution),
-        };
-        // The PTX route asked for without link options links at the level its first generation
-        // calls for.
-        let auto_link = match (route, auto_link, options.link_flags.is_empty()) {
-            (Route::Ptx, None, true) => Some(crate::route::run_link_level(&problem, &options.evolution)),
-            (_, level, _) => level,
-        };
-        // Without a GPU nothing runs the interpreter's kernel, nor CUBIN that auto chose to
-        // compile: the CPU evaluates the programs, and nothing needs NVRTC or nvJitLink. A
-        // compiled route asked for by name still compiles (its compile errors are fitness).
-        let (route, route_why, auto_link) = match (route, &gpu, options.route) {
-            (Route::Interpreter, None, _) | (Route::Nvrtc | Route::Ptx, None, None) => (
-                Route::Cpu,
-                format!("{route_why}; no GPU evaluates, so the CPU reference evaluator does"),
-                None,
-            ),
-            _ => (route, route_why, auto_link),
-        };
-        let shape = options.shape.unwrap_or_else(|| default_shape(route));
+        let resolved = crate::resolved::resolve(&problem, &options, source.is_some())?;
         let mut engine = Engine {
             problem,
             source,
             options,
-            arch,
-            gpu: gpu.map(|g| g.0),
-            notice,
-            route,
-            auto_link,
-            route_why,
-            shape,
+            resolved,
             options_checked: AtomicBool::new(false),
             stop: Arc::new(AtomicBool::new(false)),
         };
-        // Refuse bad GP parameters and a route the problem cannot take now, before a compiler is
-        // built for them.
+        // Refuse bad GP parameters before a compiler is built for them.
         Pipeline::check(&engine.problem, &engine.options.evolution, &engine.options.start)?;
         engine.check_islands()?;
-        if engine.route == Route::Ptx {
-            gpfarm_kernels::ptx_supported(&engine.problem)?;
-        }
-        if engine.route == Route::Interpreter {
-            gpfarm_kernels::interpreter::interp_supported(&engine.problem)?;
-        }
-        if engine.shape == Shape::Switch
-            && engine.route == Route::Nvrtc
-            && let Err(why) = engine.problem.template().switch_ready()
-        {
-            match engine.options.shape {
-                Some(_) => return Err(EvolveError::Shape { problem: engine.problem.name().to_owned(), why }),
-                // The default falls back to what every template supports.
-                None => engine.shape = Shape::Kernels,
-            }
-        }
-        engine.options.arch = Some(arch);
+        engine.options.arch = Some(engine.resolved.arch);
         Ok(engine)
     }
 
@@ -176,58 +122,59 @@ impl Engine {
         let contraction = (!self.options.fmad).then(|| NO_FMAD.to_owned());
         let flags = contraction.into_iter().chain(self.options.flags.iter().cloned()).collect();
         CompileOptions {
-            arch: self.arch,
+            arch: self.resolved.arch,
             mode: CompileMode::Cubin,
             flags,
-            link_flags: match (self.options.link_flags.is_empty(), self.auto_link) {
-                (false, _) => self.options.link_flags.clone(),
-                (true, Some(level)) => vec![level.flag().to_owned()],
-                (true, None) => crate::options::default_link_flags(&self.problem),
-            },
+            link_flags: self.resolved.link_flags.clone(),
         }
     }
 
     /// How individuals get their fitness in this run (see [`Options::route`]).
     pub fn route(&self) -> Route {
-        self.route
+        self.resolved.route
     }
 
     /// The language of what this run compiles: its individuals' units on a compile route, or
     /// the interpreter's one kernel (CUDA C).
     fn compiled_language(&self) -> Language {
-        self.route.language().unwrap_or(Language::CudaC)
+        self.resolved.route.language().unwrap_or(Language::CudaC)
     }
 
     /// Why the run takes its route: "asked for", or the automatic choice's reason.
     pub fn route_reason(&self) -> &str {
-        &self.route_why
+        &self.resolved.why
+    }
+
+    /// Where fitness is computed, and what the run compiles: settled when the engine was made.
+    pub fn resolved(&self) -> &Resolved {
+        &self.resolved
     }
 
     /// Whether the run needs compile daemons: it compiles individuals (the interpreter needs
     /// one kernel compiled once, which a compiler without daemons does as well).
     pub fn needs_daemons(&self) -> bool {
-        self.route.compiles_individuals()
+        self.resolved.needs == Needs::Daemons
     }
 
     /// How units hold their individuals in this run (see [`Options::shape`]).
     pub fn shape(&self) -> Shape {
-        self.shape
+        self.resolved.shape
     }
 
     /// Who will compute fitness when the run is given a compiler.
     pub fn evaluator(&self) -> EvaluatorKind {
-        if self.gpu.is_some() { EvaluatorKind::Gpu } else { EvaluatorKind::Cpu }
+        self.resolved.evaluator()
     }
 
     /// The GPU that evaluates, by name.
     pub fn gpu_name(&self) -> Option<&str> {
-        self.gpu.as_deref()
+        self.resolved.gpu.as_deref()
     }
 
     /// One line a person should see before the run: why the GPU is not used under
-    /// [`EvalMode::Auto`].
+    /// [`crate::EvalMode::Auto`].
     pub fn notice(&self) -> Option<&str> {
-        self.notice.as_deref()
+        self.resolved.notice.as_deref()
     }
 
     /// Compiles a unit holding nothing but an empty kernel with the run's options when the run
@@ -259,7 +206,7 @@ impl Engine {
                         "// gpfarm option check\n.version {}\n.target sm_{}\n.address_size 64\n\n\
                          .visible .entry gpfarm_option_check()\n{{\n\tret;\n}}\n",
                         gpfarm_kernels::ptx::PTX_VERSION,
-                        self.arch.0
+                        self.resolved.arch.0
                     ),
                 ),
                 " (nvJitLink takes -O0 and -O3 itself, ptxas's other levels as -Xptxas=-O1 or -Xptxas=-O2)",
@@ -273,7 +220,7 @@ impl Engine {
                 return Err(EvolveError::Options { language, flags: flags.clone(), failure, hint });
             }
         }
-        if self.route == Route::Nvrtc {
+        if self.resolved.route == Route::Nvrtc {
             self.check_template(compiler, options)?;
         }
         self.options_checked.store(true, Ordering::Relaxed);
@@ -297,7 +244,7 @@ impl Engine {
             &self.problem,
             Language::CudaC,
             Shape::Kernels,
-            self.arch,
+            self.resolved.arch,
             &kernel,
             std::slice::from_ref(&member),
         );
@@ -411,7 +358,7 @@ impl Engine {
         }
         // The evaluator's kernel (and the fitting kernel, where the GPU fits free parameters) is
         // compiled once, here, in one batch; each island's worker loads it.
-        let (kernel, fit_kernel) = match (&self.gpu, compilers.first_mut()) {
+        let (kernel, fit_kernel) = match (&self.resolved.gpu, compilers.first_mut()) {
             (None, _) => (None, Vec::new()),
             (Some(_), None) => {
                 return Err(EvolveError::NoGpu("individuals must be compiled to run on it".into()));
@@ -431,7 +378,7 @@ impl Engine {
         };
         let fit_toolchain = compilers.first().map_or_else(|| "none".into(), |c| c.toolchain());
         // The interpreter's kernel is compiled; individuals are not.
-        if !self.route.compiles_individuals() {
+        if !self.resolved.route.compiles_individuals() {
             compilers.clear();
         }
         let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
@@ -443,7 +390,7 @@ impl Engine {
             settings: self.settings(compilers.first().map_or(1, |c| c.workers())),
             toolchain: compilers.first().map_or_else(|| "none".into(), |c| c.toolchain()),
             compiling: !compilers.is_empty(),
-            devices: if self.gpu.is_some() { gpu::device_count().max(1) } else { 1 },
+            devices: if self.resolved.gpu.is_some() { gpu::device_count().max(1) } else { 1 },
             eval_threads: NonZeroUsize::new(self.options.threads.map_or(cores, NonZeroUsize::get) / n)
                 .unwrap_or(NonZeroUsize::MIN),
             several: place.ring > 1,
@@ -505,8 +452,8 @@ impl Engine {
             overlap: o.overlap,
             per_unit: o.per_unit,
             workers,
-            route: self.route,
-            shape: self.shape,
+            route: self.resolved.route,
+            shape: self.resolved.shape,
             fit_kernels: o.fit_kernels,
             crash: CrashSettings {
                 retry_flags: o.crash_retry_flags.clone(),
@@ -543,7 +490,7 @@ impl Engine {
                         if worker.reused { "kept from a run before" } else { "started" }
                     );
                 }
-                match self.route {
+                match self.resolved.route {
                     Route::Interpreter => Evaluator::Interpreter(worker),
                     _ => Evaluator::Gpu(worker),
                 }
@@ -629,8 +576,8 @@ impl Engine {
             overlap: o.overlap,
             best_fitness: best.map_or(f64::NAN, |(_, f)| f.value()),
             best_phenotype: best.and_then(|(i, _)| i.expression()).map(|p| p.as_str().to_owned()),
-            route: self.route.as_str().to_owned(),
-            route_reason: self.route_why.clone(),
+            route: self.resolved.route.as_str().to_owned(),
+            route_reason: self.resolved.why.clone(),
             mean_generation_ms: totals.wall_s * 1000.0
                 / (outcomes.iter().filter_map(|(_, p)| p.stopped_after()).max().unwrap_or(e.generations) + 1)
                     as f64,
@@ -658,7 +605,7 @@ impl Engine {
         compiler: &mut (dyn Compiler + Send + '_),
         options: &CompileOptions,
     ) -> Result<(Vec<u8>, Vec<Vec<u8>>), EvolveError> {
-        let interpreter = self.route == Route::Interpreter;
+        let interpreter = self.resolved.route == Route::Interpreter;
         let (name, kernel) = if interpreter {
             ("gpfarm_interpreter.cu", gpfarm_kernels::interpreter::interpreter_source(&self.problem)?)
         } else {
@@ -720,7 +667,7 @@ impl Engine {
             None => gpfarm_client::gpu_worker_executable().map_err(gpfarm_client::WorkerError::from)?,
         };
         let (fitness, interpreter) =
-            if self.route == Route::Interpreter { (None, Some(cubin)) } else { (Some(cubin), None) };
+            if self.resolved.route == Route::Interpreter { (None, Some(cubin)) } else { (Some(cubin), None) };
         // The GPU fits on at most --fit-cases evenly spaced cases (0: all of them).
         let fit_cases = self.options.evolution.fit.cases;
         let init = gpfarm_client::init_request(fitness, interpreter, (fit, fit_cases));
@@ -853,29 +800,4 @@ fn first_failure<T>(
         }
         Some((_, e)) => Err(e),
     }
-}
-
-/// A GPU's name and architecture.
-type Gpu = (String, SmArch);
-
-/// The GPU to evaluate on, if `mode` asks for it and one is there, and the notice to show when
-/// [`EvalMode::Auto`] goes without it.
-fn choose_gpu(
-    mode: EvalMode,
-    route: Option<Route>,
-    loadable: bool,
-) -> Result<(Option<Gpu>, Option<String>), EvolveError> {
-    if mode == EvalMode::Cpu || (route == Some(Route::Cpu) && mode == EvalMode::Auto) {
-        return Ok((None, None));
-    }
-    let why = match gpu::probe() {
-        Ok(_) if route == Some(Route::Cpu) => "the cpu route evaluates on the CPU".to_string(),
-        Ok(_) if !loadable => "the problem was not loaded from a built-in name or a directory".to_string(),
-        Ok((name, (major, minor))) => return Ok((Some((name, SmArch((major * 10 + minor) as u32))), None)),
-        Err(e) => e.to_string(),
-    };
-    if mode == EvalMode::Gpu {
-        return Err(EvolveError::NoGpu(why));
-    }
-    Ok((None, Some(format!("{why}; evaluating on the CPU (the reference evaluator)"))))
 }

@@ -68,6 +68,7 @@ pub mod memo;
 mod options;
 pub mod plan;
 pub mod record;
+pub mod resolved;
 pub mod route;
 pub mod spec;
 

@@ -16,7 +16,8 @@ use gpfarm_protocol::{CompileOptions, Route};
 use crate::engine::{CallbackError, Engine, IslandPlace};
 use crate::error::EvolveError;
 use crate::options::Options;
-use crate::record::{EvaluatorKind, GenerationRecord, Summary};
+use crate::record::{GenerationRecord, Summary};
+use crate::resolved::Needs;
 
 /// Whether islands share one farm or split its daemons between them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -105,30 +106,26 @@ pub fn prepare(
         return usage("--island-farm split starts its own farms: leave out --attach");
     }
     let options = engine.compile_options();
-    let mut compilers: Compilers = if !engine.needs_daemons() {
-        match (engine.route(), engine.evaluator()) {
-            // The interpreter: its one kernel is compiled in this process, and only for the GPU;
-            // with the fitting kernels beside it (one unit per width), on a thread each, at once.
-            (Route::Interpreter, EvaluatorKind::Gpu) => {
-                let fit = &engine.options().evolution.fit;
-                let spec = if engine.problem().grammar().has_params() && fit.iterations > 0 {
-                    let kernels = 1 + gpfarm_kernels::interpreter::FIT_WIDTHS.len();
-                    CompilerSpec::Threads(Workers::Exactly(NonZeroUsize::MIN.saturating_add(kernels - 1)))
-                } else {
-                    CompilerSpec::InProcess
-                };
-                vec![build_compiler(spec, None, &options, &request.build)?]
-            }
-            _ => Vec::new(),
+    let mut compilers: Compilers = match engine.resolved().needs {
+        Needs::Nothing => Vec::new(),
+        // Kernels compiled in this process (the interpreter's, and its fitting kernels'), a
+        // thread each.
+        Needs::Kernels(n) => {
+            let spec = if n.get() > 1 {
+                CompilerSpec::Threads(Workers::Exactly(n))
+            } else {
+                CompilerSpec::InProcess
+            };
+            vec![build_compiler(spec, None, &options, &request.build)?]
         }
-    } else if split {
-        let total = request.workers.unwrap_or_else(cores).get();
-        shares(total, islands)
-            .into_iter()
-            .map(|share| build_compiler(request.spec, NonZeroUsize::new(share), &options, &request.build))
-            .collect::<Result<_, _>>()?
-    } else {
-        vec![build_compiler(request.spec, request.workers, &options, &request.build)?]
+        Needs::Daemons if split => {
+            let total = request.workers.unwrap_or_else(cores).get();
+            shares(total, islands)
+                .into_iter()
+                .map(|share| build_compiler(request.spec, NonZeroUsize::new(share), &options, &request.build))
+                .collect::<Result<_, _>>()?
+        }
+        Needs::Daemons => vec![build_compiler(request.spec, request.workers, &options, &request.build)?],
     };
     // After the compilers are built: a configuration error is what a person should see first.
     if let Some(c) = compilers.first_mut() {

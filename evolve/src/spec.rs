@@ -47,7 +47,7 @@ pub struct RunSpec {
     /// Compile daemons (or threads); default: one per core.
     #[arg(long, short = 'n', value_parser = whole)]
     pub daemons: Option<usize>,
-    /// Compiler: farm[:K], threads[:K], inprocess or nvcc (K daemons or threads; default: -n,
+    /// Compiler: farm, farm:K, threads, threads:K, inprocess or nvcc (K daemons or threads; default: -n,
     /// else one per core).
     #[arg(long, default_value = "farm")]
     #[serde(with = "text")]
