@@ -80,8 +80,8 @@ pub use gpfarm_kernels::worker::LoadProblem;
 pub use gpfarm_protocol::Route;
 pub use gpfarm_protocol::worker::{CasesFile, ProblemFiles};
 pub use options::{
-    CRASH_RETRY_FLAGS, EvalMode, LINK_FLAGS, LOOP_LINK_FLAGS, NO_FMAD, Options, default_link_flags,
-    default_shape,
+    CRASH_RETRY_FLAGS, DEFAULT_SHAPE, EvalMode, LINK_FLAGS, LOOP_LINK_FLAGS, NO_FMAD, Options,
+    default_link_flags,
 };
 pub use record::{
     CompileFigures, CriticalPath, EvalSplit, EvaluatorKind, FrontModel, GenerationRecord, Individuals,

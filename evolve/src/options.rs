@@ -72,7 +72,7 @@ pub struct Options {
     /// free parameters over more than about 2.2e7 / (parameters per program) cases, else `-O0`).
     pub link_flags: Vec<String>,
     /// How a unit holds its individuals: a kernel each, or one switch kernel per unit that one
-    /// launch runs for all of them. `None` (the default) takes [`default_shape`] of the route;
+    /// launch runs for all of them. `None` (the default) takes [`DEFAULT_SHAPE`];
     /// [`crate::Engine::shape`] says which. Either gives the same fitness.
     pub shape: Option<Shape>,
     /// Reuse fitness known from earlier generations and merge identical individuals.
@@ -172,18 +172,14 @@ pub fn default_link_flags(problem: &gpfarm_gp::Problem) -> Vec<String> {
     flags.iter().map(|f| (*f).to_owned()).collect()
 }
 
-/// The unit shape a route takes when [`Options::shape`] is not set: the switch kernel on both.
+/// The unit shape every route takes when [`Options::shape`] is not set: the switch kernel.
 /// One kernel per unit costs ptxas less than a kernel per individual (one prologue, one
 /// function to allocate registers for) and the GPU one launch per unit instead of one per
 /// individual. Whole runs on the PTX route are faster with it; on NVRTC the two shapes are about
 /// even, the switch evaluating faster (docs/routes.md gives the measurements). The engine keeps
 /// kernels for an NVRTC template that reads `blockIdx.y`.
 /// (The interpreter and the CPU form no units; their shape is the same default.)
-pub fn default_shape(route: Route) -> Shape {
-    match route {
-        Route::Nvrtc | Route::Ptx | Route::Interpreter | Route::Cpu => Shape::Switch,
-    }
-}
+pub const DEFAULT_SHAPE: Shape = Shape::Switch;
 
 /// The NVRTC option that keeps `a * b + c` two roundings (see [`Options::fmad`]).
 pub const NO_FMAD: &str = "--fmad=false";

@@ -11,7 +11,7 @@ use gpfarm_kernels::gpu;
 use gpfarm_protocol::{Route, Shape, SmArch};
 
 use crate::error::EvolveError;
-use crate::options::{EvalMode, Options, default_link_flags, default_shape};
+use crate::options::{DEFAULT_SHAPE, EvalMode, Options, default_link_flags};
 use crate::record::EvaluatorKind;
 
 /// What a run compiles, and so which compilers it needs.
@@ -88,7 +88,7 @@ pub fn resolve(problem: &Problem, options: &Options, loadable: bool) -> Result<R
     if route == Route::Interpreter {
         gpfarm_kernels::interpreter::interp_supported(problem)?;
     }
-    let mut shape = options.shape.unwrap_or_else(|| default_shape(route));
+    let mut shape = options.shape.unwrap_or(DEFAULT_SHAPE);
     if shape == Shape::Switch
         && route == Route::Nvrtc
         && let Err(why) = problem.template().switch_ready()
