@@ -378,7 +378,7 @@ impl Engine {
         };
         let fit_toolchain = compilers.first().map_or_else(|| "none".into(), |c| c.toolchain());
         // The interpreter's kernel is compiled; individuals are not.
-        if !self.resolved.route.compiles_individuals() {
+        if !self.needs_daemons() {
             compilers.clear();
         }
         let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);

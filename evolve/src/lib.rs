@@ -88,4 +88,4 @@ pub use record::{
     Summary, Totals,
 };
 pub use route::problem_loops;
-pub use spec::{RunSpec, SpecError};
+pub use spec::{OptionError, RunSpec};

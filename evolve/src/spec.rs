@@ -252,16 +252,16 @@ impl Default for RunSpec {
 /// An option whose value is out of its range: the option's field name and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{option}: {why}")]
-pub struct SpecError {
-    /// The field's name (`population`); the flag is [`SpecError::flag`].
+pub struct OptionError {
+    /// The field's name (`population`); the flag is [`OptionError::flag`].
     pub option: &'static str,
     /// What is wrong with the value, in words.
     pub why: String,
 }
 
-impl SpecError {
-    fn new(option: &'static str, why: impl Into<String>) -> SpecError {
-        SpecError { option, why: why.into() }
+impl OptionError {
+    fn new(option: &'static str, why: impl Into<String>) -> OptionError {
+        OptionError { option, why: why.into() }
     }
 
     /// The option as the command line spells it (`--fit-share`).
@@ -278,34 +278,35 @@ fn whole(text: &str) -> Result<usize, String> {
 }
 
 /// `value` if it is at most `most`.
-fn at_most(option: &'static str, value: usize, most: usize) -> Result<(), SpecError> {
+fn at_most(option: &'static str, value: usize, most: usize) -> Result<(), OptionError> {
     match value <= most {
         true => Ok(()),
-        false => Err(SpecError::new(option, format!("{value} is more than {most}, the most it takes"))),
+        false => Err(OptionError::new(option, format!("{value} is more than {most}, the most it takes"))),
     }
 }
 
 /// `value` if it is at least 1.
-fn at_least_one(option: &'static str, value: u64) -> Result<(), SpecError> {
+fn at_least_one(option: &'static str, value: u64) -> Result<(), OptionError> {
     match value >= 1 {
         true => Ok(()),
-        false => Err(SpecError::new(option, format!("{value} is not in 1.."))),
+        false => Err(OptionError::new(option, format!("{value} is not in 1.."))),
     }
 }
 
-fn seconds(option: &'static str, value: f64) -> Result<(), SpecError> {
+fn seconds(option: &'static str, value: f64) -> Result<(), OptionError> {
     match value > 0.0 && value.is_finite() && value < 1e9 {
         true => Ok(()),
-        false => {
-            Err(SpecError::new(option, format!("{value} is not a number of seconds above 0 (and below 1e9)")))
-        }
+        false => Err(OptionError::new(
+            option,
+            format!("{value} is not a number of seconds above 0 (and below 1e9)"),
+        )),
     }
 }
 
-fn non_negative(option: &'static str, value: f64) -> Result<(), SpecError> {
+fn non_negative(option: &'static str, value: f64) -> Result<(), OptionError> {
     match value.is_finite() && value >= 0.0 {
         true => Ok(()),
-        false => Err(SpecError::new(option, format!("{value} is not a finite number of at least 0"))),
+        false => Err(OptionError::new(option, format!("{value} is not a finite number of at least 0"))),
     }
 }
 
@@ -319,7 +320,7 @@ impl RunSpec {
     }
 
     /// Every value within its range; the first that is not, named.
-    pub fn check(&self) -> Result<(), SpecError> {
+    pub fn check(&self) -> Result<(), OptionError> {
         at_most("population", self.population, gpfarm_gp::limits::MAX_POPULATION)?;
         at_most("generations", self.generations, 1_000_000_000)?;
         at_most("tournament", self.tournament, 100_000_000)?;
@@ -338,7 +339,10 @@ impl RunSpec {
         at_most("fit_iterations", self.fit_iterations, 1_000_000)?;
         at_most("fit_restarts", self.fit_restarts, 1_000_000)?;
         if !(0.0..=1.0).contains(&self.fit_share) {
-            return Err(SpecError::new("fit_share", format!("{} is not a share in [0, 1]", self.fit_share)));
+            return Err(OptionError::new(
+                "fit_share",
+                format!("{} is not a share in [0, 1]", self.fit_share),
+            ));
         }
         at_most("fit_cases", self.fit_cases, 1_000_000_000_000)?;
         non_negative("parsimony", self.parsimony)?;
@@ -361,12 +365,12 @@ impl RunSpec {
     /// The engine's options for this spec, after [`RunSpec::check`]: `start` is the warm start's
     /// individuals, `started` the instant `max_time` counts from (the caller's start, so that
     /// loading the problem and starting the evaluator count).
-    pub fn options(&self, start: Vec<Seed>, started: Option<Instant>) -> Result<Options, SpecError> {
+    pub fn options(&self, start: Vec<Seed>, started: Option<Instant>) -> Result<Options, OptionError> {
         self.check()?;
         let disk_cache = match (&self.cache_dir, self.disk_cache) {
             (Some(dir), _) => Some(dir.clone()),
             (None, true) => Some(DiskCache::default_dir().ok_or_else(|| {
-                SpecError::new(
+                OptionError::new(
                     "disk_cache",
                     "no cache directory: set GPFARM_CACHE_DIR or HOME, or give a cache directory",
                 )
@@ -430,11 +434,11 @@ impl RunSpec {
 
     /// The compiler this spec asks for (the planner adds what its route needs); `cuda` is the
     /// CUDA toolkit or wheel directory, if the caller was given one.
-    pub fn compiler_request(&self, cuda: Option<&Path>) -> Result<CompilerRequest, SpecError> {
+    pub fn compiler_request(&self, cuda: Option<&Path>) -> Result<CompilerRequest, OptionError> {
         let workers = match self.daemons {
             None => None,
             Some(n) => {
-                Some(Workers::exactly(n).map_err(|e| SpecError::new("daemons", e.to_string()))?.count())
+                Some(Workers::exactly(n).map_err(|e| OptionError::new("daemons", e.to_string()))?.count())
             }
         };
         Ok(CompilerRequest {

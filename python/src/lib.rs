@@ -64,8 +64,16 @@ fn set_options(py: Python<'_>, spec: &RunSpec, options: &Bound<'_, PyDict>) -> P
                 RunSpec::names().join(", ")
             )));
         }
+        fields.set_item(&name, plain(&value)?)?;
+    }
+    if let Ok(spec) = pythonize::depythonize::<RunSpec>(&fields) {
+        return Ok(spec);
+    }
+    // Which value was refused, and why: each given alone.
+    for name in options.keys() {
+        let name: String = name.extract()?;
         let one = PyDict::new(py);
-        one.set_item(&name, plain(&value)?)?;
+        one.set_item(&name, fields.get_item(&name)?)?;
         if let Err(e) = pythonize::depythonize::<RunSpec>(&one) {
             // A Python exception raised while reading the value comes as "TypeError: why".
             let text = e.to_string();
@@ -78,7 +86,6 @@ fn set_options(py: Python<'_>, spec: &RunSpec, options: &Bound<'_, PyDict>) -> P
                 false => PyValueError::new_err(format!("{name}: {why}")),
             });
         }
-        fields.set_item(&name, plain(&value)?)?;
     }
     pythonize::depythonize::<RunSpec>(&fields).map_err(|e| PyValueError::new_err(e.to_string()))
 }
@@ -240,7 +247,7 @@ impl EvolveConfig {
                 false => Ok(gpfarm_gp::Seed { genome: genome.clone(), params: params.clone() }),
             })
             .collect::<PyResult<_>>()?;
-        let spec_error = |e: gpfarm_evolve::SpecError| bad(e.option, e.why);
+        let spec_error = |e: gpfarm_evolve::OptionError| bad(e.option, e.why);
         // Loading the problem and starting the evaluator count.
         let options = self.spec.options(start, Some(std::time::Instant::now())).map_err(spec_error)?;
         let request = self.spec.compiler_request(self.cuda.as_deref()).map_err(spec_error)?;

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use clap::Args;
 use gpfarm_evolve::plan::{self, CompilerRequest, Compilers};
-use gpfarm_evolve::{Engine, EvolveError, Options, ProblemRef, RunSpec, SpecError, Summary};
+use gpfarm_evolve::{Engine, EvolveError, OptionError, Options, ProblemRef, RunSpec, Summary};
 use indicatif::{ProgressBar, ProgressStyle};
 
 pub(crate) use table::row;
@@ -64,7 +64,7 @@ impl EvolveArgs {
 }
 
 /// A spec's error as the usage error it is, named by the flag.
-fn usage(e: SpecError) -> anyhow::Error {
+fn usage(e: OptionError) -> anyhow::Error {
     super::UsageError(format!("invalid value for {}: {}", e.flag(), e.why)).into()
 }
 
